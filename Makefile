@@ -1,0 +1,23 @@
+# The two commands of the README. Both set the machine up first (idempotent, fast on a second run).
+.PHONY: serve test lint typecheck unit bench soak clean
+
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+serve:
+	@scripts/bootstrap.sh serve
+	@$(VENV)/bin/voicegate serve $(if $(CONFIG),--config $(CONFIG),)
+
+test:
+	@scripts/bootstrap.sh test
+	$(VENV)/bin/ruff check server internal tests bench scripts
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+
+bench:
+	@scripts/bootstrap.sh test
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

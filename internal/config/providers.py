@@ -1,0 +1,158 @@
+"""Config sections for the speech, language-model, retrieval, memory and telemetry providers."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from internal.config.sections import Section
+
+
+class SttConfig(Section):
+    provider: Literal["pocketsphinx", "openai", "deepgram"] = "pocketsphinx"
+
+
+class TtsConfig(Section):
+    provider: Literal["espeak", "openai"] = "espeak"
+
+
+class LlmConfig(Section):
+    # "auto" picks openai when [openai] api_key is set, else the offline local agent.
+    provider: Literal["auto", "local", "openai", "ollama", "agent"] = "auto"
+
+
+class OpenAIConfig(Section):
+    api_key: str = ""
+    base_url: str = "https://api.openai.com/v1"
+    model: str = "gpt-4o-mini"
+    system_prompt: str = (
+        "You are a helpful voice assistant on a phone call. Keep answers short and conversational."
+    )
+    temperature: float = Field(0.6, ge=0, le=2)
+    stt_model: str = "whisper-1"
+    tts_model: str = "tts-1"
+    tts_voice: str = "alloy"
+    embedding_model: str = "text-embedding-3-small"
+    timeout_s: float = Field(30.0, gt=0)
+
+
+class OllamaConfig(Section):
+    base_url: str = "http://localhost:11434"
+    model: str = "llama3.2"
+    api: Literal["native", "openai"] = "native"
+
+
+class AgentConfig(Section):
+    url: str = ""
+    api_key: str = ""
+    timeout_ms: int = Field(60000, gt=0)
+    max_reply_bytes: int = Field(262_144, gt=0)
+
+
+class DeepgramConfig(Section):
+    api_key: str = ""
+    url: str = "wss://api.deepgram.com/v1/listen"
+    model: str = "nova-3"
+    language: str = ""
+    endpointing_ms: int = Field(300, ge=10)
+    utterance_end_ms: int = Field(1000, ge=1000)
+    keyterms: list[str] = Field(default_factory=list)
+
+
+class PocketsphinxConfig(Section):
+    grammar: str = ""
+    phrases: list[str] = Field(default_factory=list)
+    hmm: str = ""
+    dictionary: str = ""
+    lm: str = ""
+    workers: int = Field(2, ge=1, le=64)
+
+
+class EspeakConfig(Section):
+    binary: str = "espeak-ng"
+    voice: str = "en-us"
+    rate_wpm: int = Field(170, ge=80, le=450)
+    pitch: int = Field(50, ge=0, le=99)
+    workers: int = Field(2, ge=1, le=64)
+
+
+class RagConfig(Section):
+    provider: Literal["", "pgvector", "supabase"] = ""
+    top_k: int = Field(3, ge=1, le=50)
+    embedding: Literal["wordllama", "openai"] = "wordllama"
+    min_score: float = Field(0.0, ge=0, le=1)
+    chunk_size: int = Field(120, ge=10)
+    chunk_overlap: int = Field(20, ge=0)
+
+
+class PgvectorConfig(Section):
+    connection_string: str = ""
+    table: str = "rag_documents"
+    pool_min: int = Field(1, ge=0)
+    pool_max: int = Field(10, ge=1)
+    connect_timeout_s: float = Field(5.0, gt=0)
+
+    @field_validator("table")
+    @classmethod
+    def _plain_identifier(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", value):
+            raise ValueError("must be a plain SQL identifier (letters, digits, underscore)")
+        return value
+
+
+class SupabaseConfig(Section):
+    url: str = ""
+    api_key: str = ""
+    function: str = "match_documents"
+    table: str = "documents"
+
+
+class MemoryConfig(Section):
+    enabled: bool = False
+    provider: Literal["pgvector", "memory", "markdown"] = "pgvector"
+    max_chars: int = Field(2000, gt=0)
+    retention_days: float = Field(90, gt=0)
+    injection: Literal["prompt", "retrieval"] = "prompt"
+    embedding: Literal["wordllama", "openai", "none"] = "wordllama"
+    retrieval_top_k: int = Field(5, ge=1, le=50)
+    sweep_interval_s: float = Field(3600, gt=0)
+    owner_key_secret: str = ""
+    markdown_dir: str = ""
+    # None: on exactly when an API key for the reconciliation model is configured.
+    auto: bool | None = None
+    model: str = ""
+    base_url: str = ""
+    api_key: str = ""
+    session_digests: bool = False
+    digest_retention_days: float = Field(90, gt=0)
+    audit_path: str = ""
+    sensitive_patterns: list[str] = Field(default_factory=list)
+    write_retry_max_s: float = Field(60.0, gt=0)
+    read_timeout_ms: int = Field(300, gt=0)
+
+    @field_validator("auto", mode="before")
+    @classmethod
+    def _empty_means_automatic(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @field_validator("sensitive_patterns")
+    @classmethod
+    def _patterns_compile(cls, values: list[str]) -> list[str]:
+        for pattern in values:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"bad regular expression {pattern!r}: {exc}") from exc
+        return values
+
+
+class TelemetryConfig(Section):
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_file: str = ""
+    log_content: bool = False
+    service_name: str = "voicegate"
+    traces: Literal["none", "console", "otlp", "memory"] = "none"
+    otlp_endpoint: str = ""
+    metrics: bool = True

@@ -1,0 +1,184 @@
+"""Config sections for the transports and the server itself.
+
+Every field here is documented in docs/configuration.md and in the repository's config.toml; a key
+added here without both is a key an operator cannot find.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class Section(BaseModel):
+    """Base for every section: unknown keys are an error, never silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def _check_cidrs(values: list[str]) -> list[str]:
+    for value in values:
+        try:
+            ipaddress.ip_network(value, strict=False)
+        except ValueError as exc:
+            raise ValueError(f"not an IP address or CIDR: {value!r}") from exc
+    return values
+
+
+def split_host_port(value: str, default_port: int) -> tuple[str, int]:
+    """Split "host:port" (or "[v6]:port", or a bare host) into its parts."""
+    if value.startswith("["):
+        host, _, rest = value[1:].partition("]")
+        port_text = rest.lstrip(":")
+    elif value.count(":") == 1:
+        host, _, port_text = value.partition(":")
+    else:
+        host, port_text = value, ""
+    if not host:
+        raise ValueError(f"missing host in {value!r}")
+    if not port_text:
+        return host, default_port
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"port must be 1-65535 in {value!r}")
+    return host, int(port_text)
+
+
+class ServerConfig(Section):
+    host: str = "0.0.0.0"
+    port: int = Field(8080, gt=0, lt=65536)
+    public_url: str = ""
+    data_dir: str = "./data"
+    jwt_secret: str = ""
+    jwt_issuer: str = "voicegate"
+    jwt_audience: str = "voicegate"
+    jwks_url: str = ""
+    jwks_file: str = ""
+    token_ttl_s: int = Field(3600, gt=0)
+    api_key: str = ""
+    session_grace_ms: int = Field(30000, ge=0)
+    max_sessions: int = Field(0, ge=0)
+    whip_rate_per_min: int = Field(30, ge=0)
+    patch_rate_per_min: int = Field(60, ge=0)
+    trusted_header_sources: list[str] = Field(default_factory=list)
+    cors_origins: list[str] = Field(default_factory=list)
+    dev_login: bool = False
+    max_body_bytes: int = Field(1_048_576, gt=0)
+    shutdown_timeout_s: float = Field(10.0, gt=0)
+
+    _cidrs = field_validator("trusted_header_sources")(_check_cidrs)
+
+
+class SipAuthConfig(Section):
+    enabled: bool = False
+    realm: str = "voicegate"
+    users: dict[str, str] = Field(default_factory=dict)
+    nonce_ttl_s: int = Field(300, gt=0)
+
+
+class SipOutboundConfig(Section):
+    username: str = ""
+    password: str = ""
+    from_user: str = "voicegate"
+    proxy: str = ""
+    timeout_s: float = Field(30.0, gt=0)
+
+
+Transport = Literal["udp", "tcp"]
+Codec = Literal["PCMU", "PCMA"]
+
+
+def _default_transports() -> list[Transport]:
+    return ["udp", "tcp"]
+
+
+def _default_codecs() -> list[Codec]:
+    return ["PCMU", "PCMA"]
+
+
+class SipConfig(Section):
+    enabled: bool = True
+    bind: str = "0.0.0.0:5060"
+    transports: list[Transport] = Field(default_factory=_default_transports)
+    public_address: str = ""
+    trusted_peers: list[str] = Field(default_factory=list)
+    default_region: str = "US"
+    codecs: list[Codec] = Field(default_factory=_default_codecs)
+    rtp_port_min: int = Field(20000, gt=1023, lt=65536)
+    rtp_port_max: int = Field(29999, gt=1023, lt=65536)
+    symmetric_rtp: bool = True
+    rtp_timeout_s: float = Field(30.0, gt=0)
+    jitter_ms: int = Field(40, ge=0, le=500)
+    ring_ms: int = Field(0, ge=0)
+    max_message_bytes: int = Field(65536, gt=512)
+    invite_rate_per_min: int = Field(120, ge=0)
+    user_agent: str = "voicegate"
+    auth: SipAuthConfig = Field(default_factory=SipAuthConfig)
+    outbound: SipOutboundConfig = Field(default_factory=SipOutboundConfig)
+
+    _cidrs = field_validator("trusted_peers")(_check_cidrs)
+
+    @field_validator("bind")
+    @classmethod
+    def _bind_is_host_port(cls, value: str) -> str:
+        split_host_port(value, 5060)
+        return value
+
+    @field_validator("transports", "codecs")
+    @classmethod
+    def _not_empty(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("must name at least one")
+        return value
+
+    @property
+    def bind_host(self) -> str:
+        return split_host_port(self.bind, 5060)[0]
+
+    @property
+    def bind_port(self) -> int:
+        return split_host_port(self.bind, 5060)[1]
+
+
+class IceServer(Section):
+    urls: list[str]
+    username: str = ""
+    credential: str = ""
+
+
+class WebRTCConfig(Section):
+    enabled: bool = True
+    ice_hosts: list[str] = Field(default_factory=list)
+    ice_servers: list[IceServer] = Field(default_factory=list)
+
+
+class PipelineConfig(Section):
+    sample_rate: Literal[8000, 16000] = 16000
+    greeting: str = "Hello, this is voicegate. How can I help you?"
+    greeting_outgoing: str = ""
+    barge_in: bool = True
+    debug: bool = False
+    user_speech_quiet_ms: int = Field(600, ge=0)
+    turn_merge_ms: int = Field(350, ge=0)
+    rag_prefetch: bool = False
+    vad: Literal["energy", "webrtc"] = "energy"
+    vad_threshold_db: float = Field(9.0, gt=0)
+    vad_onset_ms: int = Field(60, ge=20)
+    vad_offset_ms: int = Field(300, ge=20)
+    barge_in_onset_ms: int = Field(40, ge=20)
+    barge_in_confirm_ms: int = Field(400, ge=20)
+    duck_gain: float = Field(0.25, ge=0, le=1)
+    backchannels: list[str] = Field(
+        default_factory=lambda: [
+            "mm-hm", "mhm", "mm", "uh-huh", "yeah", "yes", "yep", "okay", "ok", "right", "sure", "i see",
+        ]
+    )
+    min_confidence: float = Field(0.0, ge=0, le=1)
+    max_misunderstandings: int = Field(2, ge=1)
+    turn_timeout_s: float = Field(20.0, gt=0)
+    max_utterance_s: float = Field(30.0, gt=0)
+    skills_dir: str = ""
+    prompt_file: str = ""
+    assistant_profile: str = ""
+    summary_timeout_s: float = Field(15.0, gt=0)

@@ -1,0 +1,130 @@
+"""JSON-lines logging with a session id on every line and secrets redacted wherever they appear.
+
+Content (what callers said, what the model answered, memory text, audio) is passed to a log call
+only as named extra fields listed in CONTENT_FIELDS; the formatter drops those fields unless
+`telemetry.log_content` is on, so the policy lives here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import re
+import sys
+import time
+from collections.abc import Iterable
+from typing import Any, TextIO
+
+session_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("session_id", default=None)
+
+CONTENT_FIELDS = frozenset(
+    {"text", "transcript", "reply", "prompt", "memory", "content", "audio", "caller_number", "summary"}
+)
+REDACTED = "[REDACTED]"
+
+_STANDARD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message", "asctime", "color_message", "taskName",
+}
+
+# Shapes of credentials, redacted even when nobody configured them as secrets.
+_PATTERNS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"(?i)\b(authorization|proxy-authorization)(\"?\s*[:=]\s*\"?)[^\"\r\n,}]+"), r"\1\2" + REDACTED),
+    (re.compile(r"(?i)\b(cookie|set-cookie)(\"?\s*[:=]\s*\"?)[^\"\r\n}]+"), r"\1\2" + REDACTED),
+    (re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]+"), "Bearer " + REDACTED),
+    (re.compile(r"(?i)\bdigest\s+username=[^\r\n]+"), "Digest " + REDACTED),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"), REDACTED),
+    (re.compile(r"\b(sk|pk|rk)-[A-Za-z0-9_-]{8,}"), REDACTED),
+    (
+        re.compile(
+            r"(?i)\b(api[_-]?key|apikey|access[_-]?token|refresh[_-]?token|token|secret|password|passwd|pwd)"
+            r"(\"?\s*[:=]\s*\"?)[^\"\s&,;}]+"
+        ),
+        r"\1\2" + REDACTED,
+    ),
+    (re.compile(r"(?i)(postgres(?:ql)?://[^:/\s]+:)[^@\s]+@"), r"\1" + REDACTED + "@"),
+]
+
+
+class Redactor:
+    """Removes credentials by shape and every configured secret value by exact match."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        # Longest first, so a secret that contains another is removed whole.
+        self._secrets = sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        for pattern, replacement in _PATTERNS:
+            text = pattern.sub(replacement, text)
+        return text
+
+    def value(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self(value)
+        if isinstance(value, dict):
+            return {k: REDACTED if _looks_secret(str(k)) else self.value(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.value(v) for v in value]
+        if isinstance(value, int | float | bool) or value is None:
+            return value
+        return self(str(value))
+
+
+def _looks_secret(key: str) -> bool:
+    lowered = key.lower()
+    return any(w in lowered for w in ("authorization", "cookie", "password", "secret", "api_key", "token"))
+
+
+class JsonLinesFormatter(logging.Formatter):
+    def __init__(self, redactor: Redactor, log_content: bool) -> None:
+        super().__init__()
+        self._redact = redactor
+        self._log_content = log_content
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": self._redact(record.getMessage()),
+        }
+        session_id = getattr(record, "session_id", None) or session_id_var.get()
+        if session_id:
+            entry["session_id"] = session_id
+        for key, value in record.__dict__.items():
+            if key in _STANDARD_ATTRS or key.startswith("_") or key in entry:
+                continue
+            if key in CONTENT_FIELDS and not self._log_content:
+                continue
+            entry[key] = self._redact.value(value)
+        if record.exc_info:
+            entry["error"] = self._redact(self.formatException(record.exc_info))
+        return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def configure_logging(
+    level: str = "info",
+    secrets: Iterable[str] = (),
+    log_content: bool = False,
+    stream: TextIO | None = None,
+    log_file: str = "",
+) -> None:
+    """Send every logger's output, as JSON lines, to `stream` (stdout) and optionally a file."""
+    formatter = JsonLinesFormatter(Redactor(secrets), log_content)
+    handlers: list[logging.Handler] = [logging.StreamHandler(stream or sys.stdout)]
+    if log_file:
+        handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        handler.setFormatter(formatter)
+        root.addHandler(handler)
+    root.setLevel(level.upper())
+    # Libraries that narrate every packet drown the lines that matter.
+    for noisy in ("aioice", "aiortc", "uvicorn.access", "httpx", "httpcore", "pgserver", "websockets"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

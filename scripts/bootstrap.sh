@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Prepare this machine for voicegate: system packages from apt, then .venv with the package.
+# Usage: scripts/bootstrap.sh serve|test
+# Idempotent: packages already installed and an unchanged pyproject.toml are skipped.
+set -euo pipefail
+mode="${1:-serve}"
+cd "$(dirname "$0")/.."
+
+apt_packages=(espeak-ng sox sip-tester)
+if [ "$mode" = "test" ]; then
+  apt_packages+=(chromium baresip-core)
+fi
+
+missing=()
+for pkg in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "bootstrap: installing system packages: ${missing[*]}"
+  sudo_cmd=()
+  if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+python="${PYTHON:-python3.11}"
+command -v "$python" >/dev/null 2>&1 || python=python3
+if [ ! -x .venv/bin/python ]; then
+  echo "bootstrap: creating .venv with $("$python" --version)"
+  "$python" -m venv .venv
+fi
+
+extras=""
+[ "$mode" = "test" ] && extras="[test]"
+stamp=".venv/.voicegate-installed-${mode}-$(sha256sum pyproject.toml | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  echo "bootstrap: installing voicegate${extras} into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e ".${extras}"
+  rm -f .venv/.voicegate-installed-"${mode}"-*
+  touch "$stamp"
+fi

@@ -1,0 +1,52 @@
+"""The composition root: build every component from a Config and wire the HTTP routes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+
+from fastapi import FastAPI
+from fastapi.responses import FileResponse, JSONResponse
+
+from internal.config import Config, load_config
+from internal.web import STATIC_DIR
+from server.errors import install_error_handlers
+from server.gateway import Gateway
+
+
+def package_version() -> str:
+    try:
+        return version("voicegate")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def create_gateway_application(config: Config | None = None) -> FastAPI:
+    """Build the whole server. Components start with the app's lifespan and stop with it."""
+    cfg = config if config is not None else load_config(None)
+    gateway = Gateway(cfg)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await gateway.start()
+        try:
+            yield
+        finally:
+            await gateway.stop()
+
+    app = FastAPI(title="voicegate", version=package_version(), lifespan=lifespan)
+    app.state.gateway = gateway
+    install_error_handlers(app)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        report = await gateway.health()
+        report["version"] = package_version()
+        return JSONResponse(report, status_code=200 if report["status"] == "ok" else 503)
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html")
+
+    return app

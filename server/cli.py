@@ -1,0 +1,113 @@
+"""`voicegate`: serve, check the config, migrate the database (more commands join as they land)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from internal.config import Config, ConfigError, config_path_from, load_config, masked, render_toml
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+Command = Callable[[argparse.Namespace, Config], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from server.app import package_version
+
+    parser = argparse.ArgumentParser(prog="voicegate", description="A voice-agent server for SIP and WebRTC.")
+    parser.add_argument("--version", action="version", version=f"voicegate {package_version()}")
+    parser.add_argument("--config", help="path to config.toml (default: $VOICEGATE_CONFIG, else ./config.toml)")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="run the server (HTTP, WebRTC, SIP)")
+    serve.set_defaults(run=_run_serve)
+
+    config = commands.add_parser("config", help="inspect the configuration")
+    config_commands = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    check = config_commands.add_parser("check", help="validate and print the effective config, secrets masked")
+    check.set_defaults(run=_run_config_check)
+
+    migrate = commands.add_parser("migrate", help="apply database migrations")
+    migrate.set_defaults(run=_run_migrate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return EXIT_USAGE
+    path = config_path_from(args.config)
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        print("voicegate: the configuration has errors:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return EXIT_ERROR
+    args.config_path = path
+    run: Command = args.run
+    return run(args, config)
+
+
+def _run_config_check(args: argparse.Namespace, config: Config) -> int:
+    source = args.config_path or "defaults and environment"
+    print(f"# effective configuration (from {source}); secrets masked")
+    print(render_toml(masked(config)), end="")
+    return EXIT_OK
+
+
+def _run_migrate(args: argparse.Namespace, config: Config) -> int:
+    from internal.db import Database, EmbeddedPostgresError, MigrationError
+
+    async def migrate() -> list[str]:
+        database = Database(config.pgvector, config.data_dir)
+        try:
+            await database.open(run_migrations=False)
+            return await database.migrate()
+        finally:
+            await database.close()
+
+    _configure_logging(config)
+    try:
+        applied = asyncio.run(migrate())
+    except (MigrationError, EmbeddedPostgresError) as exc:
+        print(f"voicegate migrate: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except OSError as exc:
+        print(f"voicegate migrate: cannot reach the database: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    print(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else "; up to date"))
+    return EXIT_OK
+
+
+def _run_serve(args: argparse.Namespace, config: Config) -> int:
+    from server.serve import serve
+
+    _configure_logging(config)
+    return asyncio.run(serve(config))
+
+
+def _configure_logging(config: Config) -> None:
+    from internal.config import secret_values
+    from internal.telemetry import configure_logging
+
+    if config.telemetry.log_file:
+        Path(config.telemetry.log_file).parent.mkdir(parents=True, exist_ok=True)
+    configure_logging(
+        config.telemetry.log_level,
+        secrets=secret_values(config),
+        log_content=config.telemetry.log_content,
+        log_file=config.telemetry.log_file,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

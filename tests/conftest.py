@@ -1,0 +1,72 @@
+"""Shared fixtures: a real embedded PostgreSQL per test session, free ports, a clean environment."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from internal.db import EmbeddedPostgres
+
+REPO = Path(__file__).resolve().parents[1]
+VOICEGATE = [sys.executable, "-m", "server.cli"]
+
+
+@pytest.fixture(autouse=True)
+def _clean_voicegate_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests must not see a developer's VOICEGATE_* or provider keys."""
+    for name in list(os.environ):
+        if name.startswith("VOICEGATE_") or name in ("OPENAI_API_KEY", "DEEPGRAM_API_KEY"):
+            monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="session")
+def pg_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real PostgreSQL 16 + pgvector (pgserver) in a fresh temp dir, shared by this test session."""
+    import asyncio
+
+    embedded = EmbeddedPostgres(tmp_path_factory.mktemp("pg"))
+    uri = asyncio.run(embedded.start())
+    yield uri
+    asyncio.run(embedded.stop())
+
+
+@pytest.fixture
+async def pg_conn(pg_uri: str) -> AsyncIterator[psycopg.AsyncConnection]:
+    conn = await psycopg.AsyncConnection.connect(pg_uri, autocommit=True)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+def fresh_db(pg_uri: str) -> Iterator[str]:
+    """A new empty database on the shared server, dropped afterwards."""
+    name = f"t_{os.getpid()}_{os.urandom(4).hex()}"
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base, _, query = pg_uri.partition("?")
+    yield f"{base.rsplit('/', 1)[0]}/{name}?{query}"
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("VOICEGATE_")}
+    full_env.update(env or {})
+    return subprocess.run([*VOICEGATE, *args], capture_output=True, text=True, env=full_env,
+                          cwd=cwd or REPO, timeout=timeout)
