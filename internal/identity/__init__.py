@@ -1,0 +1,5 @@
+"""Caller identity: the verified `CallerIdentity`, JWTs, SIP caller numbers, trusted headers."""
+
+from internal.identity.caller import CallerIdentity, IdentityKind
+
+__all__ = ["CallerIdentity", "IdentityKind"]
