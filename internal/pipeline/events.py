@@ -1,0 +1,95 @@
+"""Typed events a call emits on the side of its audio, delivered through a transport-neutral sink.
+
+WebRTC sends them on the DataChannel `events`; the control-plane WebSocket sends the owner's
+`memory.changed`; SIP calls hand them to the server's event sink (logs, metrics). Events never carry
+memory content or an owner id.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, Field
+
+AgentState = Literal["listening", "thinking", "speaking"]
+
+
+class Event(BaseModel):
+    type: str
+    ts: float = Field(default_factory=time.time)
+
+
+class TranscriptEvent(Event):
+    type: Literal["transcript"] = "transcript"
+    role: Literal["user", "agent"] = "user"
+    text: str
+    final: bool
+
+
+class ResponseEvent(Event):
+    type: Literal["response"] = "response"
+    text: str
+    interrupted: bool = False
+
+
+class StateEvent(Event):
+    type: Literal["state"] = "state"
+    state: AgentState
+
+
+class TimingEvent(Event):
+    type: Literal["timing"] = "timing"
+    stage: str  # stt, llm_first_token, tts_first_audio, first_audio, turn
+    ms: float
+    turn: int = 0
+
+
+class ConnectionEvent(Event):
+    type: Literal["connection"] = "connection"
+    state: Literal["connected", "resumed", "ended"]
+    session_id: str = ""
+    reason: str = ""
+
+
+class DtmfEvent(Event):
+    type: Literal["dtmf"] = "dtmf"
+    digit: str
+
+
+class MemoryChangedEvent(Event):
+    type: Literal["memory.changed"] = "memory.changed"
+
+
+class EventSink(Protocol):
+    def emit(self, event: Event) -> None:
+        """Deliver without blocking; a slow or closed consumer drops events, never stalls the call."""
+
+
+class NullSink:
+    def emit(self, event: Event) -> None:
+        return None
+
+
+class CollectingSink:
+    """Keeps every event; for `voicegate talk` and tests."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def emit(self, event: Event) -> None:
+        self.events.append(event)
+
+    def of_type(self, kind: str) -> list[Event]:
+        return [event for event in self.events if event.type == kind]
+
+
+class FanoutSink:
+    """Delivers to several sinks (e.g. the DataChannel and the server log)."""
+
+    def __init__(self, *sinks: EventSink) -> None:
+        self.sinks = list(sinks)
+
+    def emit(self, event: Event) -> None:
+        for sink in self.sinks:
+            sink.emit(event)

@@ -1,0 +1,113 @@
+"""Playout: the agent's audio waiting to be sent, 20 ms at a time, and what the caller heard.
+
+The transport pulls one frame per tick. Barge-in clears the queue at once, so playback stops within
+one frame, and the frames already pulled tell which words of each sentence the caller heard.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from internal.audio.frame import frame_bytes
+
+
+@dataclass(slots=True)
+class Segment:
+    """One synthesised sentence: its text and how many of its frames exist / were played."""
+
+    text: str
+    frames: int = 0
+    played: int = 0
+    complete: bool = False  # synthesis finished (frames is final)
+
+    def heard_text(self) -> str:
+        if self.frames == 0 or self.played == 0:
+            return ""
+        if self.complete and self.played >= self.frames:
+            return self.text
+        words = self.text.split()
+        fraction = self.played / max(self.frames, 1)
+        return " ".join(words[: int(len(words) * fraction)])
+
+
+@dataclass(slots=True)
+class _Frame:
+    pcm: bytes
+    segment: Segment
+
+
+@dataclass
+class Playout:
+    sample_rate: int
+    duck_gain: float = 0.25
+    ducked: bool = False
+    _queue: deque[_Frame] = field(default_factory=deque)
+    _segments: list[Segment] = field(default_factory=list)
+    _partial: bytes = b""
+    frames_out: int = 0
+
+    def begin_segment(self, text: str) -> Segment:
+        segment = Segment(text)
+        self._segments.append(segment)
+        self._partial = b""
+        return segment
+
+    def append(self, segment: Segment, pcm: bytes) -> None:
+        """Queue synthesised PCM (any length); whole 20 ms frames become playable at once."""
+        size = frame_bytes(self.sample_rate)
+        data = self._partial + pcm
+        whole = len(data) - len(data) % size
+        for start in range(0, whole, size):
+            self._queue.append(_Frame(data[start : start + size], segment))
+            segment.frames += 1
+        self._partial = data[whole:]
+
+    def end_segment(self, segment: Segment) -> None:
+        if self._partial:
+            size = frame_bytes(self.sample_rate)
+            self._queue.append(_Frame(self._partial + bytes(size - len(self._partial)), segment))
+            segment.frames += 1
+            self._partial = b""
+        segment.complete = True
+
+    @property
+    def queued_frames(self) -> int:
+        return len(self._queue)
+
+    @property
+    def active(self) -> bool:
+        """Audio is queued or a sentence is still being synthesised."""
+        return bool(self._queue) or any(not s.complete for s in self._segments)
+
+    def pull(self) -> bytes | None:
+        """The next 20 ms of agent audio, or None when the agent is quiet."""
+        if not self._queue:
+            return None
+        frame = self._queue.popleft()
+        frame.segment.played += 1
+        self.frames_out += 1
+        if self.ducked and self.duck_gain < 1.0:
+            samples = np.frombuffer(frame.pcm, dtype=np.int16).astype(np.float32) * self.duck_gain
+            return samples.astype(np.int16).tobytes()
+        return frame.pcm
+
+    def clear(self) -> str:
+        """Stop now: drop everything queued and return the text the caller actually heard."""
+        heard = self.heard_text()
+        self._queue.clear()
+        self._partial = b""
+        for segment in self._segments:
+            segment.frames = segment.played
+            segment.complete = True
+        self._segments = []
+        return heard
+
+    def heard_text(self) -> str:
+        return " ".join(t for t in (s.heard_text() for s in self._segments) if t)
+
+    def finish_turn(self) -> None:
+        """Forget the segments of a reply that played to the end."""
+        self._segments = [s for s in self._segments if not s.complete or s.played < s.frames]

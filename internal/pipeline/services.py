@@ -1,0 +1,114 @@
+"""What a pipeline is built from: providers, tools, config, and the hooks other packages plug in.
+
+The composition root (server/) fills this in once; every call's pipeline shares it. Hooks default to
+doing nothing, so the pipeline runs without memory, retrieval or observation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from internal.config.sections import PipelineConfig
+from internal.llm.base import ChatModel
+from internal.pipeline.context import BUILTIN_PROMPT, ContextLayers, load_text
+from internal.pipeline.tools import ToolRegistry
+from internal.pipeline.vad import (
+    AdaptiveEnergyClassifier,
+    FrameClassifier,
+    VadEvent,
+    VadProfile,
+    VoiceActivityDetector,
+    WebRtcClassifier,
+)
+from internal.stt.base import SpeechToText
+from internal.tts.base import TextToSpeech
+
+if TYPE_CHECKING:
+    from internal.session.session import Session
+
+# Below this STT confidence a turn is "probably garbled" (when the engine reports confidence at all).
+LOW_CONFIDENCE_DIRECTIVES = (
+    "[Note for this turn: the caller's words came through with low transcription confidence and may be "
+    "garbled. If you cannot tell what they meant, ask ONE short question to clarify instead of guessing.]",
+    "[Note for this turn: a second unclear turn in a row. Do not ask them to repeat again; offer two or "
+    "three likely things they might mean and ask which one.]",
+    "[Note for this turn: several unclear turns in a row. Apologise briefly and offer another way: a "
+    "callback, the keypad, or calling again from a quieter place.]",
+)
+
+
+def misunderstanding_note(confidence: float | None, floor: float, streak: int) -> tuple[int, str]:
+    """(new streak, note for this turn). Unknown confidence is never "low"; a clear turn resets."""
+    if confidence is None or floor <= 0 or confidence >= floor:
+        return 0, ""
+    streak += 1
+    return streak, LOW_CONFIDENCE_DIRECTIVES[min(streak, len(LOW_CONFIDENCE_DIRECTIVES)) - 1]
+
+
+async def _nothing(session: Session) -> None:
+    return None
+
+
+def _no_audio_observer(session: Session, pcm: bytes, event: VadEvent | None) -> None:
+    return None
+
+
+@dataclass
+class PipelineServices:
+    stt: SpeechToText
+    tts: TextToSpeech
+    model: ChatModel
+    config: PipelineConfig
+    tools: ToolRegistry = field(default_factory=ToolRegistry)
+    persona: str = ""
+    # The system-context layers for a session (memory plugs in here).
+    layers: Callable[[Session], ContextLayers] | None = None
+    # What to say when a call starts (memory makes it "Welcome back, Sam").
+    greeter: Callable[[Session], str] | None = None
+    retrieve: Callable[[Session, str], Awaitable[list[str]]] | None = None
+    # Idle points: before a turn is answered (refresh changed memory) and after it was spoken.
+    before_turn: Callable[[Session], Awaitable[None]] = _nothing
+    after_turn: Callable[[Session], Awaitable[None]] = _nothing
+    # Hot path: every inbound frame and VAD event; must be bounded, synchronous work only.
+    observe_audio: Callable[[Session, bytes, VadEvent | None], None] = _no_audio_observer
+    policy: str = field(default="")
+    skills: str = ""
+    assistant_profile: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.policy:
+            self.policy = load_text(self.config.prompt_file, BUILTIN_PROMPT)
+        if not self.skills:
+            from internal.pipeline.context import load_skills
+
+            self.skills = load_skills(self.config.skills_dir)
+        if not self.assistant_profile:
+            self.assistant_profile = load_text(self.config.assistant_profile)
+
+    def context(self, session: Session) -> ContextLayers:
+        if self.layers is not None:
+            return self.layers(session)
+        conversation = session.conversation
+        return ContextLayers(
+            policy=self.policy,
+            persona=self.persona,
+            assistant_profile=self.assistant_profile,
+            user_preferences=conversation.user_preferences,
+            memory=conversation.memory,
+            skills=self.skills,
+        )
+
+    def greeting(self, session: Session) -> str:
+        if self.greeter is not None:
+            return self.greeter(session)
+        return self.config.greeting
+
+    def make_vad(self, sample_rate: int, profile: VadProfile) -> VoiceActivityDetector:
+        classifier: FrameClassifier
+        if self.config.vad == "webrtc":
+            classifier = WebRtcClassifier(sample_rate)
+        else:
+            classifier = AdaptiveEnergyClassifier(self.config.vad_threshold_db)
+        return VoiceActivityDetector(classifier, profile)

@@ -1,0 +1,93 @@
+"""Tools the model can call: a registry the model sees as OpenAI function definitions.
+
+A tool is a plain async Python function registered at the composition root. Whatever it raises goes
+back to the model as a tool result (`{"error": ...}`), never out of the turn: a broken tool is
+something the model can apologise for, not a dropped call.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from internal.llm.base import ToolCall, ToolSpec
+
+log = logging.getLogger(__name__)
+
+# A tool result larger than this is cut, so one tool cannot flood the model's context.
+MAX_RESULT_CHARS = 8000
+
+
+@dataclass(slots=True)
+class ToolContext:
+    """What a tool may know about the call it runs in (set by the pipeline, not by the model)."""
+
+    session_id: str
+    resource_id: str | None
+    turn: int
+    end_call: Callable[[], None] = lambda: None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
+
+
+class ToolError(Exception):
+    """A tool's own, expected failure; its message goes back to the model."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Tool:
+    spec: ToolSpec
+    handler: ToolHandler
+
+
+class ToolRegistry:
+    def __init__(self) -> None:
+        self._tools: dict[str, _Tool] = {}
+
+    def register(self, name: str, description: str, parameters: dict[str, Any], handler: ToolHandler) -> None:
+        if name in self._tools:
+            raise ValueError(f"a tool named {name!r} is already registered")
+        self._tools[name] = _Tool(ToolSpec(name, description, parameters), handler)
+
+    def specs(self) -> list[ToolSpec]:
+        return [tool.spec for tool in self._tools.values()]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tools
+
+    async def run(self, call: ToolCall, context: ToolContext) -> str:
+        """Run one call; the result (or the error) as the text the model reads."""
+        tool = self._tools.get(call.name)
+        if tool is None:
+            return json.dumps({"error": f"unknown tool {call.name!r}"})
+        if "_raw" in call.arguments:
+            return json.dumps({"error": "the arguments were not valid JSON; call the tool again with a JSON object"})
+        try:
+            result = await tool.handler(call.arguments, context)
+        except ToolError as exc:
+            return json.dumps({"error": str(exc)})
+        except Exception as exc:  # a tool bug must not end the turn
+            log.warning("tool %s failed", call.name, exc_info=exc)
+            return json.dumps({"error": f"the tool failed ({type(exc).__name__})"})
+        text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
+        return text[:MAX_RESULT_CHARS]
+
+
+def register_end_call(registry: ToolRegistry) -> None:
+    """`end_call`: the model says goodbye, then the call ends once the farewell has been spoken."""
+
+    async def end_call(arguments: dict[str, Any], context: ToolContext) -> str:
+        context.end_call()
+        return json.dumps({"ok": True, "note": "The call will end after your reply. Say a short goodbye."})
+
+    registry.register(
+        "end_call",
+        "End the call after your next reply. Use only when the caller says goodbye or asks to hang up.",
+        {"type": "object", "properties": {}, "additionalProperties": False},
+        end_call,
+    )
