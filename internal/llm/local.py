@@ -167,7 +167,9 @@ class LocalAgent:
             lines = [line.strip("- ").strip() for doc in ("memory", "user")
                      for line in str((documents.get(doc) or {}).get("content", "")).splitlines()
                      if line.strip().startswith("-")]
-            return ("Here's what I remember: " + " ".join(lines)) if lines else "I don't remember anything about you yet."
+            if not lines:
+                return "I don't remember anything about you yet."
+            return "Here's what I remember: " + " ".join(lines)
         return "Done."
 
     async def complete(self, system: str, user: str, timeout_s: float) -> str:

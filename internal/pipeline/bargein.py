@@ -12,7 +12,7 @@ import re
 _WORD = re.compile(r"[a-z0-9']+")
 
 BACKCHANNEL_TOKENS = frozenset(
-    "mm mhm mmhmm mhmm hmm hm uh huh uhhuh um umm yep yup yeah yea yes ya okay ok kay right sure alright "
+    "mm mhm mmhm mmhmm mhmm hmm hm uh huh uhhuh um umm yep yup yeah yea yes ya okay ok kay right sure alright "
     "cool nice wow oh ah aha gotcha got it i see true totally exactly thats that's".split()
 )
 COMMAND_TOKENS = frozenset("stop wait pause cancel actually no hang hold repeat transfer operator human help".split())

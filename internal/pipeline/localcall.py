@@ -66,7 +66,7 @@ class LocalCall:
                 raise TimeoutError("the agent did not go quiet")
             before = self.agent_frames
             await self.ticks_later(1)
-            busy = self.agent_frames != before or self.pipeline.agent_active or self._caller
+            busy = self.agent_frames != before or not self.pipeline.idle or self._caller
             quiet_ticks = 0 if busy else quiet_ticks + 1
 
     async def _run(self) -> None:

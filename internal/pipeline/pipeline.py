@@ -82,6 +82,7 @@ class VoicePipeline:
         self._drained = asyncio.Event()
         self._drained.set()
         self._hangup_requested = False
+        self._heard_at_interrupt: str | None = None
         self._closed = False
         self._max_utterance_frames = int(self.config.max_utterance_s * 50)
 
@@ -118,6 +119,12 @@ class VoicePipeline:
         """The agent is thinking or speaking (a reply is running or audio is queued)."""
         return (self._reply_task is not None and not self._reply_task.done()) or self.playout.active
 
+    @property
+    def idle(self) -> bool:
+        """Nothing in flight: the caller is not speaking, no turn is pending, the agent is quiet."""
+        return not (self.agent_active or self.vad.speaking or self._turns.pending is not None
+                    or self._awaiting_finals or self._dtmf_digits)
+
     # ---- audio in (hot path: called every 20 ms by the transport) ----------------------------------
 
     def push_audio(self, pcm: bytes) -> None:
@@ -135,8 +142,9 @@ class VoicePipeline:
         if self.vad.speaking:
             if stt is not None and not stt.continuous:
                 stt.push(pcm)
-            self._speech_frames += 1
-            self._check_barge_in()
+            if self.vad.voiced:
+                self._speech_frames += 1
+                self._check_barge_in()
             if self._speech_frames >= self._max_utterance_frames:
                 self._on_speech_end(stt)  # a caller who never pauses still gets transcribed
                 self.vad.speaking = False
@@ -202,7 +210,8 @@ class VoicePipeline:
         if text:
             self.sink.emit(TranscriptEvent(role="user", text=text, final=transcript.final))
         if not transcript.final:
-            if self.agent_active and self._utterance_over_agent and is_meaningful_interruption(text, self._backchannels):
+            meaningful = is_meaningful_interruption(text, self._backchannels)
+            if self.agent_active and self._utterance_over_agent and meaningful:
                 self.interrupt("meaningful words over the agent")
             return
         if self._speech_ended_at:
@@ -226,6 +235,17 @@ class VoicePipeline:
     def _on_turn(self, pending: PendingTurn) -> None:
         self._turn_released_at = self._clock()
         self._start_reply(self._respond(Turn(text=pending.text), pending.confidence))
+
+    def submit_text(self, text: str) -> None:
+        """A typed turn (e.g. from the browser's DataChannel): answered like speech, without STT."""
+        text = text.strip()
+        if not text or self._closed:
+            return
+        if self.agent_active:
+            self.interrupt("typed input")
+        self.sink.emit(TranscriptEvent(role="user", text=text, final=True))
+        self._turn_released_at = self._clock()
+        self._start_reply(self._respond(Turn(text=text), None))
 
     def push_dtmf(self, digit: str) -> None:
         """A keypad digit (RFC 4733 or SIP INFO); digits pressed together become one turn."""
@@ -271,7 +291,15 @@ class VoicePipeline:
                 self.playout.clear()
             return
         log.info("agent interrupted", extra={"reason": reason})
+        # Silence first, in this very tick; the reply task records what was heard when it unwinds.
+        self._heard_at_interrupt = self.playout.clear()
+        self.playout.ducked = False
         task.cancel()
+
+    def _take_heard(self) -> str:
+        heard = self._heard_at_interrupt
+        self._heard_at_interrupt = None
+        return heard if heard is not None else self.playout.clear()
 
     async def _cancel_reply(self) -> None:
         task = self._reply_task
@@ -287,7 +315,7 @@ class VoicePipeline:
             await speak_text(text, self.services.tts, self.playout, lambda: None)
             await self._wait_drained()
         except asyncio.CancelledError:
-            heard = self.playout.clear()
+            heard = self._take_heard()
             if record:
                 self._record_agent(heard, interrupted=True, intended=text)
             self._set_state("listening")
@@ -330,30 +358,34 @@ class VoicePipeline:
                                    extras={"session": self.session})
         runner = ReplyRunner(self.services.model, self.services.tts, self.services.tools, self.playout)
         started = self._clock()
+
+        def first_audio() -> None:
+            self._timing("tts_first_audio", (self._clock() - started) * 1000.0, turn_number)
+
         try:
-            async with asyncio.timeout(self.config.turn_timeout_s):
-                result = await runner.run(request, tool_context, conversation.history,
-                                          lambda: self._timing("tts_first_audio",
-                                                               (self._clock() - started) * 1000.0, turn_number))
+            try:
+                async with asyncio.timeout(self.config.turn_timeout_s):
+                    result = await runner.run(request, tool_context, conversation.history, first_audio)
+            except (LlmError, TimeoutError) as exc:
+                log.error("turn failed: %s", exc if isinstance(exc, LlmError) else "timed out",
+                          extra={"turn": turn_number})
+                self.playout.clear()
+                await self._announce(APOLOGY, record=True)
+                return
+            if result.timings.first_token is not None:
+                self._timing("llm_first_token", result.timings.ms(result.timings.first_token) or 0.0, turn_number)
+            if result.text:
+                self.sink.emit(ResponseEvent(text=result.text))
+            await self._wait_drained()
         except asyncio.CancelledError:
-            heard = self.playout.clear()
+            # Barge-in or hang-up, while generating or while speaking: keep what the caller heard.
+            heard = self._take_heard()
             intended = " ".join(runner.spoken)
             self._record_agent(heard, interrupted=True, intended=intended)
             self.session.data["interrupted_text"] = intended
             self.sink.emit(ResponseEvent(text=heard, interrupted=True))
             self._set_state("listening")
             raise
-        except (LlmError, TimeoutError) as exc:
-            log.error("turn failed: %s", exc if isinstance(exc, LlmError) else "timed out",
-                      extra={"turn": turn_number})
-            self.playout.clear()
-            await self._announce(APOLOGY, record=True)
-            return
-        if result.timings.first_token is not None:
-            self._timing("llm_first_token", result.timings.ms(result.timings.first_token) or 0.0, turn_number)
-        if result.text:
-            self.sink.emit(ResponseEvent(text=result.text))
-        await self._wait_drained()
         self.playout.finish_turn()
         self._record_agent(result.text)
         self._set_state("listening")

@@ -22,6 +22,7 @@ class Segment:
     frames: int = 0
     played: int = 0
     complete: bool = False  # synthesis finished (frames is final)
+    cancelled: bool = False  # cleared by a barge-in: late synthesis for it is dropped
 
     def heard_text(self) -> str:
         if self.frames == 0 or self.played == 0:
@@ -57,6 +58,8 @@ class Playout:
 
     def append(self, segment: Segment, pcm: bytes) -> None:
         """Queue synthesised PCM (any length); whole 20 ms frames become playable at once."""
+        if segment.cancelled:
+            return
         size = frame_bytes(self.sample_rate)
         data = self._partial + pcm
         whole = len(data) - len(data) % size
@@ -66,7 +69,7 @@ class Playout:
         self._partial = data[whole:]
 
     def end_segment(self, segment: Segment) -> None:
-        if self._partial:
+        if self._partial and not segment.cancelled:
             size = frame_bytes(self.sample_rate)
             self._queue.append(_Frame(self._partial + bytes(size - len(self._partial)), segment))
             segment.frames += 1
@@ -102,6 +105,7 @@ class Playout:
         for segment in self._segments:
             segment.frames = segment.played
             segment.complete = True
+            segment.cancelled = True
         self._segments = []
         return heard
 

@@ -92,10 +92,15 @@ class ReplyRunner:
             finally:
                 sentences.put_nowait(_DONE)
 
-        async with asyncio.TaskGroup() as group:
-            tts_task = group.create_task(synthesise())
+        # Not a TaskGroup: a model error must surface as itself (LlmError), not wrapped in a group.
+        tts_task = asyncio.create_task(synthesise(), name="reply-tts")
+        try:
             calls = await generate()
             await tts_task
+        finally:
+            if not tts_task.done():
+                tts_task.cancel()
+                await asyncio.gather(tts_task, return_exceptions=True)
         return ReplyResult(" ".join(spoken).strip(), calls, timings)
 
     async def _generate(self, request: ChatRequest, tool_context: ToolContext, history: list[ChatMessage],

@@ -9,6 +9,7 @@ agent is speaking, the pipeline switches to a faster onset profile so barge-in f
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
@@ -18,9 +19,9 @@ import numpy as np
 FRAME_MS = 20
 # Below this level a frame is silence whatever the floor says (digital silence, comfort noise).
 ABSOLUTE_FLOOR_DBFS = -55.0
-# The floor follows quieter frames quickly and louder ones slowly, so speech does not drag it up.
-FLOOR_FALL = 0.3
-FLOOR_RISE = 0.02
+# The noise floor is the quietest frame of the last 1.5 s, and never below this.
+FLOOR_WINDOW_FRAMES = 75
+FLOOR_MIN_DBFS = -90.0
 # Frames at the start of a call used only to learn the floor (phones often open with a click).
 WARMUP_FRAMES = 5
 
@@ -60,25 +61,29 @@ class FrameClassifier(Protocol):
 
 
 class AdaptiveEnergyClassifier:
-    """Speech = louder than this call's noise floor by `threshold_db`."""
+    """Speech = louder than this call's noise floor by `threshold_db`.
+
+    The floor is the quietest frame of the last `FLOOR_WINDOW_FRAMES` (minimum statistics): speech
+    always has pauses between words, steady noise does not, so the minimum follows the noise and not
+    the voice, up when a car starts and down when it stops, without ever locking onto speech.
+    """
 
     def __init__(self, threshold_db: float) -> None:
         self.threshold_db = threshold_db
-        self.floor_db: float | None = None
         self.level_db = -120.0
-        self._frames = 0
+        self._levels: deque[float] = deque(maxlen=FLOOR_WINDOW_FRAMES)
+
+    @property
+    def floor_db(self) -> float:
+        return max(min(self._levels), FLOOR_MIN_DBFS) if self._levels else FLOOR_MIN_DBFS
 
     def is_speech(self, pcm: bytes) -> bool:
         level = frame_level_dbfs(pcm)
         self.level_db = level
-        self._frames += 1
-        if self.floor_db is None:
-            self.floor_db = max(level, -90.0)
-        speech = level > max(self.floor_db + self.threshold_db, ABSOLUTE_FLOOR_DBFS) and self._frames > WARMUP_FRAMES
-        if not speech:
-            rate = FLOOR_FALL if level < self.floor_db else FLOOR_RISE
-            self.floor_db += rate * (max(level, -90.0) - self.floor_db)
-        return speech
+        self._levels.append(level)
+        if len(self._levels) <= WARMUP_FRAMES:
+            return False
+        return level > max(self.floor_db + self.threshold_db, ABSOLUTE_FLOOR_DBFS)
 
 
 class WebRtcClassifier:
@@ -104,10 +109,12 @@ class VoiceActivityDetector:
         self.classifier = classifier
         self.profile = profile
         self.speaking = False
+        self.voiced = False  # the last frame itself sounded like speech (speaking includes the hangover)
         self._run = 0  # consecutive frames disagreeing with the current state
 
     def process(self, pcm: bytes) -> VadEvent | None:
         speech = self.classifier.is_speech(pcm)
+        self.voiced = speech
         if speech == self.speaking:
             self._run = 0
             return None

@@ -1,0 +1,177 @@
+"""Pure policy functions of the pipeline: barge-in words, turn merging, summaries, low confidence."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from internal.pipeline.bargein import (
+    ends_dictation,
+    ends_incomplete,
+    ends_terminal,
+    is_backchannel,
+    is_meaningful_interruption,
+)
+from internal.pipeline.rolling_summary import (
+    SUMMARY_MAX_INPUT_CHARS,
+    extractive_summary,
+    format_transcript_for_summary,
+    should_refresh_summary,
+    summary_context_block,
+)
+from internal.pipeline.services import misunderstanding_note
+from internal.pipeline.transcript import TranscriptEntry
+from internal.pipeline.turns import TURN_MERGE_INCOMPLETE_MS, merge_text, merge_wait_ms
+from internal.pipeline.vad import (
+    AdaptiveEnergyClassifier,
+    VadEvent,
+    VadProfile,
+    VoiceActivityDetector,
+    frame_level_dbfs,
+)
+
+
+@pytest.mark.parametrize("text", ["mm-hm", "yeah", "okay", "yeah okay", "uh huh right", "Mm hmm.", "i see"])
+def test_backchannels_are_recognised(text: str) -> None:
+    assert is_backchannel(text)
+    assert not is_meaningful_interruption(text)
+
+
+@pytest.mark.parametrize("text", ["stop", "wait a second", "no that's wrong", "what about tuesday",
+                                  "okay stop", "cancel my order"])
+def test_commands_and_content_interrupt(text: str) -> None:
+    assert is_meaningful_interruption(text)
+    assert not is_backchannel(text)
+
+
+def test_configured_backchannel_phrases_extend_the_vocabulary() -> None:
+    assert not is_backchannel("indeed")
+    assert is_backchannel("indeed", frozenset({"indeed"}))
+
+
+def test_turn_shape_predicates() -> None:
+    assert ends_terminal("Book a table.") and ends_terminal('He said "yes!"')
+    assert not ends_terminal("book a table")
+    assert ends_incomplete("I want to") and ends_incomplete("my number is um")
+    assert not ends_incomplete("I want to.")
+    assert ends_dictation("john dot") and ends_dictation("zero four one 2") and ends_dictation("n z y")
+
+
+def test_merge_wait_is_longer_when_the_caller_trails_off() -> None:
+    assert merge_wait_ms("I want to book a table.", 350) == 350
+    assert merge_wait_ms("I want to", 350) == TURN_MERGE_INCOMPLETE_MS
+    assert merge_wait_ms("my email is john dot", 350) == TURN_MERGE_INCOMPLETE_MS
+    assert merge_wait_ms("book a table", 350) == 350
+    assert merge_text("I want to... um", "book a table") == "I want to... um book a table"
+
+
+@pytest.mark.parametrize(
+    ("entries", "last_at", "generating", "have", "expected"),
+    [
+        (10, 0, False, False, False),  # too short to need one
+        (23, 0, False, False, False),
+        (24, 0, False, False, True),  # activates at 24 entries
+        (30, 24, False, True, False),  # fresh enough
+        (36, 24, False, True, True),  # 12 new entries: refresh
+        (60, 24, True, True, False),  # never two at once
+    ],
+)
+def test_should_refresh_summary(entries: int, last_at: int, generating: bool, have: bool, expected: bool) -> None:
+    assert should_refresh_summary(entries, last_at, generating, have) is expected
+
+
+def entry(role: str, text: str) -> TranscriptEntry:
+    return TranscriptEntry(role, text, 0.0)  # type: ignore[arg-type]
+
+
+def test_summary_input_is_a_bounded_script_of_the_most_recent_text() -> None:
+    entries = [entry("user" if i % 2 == 0 else "agent", f"line {i} " + "x" * 100) for i in range(200)]
+    script = format_transcript_for_summary(entries)
+    assert len(script) <= SUMMARY_MAX_INPUT_CHARS
+    assert script.rstrip().endswith("line 199 " + "x" * 100)
+    assert "Caller: " in script and "Agent: " in script
+    assert format_transcript_for_summary([entry("user", "  ")]) == ""
+
+
+def test_summary_block_is_empty_without_a_summary() -> None:
+    assert summary_context_block("  ") == ""
+    assert "Name: Sam" in summary_context_block("Name: Sam")
+
+
+def test_extractive_summary_keeps_the_callers_facts_within_budget() -> None:
+    entries = [entry("agent", "Hello, how can I help?"), entry("user", "My name is Sam."),
+               entry("user", "Nice weather."), entry("user", "I want to book a table for 4 on Friday.")]
+    summary = extractive_summary(entries)
+    assert "My name is Sam." in summary and "book a table for 4" in summary
+    assert "Nice weather" not in summary
+    many = [entry("user", f"My order number is {i}.") for i in range(500)]
+    assert len(extractive_summary(many, max_chars=300)) <= 300
+    assert "499" in extractive_summary(many, max_chars=300)
+
+
+def test_low_confidence_escalates_and_a_clear_turn_resets() -> None:
+    streak, note = misunderstanding_note(0.2, 0.5, 0)
+    assert streak == 1 and "clarify" in note
+    streak, note = misunderstanding_note(0.2, 0.5, streak)
+    assert streak == 2 and "Do not ask them to repeat again" in note
+    streak, note = misunderstanding_note(0.1, 0.5, streak)
+    assert streak == 3 and "another way" in note
+    assert misunderstanding_note(0.9, 0.5, streak) == (0, "")
+    assert misunderstanding_note(None, 0.5, 2) == (0, "")  # unknown confidence is never "low"
+    assert misunderstanding_note(0.1, 0.0, 2) == (0, "")  # feature off
+
+
+def tone(level_dbfs: float, frames: int, rate: int = 16000, freq: float = 300.0) -> list[bytes]:
+    n = rate // 50
+    amplitude = 32768 * math.sqrt(2) * 10 ** (level_dbfs / 20)
+    t = np.arange(frames * n) / rate
+    samples = (amplitude * np.sin(2 * np.pi * freq * t)).astype(np.int16)
+    return [samples[i * n : (i + 1) * n].tobytes() for i in range(frames)]
+
+
+def noise(level_dbfs: float, frames: int, rate: int = 16000, seed: int = 1) -> list[bytes]:
+    n = rate // 50
+    rng = np.random.default_rng(seed)
+    samples = rng.normal(0, 32768 * 10 ** (level_dbfs / 20), frames * n).clip(-32768, 32767).astype(np.int16)
+    return [samples[i * n : (i + 1) * n].tobytes() for i in range(frames)]
+
+
+def test_frame_level() -> None:
+    (frame,) = tone(-20, 1)
+    assert abs(frame_level_dbfs(frame) - (-20)) < 0.5
+    assert frame_level_dbfs(bytes(640)) == -120.0
+
+
+def run_vad(frames: list[bytes], profile: VadProfile = VadProfile(60, 300)) -> list[tuple[int, VadEvent]]:
+    vad = VoiceActivityDetector(AdaptiveEnergyClassifier(9.0), profile)
+    return [(i, e) for i, frame in enumerate(frames) if (e := vad.process(frame)) is not None]
+
+
+def test_vad_finds_speech_in_silence_with_onset_and_offset_hysteresis() -> None:
+    frames = [bytes(640)] * 20 + tone(-20, 50) + [bytes(640)] * 30
+    events = run_vad(frames)
+    assert [e for _, e in events] == [VadEvent.SPEECH_START, VadEvent.SPEECH_END]
+    assert events[0][0] == 20 + 2  # 60 ms onset = 3 frames
+    assert events[1][0] == 70 + 14  # 300 ms offset = 15 frames
+
+
+def test_vad_adapts_to_a_noisy_line() -> None:
+    # Loud steady noise (-35 dBFS) is not speech once learnt; speech 15 dB above it is.
+    frames = noise(-35, 100) + tone(-20, 40) + noise(-35, 40, seed=2)
+    events = run_vad(frames)
+    assert [e for _, e in events] == [VadEvent.SPEECH_START, VadEvent.SPEECH_END]
+    assert 100 <= events[0][0] <= 104
+
+
+def test_vad_ignores_a_short_click() -> None:
+    frames = [bytes(640)] * 20 + tone(-10, 2) + [bytes(640)] * 20
+    assert run_vad(frames) == []
+
+
+def test_barge_in_profile_starts_faster() -> None:
+    frames = [bytes(640)] * 20 + tone(-20, 10) + [bytes(640)] * 20
+    fast = run_vad(frames, VadProfile(40, 300))
+    slow = run_vad(frames, VadProfile(100, 300))
+    assert fast[0][0] < slow[0][0]
