@@ -35,6 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     migrate = commands.add_parser("migrate", help="apply database migrations")
     migrate.set_defaults(run=_run_migrate)
+
+    talk = commands.add_parser("talk", help="run one conversation from WAV files through the real pipeline")
+    talk.add_argument("files", nargs="*", metavar="FILE.wav", help="the caller's turns, one file each")
+    talk.add_argument("--out", help="write the agent's audio to this WAV file")
+    talk.add_argument("--speed", type=float, default=1.0, help="play faster than real time (default 1)")
+    talk.add_argument("--mic", action="store_true", help="talk live through the default microphone (sox)")
+    talk.set_defaults(run=_run_talk)
     return parser
 
 
@@ -88,6 +95,24 @@ def _run_migrate(args: argparse.Namespace, config: Config) -> int:
     return EXIT_OK
 
 
+def _run_talk(args: argparse.Namespace, config: Config) -> int:
+    from server.providers import check_providers
+    from server.talk import run_mic, run_talk
+
+    try:
+        check_providers(config)
+    except ConfigError as exc:
+        print("voicegate talk: " + "; ".join(exc.problems), file=sys.stderr)
+        return EXIT_ERROR
+    _configure_logging(config, level="warning")
+    if args.mic:
+        return run_mic(config)
+    if not args.files:
+        print("voicegate talk: give one or more WAV files (or --mic)", file=sys.stderr)
+        return EXIT_USAGE
+    return run_talk(config, args.files, args.out, args.speed)
+
+
 def _run_serve(args: argparse.Namespace, config: Config) -> int:
     from server.serve import serve
 
@@ -95,14 +120,14 @@ def _run_serve(args: argparse.Namespace, config: Config) -> int:
     return asyncio.run(serve(config))
 
 
-def _configure_logging(config: Config) -> None:
+def _configure_logging(config: Config, level: str | None = None) -> None:
     from internal.config import secret_values
     from internal.telemetry import configure_logging
 
     if config.telemetry.log_file:
         Path(config.telemetry.log_file).parent.mkdir(parents=True, exist_ok=True)
     configure_logging(
-        config.telemetry.log_level,
+        level or config.telemetry.log_level,
         secrets=secret_values(config),
         log_content=config.telemetry.log_content,
         log_file=config.telemetry.log_file,

@@ -36,6 +36,8 @@ what is the date today
 what's the date
 repeat after me
 say hello
+say hello world
+repeat after me hello world
 can you repeat that
 say that again
 please repeat

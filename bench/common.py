@@ -1,0 +1,60 @@
+"""Shared pieces of the benchmarks: percentiles, a progress line, and writing results as JSON."""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def percentiles(values: list[float], points: tuple[int, ...] = (50, 95, 99)) -> dict[str, float]:
+    if not values:
+        return {f"p{p}": float("nan") for p in points}
+    ordered = sorted(values)
+    out = {}
+    for p in points:
+        index = min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))
+        out[f"p{p}"] = ordered[index]
+    return out
+
+
+def progress(label: str, done: int, total: int) -> None:
+    """A progress bar on a terminal; a line per tenth when stderr is a file or a pipe."""
+    if not sys.stderr.isatty():
+        step = max(1, total // 10)
+        if done % step == 0 or done >= total:
+            sys.stderr.write(f"{label}: {done}/{total}\n")
+        return
+    width = 30
+    filled = width * done // max(total, 1)
+    sys.stderr.write(f"\r{label}: [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+    if done >= total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def machine() -> dict[str, Any]:
+    import os
+
+    return {"python": platform.python_version(), "cpus": os.cpu_count(), "machine": platform.machine(),
+            "processor": platform.processor() or platform.machine()}
+
+
+def save(name: str, data: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    data = {"benchmark": name, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(),
+            **data}
+    path.write_text(json.dumps(data, indent=2))
+    return path
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True))  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])

@@ -1,0 +1,137 @@
+"""Cut a streamed reply into sentences the moment each one is certainly finished.
+
+Text-to-speech is fed sentence by sentence so the caller hears the first words while the model is
+still writing the rest. Cutting too early splits "Dr. Smith" or "3.14" into two utterances with an
+audible pause between; cutting too late delays the first audio. So a chunk is only emitted when the
+text that follows it proves the boundary, and every decision depends on the text alone, never on
+how it was split into deltas: feeding "Hello. World" in one piece or one character at a time gives
+the same chunks.
+
+The rules:
+
+- `.`, `!`, `?`, `;` and `…` (with any run of them, and closing quotes or brackets after them) end a
+  chunk once whitespace follows. A dot followed by anything else ("3.14", "example.com") never does.
+- A lone dot after a known abbreviation ("Mr.", "Dr.", "e.g.", "i.e."), a single capital initial
+  ("J. R. R. Tolkien"), or a list number at the start of a chunk ("1. Open the app") does not end one.
+- An ellipsis ends a chunk only when the next word does not start in lower case: "Well... maybe" is
+  one thought, "Wait... What?" two.
+- A newline always ends a chunk (list items, paragraphs).
+- Early cut for latency: while nothing has been emitted yet, a comma followed by whitespace ends the
+  first chunk once that chunk is at least `EARLY_COMMA_CHARS` long, so synthesis of a long opening
+  sentence starts before its full stop arrives. A run-on chunk longer than `LONG_CLAUSE_CHARS` may
+  likewise be cut at its next comma, so a reply without full stops still streams.
+- `flush()` returns whatever is left when the reply ends.
+
+Chunks are returned stripped of surrounding whitespace; joined, they are the input minus whitespace
+at the cuts.
+"""
+
+from __future__ import annotations
+
+# The shortest opening clause worth sending on its own: shorter ones sound clipped, and the full stop
+# usually arrives a few tokens later anyway.
+EARLY_COMMA_CHARS = 40
+# Beyond this a clause without a full stop is cut at a comma, so a run-on reply still streams.
+LONG_CLAUSE_CHARS = 200
+
+_TERMINATORS = frozenset(".!?;…")
+_CLOSERS = frozenset("\"')]}”’»")
+_OPENERS = "\"'([{“‘«"
+# Lower case, without the final dot. Kept to words that almost never end a sentence: wrongly merging
+# two sentences costs a little latency, wrongly splitting one costs an audible pause mid-phrase.
+ABBREVIATIONS = frozenset(
+    {"mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "vs", "e.g", "i.e", "approx", "dept", "fig"}
+)
+
+
+class SentenceChunker:
+    """Accumulates text deltas of one reply and hands back finished chunks (see module doc)."""
+
+    def __init__(
+        self, *, early_comma_chars: int = EARLY_COMMA_CHARS, long_clause_chars: int = LONG_CLAUSE_CHARS
+    ) -> None:
+        self._early_comma_chars = early_comma_chars
+        self._long_clause_chars = long_clause_chars
+        self._buf = ""
+        self._scan = 0  # everything before this index of _buf is known to hold no boundary
+        self._emitted_any = False
+
+    def push(self, delta: str) -> list[str]:
+        """Add a delta; return the chunks it completed (often none)."""
+        self._buf += delta
+        out: list[str] = []
+        while (cut := self._next_cut()) is not None:
+            chunk = self._buf[:cut].strip()
+            self._buf = self._buf[cut:]
+            self._scan = 0
+            if chunk:
+                out.append(chunk)
+                self._emitted_any = True
+        return out
+
+    def flush(self) -> list[str]:
+        """The end of the reply: the remainder as a last chunk (if any), and a fresh start."""
+        rest = self._buf.strip()
+        self._buf, self._scan, self._emitted_any = "", 0, False
+        return [rest] if rest else []
+
+    def _next_cut(self) -> int | None:
+        """Index just past the next certain boundary, or None when more text is needed to decide."""
+        buf, i = self._buf, self._scan
+        while i < len(buf):
+            ch = buf[i]
+            if ch == "\n":
+                return i + 1
+            if ch in _TERMINATORS:
+                end = i
+                while end < len(buf) and buf[end] in _TERMINATORS:
+                    end += 1
+                after = end
+                while after < len(buf) and buf[after] in _CLOSERS:
+                    after += 1
+                if after == len(buf):
+                    break  # the next character decides
+                if buf[after].isspace():
+                    verdict = self._terminator_ends_chunk(buf, i, end, after)
+                    if verdict is None:
+                        break
+                    if verdict:
+                        return after
+                i = after
+                continue
+            if ch == "," and self._comma_may_cut(i):
+                if i + 1 == len(buf):
+                    break
+                if buf[i + 1].isspace():
+                    return i + 1
+            i += 1
+        self._scan = i
+        return None
+
+    def _terminator_ends_chunk(self, buf: str, start: int, end: int, after: int) -> bool | None:
+        """Whether the run buf[start:end], followed by whitespace at `after`, ends a chunk (None: wait)."""
+        run = buf[start:end]
+        if run.startswith("..") or run.startswith("…"):
+            nxt = after
+            while nxt < len(buf) and buf[nxt].isspace() and buf[nxt] != "\n":
+                nxt += 1
+            if nxt == len(buf):
+                return None
+            return not buf[nxt].islower()
+        if run != ".":
+            return True
+        word_start = start
+        while word_start > 0 and not buf[word_start - 1].isspace():
+            word_start -= 1
+        word = buf[word_start:start].lstrip(_OPENERS)
+        if word.lower() in ABBREVIATIONS:
+            return False
+        if len(word) == 1 and word.isupper():
+            return False  # an initial
+        return not (word.isdigit() and not buf[:word_start].strip())  # "1." opening a list item
+
+    def _comma_may_cut(self, index: int) -> bool:
+        length = len(self._buf[:index].strip())
+        if not self._emitted_any and length >= self._early_comma_chars:
+            return True
+        return length >= self._long_clause_chars

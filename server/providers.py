@@ -1,0 +1,109 @@
+"""Build the speech and language providers the config names (the only place that knows them all)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from internal.config import Config, ConfigError
+from internal.llm.base import ChatModel
+from internal.pipeline.rolling_summary import RollingSummary, Summariser
+from internal.pipeline.services import PipelineServices
+from internal.pipeline.tools import ToolRegistry, register_end_call
+from internal.session.session import Conversation
+from internal.stt.base import SpeechToText
+from internal.tts.base import TextToSpeech
+
+
+def check_providers(config: Config) -> None:
+    """Fail at start-up, naming the key, when a chosen provider lacks what it needs."""
+    problems: list[str] = []
+    llm = config.effective_llm_provider
+    if llm == "openai" and not config.openai.api_key:
+        problems.append("llm.provider: \"openai\" needs [openai] api_key (or OPENAI_API_KEY)")
+    if llm == "agent" and not config.agent.url:
+        problems.append("llm.provider: \"agent\" needs [agent] url")
+    if config.stt.provider == "openai" and not config.openai.api_key:
+        problems.append("stt.provider: \"openai\" needs [openai] api_key (or OPENAI_API_KEY)")
+    if config.stt.provider == "deepgram" and not config.deepgram.api_key:
+        problems.append("stt.provider: \"deepgram\" needs [deepgram] api_key (or DEEPGRAM_API_KEY)")
+    if config.tts.provider == "openai" and not config.openai.api_key:
+        problems.append("tts.provider: \"openai\" needs [openai] api_key (or OPENAI_API_KEY)")
+    if config.pocketsphinx.grammar and not Path(config.pocketsphinx.grammar).is_file():
+        problems.append(f"pocketsphinx.grammar: no such file ({config.pocketsphinx.grammar})")
+    if problems:
+        raise ConfigError(problems)
+
+
+def build_stt(config: Config) -> SpeechToText:
+    if config.stt.provider == "openai":
+        from internal.stt.openai import OpenAISpeechToText
+
+        return OpenAISpeechToText(config.openai)
+    if config.stt.provider == "deepgram":
+        from internal.stt.deepgram import DeepgramSpeechToText
+
+        return DeepgramSpeechToText(config.deepgram)
+    from internal.stt.pocketsphinx import PocketsphinxSpeechToText
+
+    work_dir = config.data_dir / "pocketsphinx"
+    return PocketsphinxSpeechToText(config.pocketsphinx, work_dir)
+
+
+def build_tts(config: Config) -> TextToSpeech:
+    if config.tts.provider == "openai":
+        from internal.tts.openai import OpenAITextToSpeech
+
+        return OpenAITextToSpeech(config.openai)
+    from internal.tts.espeak import EspeakTextToSpeech
+
+    return EspeakTextToSpeech(config.espeak)
+
+
+def build_model(config: Config) -> ChatModel:
+    provider = config.effective_llm_provider
+    if provider == "openai":
+        from internal.llm.openai import OpenAIChatModel
+
+        return OpenAIChatModel(config.openai)
+    if provider == "ollama":
+        from internal.llm.ollama import OllamaChatModel
+
+        return OllamaChatModel(config.ollama)
+    if provider == "agent":
+        from internal.agent.client import AgentChatModel
+
+        return AgentChatModel(config.agent)
+    from internal.llm.local import LocalAgent
+
+    return LocalAgent()
+
+
+def summariser_for(model: ChatModel, timeout_s: float) -> Summariser | None:
+    """The rolling summary's model call; None (extractive fallback) for the offline agent."""
+    if model.name == "local":
+        return None
+
+    async def summarise(system: str, script: str) -> str:
+        return await model.complete(system, script, timeout_s)
+
+    return summarise
+
+
+def build_services(config: Config, stt: SpeechToText, tts: TextToSpeech, model: ChatModel,
+                   tools: ToolRegistry | None = None) -> PipelineServices:
+    """The services every call's pipeline shares; memory and retrieval hooks are added by the gateway."""
+    registry = tools if tools is not None else ToolRegistry()
+    if "end_call" not in registry:
+        register_end_call(registry)
+    persona = config.openai.system_prompt if config.effective_llm_provider in ("openai", "ollama") else ""
+    return PipelineServices(stt=stt, tts=tts, model=model, config=config.pipeline, tools=registry, persona=persona)
+
+
+def new_conversation_factory(config: Config, model: ChatModel) -> Callable[[], Conversation]:
+    summariser = summariser_for(model, config.pipeline.summary_timeout_s)
+
+    def new_conversation() -> Conversation:
+        return Conversation(RollingSummary(summariser, config.pipeline.summary_timeout_s))
+
+    return new_conversation
