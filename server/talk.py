@@ -71,7 +71,7 @@ async def talk(config: Config, files: list[Path], out: Path | None, speed: float
                 await call.wait_caller_done()
                 await call.wait_agent_quiet(600)
         if out is not None:
-            out.write_bytes(pcm_to_wav(bytes(call.agent_audio), rate))
+            await asyncio.to_thread(out.write_bytes, pcm_to_wav(bytes(call.agent_audio), rate))
             print(f"agent audio written to {out}")
     finally:
         await asyncio.gather(stt.aclose(), tts.aclose(), model.aclose(), return_exceptions=True)

@@ -1,5 +1,58 @@
-"""Audio: frames, resampling, G.711, RTP, jitter buffer, DTMF."""
+"""Audio: frames, resampling, G.711, RTP, jitter buffer, DTMF, RTCP, pacing and the per-call RTP session."""
 
+from internal.audio.dtmf import DtmfError, DtmfReceiver, DtmfSender, TelephoneEvent
 from internal.audio.frame import FRAME_MS, AudioFrame, frame_bytes
+from internal.audio.g711 import (
+    PCMA,
+    PCMU,
+    G711Codec,
+    alaw_decode,
+    alaw_encode,
+    codec_for_payload_type,
+    ulaw_decode,
+    ulaw_encode,
+)
+from internal.audio.jitterbuffer import JitterBuffer, PushResult
+from internal.audio.rtcp import ReceiverReport, ReceiverStats, ReportBlock, RtcpError, SenderReport, parse_rtcp
+from internal.audio.rtp import RtpError, RtpPacket, SequenceTracker, seq_newer, ts_newer
+from internal.audio.rtp_ports import RtpPortAllocator, RtpPortsExhausted
+from internal.audio.rtp_session import MediaDirection, RtpSession, RtpStats
+from internal.audio.scheduler import PacedScheduler, PacedStream
 
-__all__ = ["FRAME_MS", "AudioFrame", "frame_bytes"]
+__all__ = [
+    "FRAME_MS",
+    "PCMA",
+    "PCMU",
+    "AudioFrame",
+    "DtmfError",
+    "DtmfReceiver",
+    "DtmfSender",
+    "G711Codec",
+    "JitterBuffer",
+    "MediaDirection",
+    "PacedScheduler",
+    "PacedStream",
+    "PushResult",
+    "ReceiverReport",
+    "ReceiverStats",
+    "ReportBlock",
+    "RtcpError",
+    "RtpError",
+    "RtpPacket",
+    "RtpPortAllocator",
+    "RtpPortsExhausted",
+    "RtpSession",
+    "RtpStats",
+    "SenderReport",
+    "SequenceTracker",
+    "TelephoneEvent",
+    "alaw_decode",
+    "alaw_encode",
+    "codec_for_payload_type",
+    "frame_bytes",
+    "parse_rtcp",
+    "seq_newer",
+    "ts_newer",
+    "ulaw_decode",
+    "ulaw_encode",
+]
