@@ -10,6 +10,10 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse, JSONResponse
 
 from internal.config import Config, load_config
+from internal.llm.base import ChatModel
+from internal.pipeline.tools import ToolRegistry
+from internal.stt.base import SpeechToText
+from internal.tts.base import TextToSpeech
 from internal.web import STATIC_DIR
 from server.errors import install_error_handlers
 from server.gateway import Gateway
@@ -22,10 +26,16 @@ def package_version() -> str:
         return "0+unknown"
 
 
-def create_gateway_application(config: Config | None = None) -> FastAPI:
-    """Build the whole server. Components start with the app's lifespan and stop with it."""
+def create_gateway_application(config: Config | None = None, *, tools: ToolRegistry | None = None,
+                               stt: SpeechToText | None = None, tts: TextToSpeech | None = None,
+                               model: ChatModel | None = None) -> FastAPI:
+    """Build the whole server. Components start with the app's lifespan and stop with it.
+
+    Tools (Python functions the model may call) and, for tests or embedding, ready-made providers are
+    injected here; everything else comes from the config.
+    """
     cfg = config if config is not None else load_config(None)
-    gateway = Gateway(cfg)
+    gateway = Gateway(cfg, tools=tools, stt=stt, tts=tts, model=model)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

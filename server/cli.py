@@ -114,8 +114,16 @@ def _run_talk(args: argparse.Namespace, config: Config) -> int:
 
 
 def _run_serve(args: argparse.Namespace, config: Config) -> int:
+    from server.providers import check_providers
     from server.serve import serve
 
+    try:
+        check_providers(config)
+    except ConfigError as exc:
+        print("voicegate: the configuration has errors:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return EXIT_ERROR
     _configure_logging(config)
     return asyncio.run(serve(config))
 

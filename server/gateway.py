@@ -1,7 +1,7 @@
 """The running server's components and their lifecycle, built from one Config.
 
 Everything that holds a socket, a process or a pool is created here and closed here, in reverse
-order, so a graceful shutdown leaves nothing behind.
+order, so a graceful shutdown ends every call cleanly and leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -12,6 +12,22 @@ from typing import Any
 
 from internal.config import Config
 from internal.db import Database
+from internal.llm.base import ChatModel
+from internal.pipeline.events import EventSink
+from internal.pipeline.pipeline import VoicePipeline
+from internal.pipeline.services import PipelineServices
+from internal.pipeline.tools import ToolRegistry
+from internal.session import Session, SessionManager
+from internal.stt.base import SpeechToText
+from internal.tts.base import TextToSpeech
+from server.providers import (
+    build_model,
+    build_services,
+    build_stt,
+    build_tts,
+    check_providers,
+    new_conversation_factory,
+)
 
 log = logging.getLogger(__name__)
 
@@ -22,19 +38,57 @@ def needs_database(config: Config) -> bool:
 
 
 class Gateway:
-    def __init__(self, config: Config) -> None:
+    """Owns the shared providers, the session manager and the transports of one server process."""
+
+    def __init__(self, config: Config, *, tools: ToolRegistry | None = None, stt: SpeechToText | None = None,
+                 tts: TextToSpeech | None = None, model: ChatModel | None = None) -> None:
         self.config = config
         self.database: Database | None = Database(config.pgvector, config.data_dir) if needs_database(config) else None
+        self.tools = tools if tools is not None else ToolRegistry()
+        self._given = {"stt": stt, "tts": tts, "model": model}
+        self.stt: SpeechToText | None = stt
+        self.tts: TextToSpeech | None = tts
+        self.model: ChatModel | None = model
+        self.services: PipelineServices | None = None
+        self.sessions: SessionManager | None = None
         self._stack = AsyncExitStack()
         self.started = False
 
     async def start(self) -> None:
-        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            await self._start()
+        except BaseException:
+            await self._stack.aclose()
+            raise
+
+    async def _start(self) -> None:
+        config = self.config
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        check_providers(config)
         if self.database is not None:
             await self.database.open()
             self._stack.push_async_callback(self.database.close)
+        self.stt = self.stt or build_stt(config)
+        self.tts = self.tts or build_tts(config)
+        self.model = self.model or build_model(config)
+        for name in ("stt", "tts", "model"):
+            if self._given[name] is None:
+                self._stack.push_async_callback(getattr(self, name).aclose)
+        warm_up = getattr(self.stt, "warm_up", None)
+        if warm_up is not None:
+            await warm_up()
+        self.services = build_services(config, self.stt, self.tts, self.model, self.tools)
+        self.sessions = SessionManager(max_sessions=config.server.max_sessions,
+                                       grace_ms=config.server.session_grace_ms,
+                                       new_conversation=new_conversation_factory(config, self.model))
+        self.sessions.start()
+        self._stack.push_async_callback(self.sessions.shutdown)
         self.started = True
         log.info("gateway started")
+
+    def push_stop(self, callback: Any) -> None:
+        """Register an async cleanup to run at shutdown, before the components started earlier."""
+        self._stack.push_async_callback(callback)
 
     async def stop(self) -> None:
         if not self.started:
@@ -43,9 +97,19 @@ class Gateway:
         await self._stack.aclose()
         log.info("gateway stopped")
 
+    def new_pipeline(self, session: Session, sample_rate: int, sink: EventSink,
+                     greeting: str | None = None) -> VoicePipeline:
+        assert self.services is not None, "the gateway is not started"
+        pipeline = VoicePipeline(session, self.services, sample_rate, sink, greeting=greeting)
+        session.pipeline = pipeline
+        return pipeline
+
     async def health(self) -> dict[str, Any]:
         components: dict[str, Any] = {"config": {"ok": True}}
         if self.database is not None:
             components["database"] = await self.database.health()
+        if self.sessions is not None:
+            components["sessions"] = {"ok": True, "live": len(self.sessions),
+                                      "max": self.config.server.max_sessions}
         ok = all(component.get("ok") for component in components.values())
         return {"status": "ok" if ok else "degraded", "components": components}
