@@ -122,7 +122,9 @@ def run_loadgen(ports: list[int], warmup: float, seconds: float) -> dict[str, An
                     if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= TIMESPEC.size:
                         sec, nsec = TIMESPEC.unpack_from(value)
                         arrival = sec + nsec * 1e-9 - wall_offset
-                if arrival < measure_from or len(data) < 12:
+                if len(data) < 12 or data[1] & 0x7F != PCMU:
+                    continue  # RTCP meant for a neighbouring port (ours are adjacent), or junk
+                if arrival < measure_from:
                     last_arrival[i] = arrival
                     continue
                 packet_seq = struct.unpack_from("!H", data, 2)[0]
@@ -157,7 +159,8 @@ def run_loadgen(ports: list[int], warmup: float, seconds: float) -> dict[str, An
 def loadgen_main() -> None:
     raise_fd_limit()
     config = json.loads(sys.stdin.readline())
-    pin(1)
+    if config["pin"]:
+        pin(1)
     result = run_loadgen(config["ports"], config["warmup"], config["seconds"])
     print(json.dumps(result), flush=True)
 
@@ -170,7 +173,7 @@ def tone_frame() -> bytes:
     return (8000 * np.sin(2 * np.pi * 400 * t)).astype("<i2").tobytes()
 
 
-async def run_step(calls: int, seconds: float, warmup: float, port_base: int) -> dict[str, Any]:
+async def run_step(calls: int, seconds: float, warmup: float, port_base: int, pinned: bool) -> dict[str, Any]:
     scheduler = PacedScheduler()
     allocator = RtpPortAllocator(port_base, port_base + 2 * calls + 200)
     frame = tone_frame()
@@ -193,7 +196,7 @@ async def run_step(calls: int, seconds: float, warmup: float, port_base: int) ->
         sys.executable, __file__, "--loadgen", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )
     assert child.stdin is not None and child.stdout is not None
-    config = {"ports": [s.local_port for s in sessions], "warmup": warmup, "seconds": seconds}
+    config = {"ports": [s.local_port for s in sessions], "warmup": warmup, "seconds": seconds, "pin": pinned}
     child.stdin.write((json.dumps(config) + "\n").encode())
     await child.stdin.drain()
     assert (await child.stdout.readline()).strip() == b"ready"
@@ -243,7 +246,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     for calls in args.calls:
-        row = await run_step(calls, args.seconds, args.warmup, args.port_base)
+        row = await run_step(calls, args.seconds, args.warmup, args.port_base, args.pinned)
         rows.append(row)
         verdict = "ok" if row["gap_dev_p99_ms"] < 5 and row["expected"] == row["received"] else "over the limit"
         print(
@@ -262,6 +265,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds before measuring")
     parser.add_argument("--port-base", type=int, default=40000, help="first RTP port of the server")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
+    parser.add_argument("--no-pin", action="store_true", help="let the OS place both processes")
     parser.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.loadgen:
@@ -269,8 +273,13 @@ def main() -> None:
         return
     args.calls = [int(c) for c in args.calls.split(",") if c.strip()]
     raise_fd_limit()
-    pinned = pin(0)
-    print(f"server pinned to CPU 0, load generator to CPU 1: {pinned}; {args.seconds:g} s per step", flush=True)
+    args.pinned = not args.no_pin and pin(0)
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(
+        f"server pinned to CPU 0, load generator to CPU 1: {args.pinned}; {args.seconds:g} s per step; "
+        f"load average before: {load}",
+        flush=True,
+    )
     rows = asyncio.run(main_async(args))
     print_table(rows)
     if not all(r["kernel_timestamps"] for r in rows):

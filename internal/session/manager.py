@@ -107,6 +107,12 @@ class SessionManager:
         session.ended = True
         session.end_reason = reason
         self._sessions.pop(session.id, None)
+        close_transport, session.close_transport = session.close_transport, None
+        if close_transport is not None:
+            try:
+                await close_transport(reason)
+            except Exception:  # a transport that fails to say goodbye must not keep the session alive
+                log.exception("transport close failed", extra={"session_id": session.id})
         pipeline, session.pipeline = session.pipeline, None
         if pipeline is not None:
             try:

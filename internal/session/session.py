@@ -62,8 +62,11 @@ class Session:
     ended: bool = False
     end_reason: str = ""
     pipeline: VoicePipeline | None = None
-    # Called (in order) when the pipeline wants the call to end, e.g. after "goodbye".
+    # Called when the pipeline wants the call to end, e.g. after "goodbye" (transports usually end the
+    # session through the manager, which then calls `close_transport`).
     hangup: Callable[[], Awaitable[None]] | None = None
+    # Called by SessionManager.end with the reason: tear the transport down (SIP BYE, close the peer).
+    close_transport: Callable[[str], Awaitable[None]] | None = None
     data: dict[str, Any] = field(default_factory=dict)
 
     @property
