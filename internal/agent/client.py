@@ -177,13 +177,14 @@ def chat_body(request: ChatRequest) -> dict[str, Any]:
     body["type"] = "chat"
     body["text"] = turn.text
     # A per-turn note ("ask them to repeat") is an instruction, so it rides with the system text.
-    system = "\n\n".join(part for part in (request.system, turn.note) if part)
+    system = "\n\n".join(part for part in (request.agent_system, turn.note) if part)
     optional = {
         "system": system,
         "interrupted_text": turn.interrupted_text,
         "context": list(turn.context),
         "summary": turn.summary,
         "memory": turn.memory,
+        "dtmf": turn.dtmf,
     }
     body.update({key: value for key, value in optional.items() if value})
     return body

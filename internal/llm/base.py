@@ -69,6 +69,9 @@ class ChatRequest:
     messages: list[ChatMessage]  # conversation so far, ending with this turn's user message
     turn: Turn
     tools: list[ToolSpec] = field(default_factory=list)
+    # What a BYO agent gets as `system`: the deployer's skills only. The agent owns its own prompt; memory
+    # and the summary reach it in their own fields, so they are not repeated here.
+    agent_system: str = ""
 
 
 class LlmError(Exception):

@@ -353,6 +353,7 @@ class VoicePipeline:
             messages=list(conversation.recent_history()),
             turn=turn,
             tools=self.services.tools.specs(),
+            agent_system=layers.skills,
         )
         tool_context = ToolContext(self.session.id, self.session.resource_id, turn_number, self._request_hangup,
                                    extras={"session": self.session})

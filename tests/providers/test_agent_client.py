@@ -142,7 +142,7 @@ async def test_request_body_with_every_optional_field(agent: FakeAgent) -> None:
         "and tomorrow?", resource_id="+15551234567", interrupted_text="It is twenty",
         context=["Forecast: rain"], summary="Asked about weather.", memory="Lives in Oslo.", note="Be brief.",
     )
-    req.system = "Skill: weather."
+    req.agent_system = "Skill: weather."
     await reply_parts(model_for(agent), req)
     assert agent.requests[0].body == {
         "session_id": "sess-1",

@@ -1,0 +1,27 @@
+"""`make bench`: every benchmark in turn, each printing its table and writing bench/results/*.json."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BENCHMARKS = [
+    ["turn_latency.py", "--turns", "200", "--local"],
+]
+
+
+def main() -> int:
+    failed = 0
+    for command in BENCHMARKS:
+        script = HERE / command[0]
+        if not script.exists():
+            continue
+        print(f"\n=== {command[0]} ===", flush=True)
+        failed += subprocess.run([sys.executable, str(script), *command[1:]], cwd=HERE.parent).returncode != 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
