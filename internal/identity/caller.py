@@ -38,5 +38,6 @@ class CallerIdentity:
         """The inverse of `resource_id`, for operators (`--caller sip:+1555...`)."""
         kind, sep, value = resource_id.partition(":")
         if not sep or kind not in ("jwt", "sip", "trusted_header") or not value:
-            raise ValueError(f"not a caller id of the form jwt:NAME, sip:+E164 or trusted_header:VALUE: {resource_id!r}")
+            raise ValueError(
+                f"not a caller id of the form jwt:NAME, sip:+E164 or trusted_header:VALUE: {resource_id!r}")
         return CallerIdentity(kind, value)  # type: ignore[arg-type]

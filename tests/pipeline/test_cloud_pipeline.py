@@ -92,7 +92,7 @@ async def test_a_failing_tool_goes_back_to_the_model_and_the_turn_completes(
         async with LocalCall(pipeline) as call:
             pipeline.submit_text("weather in Oslo?")
             await call.wait_agent_quiet(500)
-    tool_message = [m for m in fake.requests[1]["messages"] if m["role"] == "tool"][0]
+    tool_message = next(m for m in fake.requests[1]["messages"] if m["role"] == "tool")
     assert json.loads(tool_message["content"]) == {"error": "the weather service is down"}
     assert agent_texts(sink.events) == ["Sorry, I can't check the weather right now."]
 
@@ -109,7 +109,7 @@ async def test_invalid_tool_arguments_are_reported_to_the_model(make_pipeline: P
             pipeline.submit_text("weather?")
             await call.wait_agent_quiet(500)
     assert calls == []
-    tool_message = [m for m in fake.requests[1]["messages"] if m["role"] == "tool"][0]
+    tool_message = next(m for m in fake.requests[1]["messages"] if m["role"] == "tool")
     assert "not valid JSON" in json.loads(tool_message["content"])["error"]
 
 
