@@ -396,8 +396,8 @@ class VoicePipeline:
 
     def _record_agent(self, text: str, interrupted: bool = False, intended: str = "") -> None:
         conversation = self.session.conversation
-        if not text and not interrupted:
-            return
+        if not text:
+            return  # nothing was heard (e.g. interrupted while still thinking): nothing to record
         conversation.transcript.add("agent", text, interrupted=interrupted, intended=intended)
         content = f"{text} [interrupted by the caller]" if interrupted else text
         conversation.history.append(ChatMessage("assistant", content))
