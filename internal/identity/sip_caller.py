@@ -1,0 +1,95 @@
+"""Who is calling over SIP, as far as we can prove it (PRODUCT.md section 2).
+
+A From header is whatever the caller typed; it names a person only when a peer we trust vouches for
+it: an address in `sip.trusted_peers` (the deployer's trunk) or a client that passed digest auth.
+The number then comes from P-Asserted-Identity (RFC 3325, what trunks assert) or else From, and the
+caller's Privacy request (RFC 3323) is honoured. Reasons are for logs and never contain the number.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+
+from internal.identity.caller import CallerIdentity
+from internal.identity.phone import WITHHELD, normalise_e164
+from internal.sip.message import SipRequest
+from internal.sip.uri import NameAddr, UriError
+
+_PRIVACY_HIDING_IDENTITY = frozenset({"id", "header", "user"})
+
+
+def is_trusted(source_host: str, trusted_peers: Iterable[str]) -> bool:
+    try:
+        address = ipaddress.ip_address(source_host)
+    except ValueError:
+        return False
+    for cidr in trusted_peers:
+        try:
+            if address in ipaddress.ip_network(cidr, strict=False):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def _privacy_requested(request: SipRequest) -> bool:
+    values: list[str] = []
+    for line in request.headers.get_all("Privacy"):
+        values += [v.strip().lower() for v in line.replace(",", ";").split(";")]
+    return bool(_PRIVACY_HIDING_IDENTITY.intersection(values))
+
+
+def _asserted_address(request: SipRequest) -> NameAddr | None:
+    """The P-Asserted-Identity entry to use (a tel URI wins: it is the number itself), else From."""
+    candidates: list[NameAddr] = []
+    try:
+        for value in request.headers.get_list("P-Asserted-Identity"):
+            candidates.append(NameAddr.parse(value))
+    except (UriError, ValueError):
+        candidates = []
+    tel = [c for c in candidates if c.uri.scheme == "tel"]
+    sip = [c for c in candidates if c.uri.is_sip and c.uri.user]
+    if tel or sip:
+        return (tel or sip)[0]
+    try:
+        return request.from_addr
+    except (UriError, ValueError):
+        return None
+
+
+def _looks_anonymous(address: NameAddr) -> bool:
+    display = (address.display_name or "").strip().lower()
+    user = address.uri.decoded_user.split(";", 1)[0].strip().lower()
+    return display in WITHHELD or user in WITHHELD or address.uri.host.lower() == "anonymous.invalid"
+
+
+def resolve_sip_identity(
+    request: SipRequest,
+    source_host: str,
+    *,
+    trusted_peers: list[str],
+    authenticated_user: str | None,
+    region: str,
+) -> CallerIdentity:
+    if authenticated_user is not None:
+        # Reason names the mechanism, not the username: usernames are often the number itself.
+        vouched_by = "digest authenticated"
+    elif is_trusted(source_host, trusted_peers):
+        vouched_by = f"trusted peer {source_host}"
+    else:
+        return CallerIdentity.anonymous("untrusted source")
+    if _privacy_requested(request):
+        return CallerIdentity.anonymous("privacy requested")
+    address = _asserted_address(request)
+    if address is None:
+        return CallerIdentity.anonymous("no caller address")
+    if _looks_anonymous(address):
+        return CallerIdentity.anonymous("anonymous caller")
+    if not (address.uri.scheme == "tel" or address.uri.is_sip):
+        return CallerIdentity.anonymous("caller address is not a phone number")
+    user = address.uri.decoded_user.split(";", 1)[0]
+    number = normalise_e164(user, region)
+    if number is None:
+        return CallerIdentity.anonymous("caller number not valid")
+    return CallerIdentity("sip", number, vouched_by)

@@ -1,0 +1,88 @@
+"""voicegate's SIP stack (RFC 3261, 3264, 3581, 4566, 7616), one module per protocol concept.
+
+Bottom up: `syntax`, `uri`, `via`, `headers`, `message` (+ `framer` for TCP) parse and serialise;
+`sdp` describes and negotiates media; `digest` authenticates; `transport` moves bytes; `timers` and
+`transaction` make delivery reliable; `dialog` holds call state; `stack`, `calls`, `uas`, `uac` and
+`ua` are the user agent, whose application contract is in `handler`.
+"""
+
+from internal.sip.dialog import Dialog, DialogId, DialogState
+from internal.sip.digest import AuthResult, DigestAuthenticator, authorization_header, choose_challenge
+from internal.sip.framer import FramingError, KeepAlive, StreamFramer
+from internal.sip.headers import COMPACT_FORMS, Headers
+from internal.sip.message import (
+    SipMessage,
+    SipParseError,
+    SipRequest,
+    SipResponse,
+    make_response,
+    parse,
+    salvage_request,
+)
+from internal.sip.sdp import (
+    Negotiated,
+    NoCommonCodec,
+    SdpError,
+    SessionDescription,
+    build_answer,
+    build_offer,
+    negotiate,
+)
+from internal.sip.timers import TimerSettings
+from internal.sip.transaction import TransactionLayer
+from internal.sip.transport import Address, TransportLayer
+from internal.sip.ua import (
+    CallFailed,
+    CallHandler,
+    CallRejected,
+    IncomingCall,
+    OutboundCall,
+    Rejection,
+    UserAgent,
+)
+from internal.sip.uri import NameAddr, SipUri, UriError
+from internal.sip.via import Via
+
+__all__ = [
+    "COMPACT_FORMS",
+    "Address",
+    "AuthResult",
+    "CallFailed",
+    "CallHandler",
+    "CallRejected",
+    "Dialog",
+    "DialogId",
+    "DialogState",
+    "DigestAuthenticator",
+    "FramingError",
+    "Headers",
+    "IncomingCall",
+    "KeepAlive",
+    "NameAddr",
+    "Negotiated",
+    "NoCommonCodec",
+    "OutboundCall",
+    "Rejection",
+    "SdpError",
+    "SessionDescription",
+    "SipMessage",
+    "SipParseError",
+    "SipRequest",
+    "SipResponse",
+    "SipUri",
+    "StreamFramer",
+    "TimerSettings",
+    "TransactionLayer",
+    "TransportLayer",
+    "UriError",
+    "UserAgent",
+    "Via",
+    "authorization_header",
+    "build_answer",
+    "build_offer",
+    "choose_challenge",
+    "make_response",
+    "negotiate",
+    "parse",
+    "salvage_request",
+]

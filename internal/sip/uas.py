@@ -1,0 +1,248 @@
+"""The answering side of a call (RFC 3261 section 13.3): from INVITE to confirmed, and re-INVITEs.
+
+Order of an inbound INVITE, cheapest refusal first:
+  rate limit (503) -> digest auth (401/403) -> SDP readable (400/415) -> 180 + ring_ms ->
+  handler.admit (its Rejection) -> handler.answer (488 / CallRejected / 500) -> 200 OK ->
+  wait for ACK (retransmit the 200; none in 64*T1 -> BYE) -> handler.confirmed.
+Wrong credentials get 403 (not another 401): a client that answered a challenge wrongly will not do
+better with a new nonce, and 403 ends its retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from typing import TYPE_CHECKING
+
+from internal.identity.sip_caller import is_trusted, resolve_sip_identity
+from internal.sip.calls import CallLeg
+from internal.sip.dialog import Dialog, DialogError
+from internal.sip.handler import CallRejected, IncomingCall
+from internal.sip.message import SipRequest, SipResponse
+from internal.sip.sdp import SdpError, SessionDescription
+from internal.sip.stack import ALLOWED_METHODS, SUPPORTED_OPTIONS, HeaderItems, new_tag
+from internal.sip.syntax import quote
+from internal.sip.transaction import InviteServerTransaction, ServerTransaction
+from internal.sip.transport import Address
+
+if TYPE_CHECKING:
+    from internal.sip.ua import UserAgent
+
+log = logging.getLogger(__name__)
+SDP = "application/sdp"
+
+
+def capability_headers() -> dict[str, str]:
+    return {"Allow": ", ".join(ALLOWED_METHODS), "Supported": ", ".join(SUPPORTED_OPTIONS)}
+
+
+def _offer_of(request: SipRequest) -> SessionDescription | None:
+    """The SDP in a request body, None without a body; SdpError when it is not readable."""
+    if not request.body:
+        return None
+    return SessionDescription.parse(request.body)
+
+
+class InboundInvite:
+    """One new INVITE, driven by a task of its own so slow handlers never block the stack."""
+
+    def __init__(self, ua: UserAgent, request: SipRequest, txn: InviteServerTransaction, source: Address) -> None:
+        self.ua = ua
+        self.request = request
+        self.txn = txn
+        self.source = source
+        self.tag = new_tag()
+
+    def _respond(self, status: int, reason: str, headers: HeaderItems | None = None,
+                 body: bytes = b"", content_type: str | None = None) -> SipResponse:
+        response = self.ua.stack.response(
+            self.request, status, reason, headers, body, to_tag=self.tag, content_type=content_type
+        )
+        self.txn.respond(response)
+        return response
+
+    def _authenticate(self) -> tuple[bool, str | None]:
+        """(may proceed, authenticated username). Responds itself when it may not proceed."""
+        auth = self.ua.authenticator
+        if auth is None or is_trusted(self.source.host, self.ua.config.trusted_peers):
+            return True, None
+        header = self.request.headers.get("Authorization")
+        if header is None:
+            self._respond(401, "Unauthorized", _challenge_headers(auth.challenges(bind=self.source.host)))
+            return False, None
+        result = auth.verify(header, self.request.method, self.request.uri, bind=self.source.host)
+        if result.status == "ok":
+            return True, result.username
+        if result.status == "stale":
+            self._respond(401, "Unauthorized", _challenge_headers(auth.challenges(stale=True, bind=self.source.host)))
+        else:
+            log.info("sip digest refused", extra={"sip_reason": result.reason, "sip_source": self.source.host})
+            self._respond(403, "Forbidden")
+        return False, None
+
+    async def run(self) -> None:
+        ua, request = self.ua, self.request
+        if self.txn.final_sent:
+            return  # a CANCEL (or shutdown) got here before this task first ran
+        retry_after = ua.limiter.check(self.source.host)
+        if retry_after:
+            self._respond(503, "Service Unavailable", {"Retry-After": str(retry_after)})
+            return
+        allowed, username = self._authenticate()
+        if not allowed:
+            return
+        try:
+            offer = _offer_of(request)
+            dialog = Dialog.for_uas(request, self.tag, self.source)
+        except (SdpError, DialogError, ValueError) as exc:
+            self._respond(400, f"Bad Request ({exc})")
+            return
+        identity = resolve_sip_identity(
+            request, self.source.host, trusted_peers=ua.config.trusted_peers,
+            authenticated_user=username, region=ua.config.default_region,
+        )
+        log.info("sip incoming call", extra={"sip_call_id": request.call_id, "sip_identity": identity.reason})
+        call = IncomingCall(request.call_id, request, self.source, identity, offer)
+        dialog.remote_sdp = offer
+        leg = CallLeg(dialog, invite_txn=self.txn, task=asyncio.current_task())  # type: ignore[arg-type]
+        ua.calls.add(leg)
+        try:
+            await self._answer(call, leg)
+        finally:
+            leg.task = None
+            if not leg.announced:
+                ua.calls.remove(leg)
+
+    async def _answer(self, call: IncomingCall, leg: CallLeg) -> None:
+        ua, dialog = self.ua, leg.dialog
+        contact = ua.stack.contact(self.source.transport, self.source.host)
+        if ua.config.ring_ms > 0:
+            self._respond(180, "Ringing", {"Contact": contact})
+            await asyncio.sleep(ua.config.ring_ms / 1000)
+        try:
+            rejection = ua.handler.admit(call)
+        except Exception:
+            log.exception("sip handler.admit failed")
+            self._respond(500, "Server Internal Error")
+            return
+        if rejection is not None:
+            self._respond(rejection.status, rejection.reason, rejection.headers)
+            return
+        leg.announced = True
+        try:
+            answer = await ua.handler.answer(call, dialog)
+        except SdpError as exc:
+            self._respond(488, "Not Acceptable Here", _warning(exc))
+            await ua.calls.end(leg, "no common codec")
+            return
+        except CallRejected as rejected:
+            self._respond(rejected.status, rejected.reason, rejected.headers)
+            await ua.calls.end(leg, "rejected")
+            return
+        except Exception:
+            log.exception("sip handler.answer failed")
+            self._respond(500, "Server Internal Error")
+            await ua.calls.end(leg, "error")
+            return
+        dialog.local_sdp = answer
+        dialog.state = "confirmed"  # 12.1.1: a 2xx confirms the dialog on our side
+        response = self._respond(
+            200, "OK", {"Contact": contact, **capability_headers()}, answer.serialise(), content_type=SDP
+        )
+        if await await_ack(ua, leg, response, self.source, self.request.cseq[0]):
+            leg.task = None  # the INVITE is done: a re-INVITE may come while confirmed() runs
+            try:
+                await ua.handler.confirmed(dialog)
+            except Exception:
+                log.exception("sip handler.confirmed failed")
+
+
+def _warning(exc: Exception) -> dict[str, str]:
+    """RFC 3261 20.43 code 304 ("media type not available") with our reason, for 488 responses."""
+    return {"Warning": f"304 voicegate {quote(str(exc))}"}
+
+
+def _challenge_headers(challenges: list[str]) -> list[tuple[str, str]]:
+    return [("WWW-Authenticate", value) for value in challenges]
+
+
+async def await_ack(ua: UserAgent, leg: CallLeg, response: SipResponse, source: Address, cseq: int) -> bool:
+    """13.3.1.4: retransmit our 2xx (T1 doubling to T2) until the ACK; after 64*T1 send BYE."""
+    timers = ua.stack.timers
+    leg.awaiting_ack = cseq
+    leg.ack_event = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timers.transaction_timeout
+    interval = timers.t1
+    while not leg.ack_event.is_set():
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        try:
+            await asyncio.wait_for(leg.ack_event.wait(), min(interval, remaining))
+        except TimeoutError:
+            # Even over TCP: the 2xx is end-to-end and a proxy on the way may be using UDP.
+            ua.stack.transport.send_response(response, source)
+            interval = min(2 * interval, timers.t2)
+    acked = leg.awaiting_ack is None
+    leg.awaiting_ack = None
+    if acked or leg.ended:
+        return acked and not leg.ended
+    log.info("sip no ACK for 2xx: hanging up", extra={"sip_call_id": leg.dialog.call_id})
+    await ua.calls.end(leg, "ack timeout")
+    await ua.stack.request_in_dialog(leg.dialog, "BYE")
+    return False
+
+
+def on_ack(leg: CallLeg, request: SipRequest) -> None:
+    """An ACK for one of our 2xx (matched to its dialog by the UA)."""
+    if leg.awaiting_ack is None or request.cseq[0] != leg.awaiting_ack:
+        return  # a retransmitted ACK, or one for an older INVITE
+    if request.body and leg.dialog.remote_sdp is None:
+        try:  # offerless INVITE: the ACK carries the caller's answer
+            leg.dialog.remote_sdp = SessionDescription.parse(request.body)
+        except SdpError:
+            log.info("sip unreadable SDP in ACK", extra={"sip_call_id": request.call_id})
+    leg.awaiting_ack = None
+    leg.ack_event.set()
+
+
+async def handle_reinvite(ua: UserAgent, leg: CallLeg, request: SipRequest, txn: ServerTransaction,
+                          source: Address) -> None:
+    """14.2: a target refresh / session modification inside an established dialog."""
+    dialog = leg.dialog
+
+    def respond(status: int, reason: str, headers: dict[str, str] | None = None, body: bytes = b"") -> SipResponse:
+        response = ua.stack.response(request, status, reason, headers, body, content_type=SDP if body else None)
+        txn.respond(response)
+        return response
+
+    initial_unanswered = leg.invite_txn is not None and not leg.invite_txn.final_sent
+    if leg.reinvite_busy or leg.awaiting_ack is not None or initial_unanswered:
+        # 14.2: an INVITE while another is unfinished gets 500 with a random Retry-After (0-10 s).
+        respond(500, "Server Internal Error", {"Retry-After": str(random.randint(0, 10))})
+        return
+    leg.reinvite_busy = True
+    try:
+        try:
+            offer = _offer_of(request)
+            sdp = await ua.handler.reinvite(dialog, offer)
+        except SdpError as exc:
+            respond(488, "Not Acceptable Here", _warning(exc))
+            return
+        except CallRejected as rejected:
+            respond(rejected.status, rejected.reason, rejected.headers)
+            return
+        except Exception:
+            log.exception("sip handler.reinvite failed")
+            respond(500, "Server Internal Error")
+            return
+        dialog.refresh_target(request)
+        dialog.invite_cseq = request.cseq[0]
+        dialog.local_sdp, dialog.remote_sdp = sdp, offer
+        contact = ua.stack.contact(source.transport, source.host)
+        response = respond(200, "OK", {"Contact": contact, **capability_headers()}, sdp.serialise())
+    finally:
+        leg.reinvite_busy = False
+    await await_ack(ua, leg, response, source, request.cseq[0])

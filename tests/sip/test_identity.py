@@ -1,0 +1,92 @@
+"""Caller identity from SIP: only trusted peers or digest-authenticated clients name a caller."""
+
+from __future__ import annotations
+
+import pytest
+
+from internal.identity.caller import CallerIdentity
+from internal.identity.phone import normalise_e164
+from internal.identity.sip_caller import resolve_sip_identity
+from internal.sip import SipRequest, parse
+
+TRUSTED = ["203.0.113.0/24", "2001:db8::/32"]
+
+
+def invite(from_: str = '"Sam" <sip:+15551234567@trunk.example>', *extra: str) -> SipRequest:
+    lines = [
+        "INVITE sip:agent@192.0.2.1 SIP/2.0", "Via: SIP/2.0/UDP 203.0.113.7;branch=z9hG4bK-1",
+        f"From: {from_};tag=1", "To: <sip:agent@192.0.2.1>", "Call-ID: id-1", "CSeq: 1 INVITE", *extra,
+    ]
+    parsed = parse(("\r\n".join(lines) + "\r\nContent-Length: 0\r\n\r\n").encode())
+    assert isinstance(parsed, SipRequest)
+    return parsed
+
+
+def resolve(
+    request: SipRequest, source: str = "203.0.113.7", user: str | None = None, region: str = "US"
+) -> CallerIdentity:
+    return resolve_sip_identity(request, source, trusted_peers=TRUSTED, authenticated_user=user, region=region)
+
+
+def test_trusted_peer_from_number_becomes_the_resource_id() -> None:
+    identity = resolve(invite())
+    assert identity.resource_id == "sip:+15551234567"
+    assert identity.reason == "trusted peer 203.0.113.7"
+
+
+def test_national_numbers_are_normalised_with_the_default_region() -> None:
+    assert resolve(invite("<sip:5551234567@trunk.example>")).value == "+15551234567"
+    assert resolve(invite("<sip:02079460000@trunk.example>"), region="GB").value == "+442079460000"
+
+
+def test_p_asserted_identity_is_preferred_over_from() -> None:
+    identity = resolve(invite("<sip:+15550000000@trunk.example>",
+                              'P-Asserted-Identity: "Sam" <sip:+15551234567@trunk.example>, <tel:+1-555-123-4567>'))
+    assert identity.value == "+15551234567"
+
+
+def test_untrusted_source_is_anonymous_whatever_it_claims() -> None:
+    identity = resolve(invite(), source="198.51.100.9")
+    assert identity.is_anonymous and identity.reason == "untrusted source"
+
+
+def test_digest_authenticated_untrusted_source_is_trusted() -> None:
+    identity = resolve(invite(), source="198.51.100.9", user="+15551234567")
+    assert identity.resource_id == "sip:+15551234567"
+    assert identity.reason == "digest authenticated"
+
+
+@pytest.mark.parametrize(
+    ("from_", "extra", "reason"),
+    [
+        ('"Sam" <sip:+15551234567@trunk.example>', ("Privacy: id",), "privacy requested"),
+        ('"Sam" <sip:+15551234567@trunk.example>', ("Privacy: header;critical",), "privacy requested"),
+        ('"Anonymous" <sip:anonymous@anonymous.invalid>', (), "anonymous caller"),
+        ("<sip:restricted@trunk.example>", (), "anonymous caller"),
+        ('"Withheld" <sip:+15551234567@trunk.example>', (), "anonymous caller"),
+        ("<sip:12@trunk.example>", (), "caller number not valid"),
+        ("<sip:alice@trunk.example>", (), "caller number not valid"),
+    ],
+)
+def test_withheld_or_invalid_numbers_are_anonymous(from_: str, extra: tuple[str, ...], reason: str) -> None:
+    identity = resolve(invite(from_, *extra))
+    assert identity.is_anonymous and identity.reason == reason
+
+
+def test_privacy_none_keeps_the_number() -> None:
+    assert resolve(invite('"Sam" <sip:+15551234567@x>', "Privacy: none")).value == "+15551234567"
+
+
+def test_reasons_never_contain_the_number() -> None:
+    for user in (None, "+15551234567"):
+        identity = resolve(invite(), source="198.51.100.9" if user else "203.0.113.7", user=user)
+        assert "5551234567" not in identity.reason
+
+
+@pytest.mark.parametrize(
+    ("number", "expected"),
+    [("+1 (555) 123-4567", "+15551234567"), ("0044 20 7946 0000", "+442079460000"), ("anonymous", None),
+     ("", None), ("12", None), ("+99912345", None), ("tel:+1555", None)],
+)
+def test_normalise_e164(number: str, expected: str | None) -> None:
+    assert normalise_e164(number, "US") == expected

@@ -1,0 +1,128 @@
+"""The transport on real sockets: robustness against bad input, RFC 3581 responses, keep-alives."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from internal.sip import SipResponse, parse
+from internal.sip.ratelimit import InviteRateLimiter
+from tests.sip.conftest import RawPeer, RecordingHandler, UaFactory, sip_text
+
+
+@pytest.fixture
+async def peer() -> AsyncIterator[RawPeer]:
+    opened = await RawPeer.open()
+    yield opened
+    opened.close()
+
+
+async def test_rport_response_goes_to_the_source_port_with_received(make_ua: UaFactory, peer: RawPeer) -> None:
+    ua = await make_ua(RecordingHandler())
+    port = ua.local_address().port
+    # The Via claims port 9 (nobody listens there); rport asks for the real source port instead.
+    text = sip_text("OPTIONS", 9, port).replace(b";branch=", b";rport;branch=")
+    peer.send(text, port)
+    response = await peer.response(200)
+    via = response.top_via
+    assert via.rport == peer.port and via.received == "127.0.0.1"
+
+
+async def test_udp_garbage_is_dropped_and_the_ua_keeps_working(make_ua: UaFactory, peer: RawPeer) -> None:
+    ua = await make_ua(RecordingHandler())
+    port = ua.local_address().port
+    junks = (
+        b"\x00\xff" * 50, b"\r\n\r\n", b"HELLO\r\n\r\n", b"SIP/2.0 200 OK\r\n\r\n", b"OPTIONS sip:x SIP/2.0\r\n\r\n",
+    )
+    for junk in junks:
+        peer.send(junk, port)
+    peer.send(sip_text("OPTIONS", peer.port, port), port)
+    response = await peer.receive()
+    assert isinstance(response, SipResponse) and response.status == 200  # nothing answered the junk
+
+
+async def test_malformed_but_addressable_request_gets_400_with_reason(make_ua: UaFactory, peer: RawPeer) -> None:
+    ua = await make_ua(RecordingHandler())
+    port = ua.local_address().port
+    peer.send(sip_text("OPTIONS", peer.port, port).replace(b"Content-Length: 0", b"Content-Length: 50"), port)
+    response = await peer.response(400)
+    assert response.reason == "Bad Request (Content-Length larger than the body)"
+
+
+async def tcp_exchange(port: int, data: bytes, read_until_close: bool = True) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(data)
+        await writer.drain()
+        if read_until_close:
+            return await asyncio.wait_for(reader.read(), 20)
+        return await asyncio.wait_for(reader.read(1000), 20)
+    finally:
+        writer.close()
+
+
+async def test_tcp_double_crlf_keepalive_gets_single_crlf(make_ua: UaFactory) -> None:
+    ua = await make_ua(RecordingHandler())
+    assert await tcp_exchange(ua.local_address("tcp").port, b"\r\n\r\n", read_until_close=False) == b"\r\n"
+
+
+async def test_tcp_messages_split_and_joined_are_framed(make_ua: UaFactory) -> None:
+    ua = await make_ua(RecordingHandler())
+    port = ua.local_address("tcp").port
+    first = sip_text("OPTIONS", 5060, port, cseq=1).replace(b"UDP", b"TCP")
+    second = sip_text("OPTIONS", 5060, port, cseq=2).replace(b"UDP", b"TCP")
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(first[:10])
+    await writer.drain()
+    await asyncio.sleep(0.05)
+    writer.write(first[10:] + second)
+    await writer.drain()
+    received = b""
+    while received.count(b"SIP/2.0 200 OK") < 2:
+        received += await asyncio.wait_for(reader.read(4096), 20)
+    writer.close()
+    assert b"CSeq: 1 OPTIONS" in received and b"CSeq: 2 OPTIONS" in received
+
+
+async def test_tcp_oversized_message_gets_513_and_the_connection_closes(make_ua: UaFactory) -> None:
+    ua = await make_ua(RecordingHandler(), max_message_bytes=1024)
+    port = ua.local_address("tcp").port
+    big = sip_text("OPTIONS", 5060, port, body="x" * 5000, content_type="text/plain").replace(b"UDP", b"TCP")
+    reply = await tcp_exchange(port, big)
+    response = parse(reply)
+    assert isinstance(response, SipResponse) and response.status == 513
+
+
+async def test_tcp_bad_content_length_gets_400_and_the_connection_closes(make_ua: UaFactory) -> None:
+    ua = await make_ua(RecordingHandler())
+    port = ua.local_address("tcp").port
+    bad = sip_text("OPTIONS", 5060, port).replace(b"UDP", b"TCP").replace(b"Content-Length: 0", b"Content-Length: x")
+    response = parse(await tcp_exchange(port, bad))
+    assert isinstance(response, SipResponse) and response.status == 400
+
+
+async def test_tcp_headers_that_never_end_are_cut_off(make_ua: UaFactory) -> None:
+    ua = await make_ua(RecordingHandler(), max_message_bytes=1024)
+    assert await tcp_exchange(ua.local_address("tcp").port, b"OPTIONS sip:a SIP/2.0\r\nX: " + b"y" * 3000) == b""
+
+
+def test_rate_limiter_refills_over_time() -> None:
+    now = [0.0]
+    limiter = InviteRateLimiter(2, clock=lambda: now[0])
+    assert [limiter.check("a"), limiter.check("a")] == [0, 0]
+    assert limiter.check("a") == 30  # one token per 30 s at 2 per minute
+    assert limiter.check("b") == 0  # other sources are unaffected
+    now[0] += 30
+    assert limiter.check("a") == 0
+    assert InviteRateLimiter(0).check("a") == 0  # 0 turns it off
+
+
+def test_rate_limiter_table_is_bounded() -> None:
+    now = [0.0]
+    limiter = InviteRateLimiter(60, clock=lambda: now[0], max_keys=10)
+    for i in range(100):
+        now[0] += 0.001
+        limiter.check(f"10.0.0.{i}")
+    assert len(limiter._buckets) <= 10
