@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import FileResponse, JSONResponse
@@ -17,6 +18,7 @@ from internal.tts.base import TextToSpeech
 from internal.web import STATIC_DIR
 from server.errors import install_error_handlers
 from server.gateway import Gateway
+from server.routes_webrtc import install_webrtc_routes
 
 
 def package_version() -> str:
@@ -28,14 +30,15 @@ def package_version() -> str:
 
 def create_gateway_application(config: Config | None = None, *, tools: ToolRegistry | None = None,
                                stt: SpeechToText | None = None, tts: TextToSpeech | None = None,
-                               model: ChatModel | None = None) -> FastAPI:
+                               model: ChatModel | None = None, memory_provider: Any = None) -> FastAPI:
     """Build the whole server. Components start with the app's lifespan and stop with it.
 
-    Tools (Python functions the model may call) and, for tests or embedding, ready-made providers are
-    injected here; everything else comes from the config.
+    Tools (Python functions the model may call), a MemoryProvider (protocol v2, see
+    internal/memory/provider.py) and, for tests or embedding, ready-made speech and language providers
+    are injected here; everything else comes from the config.
     """
     cfg = config if config is not None else load_config(None)
-    gateway = Gateway(cfg, tools=tools, stt=stt, tts=tts, model=model)
+    gateway = Gateway(cfg, tools=tools, stt=stt, tts=tts, model=model, memory_provider=memory_provider)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -59,4 +62,5 @@ def create_gateway_application(config: Config | None = None, *, tools: ToolRegis
     async def index() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html")
 
+    install_webrtc_routes(app, gateway)
     return app

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Callable, Sequence
+from typing import TextIO
 from pathlib import Path
 
 from internal.config import Config, ConfigError, config_path_from, load_config, masked, render_toml
@@ -35,6 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     migrate = commands.add_parser("migrate", help="apply database migrations")
     migrate.set_defaults(run=_run_migrate)
+
+    from server.memory_cli import add_memory_commands
+
+    add_memory_commands(commands)
 
     talk = commands.add_parser("talk", help="run one conversation from WAV files through the real pipeline")
     talk.add_argument("files", nargs="*", metavar="FILE.wav", help="the caller's turns, one file each")
@@ -82,7 +87,7 @@ def _run_migrate(args: argparse.Namespace, config: Config) -> int:
         finally:
             await database.close()
 
-    _configure_logging(config)
+    configure_tool_logging(config)
     try:
         applied = asyncio.run(migrate())
     except (MigrationError, EmbeddedPostgresError) as exc:
@@ -128,7 +133,12 @@ def _run_serve(args: argparse.Namespace, config: Config) -> int:
     return asyncio.run(serve(config))
 
 
-def _configure_logging(config: Config, level: str | None = None) -> None:
+def configure_tool_logging(config: Config) -> None:
+    """For commands whose stdout is their output: warnings and errors only, as JSON lines on stderr."""
+    _configure_logging(config, level="warning", stream=sys.stderr)
+
+
+def _configure_logging(config: Config, level: str | None = None, stream: TextIO | None = None) -> None:
     from internal.config import secret_values
     from internal.telemetry import configure_logging
 
@@ -136,6 +146,7 @@ def _configure_logging(config: Config, level: str | None = None) -> None:
         Path(config.telemetry.log_file).parent.mkdir(parents=True, exist_ok=True)
     configure_logging(
         level or config.telemetry.log_level,
+        stream=stream,
         secrets=secret_values(config),
         log_content=config.telemetry.log_content,
         log_file=config.telemetry.log_file,

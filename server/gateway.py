@@ -12,12 +12,15 @@ from typing import Any
 
 from internal.config import Config
 from internal.db import Database
+from internal.identity import CallerIdentity
 from internal.llm.base import ChatModel
+from internal.memory.runtime import FrontendMemoryRuntime
+from internal.memory.sessions import SessionMemory
 from internal.pipeline.events import EventSink
 from internal.pipeline.pipeline import VoicePipeline
 from internal.pipeline.services import PipelineServices
 from internal.pipeline.tools import ToolRegistry
-from internal.session import Session, SessionManager
+from internal.session import Session, SessionManager, TransportKind
 from internal.stt.base import SpeechToText
 from internal.tts.base import TextToSpeech
 from server.providers import (
@@ -32,8 +35,8 @@ from server.providers import (
 log = logging.getLogger(__name__)
 
 
-def needs_database(config: Config) -> bool:
-    memory_in_postgres = config.memory.enabled and config.memory.provider == "pgvector"
+def needs_database(config: Config, memory_provider: Any = None) -> bool:
+    memory_in_postgres = config.memory.enabled and config.memory.provider == "pgvector" and memory_provider is None
     return memory_in_postgres or config.rag.provider == "pgvector"
 
 
@@ -41,9 +44,14 @@ class Gateway:
     """Owns the shared providers, the session manager and the transports of one server process."""
 
     def __init__(self, config: Config, *, tools: ToolRegistry | None = None, stt: SpeechToText | None = None,
-                 tts: TextToSpeech | None = None, model: ChatModel | None = None) -> None:
+                 tts: TextToSpeech | None = None, model: ChatModel | None = None,
+                 memory_provider: Any = None) -> None:
         self.config = config
-        self.database: Database | None = Database(config.pgvector, config.data_dir) if needs_database(config) else None
+        self.database: Database | None = (Database(config.pgvector, config.data_dir)
+                                          if needs_database(config, memory_provider) else None)
+        self._memory_provider = memory_provider
+        self.memory: FrontendMemoryRuntime | None = None
+        self.session_memory: SessionMemory | None = None
         self.tools = tools if tools is not None else ToolRegistry()
         self._given = {"stt": stt, "tts": tts, "model": model}
         self.stt: SpeechToText | None = stt
@@ -81,10 +89,47 @@ class Gateway:
         self.sessions = SessionManager(max_sessions=config.server.max_sessions,
                                        grace_ms=config.server.session_grace_ms,
                                        new_conversation=new_conversation_factory(config, self.model))
+        if config.memory.enabled:
+            self._start_memory(self.services, self.sessions)
         self.sessions.start()
         self._stack.push_async_callback(self.sessions.shutdown)
         self.started = True
         log.info("gateway started")
+
+    def _start_memory(self, services: PipelineServices, sessions: SessionManager) -> None:
+        from internal.memory.setup import build_provider, build_runtime
+        from internal.memory.sweeper import RetentionSweeper
+        from internal.memory.tool import register_memory_tools
+
+        config = self.config
+        provider = self._memory_provider or build_provider(config, self.database)
+        runtime = build_runtime(config, provider)
+        self._stack.push_async_callback(runtime.close)
+        session_memory = SessionMemory(runtime, config.pipeline.greeting)
+        self._stack.push_async_callback(session_memory.drain, config.server.shutdown_timeout_s)
+        register_memory_tools(self.tools, runtime, session_memory, session_digests=config.memory.session_digests)
+        services.greeter = session_memory.greeter
+        services.before_turn = session_memory.before_turn
+        services.after_turn = session_memory.after_turn
+        services.observe_audio = session_memory.observe_audio
+        if config.memory.injection == "retrieval":
+            services.turn_memory = session_memory.turn_memory
+        sessions.add_end_hook(session_memory.end)
+        sweeper = RetentionSweeper(runtime, config.memory.sweep_interval_s)
+        sweeper.start()
+        self._stack.push_async_callback(sweeper.stop)
+        self.memory, self.session_memory = runtime, session_memory
+
+    async def open_session(self, identity: CallerIdentity, transport: TransportKind) -> Session:
+        """A new session for a verified (or anonymous) caller, with their memory loaded when enabled.
+
+        Raises SessionLimitReached at `server.max_sessions`.
+        """
+        assert self.sessions is not None, "the gateway is not started"
+        session = self.sessions.create(identity, transport)
+        if self.session_memory is not None:
+            await self.session_memory.start(session)
+        return session
 
     def push_stop(self, callback: Any) -> None:
         """Register an async cleanup to run at shutdown, before the components started earlier."""
@@ -108,6 +153,8 @@ class Gateway:
         components: dict[str, Any] = {"config": {"ok": True}}
         if self.database is not None:
             components["database"] = await self.database.health()
+        if self.memory is not None:
+            components["memory"] = {"ok": True, "provider": self.memory.provider.describe().key}
         if self.sessions is not None:
             components["sessions"] = {"ok": True, "live": len(self.sessions),
                                       "max": self.config.server.max_sessions}

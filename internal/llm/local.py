@@ -1,9 +1,10 @@
 """The offline local agent: useful with no keys at all, honest that it is not a language model.
 
 It greets, tells the time, repeats what it is asked to, ends the call on "goodbye", and handles
-"remember that ...", "my name is ...", "call me ...", "keep your answers short", "forget ..." and
-"what do you remember about me" through the same tools an LLM would call (`memory`, `end_call`), so
-memory works identically whichever agent runs. Deterministic: the same request gets the same reply.
+"my name is ...", "I'm on the ... plan", "call me ...", "keep your answers short", "remember that ...",
+"forget ..." and "what do you remember about me" through the same tools a language model would call
+(`memory`, `end_call`): several memory calls in one turn, then one spoken reply. Deterministic: the same
+request always gets the same answer.
 """
 
 from __future__ import annotations
@@ -12,25 +13,32 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
-from internal.llm.base import ChatRequest, ReplyDelta, ToolCall
+from internal.llm.base import ChatMessage, ChatRequest, ReplyDelta, ToolCall
 
 WHO_I_AM = ("I'm the simple offline assistant built into voicegate, not a full language model. I can tell you "
             "the time, repeat what you say, and remember things you ask me to.")
 
 _NAME = r"([a-z][a-z'-]{1,30})"
-_INTENTS: list[tuple[str, re.Pattern[str]]] = [
+_NOT_NAMES = {"the", "a", "an", "not", "on", "in", "calling", "here", "fine", "good", "okay", "sorry", "and", "i"}
+
+# Intents that write memory; several can appear in one utterance ("my name is sam i'm on the pro plan").
+_WRITES: list[tuple[str, re.Pattern[str]]] = [
+    ("name", re.compile(r"\bmy name(?: is|'s) " + _NAME)),
+    ("plan", re.compile(r"\b(?:i'm|i am|we're|we are) on the ([a-z]+) plan\b")),
+    ("call_me", re.compile(r"\bcall me " + _NAME)),
+    ("assistant_name", re.compile(r"\bcall yourself " + _NAME)),
+    ("short", re.compile(r"\b(?:keep (?:your |it |the )?(?:answers?|replies|reply|it) (?:short|shorter|brief)|"
+                         r"be brief|shorter answers)\b")),
+    ("remember", re.compile(r"\bremember (?:that )?(?P<what>.+)")),
+]
+_QUESTIONS: list[tuple[str, re.Pattern[str]]] = [
     ("goodbye", re.compile(r"\b(good ?bye|bye|hang up|that's all|that is all)\b")),
     ("forget", re.compile(r"\bforget (?:that |about |my )?(?P<what>.+)")),
     ("recall", re.compile(r"\bwhat do you (?:remember|know) about me\b|\bdo you remember me\b")),
     ("my_name", re.compile(r"\bwhat(?:'s| is) my name\b")),
-    ("remember", re.compile(r"\bremember (?:that )?(?P<what>.+)")),
-    ("short", re.compile(r"\b(keep (?:your |it |the )?(?:answers?|replies|repl(?:y|ies)|it) (?:short|shorter|brief)|"
-                         r"be brief|shorter answers)\b")),
-    ("assistant_name", re.compile(r"\bcall yourself " + _NAME)),
-    ("call_me", re.compile(r"\bcall me " + _NAME)),
-    ("name", re.compile(r"\b(?:my name is|my name's) " + _NAME)),
     ("time", re.compile(r"\bwhat(?:'s| is)? (?:the )?time\b|\bwhat time\b|\btell me the time\b")),
     ("date", re.compile(r"\bwhat(?:'s| is)? (?:the )?(?:date|day)\b")),
     ("repeat", re.compile(r"\b(?:repeat after me|say) (?P<what>.+)")),
@@ -38,12 +46,64 @@ _INTENTS: list[tuple[str, re.Pattern[str]]] = [
     ("greeting", re.compile(r"^(hello|hi|hey|good (morning|afternoon|evening))\b")),
     ("thanks", re.compile(r"\b(thank you|thanks)\b")),
 ]
-_NOT_NAMES = {"the", "a", "an", "not", "on", "in", "calling", "here", "fine", "good", "okay", "sorry"}
+
+
+def normalise(text: str) -> str:
+    return " ".join(re.findall(r"[a-z0-9'-]+", text.lower()))
+
+
+def _title(word: str) -> str:
+    return word[:1].upper() + word[1:]
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    intent: str
+    document: str
+    content: str
+    confirmation: str
+
+
+def memory_writes(text: str) -> list[Write]:
+    """Every memory-writing intent in the utterance, in the order spoken."""
+    lowered = normalise(text)
+    found: list[tuple[int, Write]] = []
+    for intent, pattern in _WRITES:
+        for match in pattern.finditer(lowered):
+            write = _write_for(intent, match)
+            if write is not None:
+                found.append((match.start(), write))
+    found.sort(key=lambda item: item[0])
+    # "remember that my name is sam" is one thing, not two: drop a remember that covers another write.
+    if len(found) > 1:
+        found = [(pos, w) for pos, w in found if w.intent != "remember"]
+    return [write for _, write in found]
+
+
+def _write_for(intent: str, match: re.Match[str]) -> Write | None:
+    if intent == "name":
+        if match.group(1) in _NOT_NAMES:
+            return None
+        name = _title(match.group(1))
+        return Write(intent, "memory", f"- The caller's name is {name}.", f"Nice to meet you, {name}.")
+    if intent == "plan":
+        plan = match.group(1)
+        return Write(intent, "memory", f"- The caller is on the {plan} plan.", f"You're on the {plan} plan.")
+    if intent == "call_me":
+        name = _title(match.group(1))
+        return Write(intent, "user", f"- Call the caller {name}.", f"I'll call you {name}.")
+    if intent == "assistant_name":
+        name = _title(match.group(1))
+        return Write(intent, "user", f"- Call yourself {name}.", f"From now on I'm {name}.")
+    if intent == "short":
+        return Write(intent, "user", "- Keep replies short.", "I'll keep my answers short.")
+    what = match.group("what").strip()
+    return Write(intent, "memory", f"- {what[:1].upper()}{what[1:]}.", "I'll remember that.")
 
 
 def classify(text: str) -> tuple[str, re.Match[str] | None]:
-    lowered = " ".join(re.findall(r"[a-z0-9'-]+", text.lower()))
-    for intent, pattern in _INTENTS:
+    lowered = normalise(text)
+    for intent, pattern in _QUESTIONS:
         match = pattern.search(lowered)
         if match:
             return intent, match
@@ -51,14 +111,18 @@ def classify(text: str) -> tuple[str, re.Match[str] | None]:
 
 
 def name_in_memory(memory: str) -> str:
-    """The caller's name as recorded by the memory tool ("The caller's name is Sam.")."""
-    match = re.search(r"caller's name is ([A-Z][\w'-]*)", memory) or re.search(r"call the caller ([A-Z][\w'-]*)",
-                                                                                  memory, re.IGNORECASE)
-    return match.group(1) if match else ""
+    match = re.search(r"(?:caller's name is|call the caller) ([A-Z][\w'-]*)", memory, re.IGNORECASE)
+    return _title(match.group(1)) if match else ""
 
 
-def _title(word: str) -> str:
-    return word[:1].upper() + word[1:]
+def memory_lines(result: dict[str, Any]) -> list[str]:
+    documents = result.get("documents", {}) if isinstance(result, dict) else {}
+    lines = []
+    for scope in ("memory", "user"):
+        for line in str((documents.get(scope) or {}).get("content", "")).splitlines():
+            if line.strip().startswith("- "):
+                lines.append(line.strip())
+    return lines
 
 
 class LocalAgent:
@@ -69,112 +133,137 @@ class LocalAgent:
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ReplyDelta | ToolCall]:
         tools = {spec.name for spec in request.tools}
-        last = request.messages[-1] if request.messages else None
-        if last is not None and last.role == "tool":
-            reply = self._after_tool(request, last.content)
+        results = _tool_results_this_turn(request.messages)
+        if results:
+            step = self._after_tools(request, results)
         else:
-            reply, call = self._answer(request, tools)
-            if call is not None:
+            step = self._answer(request, tools)
+        if isinstance(step, list):
+            for call in step:
                 yield call
-                return
-        for word in re.findall(r"\S+\s*", reply):
+            return
+        for word in re.findall(r"\S+\s*", step):
             yield ReplyDelta(word)
 
-    def _answer(self, request: ChatRequest, tools: set[str]) -> tuple[str, ToolCall | None]:
+    def _answer(self, request: ChatRequest, tools: set[str]) -> str | list[ToolCall]:
         turn = request.turn
         if turn.dtmf:
-            return f"You pressed {' '.join(turn.dtmf)}.", None
+            return f"You pressed {' '.join(turn.dtmf)}."
         if "low transcription confidence" in turn.note or "unclear" in turn.note:
-            return "Sorry, I didn't quite catch that. Could you say it once more?", None
+            return "Sorry, I didn't quite catch that. Could you say it once more?"
+        base = f"local-{len(request.messages)}"
+        writes = memory_writes(turn.text)
+        if writes and "memory" in tools:
+            return [ToolCall(f"{base}-{i}", "memory", {"action": "append", "document": w.document,
+                                                        "content": w.content}) for i, w in enumerate(writes)]
         intent, match = classify(turn.text)
-        memory = "memory" in tools
-        call_id = f"local-{len(request.messages)}"
-
-        def memory_call(arguments: dict[str, Any]) -> tuple[str, ToolCall]:
-            return "", ToolCall(call_id, "memory", arguments)
-
         if intent == "goodbye":
-            if "end_call" in tools:
-                return "", ToolCall(call_id, "end_call", {})
-            return "Goodbye, thanks for calling.", None
-        if intent == "name" and match and match.group(1) not in _NOT_NAMES:
-            name = _title(match.group(1))
-            if memory:
-                return memory_call({"action": "append", "document": "memory",
-                                    "content": f"- The caller's name is {name}."})
-            return f"Nice to meet you, {name}.", None
-        if intent == "call_me" and match and memory:
-            return memory_call({"action": "append", "document": "user",
-                                "content": f"- Call the caller {_title(match.group(1))}."})
-        if intent == "assistant_name" and match and memory:
-            return memory_call({"action": "append", "document": "user",
-                                "content": f"- Call yourself {_title(match.group(1))}."})
-        if intent == "short" and memory:
-            return memory_call({"action": "append", "document": "user", "content": "- Keep replies short."})
-        if intent == "remember" and match:
-            if memory:
-                return memory_call({"action": "append", "document": "memory",
-                                    "content": f"- {match.group('what').strip().capitalize()}."})
-            return "I can't keep memories on this server, but I'll keep that in mind for this call.", None
-        if intent in ("recall", "forget") and memory:
-            return memory_call({"action": "read"})
-        if intent == "my_name":
-            name = name_in_memory(turn.memory)
-            return (f"Your name is {name}." if name else "I don't know your name yet."), None
-        if intent == "time":
-            return time.strftime("It's %-I:%M %p.", time.localtime(self._clock())), None
-        if intent == "date":
-            return time.strftime("Today is %A, %B %-d.", time.localtime(self._clock())), None
-        if intent == "repeat" and match:
-            return match.group("what").strip().capitalize() + ".", None
-        if intent == "who":
-            return WHO_I_AM, None
-        if intent == "greeting":
-            name = name_in_memory(turn.memory)
-            return (f"Hello {name}! How can I help?" if name else "Hello! How can I help?"), None
-        if intent == "thanks":
-            return "You're welcome.", None
-        if not turn.text.strip():
-            return "Sorry, I didn't catch that.", None
-        short = "short" in request.system.lower() and "keep replies short" in request.system.lower()
-        if short:
-            return f"I heard: {turn.text.strip()}. I can only do simple things.", None
-        return f"You said: {turn.text.strip()}. {WHO_I_AM}", None
+            return [ToolCall(base, "end_call", {})] if "end_call" in tools else "Goodbye, thanks for calling."
+        if intent in ("recall", "forget") and "memory" in tools:
+            return [ToolCall(base, "memory", {"action": "read"})]
+        if writes:  # no memory on this call: acknowledge without pretending to remember
+            return " ".join(w.confirmation for w in writes if w.intent in ("name",)) or \
+                "I can't keep memories on this call, but I'll keep that in mind for now."
+        return self._reply(request, intent, match)
 
-    def _after_tool(self, request: ChatRequest, result: str) -> str:
-        try:
-            data = json.loads(result)
-        except ValueError:
-            data = {}
-        if isinstance(data, dict) and data.get("error"):
-            return f"Sorry, I couldn't do that: {data['error']}"
-        intent, match = classify(request.turn.text)
+    def _reply(self, request: ChatRequest, intent: str, match: re.Match[str] | None) -> str:
+        turn = request.turn
+        short = "keep replies short" in request.system.lower()
+        if intent == "my_name":
+            name = name_in_memory(turn.memory + "\n" + request.system)
+            return f"Your name is {name}." if name else "I don't know your name yet."
+        if intent == "time":
+            return time.strftime("It's %-I:%M %p.", time.localtime(self._clock()))
+        if intent == "date":
+            return time.strftime("Today is %A, %B %-d.", time.localtime(self._clock()))
+        if intent == "repeat" and match:
+            return match.group("what").strip().capitalize() + "."
+        if intent == "who":
+            return "I'm voicegate's offline assistant." if short else WHO_I_AM
+        if intent == "greeting":
+            name = name_in_memory(turn.memory + "\n" + request.system)
+            return f"Hello {name}! How can I help?" if name else "Hello! How can I help?"
+        if intent == "thanks":
+            return "You're welcome."
+        if not turn.text.strip():
+            return "Sorry, I didn't catch that."
+        if short:
+            return f"I heard: {turn.text.strip()}."
+        return f"You said: {turn.text.strip()}. {WHO_I_AM}"
+
+    def _after_tools(self, request: ChatRequest,
+                     results: list[tuple[ToolCall, dict[str, Any]]]) -> str | list[ToolCall]:
+        errors = [r.get("error") for _, r in results if r.get("error")]
+        if errors:
+            return f"Sorry, I couldn't do that: {errors[0]}"
+        text = request.turn.text
+        writes = memory_writes(text)
+        if writes and all(call.arguments.get("action") == "append" for call, _ in results):
+            return " ".join(w.confirmation for w in writes)
+        intent, match = classify(text)
+        last_call, last = results[-1]
         if intent == "goodbye":
             name = name_in_memory(request.turn.memory)
             return f"Goodbye{', ' + name if name else ''}. Thanks for calling."
-        if intent == "name" and match:
-            return f"Nice to meet you, {_title(match.group(1))}. I'll remember that."
-        if intent == "call_me" and match:
-            return f"Okay, I'll call you {_title(match.group(1))}."
-        if intent == "assistant_name" and match:
-            return f"Okay, from now on I'm {_title(match.group(1))}."
-        if intent == "short":
-            return "Okay, I'll keep it short."
-        if intent == "remember":
-            return "Okay, I'll remember that."
         if intent == "recall":
-            documents = data.get("documents", {}) if isinstance(data, dict) else {}
-            lines = [line.strip("- ").strip() for doc in ("memory", "user")
-                     for line in str((documents.get(doc) or {}).get("content", "")).splitlines()
-                     if line.strip().startswith("-")]
+            lines = [line[2:].rstrip(".") for line in memory_lines(last) if not line.startswith("- 20")]
             if not lines:
                 return "I don't remember anything about you yet."
-            return "Here's what I remember: " + " ".join(lines)
+            return "Here's what I remember: " + ". ".join(lines) + "."
+        if intent == "forget" and match and last_call.arguments.get("action") == "read":
+            target = _line_about(memory_lines(last), match.group("what"))
+            if target is None:
+                return "I don't have anything about that."
+            document = "user" if target in str(last.get("documents", {}).get("user", {}).get("content", "")) \
+                else "memory"
+            return [ToolCall(f"local-forget-{len(request.messages)}", "memory",
+                             {"action": "replace", "document": document, "old_text": target, "new_text": ""})]
+        if intent == "forget":
+            return "Okay, I've forgotten that."
         return "Done."
 
     async def complete(self, system: str, user: str, timeout_s: float) -> str:
-        """Without a model the best summary is an extract; callers fall back to their own."""
+        """Without a model there is no summariser; callers fall back to their extractive one."""
         return ""
 
     async def aclose(self) -> None:
         return None
+
+
+def _tool_results_this_turn(messages: list[ChatMessage]) -> list[tuple[ToolCall, dict[str, Any]]]:
+    """The tool calls made since the caller's last message, with their parsed results."""
+    calls: dict[str, ToolCall] = {}
+    results: list[tuple[ToolCall, dict[str, Any]]] = []
+    for message in reversed(messages):
+        if message.role == "user":
+            break
+        if message.role == "assistant":
+            calls.update({call.id: call for call in message.tool_calls})
+    for message in messages[len(messages) - _since_user(messages):]:
+        if message.role == "tool" and message.tool_call_id in calls:
+            try:
+                data = json.loads(message.content)
+            except ValueError:
+                data = {"error": message.content}
+            results.append((calls[message.tool_call_id], data if isinstance(data, dict) else {}))
+    return results
+
+
+def _since_user(messages: list[ChatMessage]) -> int:
+    count = 0
+    for message in reversed(messages):
+        if message.role == "user":
+            break
+        count += 1
+    return count
+
+
+def _line_about(lines: list[str], what: str) -> str | None:
+    """The stored line that best matches "forget <what>" (most shared words; None without any)."""
+    wanted = {w for w in normalise(what).split() if len(w) > 2 and w not in {"that", "the", "about", "my"}}
+    best, best_score = None, 0
+    for line in lines:
+        score = len(wanted & set(normalise(line).split()))
+        if score > best_score:
+            best, best_score = line, score
+    return best

@@ -343,20 +343,24 @@ class VoicePipeline:
         if self.services.retrieve is not None and turn.text:
             turn.context = await self.services.retrieve(self.session, turn.text)
         layers = self.services.context(self.session)
-        turn.memory = layers.memory
+        if self.services.turn_memory is not None and turn.text:
+            relevant = await self.services.turn_memory(self.session, turn.text)
+            if relevant is not None:
+                layers.memory = relevant
+        turn.memory = "\n".join(part for part in (layers.user_preferences, layers.memory) if part)
         interrupted = self.session.data.pop("interrupted_text", "")
         turn.interrupted_text = interrupted
+        tool_context = ToolContext(self.session.id, self.session.resource_id, turn_number, self._request_hangup,
+                                   extras={"session": self.session})
         request = ChatRequest(
             session_id=self.session.id,
             resource_id=self.session.resource_id,
             system=build_system_context(layers, summary=turn.summary, knowledge=turn.context, note=turn.note),
             messages=list(conversation.recent_history()),
             turn=turn,
-            tools=self.services.tools.specs(),
+            tools=self.services.tools.specs(tool_context),
             agent_system=layers.skills,
         )
-        tool_context = ToolContext(self.session.id, self.session.resource_id, turn_number, self._request_hangup,
-                                   extras={"session": self.session})
         runner = ReplyRunner(self.services.model, self.services.tts, self.services.tools, self.playout)
         started = self._clock()
 

@@ -39,23 +39,33 @@ class ToolError(Exception):
     """A tool's own, expected failure; its message goes back to the model."""
 
 
+Availability = Callable[[ToolContext], bool]
+
+
 @dataclass(frozen=True, slots=True)
 class _Tool:
     spec: ToolSpec
     handler: ToolHandler
+    available: Availability | None = None
 
 
 class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, _Tool] = {}
 
-    def register(self, name: str, description: str, parameters: dict[str, Any], handler: ToolHandler) -> None:
+    def register(self, name: str, description: str, parameters: dict[str, Any], handler: ToolHandler,
+                 available: Availability | None = None) -> None:
+        """Add a tool; `available(context)` decides per call whether the model is offered it at all."""
         if name in self._tools:
             raise ValueError(f"a tool named {name!r} is already registered")
-        self._tools[name] = _Tool(ToolSpec(name, description, parameters), handler)
+        self._tools[name] = _Tool(ToolSpec(name, description, parameters), handler, available)
 
-    def specs(self) -> list[ToolSpec]:
-        return [tool.spec for tool in self._tools.values()]
+    def specs(self, context: ToolContext | None = None) -> list[ToolSpec]:
+        return [tool.spec for tool in self._tools.values() if self._offered(tool, context)]
+
+    @staticmethod
+    def _offered(tool: _Tool, context: ToolContext | None) -> bool:
+        return tool.available is None or (context is not None and tool.available(context))
 
     def __contains__(self, name: str) -> bool:
         return name in self._tools
@@ -63,7 +73,7 @@ class ToolRegistry:
     async def run(self, call: ToolCall, context: ToolContext) -> str:
         """Run one call; the result (or the error) as the text the model reads."""
         tool = self._tools.get(call.name)
-        if tool is None:
+        if tool is None or not self._offered(tool, context):
             return json.dumps({"error": f"unknown tool {call.name!r}"})
         if "_raw" in call.arguments:
             return json.dumps({"error": "the arguments were not valid JSON; call the tool again with a JSON object"})

@@ -1,0 +1,175 @@
+"""The MemoryProvider protocol (version 2): what any store of caller memory implements.
+
+A port of the seed design. Two logical documents per owner: `user` (the caller's explicit preferences:
+how to address them, reply style) and `memory` (durable facts, decisions and the digest of past calls,
+evidence only). Providers are injected at the composition root
+(`create_gateway_application(memory_provider=...)`) and reached only through FrontendMemoryRuntime.
+
+- `describe()` names the provider, its protocol version and its optional capabilities.
+- `list()` is required and SYNCHRONOUS: a bounded snapshot from the provider's own cache, because the
+  prompt path never waits on I/O. `prefetch()` (optional) lets the runtime warm that cache when a call
+  is set up, before the first prompt is built.
+- `apply()` receives edits already resolved by the runtime (each change carries the full new content
+  and the revision it was computed from); a provider must refuse a change whose base revision is no
+  longer current (raise `RevisionConflict`), so concurrent writers never lose an update.
+- `query()` when `semantic_query`; `observe()`/`flush()` when `session_observation`; `observe_audio()`
+  (synchronous, bounded, on the audio hot path) when `audio_stream_observation`.
+- `health()`, `close()`, `delete_owner()`, `purge_expired()` and `owners()` are optional.
+
+Version 1 providers (`describe`, `list`, `apply` only, no `protocol_version` or capabilities) keep
+working: the runtime treats every capability as off.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+MEMORY_PROVIDER_PROTOCOL_VERSION = 2
+
+Scope = Literal["user", "memory"]
+SCOPES: tuple[Scope, ...] = ("user", "memory")
+DocumentFormat = Literal["markdown", "text"]
+ChangeSource = Literal["tool", "api", "cli", "reconciliation", "digest", "observation"]
+
+
+class RevisionConflict(Exception):
+    """The document changed since the revision a change was computed from."""
+
+    def __init__(self, scope: Scope, current_revision: int) -> None:
+        super().__init__(f"the {scope} document is at revision {current_revision}")
+        self.scope = scope
+        self.current_revision = current_revision
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderCapabilities:
+    semantic_query: bool = False
+    session_observation: bool = False
+    audio_stream_observation: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderDescription:
+    key: str
+    label: str
+    protocol_version: int = MEMORY_PROVIDER_PROTOCOL_VERSION
+    capabilities: ProviderCapabilities = field(default_factory=ProviderCapabilities)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryDocument:
+    scope: Scope
+    content: str = ""
+    revision: int = 0  # 0: the document does not exist yet
+    format: DocumentFormat = "markdown"
+    updated_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ListOptions:
+    max_chars: int
+    scopes: tuple[Scope, ...] = SCOPES
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryChange:
+    """One resolved edit: the document's new content, computed from `base_revision`."""
+
+    scope: Scope
+    content: str
+    base_revision: int
+    action: Literal["append", "replace", "set"] = "set"
+    # The edit as requested (kept for providers that store edits rather than documents).
+    old_text: str = ""
+    new_text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeContext:
+    """Who asked for a change, owned by the gateway (never by the model)."""
+
+    source: ChangeSource
+    session_id: str | None = None
+    turn: int | None = None
+    trace_id: str | None = None
+    retention_s: float | None = None  # how long the stored change lives (the runtime sets it)
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    changed: int
+    documents: list[MemoryDocument]
+
+
+@dataclass(frozen=True, slots=True)
+class QueryOptions:
+    top_k: int = 5
+    scopes: tuple[Scope, ...] = ("memory",)
+
+
+@dataclass(frozen=True, slots=True)
+class QueryResult:
+    memories: list[str]
+    context: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """A completed user/assistant exchange, for providers that learn from conversations."""
+
+    user: str
+    assistant: str
+    at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True, slots=True)
+class AudioEvent:
+    kind: Literal["audio", "speech_start", "speech_end", "session_start", "session_end"]
+    pcm: bytes = b""
+    sample_rate: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SessionContext:
+    session_id: str
+    transport: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    ok: bool
+    detail: str = ""
+
+
+@runtime_checkable
+class MemoryProvider(Protocol):
+    def describe(self) -> ProviderDescription: ...
+
+    def list(self, owner_id: str, options: ListOptions) -> Sequence[MemoryDocument]: ...
+
+    async def apply(self, owner_id: str, changes: Sequence[MemoryChange], context: ChangeContext) -> ApplyResult: ...
+
+
+def capabilities_of(provider: Any) -> ProviderCapabilities:
+    """A provider's declared capabilities; v1 providers (no version, no capabilities) have none."""
+    try:
+        description = provider.describe()
+    except Exception:
+        return ProviderCapabilities()
+    if getattr(description, "protocol_version", 1) < 2:
+        return ProviderCapabilities()
+    capabilities = getattr(description, "capabilities", None)
+    if isinstance(capabilities, ProviderCapabilities):
+        return capabilities
+    if isinstance(capabilities, dict):  # accept plain dicts from hand-written providers
+        return ProviderCapabilities(
+            semantic_query=bool(capabilities.get("semantic_query") or capabilities.get("semanticQuery")),
+            session_observation=bool(capabilities.get("session_observation")
+                                     or capabilities.get("sessionObservation")),
+            audio_stream_observation=bool(capabilities.get("audio_stream_observation")
+                                          or capabilities.get("audioStreamObservation")),
+        )
+    return ProviderCapabilities()

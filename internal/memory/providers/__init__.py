@@ -1,0 +1,1 @@
+"""Built-in memory providers: pgvector (PostgreSQL), memory (in-process), markdown (files)."""

@@ -1,0 +1,302 @@
+"""FrontendMemoryRuntime: the only door to caller memory.
+
+The pipeline, the memory tool, the HTTP control plane, the CLI, the digest writer and reconciliation
+all come through here, never to a provider or the database directly. The runtime:
+- resolves exact edits against the latest document, one writer per owner at a time;
+- checks `expectedRevision` (stale -> StaleRevision, 409) and lets the provider's compare-and-set catch
+  writers on other nodes;
+- refuses sensitive content, records every attempt in the audit log (never the text);
+- tells subscribers (the owner's live calls and control-plane sockets) when something actually
+  changed, and nothing when an edit was a no-op or failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from internal.config.providers import MemoryConfig
+from internal.identity import CallerIdentity
+from internal.memory import documents as edits
+from internal.memory.audit import AuditLog
+from internal.memory.filtering import SensitiveFilter
+from internal.memory.owner import OwnerKeys
+from internal.memory.provider import (
+    SCOPES,
+    ChangeContext,
+    ChangeSource,
+    ListOptions,
+    MemoryChange,
+    MemoryDocument,
+    ProviderCapabilities,
+    QueryOptions,
+    RevisionConflict,
+    Scope,
+    capabilities_of,
+)
+
+log = logging.getLogger(__name__)
+
+DAY_S = 86400.0
+Action = Literal["append", "replace"]
+Listener = Callable[[], None]
+
+
+class MemoryRuntimeError(Exception):
+    status = 400
+    code = "memory_error"
+
+    def __init__(self, message: str, documents: dict[Scope, MemoryDocument] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.documents = documents or {}
+
+
+class StaleRevision(MemoryRuntimeError):
+    status = 409
+    code = "stale_revision"
+
+
+class EditRejected(MemoryRuntimeError):
+    status = 422
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class SensitiveContent(MemoryRuntimeError):
+    status = 422
+    code = "sensitive_content"
+
+
+class MemoryUnavailable(MemoryRuntimeError):
+    status = 503
+    code = "memory_unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class EditOutcome:
+    changed: bool
+    documents: dict[Scope, MemoryDocument]
+
+
+class FrontendMemoryRuntime:
+    def __init__(self, provider: Any, config: MemoryConfig, keys: OwnerKeys, *, audit: AuditLog | None = None,
+                 sensitive: SensitiveFilter | None = None) -> None:
+        self.provider = provider
+        self.config = config
+        self.keys = keys
+        self.audit = audit
+        self.sensitive = sensitive or SensitiveFilter(config.sensitive_patterns)
+        self.capabilities: ProviderCapabilities = capabilities_of(provider)
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._listeners: defaultdict[str, list[Listener]] = defaultdict(list)
+        # Called after an owner's memory changed, locally; a multi-node notifier plugs in here.
+        self.on_changed: list[Callable[[str], None]] = []
+
+    @property
+    def retention_s(self) -> float:
+        return self.config.retention_days * DAY_S
+
+    # ---- owners ----------------------------------------------------------------------------------
+
+    def owner_key(self, identity: CallerIdentity) -> str | None:
+        """The storage key of a verified caller; None for anonymous callers (no memory at all)."""
+        return self.keys.for_identity(identity)
+
+    # ---- reads -----------------------------------------------------------------------------------
+
+    async def prefetch(self, owner: str, timeout_s: float | None = None) -> bool:
+        """Warm the provider's cache for a call; False (and a log line) when memory is unreachable."""
+        prefetch = getattr(self.provider, "prefetch", None)
+        if prefetch is None:
+            return True
+        limit = timeout_s if timeout_s is not None else self.config.read_timeout_ms / 1000.0
+        try:
+            async with asyncio.timeout(limit):
+                await prefetch(owner)
+            return True
+        except TimeoutError:
+            log.warning("memory read timed out; the call goes on without memory", extra={"timeout_s": limit})
+        except Exception as exc:
+            log.warning("memory unavailable; the call goes on without it: %s", type(exc).__name__)
+        return False
+
+    def documents(self, owner: str) -> dict[Scope, MemoryDocument]:
+        """Both documents from the provider's synchronous snapshot (empty ones when absent)."""
+        found = {doc.scope: doc for doc in self.provider.list(owner, ListOptions(self.config.max_chars))}
+        return {scope: found.get(scope, MemoryDocument(scope)) for scope in SCOPES}
+
+    async def latest(self, owner: str) -> dict[Scope, MemoryDocument]:
+        """The documents as stored now (refreshing the cache first); raises when memory is unreachable."""
+        prefetch = getattr(self.provider, "prefetch", None)
+        if prefetch is not None:
+            try:
+                await prefetch(owner)
+            except Exception as exc:
+                raise MemoryUnavailable(f"memory is unavailable ({type(exc).__name__})") from None
+        return self.documents(owner)
+
+    def projection(self, owner: str) -> tuple[str, str]:
+        """(user preferences, long-term memory) as the model sees them, together within max_chars."""
+        docs = self.documents(owner)
+        budget = self.config.max_chars
+        user, _ = edits.project_for_model(docs["user"].content, docs["user"].format, budget)
+        memory, _ = edits.project_for_model(docs["memory"].content, docs["memory"].format,
+                                            max(0, budget - len(user)))
+        return user, memory
+
+    async def query(self, owner: str, text: str, top_k: int | None = None) -> list[str]:
+        if not self.capabilities.semantic_query:
+            return []
+        result = await self.provider.query(owner, text, QueryOptions(top_k=top_k or self.config.retrieval_top_k),
+                                           None)
+        return list(result.memories)
+
+    # ---- writes ----------------------------------------------------------------------------------
+
+    async def edit(self, owner: str, scope: Scope, action: Action, *, content: str = "", old_text: str = "",
+                   new_text: str = "", expected_revision: int | None = None,
+                   context: ChangeContext) -> EditOutcome:
+        """One atomic edit of one document, starting from the latest version."""
+        if scope not in SCOPES:
+            raise EditRejected("unknown_document", f"unknown document {scope!r}; use 'user' or 'memory'")
+        context = ChangeContext(context.source, context.session_id, context.turn, context.trace_id, self.retention_s)
+        async with self._locks[owner]:
+            for attempt in range(3):
+                docs = await self.latest(owner)
+                current = docs[scope]
+                if expected_revision is not None and expected_revision != current.revision:
+                    await self._audit(owner, context, action, "stale", scope, expected_revision, current.revision,
+                                      "stale_revision")
+                    raise StaleRevision(f"the {scope} document is at revision {current.revision}, "
+                                        f"not {expected_revision}; reload and try again", docs)
+                try:
+                    updated = self._resolve(current.content, action, content, old_text, new_text)
+                except edits.EditError as exc:
+                    await self._audit(owner, context, action, "rejected", scope, current.revision, None, exc.code)
+                    raise EditRejected(exc.code, exc.message) from None
+                added = content if action == "append" else new_text
+                reason = self.sensitive.reason(added)
+                if reason:
+                    await self._audit(owner, context, action, "refused", scope, current.revision, None,
+                                      "sensitive_content")
+                    raise SensitiveContent(f"not saved: {reason}")
+                if updated == current.content:
+                    await self._audit(owner, context, action, "unchanged", scope, current.revision, current.revision)
+                    return EditOutcome(False, docs)
+                change = MemoryChange(scope, updated, current.revision, action, old_text, new_text)
+                try:
+                    result = await self.provider.apply(owner, [change], context)
+                except RevisionConflict as conflict:
+                    if expected_revision is not None or attempt == 2:
+                        await self._audit(owner, context, action, "stale", scope, current.revision,
+                                          conflict.current_revision, "stale_revision")
+                        raise StaleRevision(str(conflict), await self.latest(owner)) from None
+                    continue  # another node wrote first: redo the edit on top of its version
+                except Exception as exc:
+                    await self._audit(owner, context, action, "failed", scope, current.revision, None,
+                                      type(exc).__name__)
+                    raise MemoryUnavailable(f"memory could not be saved ({type(exc).__name__})") from None
+                for document in result.documents:
+                    docs[document.scope] = document
+                await self._audit(owner, context, action, "applied", scope, current.revision, docs[scope].revision)
+                self._notify(owner)
+                return EditOutcome(True, docs)
+        raise AssertionError("unreachable")
+
+    def _resolve(self, current: str, action: Action, content: str, old_text: str, new_text: str) -> str:
+        if action == "append":
+            return edits.append(current, content, self.config.max_chars)
+        if action == "replace":
+            return edits.replace(current, old_text, new_text, self.config.max_chars)
+        raise edits.EditError("unknown_action", f"unknown action {action!r}; use append or replace")
+
+    async def set_document(self, owner: str, scope: Scope, content: str, context: ChangeContext,
+                           transform: Callable[[str], str] | None = None) -> EditOutcome:
+        """Replace a whole document computed from the latest one (digest writer, reconciliation)."""
+        context = ChangeContext(context.source, context.session_id, context.turn, context.trace_id, self.retention_s)
+        async with self._locks[owner]:
+            for _attempt in range(3):
+                docs = await self.latest(owner)
+                current = docs[scope]
+                updated = transform(current.content) if transform is not None else content
+                if updated == current.content:
+                    return EditOutcome(False, docs)
+                try:
+                    result = await self.provider.apply(owner, [MemoryChange(scope, updated, current.revision)],
+                                                       context)
+                except RevisionConflict:
+                    continue
+                for document in result.documents:
+                    docs[document.scope] = document
+                await self._audit(owner, context, "set", "applied", scope, current.revision, docs[scope].revision)
+                self._notify(owner)
+                return EditOutcome(True, docs)
+        raise MemoryUnavailable("memory kept changing underneath this write; giving up")
+
+    # ---- lifecycle of owners ---------------------------------------------------------------------
+
+    async def delete_owner(self, owner: str, source: ChangeSource = "cli") -> dict[str, int]:
+        async with self._locks[owner]:
+            delete = getattr(self.provider, "delete_owner", None)
+            if delete is None:
+                raise MemoryRuntimeError("this memory provider cannot delete an owner")
+            removed: dict[str, int] = await delete(owner)
+            await self._audit(owner, ChangeContext(source), "delete_owner", "applied", extra={"removed": removed})
+        self._notify(owner)
+        return removed
+
+    async def purge_expired(self) -> dict[str, int]:
+        purge = getattr(self.provider, "purge_expired", None)
+        return await purge() if purge is not None else {}
+
+    # ---- notification ----------------------------------------------------------------------------
+
+    def subscribe(self, owner: str, listener: Listener) -> Callable[[], None]:
+        """Call `listener` (synchronously, no content) after each persisted change of `owner`'s memory."""
+        self._listeners[owner].append(listener)
+
+        def unsubscribe() -> None:
+            listeners = self._listeners.get(owner)
+            if listeners and listener in listeners:
+                listeners.remove(listener)
+                if not listeners:
+                    del self._listeners[owner]
+
+        return unsubscribe
+
+    def _notify(self, owner: str) -> None:
+        for listener in list(self._listeners.get(owner, [])):
+            try:
+                listener()
+            except Exception:
+                log.exception("memory change listener failed")
+        for hook in self.on_changed:
+            hook(owner)
+
+    def changed_elsewhere(self, owner: str) -> None:
+        """Another node changed `owner`'s memory: drop the cached copy and tell local subscribers."""
+        invalidate = getattr(self.provider, "invalidate", None)
+        if invalidate is not None:
+            invalidate(owner)
+        for listener in list(self._listeners.get(owner, [])):
+            listener()
+
+    async def _audit(self, owner: str, context: ChangeContext, operation: str, outcome: str, scope: str = "",
+                     base: int | None = None, revision: int | None = None, error: str = "",
+                     extra: dict[str, Any] | None = None) -> None:
+        if self.audit is not None:
+            await self.audit.record(owner, source=context.source, operation=operation, outcome=outcome, scope=scope,
+                                    base_revision=base, revision=revision, error=error,
+                                    session_id=context.session_id, extra=extra)
+
+    async def close(self) -> None:
+        close = getattr(self.provider, "close", None)
+        if close is not None:
+            await close()

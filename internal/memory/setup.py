@@ -1,0 +1,37 @@
+"""Build the memory runtime the config asks for (or around an injected provider)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from internal.config import Config
+from internal.db import Database
+from internal.memory.audit import AuditLog
+from internal.memory.owner import OwnerKeys, load_or_create_secret
+from internal.memory.runtime import DAY_S, FrontendMemoryRuntime
+from internal.rag.embedding import build_embedder
+
+
+def build_provider(config: Config, database: Database | None) -> Any:
+    retention_s = config.memory.retention_days * DAY_S
+    if config.memory.provider == "memory":
+        from internal.memory.providers.inmemory import InMemoryProvider
+
+        return InMemoryProvider(retention_s)
+    if config.memory.provider == "markdown":
+        from internal.memory.providers.markdown import MarkdownProvider
+
+        directory = Path(config.memory.markdown_dir) if config.memory.markdown_dir else config.data_dir / "memory"
+        return MarkdownProvider(directory, retention_s)
+    from internal.memory.providers.pgvector import PgvectorProvider
+
+    if database is None:
+        raise ValueError("memory.provider = pgvector needs the database")
+    return PgvectorProvider(database, build_embedder(config.memory.embedding, config.openai), retention_s)
+
+
+def build_runtime(config: Config, provider: Any) -> FrontendMemoryRuntime:
+    keys = OwnerKeys(load_or_create_secret(config.memory.owner_key_secret, config.data_dir))
+    audit_path = Path(config.memory.audit_path) if config.memory.audit_path else config.data_dir / "memory-audit.jsonl"
+    return FrontendMemoryRuntime(provider, config.memory, keys, audit=AuditLog(audit_path))

@@ -1,0 +1,105 @@
+"""The `memory` and `recall` tools: how the model (or the offline agent) reads and edits caller memory.
+
+One atomic operation per call. `read` returns the documents exactly as stored (so a later `replace` can
+quote them); with a `query` it returns the most relevant lines when the provider supports semantic
+recall. `append` adds to `user` (preferences: how to address the caller, reply style) or `memory`
+(durable facts). `replace` needs `old_text` to occur exactly once; an empty `new_text` deletes it.
+Failures come back as errors the model can act on and change nothing. Offered only to verified callers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from internal.memory.provider import ChangeContext, MemoryDocument, Scope
+from internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
+from internal.memory.sessions import OWNER, SessionMemory
+from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
+
+MEMORY_TOOL_DESCRIPTION = (
+    "Read or change what you remember about the caller. One operation per call; several calls per turn "
+    "are fine. Documents: 'user' holds the caller's explicit long-term preferences (how to address them, "
+    "how you should reply); 'memory' holds durable facts and decisions about them. Save only what the "
+    "caller asked you to remember or change, or durable facts they stated; never guesses. Actions: "
+    "read (optional query), append (document, content as a Markdown list line '- ...'), replace (document, "
+    "old_text quoted exactly from a read, new_text; empty new_text deletes the line)."
+)
+MEMORY_TOOL_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "action": {"type": "string", "enum": ["read", "append", "replace"]},
+        "document": {"type": "string", "enum": ["user", "memory"]},
+        "content": {"type": "string", "description": "append: the text to add"},
+        "old_text": {"type": "string", "description": "replace: the exact text to change, occurring once"},
+        "new_text": {"type": "string", "description": "replace: the new text; empty deletes"},
+        "query": {"type": "string", "description": "read: what to look for (semantic recall)"},
+    },
+    "required": ["action"],
+    "additionalProperties": False,
+}
+RECALL_TOOL_DESCRIPTION = ("What you and the caller talked about in earlier calls (dates, topics, a short gist). "
+                           "Use for 'what did we discuss last time'. Returns nothing when no digests are kept.")
+
+
+def documents_json(documents: dict[Scope, MemoryDocument]) -> dict[str, Any]:
+    return {scope: {"content": doc.content, "revision": doc.revision} for scope, doc in documents.items()}
+
+
+def _owner(context: ToolContext) -> str:
+    session = context.extras.get("session")
+    owner = getattr(session, "data", {}).get(OWNER) if session is not None else None
+    if not isinstance(owner, str):
+        raise ToolError("memory is not available on this call")
+    return owner
+
+
+def _has_owner(context: ToolContext) -> bool:
+    session = context.extras.get("session")
+    return session is not None and isinstance(getattr(session, "data", {}).get(OWNER), str)
+
+
+def register_memory_tools(registry: ToolRegistry, runtime: FrontendMemoryRuntime, sessions: SessionMemory,
+                          *, session_digests: bool) -> None:
+    async def memory(arguments: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+        owner = _owner(context)
+        action = arguments.get("action")
+        if action == "read":
+            query = str(arguments.get("query") or "").strip()
+            documents = runtime.documents(owner)
+            result: dict[str, Any] = {"documents": documents_json(documents)}
+            if query and runtime.capabilities.semantic_query:
+                result["matches"] = await runtime.query(owner, query)
+            return result
+        document = arguments.get("document")
+        if document not in ("user", "memory"):
+            raise ToolError("say which document: 'user' (preferences) or 'memory' (facts)")
+        if action not in ("append", "replace"):
+            raise ToolError("action must be read, append or replace")
+        try:
+            outcome = await runtime.edit(owner, document, action, content=str(arguments.get("content") or ""),
+                                         old_text=str(arguments.get("old_text") or ""),
+                                         new_text=str(arguments.get("new_text") or ""),
+                                         context=ChangeContext("tool", context.session_id, context.turn))
+        except MemoryRuntimeError as exc:
+            raise ToolError(exc.message) from None
+        return {"ok": True, "changed": outcome.changed, "documents": documents_json(outcome.documents)}
+
+    registry.register("memory", MEMORY_TOOL_DESCRIPTION, MEMORY_TOOL_PARAMETERS, memory, available=_has_owner)
+
+    if not session_digests:
+        return
+
+    async def recall(arguments: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+        owner = _owner(context)
+        digests = getattr(runtime.provider, "session_digests", None)
+        if digests is None:
+            return {"calls": []}
+        import time
+
+        items = await digests(owner, 5)
+        return {"calls": [{"date": time.strftime("%Y-%m-%d", time.localtime(d.created_at)), "topics": d.topics,
+                           "gist": d.gist} for d in items]}
+
+    registry.register("recall", RECALL_TOOL_DESCRIPTION, {"type": "object", "properties": {},
+                                                          "additionalProperties": False},
+                      recall, available=_has_owner)

@@ -1,0 +1,1 @@
+"""Knowledge retrieval (pgvector, Supabase), embeddings, ingestion."""

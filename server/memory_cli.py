@@ -1,0 +1,214 @@
+"""`voicegate memory ...`: the operator's tools for caller memory (subject access, deletion, retention).
+
+Every command goes through FrontendMemoryRuntime like the rest of the server. Exit codes: 0 done,
+1 failure (unreachable store, refused edit), 3 the caller has no memory, 4 cancelled at the prompt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+from internal.config import Config
+from internal.identity import CallerIdentity
+from internal.identity.phone import normalise_e164
+from internal.memory.provider import ChangeContext
+from internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
+
+EXIT_OK, EXIT_FAILED, EXIT_UNKNOWN_CALLER, EXIT_CANCELLED = 0, 1, 3, 4
+
+
+def add_memory_commands(commands: Any) -> None:
+    memory = commands.add_parser("memory", help="show, export, edit and delete caller memory")
+    actions = memory.add_subparsers(dest="memory_command", metavar="ACTION", required=True)
+
+    def caller_args(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--caller", required=True,
+                            help="sip:+15551234567, jwt:alice, trusted_header:VALUE, or a raw value with --kind")
+        parser.add_argument("--kind", choices=["sip", "jwt", "trusted_header"],
+                            help="the kind of a raw --caller value (a phone number is normalised to E.164)")
+
+    show = actions.add_parser("show", help="print a caller's memory documents")
+    caller_args(show)
+    export = actions.add_parser("export", help="a caller's memory as JSON (for subject-access requests)")
+    caller_args(export)
+    delete = actions.add_parser("delete", help="delete every trace of a caller's memory")
+    caller_args(delete)
+    delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    listing = actions.add_parser("list", help="callers with memory: keys, sizes, ages")
+    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--offset", type=int, default=0)
+    actions.add_parser("purge-expired", help="delete expired memory now (the sweeper does it periodically)")
+    edit = actions.add_parser("edit", help="append to or replace text in a caller's document")
+    caller_args(edit)
+    edit.add_argument("--document", choices=["user", "memory"], required=True)
+    group = edit.add_mutually_exclusive_group(required=True)
+    group.add_argument("--append", metavar="TEXT")
+    group.add_argument("--replace", metavar="OLD_TEXT")
+    edit.add_argument("--with", dest="new_text", default="", metavar="NEW_TEXT", help="replacement (empty deletes)")
+    edit.add_argument("--expected-revision", type=int)
+    memory.set_defaults(run=run_memory)
+
+
+def resolve_caller(caller: str, kind: str | None, region: str) -> CallerIdentity:
+    if kind is None:
+        identity = CallerIdentity.parse(caller)
+    else:
+        identity = CallerIdentity(kind, caller)  # type: ignore[arg-type]
+    if identity.kind == "sip":
+        number = normalise_e164(identity.value, region)
+        if number is None:
+            raise ValueError(f"not a valid phone number: {identity.value!r}")
+        identity = CallerIdentity("sip", number)
+    return identity
+
+
+def run_memory(args: argparse.Namespace, config: Config) -> int:
+    from server.cli import configure_tool_logging
+
+    configure_tool_logging(config)
+    try:
+        return asyncio.run(_run(args, config))
+    except ValueError as exc:
+        print(f"voicegate memory: {exc}", file=sys.stderr)
+        return 2
+
+
+async def _run(args: argparse.Namespace, config: Config) -> int:
+    from internal.db import Database
+    from internal.memory.setup import build_provider, build_runtime
+    from server.gateway import needs_database
+
+    identity = resolve_caller(args.caller, args.kind, config.sip.default_region) if hasattr(args, "caller") else None
+    async with AsyncExitStack() as stack:
+        database = None
+        if needs_database(config) and config.memory.provider == "pgvector":
+            database = Database(config.pgvector, config.data_dir)
+            try:
+                await database.open()
+            except Exception as exc:
+                print(f"voicegate memory: cannot reach the database: {exc}", file=sys.stderr)
+                return EXIT_FAILED
+            stack.push_async_callback(database.close)
+        runtime = build_runtime(config, build_provider(config, database))
+        command: Callable[[argparse.Namespace, FrontendMemoryRuntime, CallerIdentity | None], Awaitable[int]] = {
+            "show": _show, "export": _export, "delete": _delete, "list": _list, "purge-expired": _purge,
+            "edit": _edit,
+        }[args.memory_command]
+        try:
+            return await command(args, runtime, identity)
+        except MemoryRuntimeError as exc:
+            print(f"voicegate memory: {exc.message}", file=sys.stderr)
+            return EXIT_FAILED
+
+
+def _owner(runtime: FrontendMemoryRuntime, identity: CallerIdentity | None) -> str:
+    assert identity is not None
+    owner = runtime.owner_key(identity)
+    assert owner is not None
+    return owner
+
+
+async def _documents(runtime: FrontendMemoryRuntime, owner: str) -> dict[str, Any]:
+    docs = await runtime.latest(owner)
+    return {scope: {"content": d.content, "revision": d.revision, "format": d.format, "updated_at": d.updated_at}
+            for scope, d in docs.items() if d.revision}
+
+
+async def _show(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identity: CallerIdentity | None) -> int:
+    documents = await _documents(runtime, _owner(runtime, identity))
+    if not documents:
+        print(f"no memory for {identity.resource_id if identity else ''}", file=sys.stderr)
+        return EXIT_UNKNOWN_CALLER
+    for scope, doc in documents.items():
+        stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(doc["updated_at"] or 0))
+        print(f"== {scope} (revision {doc['revision']}, updated {stamp}) ==")
+        print(doc["content"].rstrip() or "(empty)")
+    return EXIT_OK
+
+
+async def _export(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identity: CallerIdentity | None) -> int:
+    owner = _owner(runtime, identity)
+    documents = await _documents(runtime, owner)
+    digests_of = getattr(runtime.provider, "session_digests", None)
+    digests = await digests_of(owner, 1000) if digests_of is not None else []
+    if not documents and not digests:
+        print(f"no memory for {identity.resource_id if identity else ''}", file=sys.stderr)
+        return EXIT_UNKNOWN_CALLER
+    export = {
+        "caller": identity.resource_id if identity else None,
+        "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "retention_days": runtime.config.retention_days,
+        "documents": documents,
+        "session_digests": [{"session_id": d.session_id, "topics": d.topics, "gist": d.gist,
+                             "created_at": d.created_at} for d in digests],
+    }
+    print(json.dumps(export, indent=2, ensure_ascii=False))
+    return EXIT_OK
+
+
+async def _delete(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identity: CallerIdentity | None) -> int:
+    owner = _owner(runtime, identity)
+    who = identity.resource_id if identity else ""
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("voicegate memory delete: refusing without --yes when not at a terminal", file=sys.stderr)
+            return EXIT_CANCELLED
+        answer = input(f"Delete all memory of {who}? This cannot be undone. [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("cancelled")
+            return EXIT_CANCELLED
+    print(f"deleting memory of {who} ...", file=sys.stderr)
+    removed = await runtime.delete_owner(owner)
+    total = sum(removed.values())
+    for table, count in removed.items():
+        print(f"  {table}: {count} removed")
+    if total == 0:
+        print(f"no memory for {who}", file=sys.stderr)
+        return EXIT_UNKNOWN_CALLER
+    print(f"deleted {total} record(s) of {who}")
+    return EXIT_OK
+
+
+async def _list(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identity: CallerIdentity | None) -> int:
+    owners = getattr(runtime.provider, "owners", None)
+    if owners is None:
+        print("this memory provider cannot list owners", file=sys.stderr)
+        return EXIT_FAILED
+    rows = await owners(args.limit, args.offset)
+    print(f"{'owner key':<20} {'docs':>4} {'chars':>6}  {'updated':<16}  {'expires':<16}")
+    for row in rows:
+        updated = time.strftime("%Y-%m-%d %H:%M", time.localtime(row.updated_at))
+        expires = time.strftime("%Y-%m-%d %H:%M", time.localtime(row.expires_at))
+        print(f"{row.owner_key[:16] + '...':<20} {row.documents:>4} {row.chars:>6}  {updated:<16}  {expires:<16}")
+    print(f"({len(rows)} shown from {args.offset}; --offset {args.offset + args.limit} for more)"
+          if len(rows) == args.limit else f"({len(rows)} shown)")
+    return EXIT_OK
+
+
+async def _purge(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identity: CallerIdentity | None) -> int:
+    print("deleting expired memory ...", file=sys.stderr)
+    removed = await runtime.purge_expired()
+    for table, count in removed.items():
+        print(f"  {table}: {count} removed")
+    print(f"purged {sum(removed.values())} expired record(s)")
+    return EXIT_OK
+
+
+async def _edit(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identity: CallerIdentity | None) -> int:
+    owner = _owner(runtime, identity)
+    if args.append is not None:
+        outcome = await runtime.edit(owner, args.document, "append", content=args.append,
+                                     expected_revision=args.expected_revision, context=ChangeContext("cli"))
+    else:
+        outcome = await runtime.edit(owner, args.document, "replace", old_text=args.replace, new_text=args.new_text,
+                                     expected_revision=args.expected_revision, context=ChangeContext("cli"))
+    document = outcome.documents[args.document]
+    print(f"{'changed' if outcome.changed else 'unchanged'}: {args.document} is at revision {document.revision}")
+    return EXIT_OK
