@@ -6,8 +6,8 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Callable, Sequence
-from typing import TextIO
 from pathlib import Path
+from typing import TextIO
 
 from internal.config import Config, ConfigError, config_path_from, load_config, masked, render_toml
 

@@ -160,7 +160,7 @@ async def _delete(args: argparse.Namespace, runtime: FrontendMemoryRuntime, iden
         if not sys.stdin.isatty():
             print("voicegate memory delete: refusing without --yes when not at a terminal", file=sys.stderr)
             return EXIT_CANCELLED
-        answer = input(f"Delete all memory of {who}? This cannot be undone. [y/N] ")
+        answer = await asyncio.to_thread(input, f"Delete all memory of {who}? This cannot be undone. [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             print("cancelled")
             return EXIT_CANCELLED
