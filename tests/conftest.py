@@ -29,12 +29,9 @@ def _clean_voicegate_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="session")
 def pg_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real PostgreSQL 16 + pgvector (pgserver) in a fresh temp dir, shared by this test session."""
-    import asyncio
-
     embedded = EmbeddedPostgres(tmp_path_factory.mktemp("pg"))
-    uri = asyncio.run(embedded.start())
-    yield uri
-    asyncio.run(embedded.stop())
+    yield embedded.start_sync()
+    embedded.stop_sync()
 
 
 @pytest.fixture

@@ -36,6 +36,18 @@ class EmbeddedPostgres:
         uri: str = self._server.get_uri()
         return uri
 
+    def start_sync(self) -> str:
+        """`start` for code with no event loop (test fixtures, scripts)."""
+        if self._server is None:
+            self._server = self._start_blocking()
+        uri: str = self._server.get_uri()
+        return uri
+
+    def stop_sync(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.cleanup()
+
     def _start_blocking(self) -> Any:
         self.pgdata.mkdir(parents=True, exist_ok=True)
         log.info("starting embedded PostgreSQL", extra={"pgdata": str(self.pgdata)})
