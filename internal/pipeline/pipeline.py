@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from internal.audio.frame import frame_bytes
 from internal.llm.base import ChatMessage, ChatRequest, LlmError, Turn
@@ -96,7 +96,7 @@ class VoicePipeline:
             conversation.greeted = True
             text = self._greeting if self._greeting is not None else self.services.greeting(self.session)
             if text:
-                self._start_reply(self._announce(text, record=True))
+                self._start_reply(lambda: self._announce(text, record=True))
 
     async def close(self) -> None:
         if self._closed:
@@ -234,7 +234,7 @@ class VoicePipeline:
 
     def _on_turn(self, pending: PendingTurn) -> None:
         self._turn_released_at = self._clock()
-        self._start_reply(self._respond(Turn(text=pending.text), pending.confidence))
+        self._start_reply(lambda: self._respond(Turn(text=pending.text), pending.confidence))
 
     def submit_text(self, text: str) -> None:
         """A typed turn (e.g. from the browser's DataChannel): answered like speech, without STT."""
@@ -245,7 +245,7 @@ class VoicePipeline:
             self.interrupt("typed input")
         self.sink.emit(TranscriptEvent(role="user", text=text, final=True))
         self._turn_released_at = self._clock()
-        self._start_reply(self._respond(Turn(text=text), None))
+        self._start_reply(lambda: self._respond(Turn(text=text), None))
 
     def push_dtmf(self, digit: str) -> None:
         """A keypad digit (RFC 4733 or SIP INFO); digits pressed together become one turn."""
@@ -263,20 +263,21 @@ class VoicePipeline:
             if self.agent_active:
                 self.interrupt("keypad input")
             self._turn_released_at = self._clock()
-            self._start_reply(self._respond(Turn(text="", dtmf=digits), None))
+            self._start_reply(lambda: self._respond(Turn(text="", dtmf=digits), None))
 
     # ---- replies ---------------------------------------------------------------------------------
 
-    def _start_reply(self, work: object) -> None:
+    def _start_reply(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run one reply (made lazily, so a reply cancelled before it starts leaves no coroutine behind)."""
         previous = self._reply_task
         if previous is not None and not previous.done():
             previous.cancel()
         self._drained.clear()
-        self._reply_task = asyncio.create_task(self._guarded(work), name="reply")  # type: ignore[arg-type]
+        self._reply_task = asyncio.create_task(self._guarded(work), name="reply")
 
-    async def _guarded(self, work: object) -> None:
+    async def _guarded(self, work: Callable[[], Awaitable[None]]) -> None:
         try:
-            await work  # type: ignore[misc]
+            await work()
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -420,7 +421,7 @@ class VoicePipeline:
         conversation.misunderstanding_streak += 1
         text = STILL_NOT_UNDERSTOOD if conversation.misunderstanding_streak > self.config.max_misunderstandings \
             else NOT_UNDERSTOOD
-        self._start_reply(self._announce(text, record=True))
+        self._start_reply(lambda: self._announce(text, record=True))
 
     def _request_hangup(self) -> None:
         self._hangup_requested = True

@@ -143,9 +143,11 @@ async def test_the_trusted_header_counts_only_from_a_trusted_address_and_never_b
     trusted = await resolver.resolve(FakeRequest(claim, Peer("10.1.2.3")))
     assert trusted.resource_id == "trusted_header:+15551234567"
     assert (await resolver.resolve(FakeRequest(claim, Peer("10.2.0.1")))).is_anonymous
-    assert (await resolver.resolve(FakeRequest(claim | {"x-forwarded-for": "10.1.2.3"}, Peer("192.0.2.9")))).is_anonymous
+    forwarded = claim | {"x-forwarded-for": "10.1.2.3"}
+    assert (await resolver.resolve(FakeRequest(forwarded, Peer("192.0.2.9")))).is_anonymous
     assert (await resolver.resolve(FakeRequest(claim | bearer(token()), Peer("10.1.2.3")))).is_anonymous
-    assert (await resolver.resolve(FakeRequest({RESOURCE_ID_HEADER.lower(): "a\x00b"}, Peer("10.1.2.3")))).is_anonymous
+    malformed = {RESOURCE_ID_HEADER.lower(): "a\x00b"}
+    assert (await resolver.resolve(FakeRequest(malformed, Peer("10.1.2.3")))).is_anonymous
     assert (await resolver.resolve(FakeRequest({}, Peer("10.1.2.3")))).is_anonymous
     assert (await resolver.resolve(FakeRequest(claim, None))).is_anonymous
 

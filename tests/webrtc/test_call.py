@@ -98,3 +98,45 @@ async def test_the_greeting_is_spoken_and_shown_once_the_call_connects(config: C
         await wait_until(lambda: server.session_at(client.location) is None
                          or server.session_at(client.location).attached == 0,  # type: ignore[union-attr]
                          what="the server noticing the drop")
+
+
+async def test_saying_goodbye_ends_the_call_after_the_farewell(config: Config) -> None:
+    async with live_server(config, stt=ScriptedStt([])) as server, server.http() as http:
+        client = WhipClient()
+        assert (await client.dial(http)).status_code == 201
+        await client.wait_channel_open()
+        await client.wait_for(lambda e: e["type"] == "connection")
+        session = server.session_at(client.location)
+        client.send({"type": "text", "text": "goodbye"})
+        farewell = await client.wait_for(is_final("agent"))
+        assert farewell["text"].startswith("Goodbye")
+        ended = await client.wait_for(lambda e: e["type"] == "connection" and e["state"] == "ended")
+        assert ended["reason"] == "agent ended the call"
+        assert session is not None and session.ended and len(server.sessions) == 0
+        await wait_until(lambda: client.pc.connectionState == "closed", what="the hang-up to reach the client")
+        await client.close()
+
+
+async def test_a_crash_in_one_call_ends_only_that_session(config: Config) -> None:
+    async with live_server(config, stt=ScriptedStt([])) as server, server.http() as http:
+        healthy, broken = WhipClient(), WhipClient()
+        for client in (healthy, broken):
+            assert (await client.dial(http)).status_code == 201
+            await client.wait_for(lambda e: e["type"] == "connection")
+        victim = server.session_at(broken.location)
+        assert victim is not None and victim.pipeline is not None
+
+        def explode() -> bytes | None:
+            raise RuntimeError("a bug in the pipeline")
+
+        victim.pipeline.pull_audio = explode  # type: ignore[method-assign]
+        ended = await broken.wait_for(lambda e: e["type"] == "connection" and e["state"] == "ended")
+        assert ended["reason"] == "transport error"
+        assert victim.ended
+        survivor = server.session_at(healthy.location)
+        assert survivor is not None and not survivor.ended
+        await healthy.wait_channel_open()
+        healthy.send({"type": "text", "text": "say hello world"})
+        assert (await healthy.wait_for(lambda e: e["type"] == "response"))["text"] == "Hello world."
+        await healthy.close()
+        await broken.close()

@@ -2,7 +2,7 @@
 
 `list()` answers from an in-process cache filled by `prefetch()` at call set-up and by every write, so
 the prompt path never touches the database. Writes are compare-and-set on the document's revision
-inside a transaction (`SELECT ... FOR UPDATE`), so two writers can never both win.
+inside a transaction holding a per-document advisory lock, so two writers can never both win.
 """
 
 from __future__ import annotations
@@ -126,8 +126,11 @@ class PgvectorProvider:
     async def _write(self, conn: AsyncConnection[Any], owner: str, change: MemoryChange, context: ChangeContext,
                      retention_s: float, lines: builtins.list[str],
                      vectors: builtins.list[Any] | None) -> tuple[MemoryDocument, float]:
+        # Row locks cannot serialise the first write of a document (there is no row yet), so writers of one
+        # document queue on an advisory lock for the rest of this transaction, on every node.
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"{owner}:{change.scope}",))
         cursor = await conn.execute(
-            "SELECT revision, expires_at > now() FROM memories WHERE owner_key = %s AND scope = %s FOR UPDATE",
+            "SELECT revision, expires_at > now() FROM memories WHERE owner_key = %s AND scope = %s",
             (owner, change.scope),
         )
         row = await cursor.fetchone()
