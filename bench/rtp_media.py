@@ -25,12 +25,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+# numpy's OpenBLAS threads would spin on the server's core for nothing: the media path does no BLAS.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from internal.audio.g711 import PCMU
-from internal.audio.rtp_session import RtpPortAllocator, RtpSession
+from internal.audio.rtp_session import RtpPortAllocator, RtpSession, RtpStats
 from internal.audio.scheduler import PacedScheduler
 
 SO_TIMESTAMPNS = 35  # Linux; not exported by Python's socket module
@@ -43,6 +46,17 @@ def raise_fd_limit() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def cpu_busy_seconds(cpu: int) -> float:
+    """Time CPU `cpu` spent doing anything (all processes, interrupts), from /proc/stat."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    for line in Path("/proc/stat").read_text().splitlines():
+        fields = line.split()
+        if fields[0] == f"cpu{cpu}":
+            values = [int(v) for v in fields[1:9]]
+            return (sum(values) - values[3] - values[4]) / ticks  # minus idle and iowait
+    return 0.0
 
 
 def pin(cpu: int) -> bool:
@@ -173,7 +187,47 @@ def tone_frame() -> bytes:
     return (8000 * np.sin(2 * np.pi * 400 * t)).astype("<i2").tobytes()
 
 
-async def run_step(calls: int, seconds: float, warmup: float, port_base: int, pinned: bool) -> dict[str, Any]:
+class BareSession:
+    """The bare media loop of docs: MEDIA-PERFORMANCE.md's best row, as this machine's own ceiling:
+    same scheduler and sockets, but no parsing, codec, jitter buffer, DTMF, RTCP or statistics."""
+
+    def __init__(self, allocator: RtpPortAllocator, scheduler: PacedScheduler) -> None:
+        self._allocator = allocator
+        self._pair = allocator.allocate("127.0.0.1")
+        self.local_port = self._pair.port
+        self._scheduler = scheduler
+        self._remote: tuple[str, int] | None = None
+        self._packet = bytes([0x80, PCMU]) + bytes(10) + bytes([0xFF]) * 160
+        self._seq = 0
+
+    def start(self, remote: tuple[str, int] | None) -> None:
+        asyncio.get_running_loop().add_reader(self._pair.rtp.fileno(), self._readable)
+        self._stream = self._scheduler.add(self._tick)
+
+    def _readable(self) -> None:
+        while True:
+            try:
+                _, self._remote = self._pair.rtp.recvfrom(2048)
+            except BlockingIOError:
+                return
+
+    def _tick(self) -> None:
+        if self._remote is not None:
+            self._seq = (self._seq + 1) & 0xFFFF
+            self._pair.rtp.sendto(self._packet[:2] + self._seq.to_bytes(2, "big") + self._packet[4:], self._remote)
+
+    def stats(self) -> RtpStats:
+        return RtpStats(0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, None)
+
+    def close(self) -> None:
+        asyncio.get_running_loop().remove_reader(self._pair.rtp.fileno())
+        self._scheduler.remove(self._stream)
+        self._allocator.release(self._pair)
+
+
+async def run_step(
+    calls: int, seconds: float, warmup: float, port_base: int, pinned: bool, bare: bool
+) -> dict[str, Any]:
     scheduler = PacedScheduler()
     allocator = RtpPortAllocator(port_base, port_base + 2 * calls + 200)
     frame = tone_frame()
@@ -182,14 +236,18 @@ async def run_step(calls: int, seconds: float, warmup: float, port_base: int, pi
     def sink(pcm: bytes) -> None:
         frames_heard[0] += 1
 
-    sessions = [
-        RtpSession(
-            local_host="127.0.0.1", allocator=allocator, scheduler=scheduler, payload_type=PCMU,
-            dtmf_payload_type=101, symmetric=True, timeout_s=60.0, jitter_ms=40,
-            source=lambda: frame, sink=sink, on_dtmf=lambda digit: None, on_timeout=lambda: None,
-        )
-        for _ in range(calls)
-    ]
+    sessions: list[RtpSession] | list[BareSession]
+    if bare:
+        sessions = [BareSession(allocator, scheduler) for _ in range(calls)]
+    else:
+        sessions = [
+            RtpSession(
+                local_host="127.0.0.1", allocator=allocator, scheduler=scheduler, payload_type=PCMU,
+                dtmf_payload_type=101, symmetric=True, timeout_s=60.0, jitter_ms=40,
+                source=lambda: frame, sink=sink, on_dtmf=lambda digit: None, on_timeout=lambda: None,
+            )
+            for _ in range(calls)
+        ]
     for session in sessions:
         session.start(None)  # symmetric RTP: answer wherever the load generator sends from
     child = await asyncio.create_subprocess_exec(
@@ -201,10 +259,12 @@ async def run_step(calls: int, seconds: float, warmup: float, port_base: int, pi
     await child.stdin.drain()
     assert (await child.stdout.readline()).strip() == b"ready"
     await asyncio.sleep(0.05 + warmup)
-    cpu0, wall0 = time.process_time(), time.monotonic()
+    cpu0, wall0, core0 = time.process_time(), time.monotonic(), cpu_busy_seconds(0)
     await asyncio.sleep(seconds)
     cpu = time.process_time() - cpu0
     wall = time.monotonic() - wall0
+    # What else ran on the server's core meanwhile: on a shared machine this is why figures move.
+    others = max(cpu_busy_seconds(0) - core0 - cpu, 0.0) if pinned else float("nan")
     result = json.loads(await child.stdout.readline())
     await child.wait()
     stats = [s.stats() for s in sessions]
@@ -216,6 +276,7 @@ async def run_step(calls: int, seconds: float, warmup: float, port_base: int, pi
         "calls": calls,
         "cpu_percent": cpu_percent,
         "cpu_percent_per_call": cpu_percent / calls,
+        "others_on_core_percent": 100 * others / wall,
         "server_send_p99_ms": float(np.percentile([s.send_jitter_p99_ms for s in stats], 99)),
         "to_server_lost": sum(s.lost for s in stats),
         "to_server_late": sum(s.late for s in stats),
@@ -226,17 +287,19 @@ async def run_step(calls: int, seconds: float, warmup: float, port_base: int, pi
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     header = (
-        f"{'calls':>6} {'CPU %':>7} {'CPU %/call':>10} {'gap p50':>8} {'gap p99':>8} {'gap max':>8} "
+        f"{'calls':>6} {'CPU %':>7} {'CPU %/call':>10} {'others %':>8} {'gap p50':>8} {'gap p99':>8} {'gap max':>8} "
         f"{'srv p99':>8} {'lost ->srv':>10} {'lost srv->':>10} {'late':>6} {'lg late p99':>11}"
     )
     print()
-    print("send-interval deviation from 20 ms at the receiver, ms (gap), server-measured p99 (srv p99)")
+    print("send-interval deviation from 20 ms at the receiver, ms (gap), server-measured p99 (srv p99);")
+    print("others %: CPU time other processes and interrupts took on the server's core during the step")
     print(header)
     print("-" * len(header))
     for r in rows:
         lost_from = r["expected"] - r["received"]
         print(
             f"{r['calls']:>6} {r['cpu_percent']:>7.1f} {r['cpu_percent_per_call']:>10.3f} "
+            f"{r['others_on_core_percent']:>8.1f} "
             f"{r['gap_dev_p50_ms']:>8.2f} {r['gap_dev_p99_ms']:>8.2f} {r['gap_dev_max_ms']:>8.1f} "
             f"{r['server_send_p99_ms']:>8.2f} {r['to_server_lost']:>10} {lost_from:>10} "
             f"{r['to_server_late']:>6} {r['loadgen_send_late_p99_ms']:>11.2f}"
@@ -246,7 +309,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     for calls in args.calls:
-        row = await run_step(calls, args.seconds, args.warmup, args.port_base, args.pinned)
+        row = await run_step(calls, args.seconds, args.warmup, args.port_base, args.pinned, args.bare)
         rows.append(row)
         verdict = "ok" if row["gap_dev_p99_ms"] < 5 and row["expected"] == row["received"] else "over the limit"
         print(
@@ -266,6 +329,7 @@ def main() -> None:
     parser.add_argument("--port-base", type=int, default=40000, help="first RTP port of the server")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
     parser.add_argument("--no-pin", action="store_true", help="let the OS place both processes")
+    parser.add_argument("--bare", action="store_true", help="measure a bare media loop instead (the ceiling)")
     parser.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.loadgen:
@@ -276,6 +340,7 @@ def main() -> None:
     args.pinned = not args.no_pin and pin(0)
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
+        f"{'BARE media loop (baseline)' if args.bare else 'RtpSession'}; "
         f"server pinned to CPU 0, load generator to CPU 1: {args.pinned}; {args.seconds:g} s per step; "
         f"load average before: {load}",
         flush=True,

@@ -9,6 +9,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = [
     ["turn_latency.py", "--turns", "200", "--local"],
+    ["memory.py", "--scales", "10000,100000,1000000", "--samples", "500"],
 ]
 
 
