@@ -25,14 +25,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import percentiles, progress, save, table  # noqa: E402
-from internal.config.providers import MemoryConfig, PgvectorConfig  # noqa: E402
-from internal.db import Database, EmbeddedPostgres  # noqa: E402
-from internal.memory.owner import OwnerKeys  # noqa: E402
-from internal.memory.provider import ChangeContext, MemoryChange  # noqa: E402
-from internal.memory.providers.pgvector import PgvectorProvider  # noqa: E402
-from internal.memory.runtime import DAY_S, FrontendMemoryRuntime  # noqa: E402
-from internal.rag.embedding import WordLlamaEmbedder  # noqa: E402
+from bench.common import percentiles, progress, save, table
+from internal.config.providers import MemoryConfig, PgvectorConfig
+from internal.db import Database, EmbeddedPostgres
+from internal.memory.owner import OwnerKeys
+from internal.memory.provider import ChangeContext, MemoryChange
+from internal.memory.providers.pgvector import PgvectorProvider
+from internal.memory.runtime import DAY_S, FrontendMemoryRuntime
+from internal.rag.embedding import WordLlamaEmbedder
 
 LINES_PER_OWNER = 5
 BATCH = 50_000
