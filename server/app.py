@@ -18,6 +18,7 @@ from internal.tts.base import TextToSpeech
 from internal.web import STATIC_DIR
 from server.errors import install_error_handlers
 from server.gateway import Gateway
+from server.routes_memory import install_memory_routes
 from server.routes_webrtc import install_webrtc_routes
 
 
@@ -63,4 +64,5 @@ def create_gateway_application(config: Config | None = None, *, tools: ToolRegis
         return FileResponse(STATIC_DIR / "index.html")
 
     install_webrtc_routes(app, gateway)
+    install_memory_routes(app, gateway)
     return app
