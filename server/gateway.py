@@ -115,10 +115,32 @@ class Gateway:
         if config.memory.injection == "retrieval":
             services.turn_memory = session_memory.turn_memory
         sessions.add_end_hook(session_memory.end)
+        self._start_learning(session_memory)
         sweeper = RetentionSweeper(runtime, config.memory.sweep_interval_s)
         sweeper.start()
         self._stack.push_async_callback(sweeper.stop)
         self.memory, self.session_memory = runtime, session_memory
+
+    def _start_learning(self, session_memory: SessionMemory) -> None:
+        """Reconciliation and session digests after each call, when configured."""
+        from internal.llm.openai import OpenAIChatModel
+        from internal.memory.reconcile import Reconciler, SessionDigestRecorder
+
+        memory = self.config.memory
+        key = memory.api_key or self.config.openai.api_key
+        model = None
+        if key:
+            model = OpenAIChatModel(self.config.openai, model=memory.model or None,
+                                    base_url=memory.base_url or None, api_key=key)
+            self._stack.push_async_callback(model.aclose)
+        automatic = memory.auto if memory.auto is not None else bool(key)
+        if automatic and model is not None:
+            session_memory.after_session.append(Reconciler(session_memory.runtime, model))
+        elif automatic:
+            log.warning("memory.auto is on but no model key is configured ([memory] api_key or [openai] api_key)")
+        if memory.session_digests:
+            session_memory.after_session.append(
+                SessionDigestRecorder(session_memory.runtime, model, memory.digest_retention_days))
 
     async def open_session(self, identity: CallerIdentity, transport: TransportKind) -> Session:
         """A new session for a verified (or anonymous) caller, with their memory loaded when enabled.

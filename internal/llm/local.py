@@ -32,7 +32,7 @@ _WRITES: list[tuple[str, re.Pattern[str]]] = [
     ("assistant_name", re.compile(r"\bcall yourself " + _NAME)),
     ("short", re.compile(r"\b(?:keep (?:your |it |the )?(?:answers?|replies|reply|it) (?:short|shorter|brief)|"
                          r"be brief|shorter answers)\b")),
-    ("remember", re.compile(r"\bremember (?:that )?(?P<what>.+)")),
+    ("remember", re.compile(r"(?<!you )(?<!you not )\bremember (?:that )?(?!about me|me\b)(?P<what>.+)")),
 ]
 _QUESTIONS: list[tuple[str, re.Pattern[str]]] = [
     ("goodbye", re.compile(r"\b(good ?bye|bye|hang up|that's all|that is all)\b")),

@@ -1,0 +1,150 @@
+"""After a call: automatic reconciliation and session digests.
+
+Reconciliation asks a small OpenAI-compatible model (`memory.model`, any compatible endpoint, a local
+Ollama included) to fill gaps the call left in the caller's documents: explicit long-term directives
+("from now on call me Sam", "keep it short") go to `user`, stable facts and decisions to `memory`. It
+proposes constrained edits that go through the runtime like any other (exact edits, filtering, audit);
+it never infers a form of address or a preference the caller did not state, and never touches the
+assistant profile. Sensitive data is removed from the transcript before the model sees it.
+
+A session digest (when `memory.session_digests` is on) records a call's topics and a gist of at most
+50 characters for the `recall` tool; it is never injected into prompts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections import Counter
+from typing import Any
+
+from internal.llm.base import ChatModel, LlmError
+from internal.memory.provider import ChangeContext
+from internal.memory.records import SessionDigest
+from internal.memory.runtime import DAY_S, FrontendMemoryRuntime, MemoryRuntimeError
+from internal.pipeline.rolling_summary import format_transcript_for_summary
+from internal.session.session import Session
+
+log = logging.getLogger(__name__)
+
+MAX_EDITS = 6
+RECONCILE_TIMEOUT_S = 30.0
+RECONCILE_SYSTEM_PROMPT = """You maintain a voice assistant's long-term memory about one caller.
+You get the caller's two memory documents and the transcript of a call that just ended.
+Propose the smallest set of edits that records what the call established and the documents lack:
+- "user": long-term directives the caller EXPLICITLY gave about how to treat them (how to address them,
+  how to reply, language). Never infer a name, form of address or preference they did not state.
+- "memory": stable facts and decisions about the caller (name they gave, plan, orders, commitments).
+Skip anything already present, small talk, one-off requests for this call only, and anything the caller
+asked not to keep. Never record payment details, passwords or identity numbers.
+Each edit is one of:
+  {"document": "user"|"memory", "action": "append", "content": "- one line"}
+  {"document": "user"|"memory", "action": "replace", "old_text": "exact existing text", "new_text": "..."}
+Use replace (exact old_text from the documents) to correct or remove (empty new_text) an outdated line.
+Answer with JSON only: {"edits": [...]} with at most 6 edits, or {"edits": []}."""
+
+DIGEST_SYSTEM_PROMPT = """Summarise this call for a later "what did we talk about" question.
+Answer with JSON only: {"topics": ["up to 4 short topics"], "gist": "at most 50 characters"}."""
+
+_STOP = set("""that this with have from what your about would there their they them then than were been into just
+like know want well yeah okay right sure thank thanks hello goodbye please could should need also really
+call calling today tomorrow the and for are you can get but not all any had her his its one our out who why
+how when where which will""".split())
+
+
+def parse_json_object(text: str) -> dict[str, Any]:
+    """The first JSON object in a model's answer (models wrap JSON in prose or code fences)."""
+    match = re.search(r"\{.*\}", text, re.DOTALL)
+    if not match:
+        raise ValueError("no JSON object in the answer")
+    value = json.loads(match.group())
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    return value
+
+
+def valid_edits(value: dict[str, Any]) -> list[dict[str, str]]:
+    """The well-formed edits of a model's proposal (anything else is dropped, never guessed at)."""
+    edits = []
+    for edit in value.get("edits", [])[:MAX_EDITS] if isinstance(value.get("edits"), list) else []:
+        if not isinstance(edit, dict) or edit.get("document") not in ("user", "memory"):
+            continue
+        if edit.get("action") == "append" and isinstance(edit.get("content"), str) and edit["content"].strip():
+            edits.append({"document": edit["document"], "action": "append", "content": edit["content"]})
+        elif edit.get("action") == "replace" and isinstance(edit.get("old_text"), str) and edit["old_text"]:
+            edits.append({"document": edit["document"], "action": "replace", "old_text": edit["old_text"],
+                          "new_text": str(edit.get("new_text") or "")})
+    return edits
+
+
+def keyword_topics(text: str, limit: int = 3) -> list[str]:
+    words = [w for w in re.findall(r"[a-z]{4,}", text.lower()) if w not in _STOP]
+    return [word for word, _ in Counter(words).most_common(limit)]
+
+
+def fallback_digest(session: Session) -> SessionDigest:
+    said = [e.text for e in session.conversation.transcript.entries() if e.role == "user" and e.text.strip()]
+    gist = (said[0] if said else "a short call").strip()
+    if len(gist) > 50:
+        gist = gist[:49].rsplit(" ", 1)[0] + "…"
+    return SessionDigest(session.id, keyword_topics(" ".join(said)), gist)
+
+
+class Reconciler:
+    def __init__(self, runtime: FrontendMemoryRuntime, model: ChatModel) -> None:
+        self.runtime = runtime
+        self.model = model
+
+    async def __call__(self, session: Session, owner: str) -> None:
+        transcript = self.runtime.sensitive.redact(format_transcript_for_summary(session.conversation.transcript
+                                                                                 .entries()))
+        if not transcript.strip():
+            return
+        documents = await self.runtime.latest(owner)
+        prompt = (f"USER document:\n{documents['user'].content or '(empty)'}\n\n"
+                  f"MEMORY document:\n{documents['memory'].content or '(empty)'}\n\nTRANSCRIPT:\n{transcript}")
+        try:
+            answer = await self.model.complete(RECONCILE_SYSTEM_PROMPT, prompt, RECONCILE_TIMEOUT_S)
+            edits = valid_edits(parse_json_object(answer))
+        except (LlmError, ValueError) as exc:
+            log.warning("memory reconciliation skipped: %s", exc)
+            return
+        applied = 0
+        for edit in edits:
+            try:
+                outcome = await self.runtime.edit(owner, edit["document"], edit["action"],  # type: ignore[arg-type]
+                                                  content=edit.get("content", ""), old_text=edit.get("old_text", ""),
+                                                  new_text=edit.get("new_text", ""),
+                                                  context=ChangeContext("reconciliation", session.id))
+                applied += int(outcome.changed)
+            except MemoryRuntimeError as exc:
+                log.info("a reconciliation edit was refused", extra={"code": getattr(exc, "code", "")})
+        log.info("memory reconciled", extra={"proposed": len(edits), "applied": applied})
+
+
+class SessionDigestRecorder:
+    def __init__(self, runtime: FrontendMemoryRuntime, model: ChatModel | None, retention_days: float) -> None:
+        self.runtime = runtime
+        self.model = model
+        self.retention_s = retention_days * DAY_S
+
+    async def __call__(self, session: Session, owner: str) -> None:
+        add = getattr(self.runtime.provider, "add_session_digest", None)
+        if add is None:
+            return
+        digest = fallback_digest(session)
+        if self.model is not None:
+            transcript = self.runtime.sensitive.redact(
+                format_transcript_for_summary(session.conversation.transcript.entries()))
+            try:
+                value = parse_json_object(await self.model.complete(DIGEST_SYSTEM_PROMPT, transcript,
+                                                                    RECONCILE_TIMEOUT_S))
+                topics = [str(t)[:40] for t in value.get("topics", [])][:4] or digest.topics
+                gist = str(value.get("gist") or digest.gist)[:50]
+                digest = SessionDigest(session.id, topics, gist)
+            except (LlmError, ValueError) as exc:
+                log.info("session digest from the model failed; using keywords: %s", exc)
+        digest = SessionDigest(digest.session_id, [self.runtime.sensitive.redact(t) for t in digest.topics],
+                               self.runtime.sensitive.redact(digest.gist)[:50])
+        await add(owner, digest, self.retention_s)
