@@ -11,7 +11,7 @@ serve:
 
 test:
 	@scripts/bootstrap.sh test
-	$(VENV)/bin/ruff check server internal tests bench scripts
+	$(VENV)/bin/ruff check server internal tests bench scripts examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 

@@ -5,7 +5,11 @@ tone and receiving the load generator's stream through its jitter buffer. The lo
 process started from this file with --loadgen, plain Python and raw sockets) sends 172-byte packets
 every 20 ms per call and timestamps the server's packets in the kernel (SO_TIMESTAMPNS), so its own
 scheduling delays do not pollute the send-interval figures. With two or more CPUs the server is pinned
-to CPU 0 and the load generator to CPU 1, as in docs: MEDIA-PERFORMANCE.md.
+to CPU 0 and the load generator to CPU 1, as in the team's measured limits (MEDIA-PERFORMANCE).
+
+`--bare` runs the bare media loop of those measurements instead (same scheduler and sockets, no RTP
+parsing, codec, jitter buffer, DTMF, RTCP or statistics): the ceiling on the machine at hand, so a
+loaded or slower machine can be told apart from a slower session.
 
     .venv/bin/python bench/rtp_media.py --calls 100,200,400 --seconds 10
 """
@@ -188,7 +192,7 @@ def tone_frame() -> bytes:
 
 
 class BareSession:
-    """The bare media loop of docs: MEDIA-PERFORMANCE.md's best row, as this machine's own ceiling:
+    """The bare media loop (the measured limits' best design), as this machine's own ceiling:
     same scheduler and sockets, but no parsing, codec, jitter buffer, DTMF, RTCP or statistics."""
 
     def __init__(self, allocator: RtpPortAllocator, scheduler: PacedScheduler) -> None:
@@ -217,7 +221,7 @@ class BareSession:
             self._pair.rtp.sendto(self._packet[:2] + self._seq.to_bytes(2, "big") + self._packet[4:], self._remote)
 
     def stats(self) -> RtpStats:
-        return RtpStats(0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, None)
+        return RtpStats(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, None)
 
     def close(self) -> None:
         asyncio.get_running_loop().remove_reader(self._pair.rtp.fileno())

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
+from internal.audio.dtmf import DtmfSender
 from internal.audio.g711 import PCMA, PCMU, alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 from internal.audio.rtp import RtpPacket, rtp_header
 from internal.audio.rtp_session import RtpPortAllocator, RtpPortsExhausted, RtpSession
@@ -351,6 +352,31 @@ async def test_malformed_and_unknown_packets_are_counted_not_raised(
     assert stats.malformed == 4 and stats.ignored == 1
     await wait_for(lambda: len(peer.received) >= 3)
     assert all(len(frame) == 320 for frame in peer.received)
+
+
+async def test_a_stale_backlog_is_shed_but_key_presses_in_it_are_kept(
+    sessions: Sessions, raw_peer: socket.socket
+) -> None:
+    peer = Peer()
+    session = sessions.open(peer, jitter_ms=40, symmetric=False)  # the buffer holds at most 8 packets
+    session.start(raw_peer.getsockname())
+    target = ("127.0.0.1", session.local_port)
+    # 40 packets land before the session reads any: what a stalled event loop finds afterwards.
+    event = event_payloads("5")
+    for seq in range(40):
+        if 3 <= seq < 3 + len(event):
+            packet = rtp_header(DTMF_PT, seq, 3 * 160, 9, seq == 3) + event[seq - 3]
+        else:
+            packet = rtp_header(PCMU, seq, seq * 160, 9) + b"\xff" * 160
+        raw_peer.sendto(packet, target)
+    await wait_for(lambda: session.stats().packets_received + session.stats().shed >= 40)
+    stats = session.stats()
+    assert stats.shed == 30 - len(event) and stats.packets_received == 10 + len(event)
+    await wait_for(lambda: peer.digits == ["5"])
+
+
+def event_payloads(digit: str) -> list[bytes]:
+    return [event.serialize() for event in DtmfSender().events(digit)]
 
 
 async def test_rtcp_reports_give_a_round_trip_time(sessions: Sessions) -> None:
