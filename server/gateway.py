@@ -52,6 +52,8 @@ class Gateway:
         self._memory_provider = memory_provider
         self.memory: FrontendMemoryRuntime | None = None
         self.session_memory: SessionMemory | None = None
+        self.sip: Any = None  # internal.sip.ua.UserAgent when SIP is enabled
+        self.sip_calls: Any = None  # internal.sip.voice.VoiceCallHandler
         self.tools = tools if tools is not None else ToolRegistry()
         self._given = {"stt": stt, "tts": tts, "model": model}
         self.stt: SpeechToText | None = stt
@@ -93,6 +95,8 @@ class Gateway:
             self._start_memory(self.services, self.sessions)
         self.sessions.start()
         self._stack.push_async_callback(self.sessions.shutdown)
+        if config.sip.enabled:
+            await self._start_sip()
         self.started = True
         log.info("gateway started")
 
@@ -120,6 +124,29 @@ class Gateway:
         sweeper.start()
         self._stack.push_async_callback(sweeper.stop)
         self.memory, self.session_memory = runtime, session_memory
+
+    async def _start_sip(self) -> None:
+        """The SIP user agent and the voice-call handler; shut down first, so every call gets its BYE."""
+        from internal.audio.rtp_ports import RtpPortAllocator
+        from internal.audio.scheduler import PacedScheduler
+        from internal.sip.ua import UserAgent
+        from internal.sip.voice import VoiceCallHandler
+
+        config = self.config
+        assert self.sessions is not None
+        sessions = self.sessions
+        scheduler = PacedScheduler()
+        self.sip_calls = VoiceCallHandler(
+            config.sip, open_session=self.open_session,
+            new_pipeline=lambda session, rate, sink, greeting: self.new_pipeline(session, rate, sink, greeting),
+            end_session=sessions.end, at_capacity=sessions.at_capacity,
+            allocator=RtpPortAllocator(config.sip.rtp_port_min, config.sip.rtp_port_max), scheduler=scheduler,
+            greeting_outgoing=config.pipeline.greeting_outgoing)
+        self.sip = UserAgent(config.sip, self.sip_calls, digest_algorithms=tuple(config.sip.auth.algorithms))
+        self.sip_calls.ua = self.sip
+        await self.sip.start()
+        self._stack.callback(scheduler.close)
+        self._stack.push_async_callback(self.sip.shutdown, config.server.shutdown_timeout_s)
 
     def _start_learning(self, session_memory: SessionMemory) -> None:
         """Reconciliation and session digests after each call, when configured."""

@@ -79,7 +79,7 @@ def test_explicit_env_name_beats_conventional_secret_name(monkeypatch: pytest.Mo
         ("[server]\nport = 'eighty'\n", "server.port: must be a whole number (got 'eighty')"),
         ("[server]\nport = 70000\n", "server.port: must be < 65536 (got 70000)"),
         ("[server]\ndev_login = 'maybe'\n", "server.dev_login: must be true or false (got 'maybe')"),
-        ("[sip]\nbind = 'host:99999'\n", "sip.bind: port must be 1-65535 in 'host:99999'"),
+        ("[sip]\nbind = 'host:99999'\n", "sip.bind: port must be 0-65535 in 'host:99999'"),
         ("[sip]\ntrusted_peers = ['10.0.0.0/8', 'office']\n", "sip.trusted_peers: not an IP address or CIDR: 'office'"),
         ("[sip]\ntransports = []\n", "sip.transports: must name at least one"),
         ("[sip]\ntransports = ['sctp']\n", "sip.transports.0: must be one of 'udp' or 'tcp'"),

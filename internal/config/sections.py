@@ -40,8 +40,8 @@ def split_host_port(value: str, default_port: int) -> tuple[str, int]:
         raise ValueError(f"missing host in {value!r}")
     if not port_text:
         return host, default_port
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ValueError(f"port must be 1-65535 in {value!r}")
+    if not port_text.isdigit() or not 0 <= int(port_text) < 65536:
+        raise ValueError(f"port must be 0-65535 in {value!r} (0 picks a free port)")
     return host, int(port_text)
 
 
@@ -70,11 +70,17 @@ class ServerConfig(Section):
     _cidrs = field_validator("trusted_header_sources")(_check_cidrs)
 
 
+def _default_digest_algorithms() -> list[Literal["MD5", "SHA-256"]]:
+    return ["MD5", "SHA-256"]
+
+
 class SipAuthConfig(Section):
     enabled: bool = False
     realm: str = "voicegate"
     users: dict[str, str] = Field(default_factory=dict)
     nonce_ttl_s: int = Field(300, gt=0)
+    # Challenge order. Many phones (and sipp) answer only the first challenge and know only MD5.
+    algorithms: list[Literal["MD5", "SHA-256"]] = Field(default_factory=_default_digest_algorithms, min_length=1)
 
 
 class SipOutboundConfig(Section):

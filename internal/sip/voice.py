@@ -1,0 +1,288 @@
+"""Voice calls over SIP: the CallHandler that gives each dialog RTP media, a session and a pipeline.
+
+The UA (ua.py) speaks SIP; this module is what a call *is* to the rest of voicegate. Answering allocates
+an RTP port pair and a session (memory loaded for a verified caller); the ACK starts media and the
+greeting; a re-INVITE (hold, resume, new address or codec) updates the RTP session; the end of the
+dialog, whoever ends it, releases everything exactly once. Telephone audio stays at 8 kHz end to end
+(the pipeline runs at the transport's rate), so no frame is resampled on the hot path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from internal.audio.rtp_ports import RtpPortAllocator
+from internal.audio.rtp_session import MediaDirection, RtpSession
+from internal.audio.scheduler import PacedScheduler
+from internal.config.sections import SipConfig
+from internal.identity import CallerIdentity
+from internal.identity.phone import normalise_e164
+from internal.pipeline.events import Event, EventSink, StateEvent, TranscriptEvent
+from internal.pipeline.pipeline import VoicePipeline
+from internal.session import Session, SessionLimitReached, TransportKind
+from internal.sip.dialog import Dialog
+from internal.sip.handler import CallFailed, IncomingCall, Rejection
+from internal.sip.sdp import Negotiated, SessionDescription, build_answer, build_offer, negotiate
+from internal.sip.uri import SipUri
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 8000  # G.711: the pipeline of a SIP call runs at the codec's own rate
+RETRY_AFTER_S = "5"
+
+OpenSession = Callable[[CallerIdentity, TransportKind], Awaitable[Session]]
+NewPipeline = Callable[[Session, int, EventSink, str | None], VoicePipeline]
+EndSession = Callable[[Session, str], Awaitable[None]]
+
+
+class CallLog:
+    """The event sink of SIP calls: there is no DataChannel, so events go to the log (content fields are
+    dropped there unless telemetry.log_content is on)."""
+
+    def __init__(self, call_id: str) -> None:
+        self._call_id = call_id
+
+    def emit(self, event: Event) -> None:
+        if isinstance(event, TranscriptEvent) and event.final:
+            log.info("sip call transcript", extra={"call_id": self._call_id, "role": event.role, "text": event.text})
+        elif isinstance(event, StateEvent):
+            log.debug("sip call state", extra={"call_id": self._call_id, "state": event.state})
+
+
+def _direction(value: str) -> MediaDirection:
+    if value not in ("sendrecv", "sendonly", "recvonly", "inactive"):
+        raise ValueError(f"not an SDP direction: {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def media_address(config: SipConfig, toward: str) -> str:
+    """The address we put in SDP: sip.public_address, the bind host, or our interface toward the peer."""
+    if config.public_address:
+        return config.public_address
+    if config.bind_host not in ("0.0.0.0", "::", ""):
+        return config.bind_host
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((toward, 9))  # no packet is sent; this only picks the interface
+        return str(probe.getsockname()[0])
+    return "127.0.0.1"
+
+
+def callee_identity(target: str, region: str) -> CallerIdentity:
+    """Who we dial on an outbound call: the number we chose ourselves, so it can key memory."""
+    try:
+        user = SipUri.parse(target if ":" in target else f"sip:{target}").user or ""
+    except ValueError:
+        return CallerIdentity.anonymous("unparseable target")
+    number = normalise_e164(user, region) if user else None
+    return CallerIdentity("sip", number, "dialled by us") if number else CallerIdentity.anonymous("not a number")
+
+
+@dataclass
+class SipVoiceCall:
+    call_id: str
+    rtp: RtpSession
+    session: Session | None = None
+    pipeline: VoicePipeline | None = None
+    negotiated: Negotiated | None = None
+    ended: bool = False
+    # Where audio and DTMF go before the pipeline exists (outbound calls ring first).
+    route: dict[str, Any] = field(default_factory=dict)
+
+
+class VoiceCallHandler:
+    """Implements internal.sip.handler.CallHandler for voice calls; one per server."""
+
+    def __init__(self, config: SipConfig, *, open_session: OpenSession, new_pipeline: NewPipeline,
+                 end_session: EndSession, at_capacity: Callable[[], bool], allocator: RtpPortAllocator,
+                 scheduler: PacedScheduler, greeting_outgoing: str, jitter_ms: int | None = None) -> None:
+        self.config = config
+        self._open_session = open_session
+        self._new_pipeline = new_pipeline
+        self._end_session = end_session
+        self._at_capacity = at_capacity
+        self._allocator = allocator
+        self._scheduler = scheduler
+        self._greeting_outgoing = greeting_outgoing
+        self._codecs: list[str] = list(config.codecs)
+        self.calls: dict[str, SipVoiceCall] = {}
+        self.ua: Any = None  # set by the composition root once the UserAgent exists
+
+    # ---- inbound ---------------------------------------------------------------------------------
+
+    def admit(self, call: IncomingCall) -> Rejection | None:
+        if self._at_capacity():
+            return Rejection(503, "Service Unavailable", {"Retry-After": RETRY_AFTER_S})
+        return None
+
+    async def answer(self, call: IncomingCall, dialog: Dialog) -> SessionDescription:
+        if call.offer is None:
+            # Offerless INVITE: we offer in the 200 and learn the caller's answer from the ACK.
+            voice = self._new_call(dialog.call_id, call.source.host)
+            await self._attach_session(voice, call.identity, greeting=None)
+            return build_offer(media_address(self.config, call.source.host), voice.rtp.local_port,
+                               self._codecs, session_id=secrets.randbelow(2**31))
+        negotiated = negotiate(call.offer, self._codecs)  # NoCommonCodec -> 488, before any allocation
+        voice = self._new_call(dialog.call_id, call.source.host)
+        voice.negotiated = negotiated
+        try:
+            await self._attach_session(voice, call.identity, greeting=None)
+        except SessionLimitReached:
+            self._release(voice)
+            from internal.sip.handler import CallRejected
+
+            raise CallRejected(503, "Service Unavailable", {"Retry-After": RETRY_AFTER_S}) from None
+        voice.rtp.update((negotiated.remote_host, negotiated.remote_port), negotiated.payload_type,
+                         negotiated.dtmf_payload_type, _direction(negotiated.direction))
+        return build_answer(negotiated, media_address(self.config, call.source.host), voice.rtp.local_port,
+                            secrets.randbelow(2**31), offer=call.offer)
+
+    async def confirmed(self, dialog: Dialog) -> None:
+        voice = self.calls.get(dialog.call_id)
+        if voice is None or voice.ended:
+            return
+        if voice.negotiated is None and dialog.remote_sdp is not None:
+            negotiated = negotiate(dialog.remote_sdp, self._codecs)
+            voice.negotiated = negotiated
+            voice.rtp.update((negotiated.remote_host, negotiated.remote_port), negotiated.payload_type,
+                             negotiated.dtmf_payload_type, _direction(negotiated.direction))
+        await self._start_media(voice, dialog)
+
+    async def reinvite(self, dialog: Dialog, offer: SessionDescription | None) -> SessionDescription:
+        voice = self.calls.get(dialog.call_id)
+        if voice is None or offer is None:
+            from internal.sip.handler import CallRejected
+
+            raise CallRejected(488, "Not Acceptable Here")
+        negotiated = negotiate(offer, self._codecs)
+        voice.negotiated = negotiated
+        voice.rtp.update((negotiated.remote_host, negotiated.remote_port), negotiated.payload_type,
+                         negotiated.dtmf_payload_type, _direction(negotiated.direction))
+        log.info("sip call media updated", extra={"call_id": dialog.call_id, "direction": negotiated.direction,
+                                                  "codec": negotiated.codec})
+        peer = dialog.peer.host if dialog.peer else negotiated.remote_host
+        return build_answer(negotiated, media_address(self.config, peer), voice.rtp.local_port,
+                            secrets.randbelow(2**31), offer=offer)
+
+    async def ended(self, dialog: Dialog, reason: str) -> None:
+        voice = self.calls.pop(dialog.call_id, None)
+        if voice is None or voice.ended:
+            return
+        voice.ended = True
+        self._release(voice)
+        session = voice.session
+        if session is not None:
+            session.close_transport = None  # the dialog is already over: no BYE to send
+            await self._end_session(session, f"sip {reason}")
+        log.info("sip call ended", extra={"call_id": dialog.call_id, "reason": reason})
+
+    # ---- outbound --------------------------------------------------------------------------------
+
+    async def place_call(self, target: str, *, greeting: str | None = None) -> Session:
+        """Dial `target`; returns the session once answered (raises CallFailed otherwise)."""
+        if self._at_capacity():
+            raise CallFailed(503, "this server is at its live-session limit")
+        identity = callee_identity(target, self.config.default_region)
+        call_id = f"out-{secrets.token_hex(8)}"
+        toward = SipUri.parse(target if ":" in target else f"sip:{target}").host
+        voice = self._new_call(call_id, toward)
+        offer = build_offer(media_address(self.config, toward), voice.rtp.local_port, self._codecs,
+                            session_id=secrets.randbelow(2**31))
+        try:
+            outbound = await self.ua.call(target, offer)
+        except BaseException:
+            self._release(voice)
+            raise
+        dialog = outbound.dialog
+        voice.call_id = dialog.call_id
+        self.calls[dialog.call_id] = voice
+        self.calls.pop(call_id, None)
+        if outbound.answer is not None:
+            negotiated = negotiate(outbound.answer, self._codecs)
+            voice.negotiated = negotiated
+            voice.rtp.update((negotiated.remote_host, negotiated.remote_port), negotiated.payload_type,
+                             negotiated.dtmf_payload_type, _direction(negotiated.direction))
+        try:
+            await self._attach_session(voice, identity, greeting=greeting or self._greeting_outgoing or None)
+        except SessionLimitReached:
+            await self.ua.hangup(dialog)
+            raise CallFailed(503, "this server is at its live-session limit") from None
+        await self._start_media(voice, dialog)
+        assert voice.session is not None
+        return voice.session
+
+    # ---- shared ----------------------------------------------------------------------------------
+
+    def _new_call(self, call_id: str, toward: str) -> SipVoiceCall:
+        route: dict[str, Any] = {}
+
+        def source() -> bytes | None:
+            pipeline = route.get("pipeline")
+            return pipeline.pull_audio() if pipeline is not None else None
+
+        def sink(pcm: bytes) -> None:
+            pipeline = route.get("pipeline")
+            if pipeline is not None:
+                pipeline.push_audio(pcm)
+
+        def on_dtmf(digit: str) -> None:
+            pipeline = route.get("pipeline")
+            if pipeline is not None:
+                pipeline.push_dtmf(digit)
+
+        def on_timeout() -> None:
+            log.warning("no RTP from the caller; ending the call", extra={"call_id": call_id})
+            voice_ = self.calls.get(route.get("call_id", call_id))
+            if voice_ is not None and voice_.session is not None and voice_.session.close_transport is not None:
+                session = voice_.session
+
+                async def end() -> None:
+                    await self._end_session(session, "rtp timeout")
+
+                asyncio.get_running_loop().create_task(end())
+
+        rtp = RtpSession(local_host=self.config.bind_host, allocator=self._allocator, scheduler=self._scheduler,
+                         payload_type=0, dtmf_payload_type=None, symmetric=self.config.symmetric_rtp,
+                         timeout_s=self.config.rtp_timeout_s, jitter_ms=self.config.jitter_ms, source=source,
+                         sink=sink, on_dtmf=on_dtmf, on_timeout=on_timeout)
+        voice = SipVoiceCall(call_id, rtp, route=route)
+        route["call_id"] = call_id
+        self.calls[call_id] = voice
+        return voice
+
+    async def _attach_session(self, voice: SipVoiceCall, identity: CallerIdentity, greeting: str | None) -> None:
+        session = await self._open_session(identity, "sip")
+        voice.session = session
+        voice.pipeline = self._new_pipeline(session, SAMPLE_RATE, CallLog(voice.call_id), greeting)
+        log.info("sip call answered", extra={"call_id": voice.call_id, "session_id": session.id,
+                                             "identity_kind": identity.kind, "identity_reason": identity.reason})
+
+    async def _start_media(self, voice: SipVoiceCall, dialog: Dialog) -> None:
+        session, pipeline = voice.session, voice.pipeline
+        assert session is not None and pipeline is not None
+        voice.route["call_id"] = dialog.call_id
+
+        async def close_transport(reason: str) -> None:
+            if not voice.ended and self.ua is not None:
+                await self.ua.hangup(dialog)
+
+        async def hangup() -> None:
+            await self._end_session(session, "agent ended the call")
+
+        session.close_transport = close_transport
+        session.hangup = hangup
+        remote = (voice.negotiated.remote_host, voice.negotiated.remote_port) if voice.negotiated else None
+        voice.rtp.start(remote)
+        voice.route["pipeline"] = pipeline
+        await pipeline.start()
+
+    def _release(self, voice: SipVoiceCall) -> None:
+        voice.route.pop("pipeline", None)
+        with contextlib.suppress(Exception):
+            voice.rtp.close()
