@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from opentelemetry import trace
+
 from internal.config.sections import PipelineConfig
 from internal.llm.base import ChatModel
 from internal.pipeline.context import BUILTIN_PROMPT, ContextLayers, load_text
@@ -27,6 +29,7 @@ from internal.tts.base import TextToSpeech
 
 if TYPE_CHECKING:
     from internal.session.session import Session
+    from internal.telemetry.otel import Telemetry
 
 # Below this STT confidence a turn is "probably garbled" (when the engine reports confidence at all).
 LOW_CONFIDENCE_DIRECTIVES = (
@@ -78,6 +81,8 @@ class PipelineServices:
     policy: str = field(default="")
     skills: str = ""
     assistant_profile: str = ""
+    tracer: trace.Tracer = field(default_factory=trace.NoOpTracer)
+    telemetry: Telemetry | None = None
 
     def __post_init__(self) -> None:
         if not self.policy:

@@ -1,0 +1,291 @@
+"""The agent's side of a call: one reply at a time, interruptible, recorded, timed and traced.
+
+The pipeline (pipeline.py) decides *when* the agent answers; the Responder decides *how*: it builds
+the request from the session's conversation and context layers, runs the reply (reply.py), records
+what the caller actually heard, apologises when the model fails, and hangs up after a farewell. Each
+turn becomes a trace span with a child span per stage, and each stage's latency a metric.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import trace
+
+from internal.llm.base import ChatMessage, ChatRequest, LlmError, Turn
+from internal.pipeline.context import build_system_context
+from internal.pipeline.events import AgentState, EventSink, ResponseEvent, StateEvent, TimingEvent, TranscriptEvent
+from internal.pipeline.playout import Playout
+from internal.pipeline.reply import ReplyRunner, speak_text
+from internal.pipeline.services import PipelineServices, misunderstanding_note
+from internal.pipeline.tools import ToolContext
+from internal.session.session import Session
+
+log = logging.getLogger(__name__)
+
+APOLOGY = "Sorry, I'm having trouble answering right now. Could you try again?"
+NOT_UNDERSTOOD = "Sorry, I didn't catch that. Could you say it again?"
+STILL_NOT_UNDERSTOOD = ("I'm having trouble hearing you. You could try again from a quieter place, "
+                        "or use your keypad.")
+SESSION_SPAN = "telemetry.span"  # session.data key of the session's trace span
+
+
+@dataclass(slots=True)
+class TurnTimes:
+    """Monotonic moments of one turn, as the pipeline saw them (0.0: not applicable)."""
+
+    speech_ended: float = 0.0
+    final: float = 0.0
+    released: float = 0.0
+
+
+class Responder:
+    def __init__(self, session: Session, services: PipelineServices, playout: Playout, sink: EventSink,
+                 clock: Callable[[], float]) -> None:
+        self.session = session
+        self.services = services
+        self.config = services.config
+        self.playout = playout
+        self.sink = sink
+        self._clock = clock
+        self.state: AgentState = "listening"
+        self._task: asyncio.Task[None] | None = None
+        self._heard_at_interrupt: str | None = None
+        self._hangup_requested = False
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._first_frame_pending = False
+        self._released_at = 0.0
+        self._first_frame_at = 0.0
+        # time.time_ns() - monotonic, so spans recorded after the fact carry wall-clock times
+        self._wall_offset_ns = time.time_ns() - int(clock() * 1e9)
+
+    @property
+    def active(self) -> bool:
+        """A reply is running or its audio is still queued."""
+        return (self._task is not None and not self._task.done()) or self.playout.active
+
+    # ---- running replies -------------------------------------------------------------------------
+
+    def start(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run one reply (made lazily, so a reply cancelled before it starts leaves no coroutine behind)."""
+        previous = self._task
+        if previous is not None and not previous.done():
+            previous.cancel()
+        self._drained.clear()
+        self._task = asyncio.create_task(self._guarded(work), name="reply")
+
+    async def _guarded(self, work: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await work()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("reply failed")
+            self.set_state("listening")
+
+    def interrupt(self, reason: str) -> None:
+        """Barge-in: stop playback now (within this frame) and cancel the reply in flight."""
+        task = self._task
+        if task is None or task.done():
+            if self.playout.active:
+                self.playout.clear()
+            return
+        log.info("agent interrupted", extra={"reason": reason})
+        # Silence first, in this very tick; the reply task records what was heard when it unwinds.
+        self._heard_at_interrupt = self.playout.clear()
+        self.playout.ducked = False
+        task.cancel()
+
+    async def cancel(self) -> None:
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def _take_heard(self) -> str:
+        heard = self._heard_at_interrupt
+        self._heard_at_interrupt = None
+        return heard if heard is not None else self.playout.clear()
+
+    def frame_pulled(self, frame: bytes | None) -> None:
+        """Called by the pipeline for every outbound tick: first-audio timing and drain detection."""
+        if frame is not None and self._first_frame_pending:
+            self._first_frame_pending = False
+            self._first_frame_at = self._clock()
+            self.set_state("speaking")
+            if self._released_at:
+                self.timing("first_audio", (self._first_frame_at - self._released_at) * 1000.0)
+        if frame is None and not self._drained.is_set() and not self.playout.active:
+            self._drained.set()
+
+    async def _wait_drained(self) -> None:
+        if not self.playout.active:
+            self._drained.set()
+            return
+        self._drained.clear()
+        await self._drained.wait()
+
+    # ---- what the agent says ---------------------------------------------------------------------
+
+    async def announce(self, text: str, record: bool = True) -> None:
+        """Speak fixed text (greeting, apology) without the model; interruptible like any reply."""
+        self._first_frame_pending = True
+        try:
+            await speak_text(text, self.services.tts, self.playout, lambda: None)
+            await self._wait_drained()
+        except asyncio.CancelledError:
+            heard = self._take_heard()
+            if record:
+                self._record_agent(heard, interrupted=True, intended=text)
+            self.set_state("listening")
+            raise
+        if record:
+            self._record_agent(text)
+        self.set_state("listening")
+
+    def not_understood(self) -> None:
+        conversation = self.session.conversation
+        conversation.misunderstanding_streak += 1
+        too_many = conversation.misunderstanding_streak > self.config.max_misunderstandings
+        text = STILL_NOT_UNDERSTOOD if too_many else NOT_UNDERSTOOD
+        self.start(lambda: self.announce(text))
+
+    async def respond(self, turn: Turn, confidence: float | None, times: TurnTimes) -> None:
+        self._released_at = times.released or self._clock()
+        parent = self.session.data.get(SESSION_SPAN)
+        context = trace.set_span_in_context(parent) if parent is not None else None
+        span = self.services.tracer.start_span("turn", context=context,
+                                               start_time=self._ns(times.speech_ended or self._released_at))
+        try:
+            with trace.use_span(span, end_on_exit=False):
+                await self._respond(turn, confidence, times, span)
+        finally:
+            span.end(end_time=self._ns(self._clock()))
+
+    async def _respond(self, turn: Turn, confidence: float | None, times: TurnTimes, span: Any) -> None:
+        conversation = self.session.conversation
+        conversation.turns += 1
+        number = conversation.turns
+        span.set_attribute("voicegate.turn", number)
+        self._stage_span("endpointing", times.speech_ended, times.released)
+        self._stage_span("stt", times.speech_ended, times.final)
+        user_text = turn.text if turn.text else f"[The caller pressed keypad keys: {' '.join(turn.dtmf)}]"
+        conversation.transcript.add("user", user_text)
+        conversation.history.append(ChatMessage("user", user_text))
+        if turn.dtmf:
+            self.sink.emit(TranscriptEvent(role="user", text=user_text, final=True))
+        conversation.misunderstanding_streak, turn.note = misunderstanding_note(
+            confidence, self.config.min_confidence, conversation.misunderstanding_streak)
+        conversation.summary.maybe_refresh(conversation.transcript.entries())
+        with self.services.tracer.start_as_current_span("memory.refresh"):
+            await self.services.before_turn(self.session)
+        self.set_state("thinking")
+        self._first_frame_pending = True
+        turn.summary = conversation.summary.text
+        if self.services.retrieve is not None and turn.text:
+            with self.services.tracer.start_as_current_span("retrieval"):
+                turn.context = await self.services.retrieve(self.session, turn.text)
+        layers = self.services.context(self.session)
+        if self.services.turn_memory is not None and turn.text:
+            with self.services.tracer.start_as_current_span("memory.read"):
+                relevant = await self.services.turn_memory(self.session, turn.text)
+            if relevant is not None:
+                layers.memory = relevant
+        turn.memory = "\n".join(part for part in (layers.user_preferences, layers.memory) if part)
+        turn.interrupted_text = self.session.data.pop("interrupted_text", "")
+        tool_context = ToolContext(self.session.id, self.session.resource_id, number, self._request_hangup,
+                                   extras={"session": self.session})
+        request = ChatRequest(
+            session_id=self.session.id,
+            resource_id=self.session.resource_id,
+            system=build_system_context(layers, summary=turn.summary, knowledge=turn.context, note=turn.note),
+            messages=list(conversation.recent_history()),
+            turn=turn,
+            tools=self.services.tools.specs(tool_context),
+            agent_system=layers.skills,
+        )
+        runner = ReplyRunner(self.services.model, self.services.tts, self.services.tools, self.playout)
+        started = self._clock()
+        first_audio: list[float] = []
+
+        def audio_ready() -> None:
+            first_audio.append(self._clock())
+            self.timing("tts_first_audio", (first_audio[0] - started) * 1000.0, number)
+
+        try:
+            try:
+                async with asyncio.timeout(self.config.turn_timeout_s):
+                    result = await runner.run(request, tool_context, conversation.history, audio_ready)
+            except (LlmError, TimeoutError) as exc:
+                log.error("turn failed: %s", exc if isinstance(exc, LlmError) else "timed out", extra={"turn": number})
+                span.set_attribute("voicegate.outcome", "failed")
+                self.playout.clear()
+                await self.announce(APOLOGY)
+                return
+            first_token = result.timings.first_token
+            if first_token is not None:
+                self.timing("llm_first_token", (first_token - started) * 1000.0, number)
+                self._stage_span("llm.first_token", started, first_token)
+                if first_audio:
+                    self._stage_span("tts.first_audio", first_token, first_audio[0])
+            span.set_attribute("voicegate.tool_calls", result.tool_calls)
+            if result.text:
+                self.sink.emit(ResponseEvent(text=result.text))
+            await self._wait_drained()
+        except asyncio.CancelledError:
+            # Barge-in or hang-up, while generating or while speaking: keep what the caller heard.
+            heard = self._take_heard()
+            intended = " ".join(runner.spoken)
+            self._record_agent(heard, interrupted=True, intended=intended)
+            self.session.data["interrupted_text"] = intended
+            self.sink.emit(ResponseEvent(text=heard, interrupted=True))
+            span.set_attribute("voicegate.outcome", "interrupted")
+            self.set_state("listening")
+            raise
+        self.playout.finish_turn()
+        self._record_agent(result.text)
+        span.set_attribute("voicegate.outcome", "answered")
+        self.set_state("listening")
+        await self.services.after_turn(self.session)
+        if self._hangup_requested and self.session.hangup is not None:
+            await self.session.hangup()
+
+    def _record_agent(self, text: str, interrupted: bool = False, intended: str = "") -> None:
+        if not text:
+            return  # nothing was heard (e.g. interrupted while still thinking): nothing to record
+        conversation = self.session.conversation
+        conversation.transcript.add("agent", text, interrupted=interrupted, intended=intended)
+        content = f"{text} [interrupted by the caller]" if interrupted else text
+        conversation.history.append(ChatMessage("assistant", content))
+        self.sink.emit(TranscriptEvent(role="agent", text=text, final=True))
+
+    def _request_hangup(self) -> None:
+        self._hangup_requested = True
+
+    # ---- events, metrics, spans ------------------------------------------------------------------
+
+    def set_state(self, state: AgentState) -> None:
+        if state != self.state:
+            self.state = state
+            self.sink.emit(StateEvent(state=state))
+
+    def timing(self, stage: str, ms: float, turn: int = 0) -> None:
+        if self.services.telemetry is not None:
+            self.services.telemetry.stage(stage, ms)
+        if self.config.debug:
+            self.sink.emit(TimingEvent(stage=stage, ms=round(ms, 2), turn=turn or self.session.conversation.turns))
+
+    def _ns(self, monotonic_s: float) -> int:
+        return int(monotonic_s * 1e9) + self._wall_offset_ns
+
+    def _stage_span(self, name: str, start: float, end: float) -> None:
+        if start and end and end >= start:
+            self.services.tracer.start_span(name, start_time=self._ns(start)).end(end_time=self._ns(end))

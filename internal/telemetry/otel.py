@@ -1,0 +1,151 @@
+"""OpenTelemetry traces and metrics for voicegate, and the Prometheus text behind GET /metrics.
+
+One `Telemetry` object per server (built at the composition root, passed in; never a global provider):
+- a tracer: a span per session, a span per turn, and child spans per stage (endpointing, STT, LLM first
+  token, TTS first audio, memory reads and writes, retrieval), exported to the console, OTLP (when the
+  `opentelemetry-exporter-otlp` package is installed) or an in-memory exporter (tests);
+- instruments: turn latency histograms by stage, live sessions, calls by transport and outcome, RTP
+  packets lost, memory operations by source and outcome. An in-memory reader renders them as
+  Prometheus text on demand; a push exporter (console/OTLP) can be added beside it.
+Log lines carry the current trace and span ids (see logs.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    ConsoleMetricExporter,
+    HistogramDataPoint,
+    InMemoryMetricReader,
+    MetricReader,
+    NumberDataPoint,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from internal.config.providers import TelemetryConfig
+
+log = logging.getLogger(__name__)
+
+LATENCY_BUCKETS_MS = (5, 10, 25, 50, 100, 200, 400, 800, 1500, 3000, 6000)
+
+
+def _otlp_span_exporter(endpoint: str) -> SpanExporter | None:
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # type: ignore
+    except ImportError:
+        log.warning("telemetry.traces = otlp needs the opentelemetry-exporter-otlp package; traces are off")
+        return None
+    return OTLPSpanExporter(endpoint=endpoint) if endpoint else OTLPSpanExporter()  # type: ignore[no-any-return]
+
+
+class Telemetry:
+    def __init__(self, config: TelemetryConfig, version: str = "") -> None:
+        resource = Resource.create({"service.name": config.service_name, "service.version": version})
+        self.spans: InMemorySpanExporter | None = None
+        self._tracer_provider: TracerProvider | None = None
+        if config.traces != "none":
+            provider = TracerProvider(resource=resource)
+            if config.traces == "memory":
+                self.spans = InMemorySpanExporter()
+                provider.add_span_processor(SimpleSpanProcessor(self.spans))
+            elif config.traces == "console":
+                provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+            elif (exporter := _otlp_span_exporter(config.otlp_endpoint)) is not None:
+                provider.add_span_processor(BatchSpanProcessor(exporter))
+            self._tracer_provider = provider
+        self.tracer: trace.Tracer = (self._tracer_provider.get_tracer("voicegate") if self._tracer_provider
+                                     else trace.NoOpTracer())
+        self._reader = InMemoryMetricReader()
+        readers: list[MetricReader] = [self._reader]
+        if config.traces == "console":
+            readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter(), export_interval_millis=60_000))
+        view = View(instrument_name="voicegate_turn_latency_ms",
+                    aggregation=ExplicitBucketHistogramAggregation(LATENCY_BUCKETS_MS))
+        self._meter_provider = MeterProvider(metric_readers=readers, resource=resource, views=[view])
+        meter = self._meter_provider.get_meter("voicegate")
+        self.turn_latency = meter.create_histogram("voicegate_turn_latency_ms", unit="ms",
+                                                   description="Time of each turn stage")
+        self.calls = meter.create_counter("voicegate_calls_total", description="Calls ended, by transport and outcome")
+        self.rtp_lost = meter.create_counter("voicegate_rtp_packets_lost_total", description="RTP packets lost")
+        self.memory_operations = meter.create_counter("voicegate_memory_operations_total",
+                                                      description="Memory write attempts by source and outcome")
+        self._live: Callable[[], dict[str, int]] = dict
+        meter.create_observable_gauge("voicegate_live_sessions", callbacks=[self._observe_live],
+                                      description="Live sessions on this node, by transport")
+
+    def watch_live_sessions(self, count: Callable[[], dict[str, int]]) -> None:
+        self._live = count
+
+    def _observe_live(self, options: CallbackOptions) -> Iterable[Observation]:
+        counts = self._live() or {"sip": 0, "webrtc": 0}
+        return [Observation(value, {"transport": transport}) for transport, value in counts.items()]
+
+    def stage(self, stage: str, ms: float) -> None:
+        self.turn_latency.record(ms, {"stage": stage})
+
+    def prometheus(self) -> str:
+        data = self._reader.get_metrics_data()
+        return render_prometheus(data) if data is not None else ""
+
+    def shutdown(self) -> None:
+        if self._tracer_provider is not None:
+            self._tracer_provider.shutdown()
+        self._meter_provider.shutdown()
+
+
+def _labels(attributes: Any, extra: dict[str, str] | None = None) -> str:
+    items = {**{str(k): str(v) for k, v in dict(attributes or {}).items()}, **(extra or {})}
+    if not items:
+        return ""
+    escaped = (f'{k}="{v.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
+               for k, v in sorted(items.items()))
+    return "{" + ",".join(escaped) + "}"
+
+
+def _number(value: float) -> str:
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value)) if isinstance(value, float) and not value.is_integer() else str(int(value))
+
+
+def render_prometheus(data: Any) -> str:
+    """Prometheus text exposition (version 0.0.4) of an OpenTelemetry MetricsData."""
+    lines: list[str] = []
+    for resource_metrics in data.resource_metrics:
+        for scope in resource_metrics.scope_metrics:
+            for metric in scope.metrics:
+                name = metric.name
+                points = list(metric.data.data_points)
+                if not points:
+                    continue
+                if isinstance(points[0], HistogramDataPoint):
+                    lines += [f"# HELP {name} {metric.description}", f"# TYPE {name} histogram"]
+                    for point in points:
+                        cumulative = 0
+                        for bound, count in zip(list(point.explicit_bounds) + [math.inf], point.bucket_counts,
+                                                strict=True):
+                            cumulative += count
+                            lines.append(f"{name}_bucket{_labels(point.attributes, {'le': _number(bound)})} "
+                                         f"{cumulative}")
+                        lines.append(f"{name}_sum{_labels(point.attributes)} {_number(point.sum)}")
+                        lines.append(f"{name}_count{_labels(point.attributes)} {point.count}")
+                    continue
+                monotonic = getattr(metric.data, "is_monotonic", False)
+                kind = "counter" if monotonic else "gauge"
+                lines += [f"# HELP {name} {metric.description}", f"# TYPE {name} {kind}"]
+                for point in points:
+                    if isinstance(point, NumberDataPoint):
+                        lines.append(f"{name}{_labels(point.attributes)} {_number(point.value)}")
+    return "\n".join(lines) + "\n"
