@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 
 from internal.config import Config, load_config
 from internal.llm.base import ChatModel
@@ -20,13 +19,7 @@ from server.errors import install_error_handlers
 from server.gateway import Gateway
 from server.routes_memory import install_memory_routes
 from server.routes_webrtc import install_webrtc_routes
-
-
-def package_version() -> str:
-    try:
-        return version("voicegate")
-    except PackageNotFoundError:
-        return "0+unknown"
+from server.version import package_version
 
 
 def create_gateway_application(config: Config | None = None, *, tools: ToolRegistry | None = None,
@@ -58,6 +51,12 @@ def create_gateway_application(config: Config | None = None, *, tools: ToolRegis
         report = await gateway.health()
         report["version"] = package_version()
         return JSONResponse(report, status_code=200 if report["status"] == "ok" else 503)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        if not cfg.telemetry.metrics:
+            return JSONResponse({"error": {"code": "not_found", "message": "metrics are off"}}, 404)
+        return Response(gateway.telemetry.prometheus(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:

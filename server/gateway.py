@@ -10,6 +10,8 @@ import logging
 from contextlib import AsyncExitStack
 from typing import Any
 
+from opentelemetry import trace
+
 from internal.config import Config
 from internal.db import Database
 from internal.identity import CallerIdentity
@@ -18,10 +20,12 @@ from internal.memory.runtime import FrontendMemoryRuntime
 from internal.memory.sessions import SessionMemory
 from internal.pipeline.events import EventSink
 from internal.pipeline.pipeline import VoicePipeline
+from internal.pipeline.responder import SESSION_SPAN
 from internal.pipeline.services import PipelineServices
 from internal.pipeline.tools import ToolRegistry
 from internal.session import Session, SessionManager, TransportKind
 from internal.stt.base import SpeechToText
+from internal.telemetry.otel import Telemetry
 from internal.tts.base import TextToSpeech
 from server.providers import (
     build_model,
@@ -31,8 +35,18 @@ from server.providers import (
     check_providers,
     new_conversation_factory,
 )
+from server.version import package_version
 
 log = logging.getLogger(__name__)
+
+
+def call_outcome(reason: str) -> str:
+    """A small, bounded label for why a call ended (metrics must not carry free text)."""
+    lowered = reason.lower()
+    for label in ("timeout", "shutdown", "cancel", "error", "agent", "grace"):
+        if label in lowered:
+            return {"agent": "agent_hangup", "cancel": "cancelled", "grace": "abandoned"}.get(label, label)
+    return "caller_hangup" if any(word in lowered for word in ("bye", "hung up", "hangup", "delete")) else "other"
 
 
 def needs_database(config: Config, memory_provider: Any = None) -> bool:
@@ -63,6 +77,7 @@ class Gateway:
         self.sessions: SessionManager | None = None
         self._stack = AsyncExitStack()
         self.started = False
+        self.telemetry = Telemetry(config.telemetry, package_version())
 
     async def start(self) -> None:
         try:
@@ -88,12 +103,17 @@ class Gateway:
         if warm_up is not None:
             await warm_up()
         self.services = build_services(config, self.stt, self.tts, self.model, self.tools)
+        self.services.tracer = self.telemetry.tracer
+        self.services.telemetry = self.telemetry
         self.sessions = SessionManager(max_sessions=config.server.max_sessions,
                                        grace_ms=config.server.session_grace_ms,
                                        new_conversation=new_conversation_factory(config, self.model))
         if config.memory.enabled:
             self._start_memory(self.services, self.sessions)
+        self.sessions.add_end_hook(self._session_ended)
+        self.telemetry.watch_live_sessions(self._live_sessions)
         self.sessions.start()
+        self._stack.callback(self.telemetry.shutdown)
         self._stack.push_async_callback(self.sessions.shutdown)
         if config.sip.enabled:
             await self._start_sip()
@@ -108,6 +128,8 @@ class Gateway:
         config = self.config
         provider = self._memory_provider or build_provider(config, self.database)
         runtime = build_runtime(config, provider)
+        runtime.on_operation.append(
+            lambda source, outcome: self.telemetry.memory_operations.add(1, {"source": source, "outcome": outcome}))
         self._stack.push_async_callback(runtime.close)
         session_memory = SessionMemory(runtime, config.pipeline.greeting)
         self._stack.push_async_callback(session_memory.drain, config.server.shutdown_timeout_s)
@@ -176,9 +198,29 @@ class Gateway:
         """
         assert self.sessions is not None, "the gateway is not started"
         session = self.sessions.create(identity, transport)
+        span = self.telemetry.tracer.start_span("session", attributes={
+            "voicegate.session_id": session.id, "voicegate.transport": transport,
+            "voicegate.identity_kind": identity.kind})
+        session.data[SESSION_SPAN] = span
         if self.session_memory is not None:
-            await self.session_memory.start(session)
+            with trace.use_span(span, end_on_exit=False), self.telemetry.tracer.start_as_current_span("memory.read"):
+                await self.session_memory.start(session)
         return session
+
+    def _live_sessions(self) -> dict[str, int]:
+        counts = {"sip": 0, "webrtc": 0}
+        for session in self.sessions.sessions() if self.sessions is not None else []:
+            counts[session.transport] = counts.get(session.transport, 0) + 1
+        return counts
+
+    async def _session_ended(self, session: Session) -> None:
+        outcome = call_outcome(session.end_reason)
+        self.telemetry.calls.add(1, {"transport": session.transport, "outcome": outcome})
+        span = session.data.pop(SESSION_SPAN, None)
+        if span is not None:
+            span.set_attribute("voicegate.outcome", outcome)
+            span.set_attribute("voicegate.turns", session.conversation.turns)
+            span.end()
 
     def push_stop(self, callback: Any) -> None:
         """Register an async cleanup to run at shutdown, before the components started earlier."""

@@ -98,6 +98,8 @@ class FrontendMemoryRuntime:
         self._listeners: defaultdict[str, list[Listener]] = defaultdict(list)
         # Called after an owner's memory changed, locally; a multi-node notifier plugs in here.
         self.on_changed: list[Callable[[str], None]] = []
+        # Called with (source, outcome) for every write attempt; metrics plug in here (no owner, no text).
+        self.on_operation: list[Callable[[str, str], None]] = []
 
     @property
     def retention_s(self) -> float:
@@ -291,6 +293,8 @@ class FrontendMemoryRuntime:
     async def _audit(self, owner: str, context: ChangeContext, operation: str, outcome: str, scope: str = "",
                      base: int | None = None, revision: int | None = None, error: str = "",
                      extra: dict[str, Any] | None = None) -> None:
+        for hook in self.on_operation:
+            hook(context.source, outcome)
         if self.audit is not None:
             await self.audit.record(owner, source=context.source, operation=operation, outcome=outcome, scope=scope,
                                     base_revision=base, revision=revision, error=error,

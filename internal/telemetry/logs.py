@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterable
 from typing import Any, TextIO
 
+from opentelemetry import trace
+
 session_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("session_id", default=None)
 
 CONTENT_FIELDS = frozenset(
@@ -95,6 +97,10 @@ class JsonLinesFormatter(logging.Formatter):
         session_id = getattr(record, "session_id", None) or session_id_var.get()
         if session_id:
             entry["session_id"] = session_id
+        span_context = trace.get_current_span().get_span_context()
+        if span_context.is_valid:
+            entry["trace_id"] = format(span_context.trace_id, "032x")
+            entry["span_id"] = format(span_context.span_id, "016x")
         for key, value in record.__dict__.items():
             if key in _STANDARD_ATTRS or key.startswith("_") or key in entry:
                 continue

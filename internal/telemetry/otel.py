@@ -134,7 +134,7 @@ def render_prometheus(data: Any) -> str:
                     lines += [f"# HELP {name} {metric.description}", f"# TYPE {name} histogram"]
                     for point in points:
                         cumulative = 0
-                        for bound, count in zip(list(point.explicit_bounds) + [math.inf], point.bucket_counts,
+                        for bound, count in zip([*point.explicit_bounds, math.inf], point.bucket_counts,
                                                 strict=True):
                             cumulative += count
                             lines.append(f"{name}_bucket{_labels(point.attributes, {'le': _number(bound)})} "
