@@ -19,7 +19,7 @@ Command = Callable[[argparse.Namespace, Config], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from server.app import package_version
+    from server.version import package_version
 
     parser = argparse.ArgumentParser(prog="voicegate", description="A voice-agent server for SIP and WebRTC.")
     parser.add_argument("--version", action="version", version=f"voicegate {package_version()}")
@@ -40,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     from server.memory_cli import add_memory_commands
 
     add_memory_commands(commands)
+
+    from server.rag_cli import add_rag_commands
+
+    add_rag_commands(commands)
 
     talk = commands.add_parser("talk", help="run one conversation from WAV files through the real pipeline")
     talk.add_argument("files", nargs="*", metavar="FILE.wav", help="the caller's turns, one file each")

@@ -21,8 +21,8 @@ from server.gateway import Gateway
 from tests.pipeline.conftest import ScriptedStt
 from tests.speech import silence, tone
 
-PROMETHEUS_LINE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"]*"(,[a-zA-Z_][a-zA-Z0-9_]*="[^"]*")*\})? '
-                             r'(-?[0-9.e+-]+|\+Inf|NaN)$')
+LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="[^"]*"'
+PROMETHEUS_LINE = re.compile(rf"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{{{LABEL}(,{LABEL})*\}})? (-?[0-9.e+-]+|\+Inf|NaN)$")
 
 
 def config_for(tmp_path: Path):  # type: ignore[no-untyped-def]

@@ -1,1 +1,40 @@
-"""Knowledge retrieval (pgvector, Supabase), embeddings, ingestion."""
+"""Knowledge retrieval (pgvector, Supabase), embeddings, ingestion.
+
+The pipeline side: `build_retriever` at start-up, one `TurnRetrieval` per call, `needs_retrieval` as
+the gate. The operator side: `build_store` and `ingest_files` (what `voicegate rag` runs).
+"""
+
+from internal.rag.chunking import Chunk, ChunkingError, DocumentError, chunk_file
+from internal.rag.ingest import (
+    IngestReport,
+    KnowledgeStore,
+    KnowledgeStoreError,
+    SourceSummary,
+    SyncResult,
+    build_store,
+    ingest_chunks,
+    ingest_files,
+    source_name,
+)
+from internal.rag.retriever import RagConfigError, Retriever, TurnRetrieval, build_retriever, needs_retrieval
+
+__all__ = [
+    "Chunk",
+    "ChunkingError",
+    "DocumentError",
+    "IngestReport",
+    "KnowledgeStore",
+    "KnowledgeStoreError",
+    "RagConfigError",
+    "Retriever",
+    "SourceSummary",
+    "SyncResult",
+    "TurnRetrieval",
+    "build_retriever",
+    "build_store",
+    "chunk_file",
+    "ingest_chunks",
+    "ingest_files",
+    "needs_retrieval",
+    "source_name",
+]
