@@ -66,6 +66,7 @@ class Gateway:
         self._memory_provider = memory_provider
         self.memory: FrontendMemoryRuntime | None = None
         self.session_memory: SessionMemory | None = None
+        self.memory_bus: Any = None  # internal.memory.notify.MemoryChangeBus with a shared PostgreSQL
         self.sip: Any = None  # internal.sip.ua.UserAgent when SIP is enabled
         self.sip_calls: Any = None  # internal.sip.voice.VoiceCallHandler
         self.tools = tools if tools is not None else ToolRegistry()
@@ -142,6 +143,13 @@ class Gateway:
             services.turn_memory = session_memory.turn_memory
         sessions.add_end_hook(session_memory.end)
         self._start_learning(session_memory)
+        if self.database is not None and config.memory.provider == "pgvector" and self._memory_provider is None:
+            from internal.memory.notify import MemoryChangeBus
+
+            bus = MemoryChangeBus(self.database, runtime)
+            bus.start()
+            self._stack.push_async_callback(bus.stop)
+            self.memory_bus = bus
         sweeper = RetentionSweeper(runtime, config.memory.sweep_interval_s)
         sweeper.start()
         self._stack.push_async_callback(sweeper.stop)

@@ -282,13 +282,19 @@ class FrontendMemoryRuntime:
         for hook in self.on_changed:
             hook(owner)
 
-    def changed_elsewhere(self, owner: str) -> None:
-        """Another node changed `owner`'s memory: drop the cached copy and tell local subscribers."""
+    async def changed_elsewhere(self, owner: str) -> None:
+        """Another node changed `owner`'s memory: reload the cached copy if calls here use it, then tell
+        local subscribers (live calls refresh at their next idle point, clients get memory.changed)."""
         invalidate = getattr(self.provider, "invalidate", None)
         if invalidate is not None:
             invalidate(owner)
+        if self._listeners.get(owner):
+            await self.prefetch(owner)
         for listener in list(self._listeners.get(owner, [])):
-            listener()
+            try:
+                listener()
+            except Exception:
+                log.exception("memory change listener failed")
 
     async def _audit(self, owner: str, context: ChangeContext, operation: str, outcome: str, scope: str = "",
                      base: int | None = None, revision: int | None = None, error: str = "",
