@@ -115,6 +115,30 @@ def test_rs256_tokens_from_a_jwks_file_verify_and_hs256_with_the_public_key_does
         verifier.verify(token(secret="whatever-secret-0123456789abcdef"))
 
 
+async def test_rs256_tokens_verify_against_a_jwks_url_off_the_event_loop(tmp_path: Path) -> None:
+    import functools
+    import http.server
+    import threading
+
+    key, path = rsa_jwks(tmp_path)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/{path.name}"
+        verifier = TokenVerifier(issuer="voicegate", audience="voicegate", jwks_url=url)
+        claims = {"sub": "dave", "iss": "voicegate", "aud": "voicegate", "exp": int(time.time()) + 60}
+        signed = jwt.encode(claims, key, algorithm="RS256", headers={"kid": "k1"})
+        assert verifier.needs_network(signed)
+        assert (await verifier.averify(signed)).subject == "dave"
+        with pytest.raises(TokenError, match="unknown key"):
+            await verifier.averify(jwt.encode(claims, key, algorithm="RS256", headers={"kid": "nope"}))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
 @given(st.text(max_size=200))
 def test_subject_rules_accept_only_short_printable_names(value: str) -> None:
     problem = subject_problem(value)

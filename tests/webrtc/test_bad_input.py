@@ -117,3 +117,13 @@ async def test_an_offer_without_a_data_channel_still_gets_a_working_call(config:
         assert session is not None
         await wait_until(lambda: session.data["webrtc_call"].started, what="the call to start")
         await client.close()
+
+
+async def test_with_webrtc_disabled_there_is_no_whip_endpoint_but_the_page_is_served(config: Config) -> None:
+    config.webrtc.enabled = False
+    async with live_server(config, stt=ScriptedStt([])) as server, server.http() as http:
+        assert (await http.post("/whip", content="v=0", headers=SDP)).status_code == 404
+        page = await http.get("/")
+        assert page.status_code == 200 and "/static/app.js" in page.text
+        assert (await http.get("/static/app.js")).status_code == 200
+        assert (await http.get("/static/style.css")).status_code == 200

@@ -1,0 +1,15 @@
+"""WebRTC media for browser callers: aiortc peer connections, their audio tracks and DataChannel."""
+
+from internal.peer.call import WebRtcCall, attached_call
+from internal.peer.connection import OfferError, PeerConnection, PeerRegistry
+from internal.peer.ice import configure_ice_hosts, rtc_configuration
+
+__all__ = [
+    "OfferError",
+    "PeerConnection",
+    "PeerRegistry",
+    "WebRtcCall",
+    "attached_call",
+    "configure_ice_hosts",
+    "rtc_configuration",
+]

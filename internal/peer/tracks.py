@@ -1,0 +1,138 @@
+"""Audio between aiortc and the pipeline: decoded frames in, paced 20 ms frames out.
+
+Inbound, aiortc's Opus decoder hands us 48 kHz (usually stereo) frames of whatever length the
+sender packetised; the pipeline wants exactly 20 ms of mono PCM16 at its own rate. `InboundAudio`
+downmixes, resamples with one Resampler for the whole connection (its filter state keeps chunk
+boundaries inaudible) and re-cuts the stream into 20 ms frames, carrying remainders over.
+
+Outbound, aiortc's RTP sender calls `recv()` in a loop as fast as it returns. `AgentAudioTrack` paces
+those calls on the monotonic clock, one frame per 20 ms, which is also the pipeline's playout tick.
+Frames are mono at the pipeline's rate with `pts` counted in samples; aiortc's Opus encoder resamples
+them to 48 kHz itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fractions
+import logging
+import time
+from collections.abc import Callable
+
+import av
+import numpy as np
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+
+from internal.audio.frame import FRAME_MS, frame_bytes
+from internal.audio.resample import Resampler
+
+log = logging.getLogger(__name__)
+
+FRAME_S = FRAME_MS / 1000.0
+# If the event loop stalls for longer than this, the outbound clock restarts from now instead of
+# firing a burst of catch-up frames the far end would only have to discard.
+MAX_LAG_S = 0.2
+
+
+def downmix_to_pcm16(frame: av.AudioFrame) -> bytes:
+    """Mono PCM16 of any decoded frame (packed or planar, s16 or float)."""
+    samples = frame.to_ndarray()
+    channels = len(frame.layout.channels)
+    if frame.format.is_planar:
+        data = samples.reshape(channels, -1)
+        mono = data.mean(axis=0) if channels > 1 else data[0]
+    else:
+        data = samples.reshape(-1, channels)
+        mono = data.mean(axis=1) if channels > 1 else data[:, 0]
+    if frame.format.name.startswith("s16"):
+        return np.asarray(mono).astype(np.int16).tobytes()
+    if frame.format.name.startswith(("flt", "dbl")):
+        return (np.clip(np.asarray(mono), -1.0, 1.0) * 32767.0).astype(np.int16).tobytes()
+    raise ValueError(f"unsupported sample format {frame.format.name}")
+
+
+class InboundAudio:
+    """Turns decoded frames into exact 20 ms PCM16 frames at `rate`, handed to `push`."""
+
+    def __init__(self, rate: int, push: Callable[[bytes], None]) -> None:
+        self.rate = rate
+        self.push = push
+        self.frame_size = frame_bytes(rate)
+        self._resampler: Resampler | None = None
+        self._pending = bytearray()
+
+    def feed(self, frame: av.AudioFrame) -> None:
+        pcm = downmix_to_pcm16(frame)
+        if self._resampler is None or self._resampler.src_rate != frame.sample_rate:
+            self._resampler = Resampler(frame.sample_rate, self.rate)
+        self._pending += self._resampler.process(pcm)
+        size = self.frame_size
+        while len(self._pending) >= size:
+            chunk = bytes(self._pending[:size])
+            del self._pending[:size]
+            self.push(chunk)
+
+
+async def consume_track(track: MediaStreamTrack, inbound: InboundAudio) -> None:
+    """Feed every frame of `track` to `inbound` until the track ends."""
+    while True:
+        try:
+            frame = await track.recv()
+        except MediaStreamError:
+            return
+        if isinstance(frame, av.AudioFrame):
+            inbound.feed(frame)
+
+
+class AgentAudioTrack(MediaStreamTrack):
+    """The agent's voice: one frame from `source` (None = quiet) every 20 ms, on the monotonic clock."""
+
+    kind = "audio"
+
+    def __init__(self, rate: int, source: Callable[[], bytes | None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.rate = rate
+        self.source = source
+        self._clock = clock
+        self._samples = rate * FRAME_MS // 1000
+        self._silence = bytes(self._samples * 2)
+        self._time_base = fractions.Fraction(1, rate)
+        self._next_at: float | None = None
+        self._pts = 0
+        self.frames_sent = 0
+
+    async def recv(self) -> av.AudioFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        await self._wait_for_tick()
+        pcm = self._next_pcm()
+        frame = av.AudioFrame.from_ndarray(np.frombuffer(pcm, dtype=np.int16).reshape(1, -1),
+                                           format="s16", layout="mono")
+        frame.sample_rate = self.rate
+        frame.pts = self._pts
+        frame.time_base = self._time_base
+        self._pts += self._samples
+        self.frames_sent += 1
+        return frame
+
+    async def _wait_for_tick(self) -> None:
+        now = self._clock()
+        if self._next_at is None:
+            self._next_at = now
+            return
+        self._next_at += FRAME_S
+        if now - self._next_at > MAX_LAG_S:
+            self._next_at = now
+        delay = self._next_at - now
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    def _next_pcm(self) -> bytes:
+        source = self.source
+        pcm = source() if source is not None else None
+        if not pcm:
+            return self._silence
+        if len(pcm) != len(self._silence):  # the pipeline promises 20 ms; never let a slip reach the encoder
+            pcm = (pcm + self._silence)[: len(self._silence)]
+        return pcm

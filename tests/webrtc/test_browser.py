@@ -1,0 +1,121 @@
+"""A real browser (headless Chromium) uses the page: Call, speak, see the transcript and the reply."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from internal.config import Config
+from internal.config.providers import PocketsphinxConfig
+from internal.stt.pocketsphinx import PocketsphinxSpeechToText
+from tests.conftest import REPO
+from tests.webrtc.harness import live_server, wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not Path("/usr/bin/chromium").exists(),
+                                                    reason="needs Debian's chromium (see docs/TESTING)")]
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = REPO / "test-artifacts"
+CALLER_PHRASES = ["say hello world", "what time is it", "goodbye", "my name is sam"]
+UI_TIMEOUT_MS = 60_000
+
+
+def chromium_flags(wav: Path) -> list[str]:
+    return [
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={wav.resolve()}%noloop", "--allow-loopback-in-peer-connection",
+        "--disable-features=WebRtcHideLocalIpsWithMdns",
+    ]
+
+
+@pytest.fixture
+async def pocketsphinx() -> AsyncIterator[PocketsphinxSpeechToText]:
+    engine = PocketsphinxSpeechToText(PocketsphinxConfig(phrases=CALLER_PHRASES, workers=1))
+    yield engine
+    await engine.aclose()
+
+
+async def test_the_page_calls_and_shows_what_the_caller_said_and_the_agent_answered(
+        config: Config, speech_wav: Callable[..., Path], pocketsphinx: PocketsphinxSpeechToText,
+        tmp_path: Path) -> None:
+    from playwright.async_api import async_playwright
+
+    config.pipeline.greeting = "Hello there."
+    wav = speech_wav("say hello world", lead_ms=2500, tail_ms=6000)
+    async with live_server(config, stt=pocketsphinx) as server, async_playwright() as playwright:
+        browser = await playwright.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=chromium_flags(wav))
+        try:
+            page = browser.pages[0] if browser.pages else await browser.new_page()
+            problems: list[str] = []
+            page.on("pageerror", lambda error: problems.append(str(error)))
+            await page.goto(server.url + "/")
+            await page.get_by_role("button", name="Call").click()
+
+            transcript = page.locator("#transcript")
+            await transcript.locator(".line.user", has_text="hello world").wait_for(timeout=UI_TIMEOUT_MS)
+            await transcript.locator(".line.agent", has_text="Hello world.").wait_for(timeout=UI_TIMEOUT_MS)
+            await page.locator("#connection", has_text="Connected").wait_for(timeout=UI_TIMEOUT_MS)
+            await page.locator("#timings tr").first.wait_for(timeout=UI_TIMEOUT_MS)
+            assert await page.get_by_role("button", name="Hang up").is_visible()
+
+            await page.get_by_label("Type a turn").fill("what time is it")
+            await page.get_by_role("button", name="Send").click()
+            await transcript.locator(".line.user", has_text="what time is it").wait_for(timeout=UI_TIMEOUT_MS)
+
+            ARTIFACTS.mkdir(exist_ok=True)
+            await page.screenshot(path=str(ARTIFACTS / "webrtc-page-call.png"), full_page=True)
+            assert len(server.sessions) == 1
+            await page.get_by_role("button", name="Hang up").click()
+            await page.get_by_role("button", name="Call").wait_for(timeout=UI_TIMEOUT_MS)
+            await wait_until(lambda: len(server.sessions) == 0, what="the DELETE to end the session")
+            assert problems == []
+        finally:
+            await browser.close()
+            shutil.rmtree(tmp_path / "profile", ignore_errors=True)
+
+
+async def test_dev_sign_in_then_a_reload_resumes_the_same_conversation(
+        config: Config, speech_wav: Callable[..., Path], tmp_path: Path) -> None:
+    from playwright.async_api import async_playwright
+
+    from tests.pipeline.conftest import ScriptedStt
+
+    config.server.jwt_secret = "a-development-secret-of-enough-length"
+    config.server.dev_login = True
+    wav = speech_wav("goodbye", lead_ms=60_000, tail_ms=0)  # a quiet microphone
+    async with live_server(config, stt=ScriptedStt([])) as server, async_playwright() as playwright:
+        browser = await playwright.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=chromium_flags(wav))
+        try:
+            page = browser.pages[0] if browser.pages else await browser.new_page()
+            await page.goto(server.url + "/")
+            await page.get_by_label("Sign in as").fill("alice")
+            await page.get_by_role("button", name="Sign in").click()
+            await page.locator("#who", has_text="alice").wait_for(timeout=UI_TIMEOUT_MS)
+            await page.get_by_role("button", name="Call").click()
+            await page.locator("#connection", has_text="Connected").wait_for(timeout=UI_TIMEOUT_MS)
+            await page.get_by_label("Type a turn").fill("say hello world")
+            await page.get_by_role("button", name="Send").click()
+            await page.locator("#transcript .line.agent", has_text="Hello world.").wait_for(timeout=UI_TIMEOUT_MS)
+            (session,) = server.sessions.sessions()
+            assert session.resource_id == "jwt:alice"
+
+            await page.reload()  # the tab's connection goes away; its resume token stays in sessionStorage
+            await wait_until(lambda: session.attached == 0, what="the server noticing the reload")
+            await page.get_by_role("button", name="Call").click()
+            await page.locator("#connection", has_text="resumed").wait_for(timeout=UI_TIMEOUT_MS)
+            assert server.sessions.sessions() == [session] and session.attached == 1
+            await page.get_by_label("Type a turn").fill("say hello world")
+            await page.get_by_role("button", name="Send").click()
+            await wait_until(lambda: session.conversation.turns == 2, what="the second turn")
+            ARTIFACTS.mkdir(exist_ok=True)
+            await page.screenshot(path=str(ARTIFACTS / "webrtc-page-resumed.png"), full_page=True)
+        finally:
+            await browser.close()
+            shutil.rmtree(tmp_path / "profile", ignore_errors=True)
