@@ -59,7 +59,9 @@ def transcribe(pcm: bytes, rate: int, phrases: list[str]) -> str:
     decoder = pocketsphinx.Decoder(loglevel="FATAL", dither=True, seed=1)
     decoder.add_jsgf_string("test", grammar_from_phrases(phrases))
     decoder.activate_search("test")
-    audio = resample(pcm, rate, 16000) if rate != 16000 else pcm
+    from internal.stt.pocketsphinx import fill_upper_band
+
+    audio = fill_upper_band(resample(pcm, rate, 16000)) if rate != 16000 else pcm
     decoder.start_utt()
     decoder.process_raw(audio, full_utt=True)
     decoder.end_utt()

@@ -199,7 +199,9 @@ class VoicePipeline:
             return
         self._final_at = self._clock()
         if self._speech_ended_at:
-            self.responder.timing("stt", (self._final_at - self._speech_ended_at) * 1000.0)
+            # This final belongs to the turn about to be answered, not to the last one.
+            self.responder.timing("stt", (self._final_at - self._speech_ended_at) * 1000.0,
+                                  self.session.conversation.turns + 1)
         if not text:
             self._turns.add_final("")
             if self._speech_frames * 20 >= 400 and not self._utterance_over_agent and not self.agent_active:
