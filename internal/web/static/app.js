@@ -85,6 +85,7 @@ function showIdentity() {
   const subject = token ? tokenSubject(token) : "";
   setPill(ui.who, token ? "signed-in" : "idle", token ? `Token${subject ? ` for ${subject}` : ""}` : "Anonymous");
   if (token) sessionStorage.setItem(TOKEN_KEY, token); else sessionStorage.removeItem(TOKEN_KEY);
+  window.dispatchEvent(new Event("voicegate:identity")); // e.g. the memory panel reloads
 }
 
 function takeTokenFromUrl() {
