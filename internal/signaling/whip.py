@@ -24,7 +24,7 @@ from internal.identity.http_identity import AuthError, HttpIdentityResolver
 from internal.peer import OfferError, PeerConnection, PeerRegistry, WebRtcCall, attached_call, rtc_configuration
 from internal.pipeline.events import EventSink
 from internal.pipeline.pipeline import VoicePipeline
-from internal.session import Session, SessionLimitReached, SessionManager
+from internal.session import Session, SessionLimitReached, SessionManager, TransportKind
 from internal.signaling.problems import (
     SignalingError,
     at_capacity,
@@ -54,6 +54,8 @@ class GatewayLike(Protocol):
 
     def new_pipeline(self, session: Session, sample_rate: int, sink: EventSink,
                      greeting: str | None = None) -> VoicePipeline: ...
+
+    async def open_session(self, identity: CallerIdentity, transport: TransportKind) -> Session: ...
 
 
 def media_type(request: Request) -> str:
@@ -151,7 +153,8 @@ class WhipEndpoint:
         if outcome.status == "expired":
             log.info("resume token not honoured; starting a new session")
         try:
-            return sessions.create(caller, "webrtc")
+            # The gateway opens sessions: it also loads the caller's memory and starts the trace.
+            return await self.gateway.open_session(caller, "webrtc")
         except SessionLimitReached as exc:
             raise at_capacity(exc.retry_after_s) from exc
 
