@@ -45,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_rag_commands(commands)
 
+    from server.call_cli import add_call_command
+
+    add_call_command(commands)
+
     talk = commands.add_parser("talk", help="run one conversation from WAV files through the real pipeline")
     talk.add_argument("files", nargs="*", metavar="FILE.wav", help="the caller's turns, one file each")
     talk.add_argument("--out", help="write the agent's audio to this WAV file")

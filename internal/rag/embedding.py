@@ -37,6 +37,7 @@ class WordLlamaEmbedder:
 
     name = "wordllama"
     dims = EMBEDDING_DIMS
+    model_name = "l2_supercat"  # wordllama's default model, at 256 dimensions
 
     def __init__(self) -> None:
         import wordllama
@@ -66,6 +67,7 @@ class OpenAIEmbedder:
         from openai import AsyncOpenAI
 
         self._model = config.embedding_model
+        self.model_name = config.embedding_model
         self._client = AsyncOpenAI(base_url=(base_url or config.base_url).rstrip("/"),
                                    api_key=api_key or config.api_key or "unused", timeout=config.timeout_s,
                                    max_retries=1)
@@ -81,6 +83,12 @@ class OpenAIEmbedder:
         if any(v.shape != (self.dims,) for v in vectors):
             raise EmbeddingError(f"the embedding endpoint did not return {self.dims}-dimensional vectors")
         return vectors
+
+
+def embedder_identity(embedder: Embedder) -> str:
+    """Which model made a vector ("wordllama/l2_supercat", "openai/text-embedding-3-small"): vectors
+    of different models are not comparable, so stored knowledge records it."""
+    return f"{embedder.name}/{getattr(embedder, 'model_name', '')}"
 
 
 def build_embedder(kind: str, openai: OpenAIConfig) -> Embedder | None:
