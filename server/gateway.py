@@ -40,6 +40,9 @@ from server.version import package_version
 log = logging.getLogger(__name__)
 
 
+RAG_KEY = "rag.turn"  # session.data key of the session's TurnRetrieval
+
+
 def call_outcome(reason: str) -> str:
     """A small, bounded label for why a call ended (metrics must not carry free text)."""
     lowered = reason.lower()
@@ -111,6 +114,8 @@ class Gateway:
                                        new_conversation=new_conversation_factory(config, self.model))
         if config.memory.enabled:
             self._start_memory(self.services, self.sessions)
+        if config.rag.provider:
+            self._start_rag(self.services, self.sessions)
         self.sessions.add_end_hook(self._session_ended)
         self.telemetry.watch_live_sessions(self._live_sessions)
         self.sessions.start()
@@ -154,6 +159,36 @@ class Gateway:
         sweeper.start()
         self._stack.push_async_callback(sweeper.stop)
         self.memory, self.session_memory = runtime, session_memory
+
+    def _start_rag(self, services: PipelineServices, sessions: SessionManager) -> None:
+        """Knowledge retrieval before each model turn (and, with pipeline.rag_prefetch, during the merge
+        window); one TurnRetrieval per session keeps the prefetched result for its turn."""
+        from internal.rag import TurnRetrieval, build_retriever
+
+        retriever = build_retriever(self.config, self.database)
+        if retriever is None:
+            return
+        self._stack.push_async_callback(retriever.aclose)
+        top_k = self.config.rag.top_k
+
+        def knowledge(session: Session) -> TurnRetrieval:
+            current = session.data.get(RAG_KEY)
+            if not isinstance(current, TurnRetrieval):
+                current = session.data[RAG_KEY] = TurnRetrieval(retriever, top_k)
+            return current
+
+        async def retrieve(session: Session, text: str) -> list[str]:
+            return await knowledge(session).for_turn(text)
+
+        async def forget(session: Session) -> None:
+            current = session.data.pop(RAG_KEY, None)
+            if isinstance(current, TurnRetrieval):
+                await current.aclose()
+
+        services.retrieve = retrieve
+        if self.config.pipeline.rag_prefetch:
+            services.prefetch = lambda session, text: knowledge(session).prefetch(text)
+        sessions.add_end_hook(forget)
 
     async def _start_sip(self) -> None:
         """The SIP user agent and the voice-call handler; shut down first, so every call gets its BYE."""

@@ -29,6 +29,8 @@ def check_providers(config: Config) -> None:
         problems.append("stt.provider: \"deepgram\" needs [deepgram] api_key (or DEEPGRAM_API_KEY)")
     if config.tts.provider == "openai" and not config.openai.api_key:
         problems.append("tts.provider: \"openai\" needs [openai] api_key (or OPENAI_API_KEY)")
+    if config.rag.provider == "supabase" and not (config.supabase.url and config.supabase.api_key):
+        problems.append("rag.provider: \"supabase\" needs [supabase] url and api_key")
     if config.pocketsphinx.grammar and not Path(config.pocketsphinx.grammar).is_file():
         problems.append(f"pocketsphinx.grammar: no such file ({config.pocketsphinx.grammar})")
     if problems:

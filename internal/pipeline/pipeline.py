@@ -214,6 +214,10 @@ class VoicePipeline:
         if self.agent_active:
             self.interrupt("caller turn while the agent was speaking")
         self._turns.add_final(text, transcript.confidence, self._utterance_over_agent)
+        pending = self._turns.pending
+        if self.services.prefetch is not None and pending is not None:
+            # Overlap retrieval with the merge wait; the turn reuses it when no more words arrive.
+            self.services.prefetch(self.session, pending.text)
 
     def _stt_is_continuous(self) -> bool:
         return self._stt is not None and self._stt.continuous

@@ -71,6 +71,8 @@ class PipelineServices:
     # What to say when a call starts (memory makes it "Welcome back, Sam").
     greeter: Callable[[Session], str] | None = None
     retrieve: Callable[[Session, str], Awaitable[list[str]]] | None = None
+    # Start retrieval for a turn still in its merge window (pipeline.rag_prefetch); never blocks.
+    prefetch: Callable[[Session, str], None] | None = None
     # Per-turn memory (injection = "retrieval"): the memory lines relevant to this turn's text.
     turn_memory: Callable[[Session, str], Awaitable[str | None]] | None = None
     # Idle points: before a turn is answered (refresh changed memory) and after it was spoken.
