@@ -64,6 +64,7 @@ class VoicePipeline:
         self._speech_ended_at = 0.0
         self._final_at = 0.0
         self._awaiting_finals = 0
+        self._stt_deadlines: deque[asyncio.TimerHandle] = deque()
         self._closed = False
         self._max_utterance_frames = int(self.config.max_utterance_s * 50)
         self._frame_bytes = frame_bytes(sample_rate)
@@ -85,6 +86,8 @@ class VoicePipeline:
             return
         self._closed = True
         self._turns.close()
+        for deadline in self._stt_deadlines:
+            deadline.cancel()
         if self._dtmf_timer is not None:
             self._dtmf_timer.cancel()
         await self.responder.cancel()
@@ -159,6 +162,8 @@ class VoicePipeline:
             if not stt.continuous:
                 self._awaiting_finals += 1
                 self._turns.awaiting_final = True
+                self._stt_deadlines.append(asyncio.get_running_loop().call_later(
+                    self.config.turn_timeout_s, self._stt_timed_out))
             stt.end_of_speech()
         self._turns.caller_stopped_speaking()
 
@@ -188,6 +193,8 @@ class VoicePipeline:
     def _on_transcript(self, transcript: Transcript) -> None:
         text = transcript.text.strip()
         if transcript.final and not self._stt_is_continuous():
+            if self._stt_deadlines:
+                self._stt_deadlines.popleft().cancel()
             self._awaiting_finals = max(0, self._awaiting_finals - 1)
             self._turns.awaiting_final = self._awaiting_finals > 0
         if text:
@@ -218,6 +225,16 @@ class VoicePipeline:
         if self.services.prefetch is not None and pending is not None:
             # Overlap retrieval with the merge wait; the turn reuses it when no more words arrive.
             self.services.prefetch(self.session, pending.text)
+
+    def _stt_timed_out(self) -> None:
+        """A transcript that never came (a hung or crashed engine): tell the caller, keep listening."""
+        if self._stt_deadlines:
+            self._stt_deadlines.popleft()
+        self._awaiting_finals = max(0, self._awaiting_finals - 1)
+        self._turns.awaiting_final = self._awaiting_finals > 0
+        log.error("speech-to-text gave no transcript in time; asking the caller to repeat")
+        if not self.agent_active:
+            self.responder.not_understood()
 
     def _stt_is_continuous(self) -> bool:
         return self._stt is not None and self._stt.continuous

@@ -139,7 +139,14 @@ class Responder:
         """Speak fixed text (greeting, apology) without the model; interruptible like any reply."""
         self._first_frame_pending = True
         try:
-            await speak_text(text, self.services.tts, self.playout, lambda: None)
+            try:
+                async with asyncio.timeout(self.config.turn_timeout_s):
+                    await speak_text(text, self.services.tts, self.playout, lambda: None)
+            except TimeoutError:  # a hung synthesiser: say nothing rather than hang the call
+                log.error("speech synthesis timed out; the agent stays quiet this turn")
+                self.playout.clear()
+                self.set_state("listening")
+                return
             await self._wait_drained()
         except asyncio.CancelledError:
             heard = self._take_heard()
