@@ -74,7 +74,7 @@ async def measure(services: PipelineServices, turns: int, label: str) -> list[fl
     for n in range(turns):
         started = time.perf_counter()
         pipeline.submit_text(f"question number {n}")
-        while pipeline.pull_audio() is None:  # noqa: ASYNC110 - measuring the loop itself
+        while pipeline.pull_audio() is None:
             await asyncio.sleep(0)
         latencies.append((time.perf_counter() - started) * 1000.0)
         while not pipeline.idle:  # play the rest out, as fast as the loop allows

@@ -16,7 +16,7 @@ from internal.agent.client import AgentChatModel
 from internal.config import Config
 from internal.config.providers import AgentConfig, DeepgramConfig
 from internal.llm.openai import OpenAIChatModel
-from internal.pipeline.events import ResponseEvent, StateEvent, TranscriptEvent
+from internal.pipeline.events import ResponseEvent, TranscriptEvent
 from internal.pipeline.localcall import LocalCall
 from internal.pipeline.pipeline import APOLOGY
 from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry, register_end_call

@@ -35,7 +35,7 @@ async def next_result(results: AsyncIterator[Transcript]) -> Transcript:
 async def until(condition: Callable[[], object], timeout: float = 20) -> None:
     """Poll: the fake records what arrived in plain fields, with no event to wait on."""
     async with asyncio.timeout(timeout):
-        while not condition():  # noqa: ASYNC110
+        while not condition():
             await asyncio.sleep(0.01)
 
 
