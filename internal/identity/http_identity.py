@@ -12,13 +12,13 @@ The rules (PRODUCT.md section 2), in order:
 
 from __future__ import annotations
 
-import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Protocol
 
 from internal.config.sections import ServerConfig
 from internal.identity.caller import CallerIdentity
 from internal.identity.jwt import TokenError, TokenVerifier, subject_problem
+from internal.identity.networks import address_in
 
 RESOURCE_ID_HEADER = "X-Voicegate-Resource-Id"
 
@@ -48,24 +48,6 @@ def bearer_token(headers: Mapping[str, str]) -> str | None:
     if scheme.lower() != "bearer" or not token.strip():
         return None
     return token.strip()
-
-
-def address_in(host: str | None, cidrs: Iterable[str]) -> bool:
-    if not host:
-        return False
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    for cidr in cidrs:
-        try:
-            if address in ipaddress.ip_network(cidr, strict=False):
-                return True
-        except ValueError:
-            continue
-    return False
 
 
 def is_loopback(host: str | None) -> bool:

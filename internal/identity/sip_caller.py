@@ -8,10 +8,10 @@ caller's Privacy request (RFC 3323) is honoured. Reasons are for logs and never 
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable
 
 from internal.identity.caller import CallerIdentity
+from internal.identity.networks import address_in
 from internal.identity.phone import WITHHELD, normalise_e164
 from internal.sip.message import SipRequest
 from internal.sip.uri import NameAddr, UriError
@@ -20,17 +20,7 @@ _PRIVACY_HIDING_IDENTITY = frozenset({"id", "header", "user"})
 
 
 def is_trusted(source_host: str, trusted_peers: Iterable[str]) -> bool:
-    try:
-        address = ipaddress.ip_address(source_host)
-    except ValueError:
-        return False
-    for cidr in trusted_peers:
-        try:
-            if address in ipaddress.ip_network(cidr, strict=False):
-                return True
-        except ValueError:
-            continue
-    return False
+    return address_in(source_host, trusted_peers)
 
 
 def _privacy_requested(request: SipRequest) -> bool:
