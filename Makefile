@@ -15,6 +15,10 @@ test:
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
+soak:
+	@scripts/bootstrap.sh test
+	VOICEGATE_SOAK=10 $(VENV)/bin/pytest -n 2 tests/reliability $(PYTEST_ARGS)
+
 bench:
 	@scripts/bootstrap.sh test
 	$(PY) bench/run_all.py

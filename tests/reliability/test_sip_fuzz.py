@@ -16,12 +16,13 @@ import pytest
 from internal.config import load_config
 from server.gateway import Gateway
 from tests.pipeline.conftest import ScriptedStt
+from tests.reliability.scale import scaled
 from tests.sip.conftest import eventually, free_port, run_sipp
 
 pytestmark = pytest.mark.slow
 
-UDP_MESSAGES = 20_000
-TCP_CONNECTIONS = 300
+UDP_MESSAGES = scaled(20_000)
+TCP_CONNECTIONS = scaled(300)
 
 INVITE = (
     "INVITE sip:agent@127.0.0.1 SIP/2.0\r\n"

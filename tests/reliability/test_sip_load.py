@@ -13,12 +13,13 @@ import pytest
 from internal.config import load_config
 from server.gateway import Gateway
 from tests.pipeline.conftest import ScriptedStt
+from tests.reliability.scale import scaled
 from tests.sip.conftest import eventually, free_port, run_sipp
 from tests.speech import telephone
 
 pytestmark = pytest.mark.slow
 
-CALLS, RATE, LIMIT = 300, 10, 30
+CALLS, RATE, LIMIT = scaled(300), 10, 30
 TEMPLATE = Path(__file__).parent / "uac_rtp_stream.xml"
 
 
@@ -48,7 +49,7 @@ async def test_three_hundred_calls_leave_nothing_behind(tmp_path: Path) -> None:
     try:
         await asyncio.sleep(0.5)
         files_before, tasks_before = open_files(), len(asyncio.all_tasks())
-        result = await run_sipp(tmp_path, scenario, f"127.0.0.1:{config.sip.bind_port}", timeout=180,
+        result = await run_sipp(tmp_path, scenario, f"127.0.0.1:{config.sip.bind_port}", timeout=180 * max(1, CALLS // 300),
                                 extra=["-m", str(CALLS), "-r", str(RATE), "-l", str(LIMIT), "-trace_stat",
                                        "-fd", "5"])
         result.check()
