@@ -49,7 +49,8 @@ async def test_three_hundred_calls_leave_nothing_behind(tmp_path: Path) -> None:
     try:
         await asyncio.sleep(0.5)
         files_before, tasks_before = open_files(), len(asyncio.all_tasks())
-        result = await run_sipp(tmp_path, scenario, f"127.0.0.1:{config.sip.bind_port}", timeout=180 * max(1, CALLS // 300),
+        target = f"127.0.0.1:{config.sip.bind_port}"
+        result = await run_sipp(tmp_path, scenario, target, timeout=180 * max(1, CALLS // 300),
                                 extra=["-m", str(CALLS), "-r", str(RATE), "-l", str(LIMIT), "-trace_stat",
                                        "-fd", "5"])
         result.check()
