@@ -19,6 +19,7 @@ import contextlib
 import logging
 
 from internal.config.sections import SipConfig
+from internal.session.limits import TokenBucketLimiter
 from internal.sip.calls import CallLeg, CallRegistry
 from internal.sip.dialog import Dialog
 from internal.sip.digest import SERVER_ALGORITHMS, DigestAuthenticator
@@ -31,7 +32,6 @@ from internal.sip.handler import (
     Rejection,
 )
 from internal.sip.message import SipRequest, SipResponse
-from internal.sip.ratelimit import InviteRateLimiter
 from internal.sip.sdp import SessionDescription
 from internal.sip.stack import ALLOWED_METHODS, SUPPORTED_OPTIONS, HeaderItems, SipStack
 from internal.sip.timers import TimerSettings
@@ -71,7 +71,7 @@ class UserAgent:
         self.handler = handler
         self.stack = SipStack(config, self, timers, bind)
         self.calls = CallRegistry(handler)
-        self.limiter = InviteRateLimiter(config.invite_rate_per_min)
+        self.limiter = TokenBucketLimiter(config.invite_rate_per_min)
         self.authenticator: DigestAuthenticator | None = None
         if config.auth.enabled:
             auth = config.auth

@@ -85,9 +85,9 @@ class InboundInvite:
         ua, request = self.ua, self.request
         if self.txn.final_sent:
             return  # a CANCEL (or shutdown) got here before this task first ran
-        retry_after = ua.limiter.check(self.source.host)
-        if retry_after:
-            self._respond(503, "Service Unavailable", {"Retry-After": str(retry_after)})
+        decision = ua.limiter.take(self.source.host)
+        if not decision.allowed:
+            self._respond(503, "Service Unavailable", {"Retry-After": str(decision.retry_after_s)})
             return
         allowed, username = self._authenticate()
         if not allowed:

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from internal.audio.rtp_ports import RtpPortAllocator
+from internal.audio.rtp_ports import RtpPortAllocator, RtpPortsExhausted
 from internal.audio.rtp_session import MediaDirection, RtpSession
 from internal.audio.scheduler import PacedScheduler
 from internal.config.sections import SipConfig
@@ -28,14 +28,16 @@ from internal.pipeline.events import Event, EventSink, StateEvent, TranscriptEve
 from internal.pipeline.pipeline import VoicePipeline
 from internal.session import Session, SessionLimitReached, TransportKind
 from internal.sip.dialog import Dialog
-from internal.sip.handler import CallFailed, IncomingCall, Rejection
-from internal.sip.sdp import Negotiated, SessionDescription, build_answer, build_offer, negotiate
+from internal.sip.handler import CallFailed, CallRejected, IncomingCall, Rejection
+from internal.sip.sdp import Negotiated, SdpError, SessionDescription, build_answer, build_offer, negotiate
 from internal.sip.uri import SipUri
 
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 8000  # G.711: the pipeline of a SIP call runs at the codec's own rate
 RETRY_AFTER_S = "5"
+AT_CAPACITY = "this server is at its live-session limit"
+SIP_CALL_ID = "sip.call_id"  # session.data key: the call's SIP Call-ID, for operators and POST /calls
 
 OpenSession = Callable[[CallerIdentity, TransportKind], Awaitable[Session]]
 NewPipeline = Callable[[Session, int, EventSink, str | None], VoicePipeline]
@@ -94,6 +96,13 @@ class SipVoiceCall:
     ended: bool = False
     # Where audio and DTMF go before the pipeline exists (outbound calls ring first).
     route: dict[str, Any] = field(default_factory=dict)
+    # RFC 3264 8: every SDP we send in one call keeps the o= session id and bumps its version by one.
+    sdp_session_id: int = field(default_factory=lambda: secrets.randbelow(2**31))
+    sdp_version: int = -1
+
+    def next_sdp_version(self) -> int:
+        self.sdp_version = self.sdp_session_id if self.sdp_version < 0 else self.sdp_version + 1
+        return self.sdp_version
 
 
 class VoiceCallHandler:
@@ -112,6 +121,7 @@ class VoiceCallHandler:
         self._greeting_outgoing = greeting_outgoing
         self._codecs: list[str] = list(config.codecs)
         self.calls: dict[str, SipVoiceCall] = {}
+        self._background: set[asyncio.Task[None]] = set()
         self.ua: Any = None  # set by the composition root once the UserAgent exists
 
     # ---- inbound ---------------------------------------------------------------------------------
@@ -124,31 +134,50 @@ class VoiceCallHandler:
     async def answer(self, call: IncomingCall, dialog: Dialog) -> SessionDescription:
         if call.offer is None:
             # Offerless INVITE: we offer in the 200 and learn the caller's answer from the ACK.
-            voice = self._new_call(dialog.call_id, call.source.host)
-            await self._attach_session(voice, call.identity, greeting=None)
+            voice = self._new_inbound_call(dialog.call_id, call.source.host)
+            await self._attach_inbound_session(voice, call.identity)
+            voice.next_sdp_version()
             return build_offer(media_address(self.config, call.source.host), voice.rtp.local_port,
-                               self._codecs, session_id=secrets.randbelow(2**31))
+                               self._codecs, session_id=voice.sdp_session_id)
         negotiated = negotiate(call.offer, self._codecs)  # NoCommonCodec -> 488, before any allocation
-        voice = self._new_call(dialog.call_id, call.source.host)
+        voice = self._new_inbound_call(dialog.call_id, call.source.host)
         voice.negotiated = negotiated
-        try:
-            await self._attach_session(voice, call.identity, greeting=None)
-        except SessionLimitReached:
-            self._release(voice)
-            from internal.sip.handler import CallRejected
-
-            raise CallRejected(503, "Service Unavailable", {"Retry-After": RETRY_AFTER_S}) from None
+        await self._attach_inbound_session(voice, call.identity)
         voice.rtp.update((negotiated.remote_host, negotiated.remote_port), negotiated.payload_type,
                          negotiated.dtmf_payload_type, _direction(negotiated.direction))
         return build_answer(negotiated, media_address(self.config, call.source.host), voice.rtp.local_port,
-                            secrets.randbelow(2**31), offer=call.offer)
+                            voice.sdp_session_id, offer=call.offer, session_version=voice.next_sdp_version())
+
+    def _new_inbound_call(self, call_id: str, toward: str) -> SipVoiceCall:
+        try:
+            return self._new_call(call_id, toward)
+        except RtpPortsExhausted:
+            log.warning("no free RTP port pair: refusing the call", extra={"call_id": call_id})
+            raise CallRejected(503, "Service Unavailable", {"Retry-After": RETRY_AFTER_S}) from None
+
+    async def _attach_inbound_session(self, voice: SipVoiceCall, identity: CallerIdentity) -> None:
+        try:
+            await self._attach_session(voice, identity, greeting=None)
+        except SessionLimitReached:
+            self._release(voice)
+            raise CallRejected(503, "Service Unavailable", {"Retry-After": RETRY_AFTER_S}) from None
 
     async def confirmed(self, dialog: Dialog) -> None:
         voice = self.calls.get(dialog.call_id)
         if voice is None or voice.ended:
             return
-        if voice.negotiated is None and dialog.remote_sdp is not None:
-            negotiated = negotiate(dialog.remote_sdp, self._codecs)
+        if voice.negotiated is None:
+            # Offerless INVITE: the caller's answer came in the ACK; without a usable one there is no call.
+            try:
+                if dialog.remote_sdp is None:
+                    raise SdpError("the ACK carried no SDP answer to our offer")
+                negotiated = negotiate(dialog.remote_sdp, self._codecs)
+            except SdpError as exc:
+                log.info("sip call has no usable media: hanging up", extra={"call_id": dialog.call_id,
+                                                                             "sip_reason": str(exc)})
+                if self.ua is not None:
+                    await self.ua.hangup(dialog)
+                return
             voice.negotiated = negotiated
             voice.rtp.update((negotiated.remote_host, negotiated.remote_port), negotiated.payload_type,
                              negotiated.dtmf_payload_type, _direction(negotiated.direction))
@@ -157,8 +186,6 @@ class VoiceCallHandler:
     async def reinvite(self, dialog: Dialog, offer: SessionDescription | None) -> SessionDescription:
         voice = self.calls.get(dialog.call_id)
         if voice is None or offer is None:
-            from internal.sip.handler import CallRejected
-
             raise CallRejected(488, "Not Acceptable Here")
         negotiated = negotiate(offer, self._codecs)
         voice.negotiated = negotiated
@@ -168,7 +195,7 @@ class VoiceCallHandler:
                                                   "codec": negotiated.codec})
         peer = dialog.peer.host if dialog.peer else negotiated.remote_host
         return build_answer(negotiated, media_address(self.config, peer), voice.rtp.local_port,
-                            secrets.randbelow(2**31), offer=offer)
+                            voice.sdp_session_id, offer=offer, session_version=voice.next_sdp_version())
 
     async def ended(self, dialog: Dialog, reason: str) -> None:
         voice = self.calls.pop(dialog.call_id, None)
@@ -185,37 +212,62 @@ class VoiceCallHandler:
     # ---- outbound --------------------------------------------------------------------------------
 
     async def place_call(self, target: str, *, greeting: str | None = None) -> Session:
-        """Dial `target`; returns the session once answered (raises CallFailed otherwise)."""
+        """Dial `target`; returns the session once answered.
+
+        Raises CallFailed (the callee's final status; 408 for our timeout, 503 when we are full) and
+        ValueError for a target that is not a SIP URI. Whatever fails, nothing is left allocated.
+        """
         if self._at_capacity():
-            raise CallFailed(503, "this server is at its live-session limit")
-        identity = callee_identity(target, self.config.default_region)
-        call_id = f"out-{secrets.token_hex(8)}"
+            raise CallFailed(503, AT_CAPACITY)
         toward = SipUri.parse(target if ":" in target else f"sip:{target}").host
-        voice = self._new_call(call_id, toward)
+        identity = callee_identity(target, self.config.default_region)
+        provisional_id = f"out-{secrets.token_hex(8)}"  # until the UA gives the dialog its Call-ID
+        try:
+            voice = self._new_call(provisional_id, toward)
+        except RtpPortsExhausted as exc:
+            raise CallFailed(503, str(exc)) from None
         offer = build_offer(media_address(self.config, toward), voice.rtp.local_port, self._codecs,
-                            session_id=secrets.randbelow(2**31))
+                            session_id=voice.sdp_session_id)
+        voice.next_sdp_version()
         try:
             outbound = await self.ua.call(target, offer)
         except BaseException:
+            self.calls.pop(provisional_id, None)
             self._release(voice)
             raise
         dialog = outbound.dialog
+        self.calls.pop(provisional_id, None)
         voice.call_id = dialog.call_id
         self.calls[dialog.call_id] = voice
-        self.calls.pop(call_id, None)
-        if outbound.answer is not None:
-            negotiated = negotiate(outbound.answer, self._codecs)
+        try:
+            return await self._connect(voice, dialog, outbound.answer, identity, greeting)
+        except BaseException:
+            if not voice.ended:  # hanging up ends the dialog, and `ended` releases media and session
+                await asyncio.shield(self.ua.hangup(dialog))
+            raise
+
+    async def _connect(self, voice: SipVoiceCall, dialog: Dialog, answer: SessionDescription | None,
+                       identity: CallerIdentity, greeting: str | None) -> Session:
+        if answer is not None:
+            try:
+                negotiated = negotiate(answer, self._codecs)
+            except SdpError as exc:
+                raise CallFailed(488, f"the callee's SDP answer is not usable ({exc})") from None
             voice.negotiated = negotiated
             voice.rtp.update((negotiated.remote_host, negotiated.remote_port), negotiated.payload_type,
                              negotiated.dtmf_payload_type, _direction(negotiated.direction))
         try:
             await self._attach_session(voice, identity, greeting=greeting or self._greeting_outgoing or None)
         except SessionLimitReached:
-            await self.ua.hangup(dialog)
-            raise CallFailed(503, "this server is at its live-session limit") from None
+            raise CallFailed(503, AT_CAPACITY) from None
+        session = voice.session
+        assert session is not None
+        if voice.ended:
+            # The callee hung up while the session was opening, so `ended` found none to end.
+            await self._end_session(session, "sip bye")
+            raise CallFailed(480, "the callee hung up as soon as it answered")
         await self._start_media(voice, dialog)
-        assert voice.session is not None
-        return voice.session
+        return session
 
     # ---- shared ----------------------------------------------------------------------------------
 
@@ -257,11 +309,30 @@ class VoiceCallHandler:
         return voice
 
     async def _attach_session(self, voice: SipVoiceCall, identity: CallerIdentity, greeting: str | None) -> None:
-        session = await self._open_session(identity, "sip")
+        opening = asyncio.ensure_future(self._open_session(identity, "sip"))
+        try:
+            session = await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            # The call went away (CANCEL, shutdown) while its session was opening (memory loads here):
+            # end that session once it exists, or it would hold a place under max_sessions for ever.
+            opening.add_done_callback(self._end_orphan)
+            raise
         voice.session = session
         voice.pipeline = self._new_pipeline(session, SAMPLE_RATE, CallLog(voice.call_id), greeting)
         log.info("sip call answered", extra={"call_id": voice.call_id, "session_id": session.id,
                                              "identity_kind": identity.kind, "identity_reason": identity.reason})
+
+    def _end_orphan(self, opening: asyncio.Future[Session]) -> None:
+        if opening.cancelled() or opening.exception() is not None:
+            return
+        session = opening.result()
+
+        async def end() -> None:
+            await self._end_session(session, "sip call gone")
+
+        task = asyncio.get_running_loop().create_task(end())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _start_media(self, voice: SipVoiceCall, dialog: Dialog) -> None:
         session, pipeline = voice.session, voice.pipeline
@@ -277,6 +348,7 @@ class VoiceCallHandler:
 
         session.close_transport = close_transport
         session.hangup = hangup
+        session.data[SIP_CALL_ID] = dialog.call_id
         remote = (voice.negotiated.remote_host, voice.negotiated.remote_port) if voice.negotiated else None
         voice.rtp.start(remote)
         voice.route["pipeline"] = pipeline

@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 import pytest
 
 from internal.sip import SipResponse, parse
-from internal.sip.ratelimit import InviteRateLimiter
 from tests.sip.conftest import RawPeer, RecordingHandler, UaFactory, sip_text
 
 
@@ -108,21 +107,3 @@ async def test_tcp_headers_that_never_end_are_cut_off(make_ua: UaFactory) -> Non
     assert await tcp_exchange(ua.local_address("tcp").port, b"OPTIONS sip:a SIP/2.0\r\nX: " + b"y" * 3000) == b""
 
 
-def test_rate_limiter_refills_over_time() -> None:
-    now = [0.0]
-    limiter = InviteRateLimiter(2, clock=lambda: now[0])
-    assert [limiter.check("a"), limiter.check("a")] == [0, 0]
-    assert limiter.check("a") == 30  # one token per 30 s at 2 per minute
-    assert limiter.check("b") == 0  # other sources are unaffected
-    now[0] += 30
-    assert limiter.check("a") == 0
-    assert InviteRateLimiter(0).check("a") == 0  # 0 turns it off
-
-
-def test_rate_limiter_table_is_bounded() -> None:
-    now = [0.0]
-    limiter = InviteRateLimiter(60, clock=lambda: now[0], max_keys=10)
-    for i in range(100):
-        now[0] += 0.001
-        limiter.check(f"10.0.0.{i}")
-    assert len(limiter._buckets) <= 10
