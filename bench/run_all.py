@@ -10,6 +10,8 @@ HERE = Path(__file__).resolve().parent
 BENCHMARKS = [
     ["turn_latency.py", "--turns", "200", "--local"],
     ["memory.py", "--scales", "10000,100000,1000000", "--samples", "500"],
+    ["webrtc_sessions.py", "--sessions", "2,4,6,8,10,20,40", "--seconds", "15", "--profile"],
+    ["api_memory.py", "--clients", "20", "--seconds", "20"],
 ]
 
 
