@@ -16,7 +16,7 @@ from internal.config.sections import IceServer
 from internal.identity import CallerIdentity
 from internal.peer.channel import ChannelEventSink, Ping, TypedTurn, parse_client_message
 from internal.peer.ice import configure_ice_hosts, parse_ice_hosts, rtc_configuration
-from internal.peer.tracks import AgentAudioTrack, InboundAudio, downmix_to_pcm16
+from internal.peer.tracks import AgentAudioTrack, InboundAudio
 from internal.pipeline.events import StateEvent
 from internal.pipeline.rolling_summary import RollingSummary
 from internal.session import Conversation, Session
@@ -115,13 +115,27 @@ def stereo_frame(samples: np.ndarray, rate: int = 48000) -> av.AudioFrame:
     return frame
 
 
-def test_downmix_averages_channels_for_packed_and_planar_frames() -> None:
-    packed = av.AudioFrame.from_ndarray(np.array([[100, 300, -50, 50]], dtype=np.int16), format="s16",
-                                        layout="stereo")
-    assert np.frombuffer(downmix_to_pcm16(packed), np.int16).tolist() == [200, 0]
-    planar = av.AudioFrame.from_ndarray(np.array([[0.5, -0.5], [0.5, 0.5]], dtype=np.float32), format="fltp",
-                                        layout="stereo")
-    assert np.frombuffer(downmix_to_pcm16(planar), np.int16).tolist() == [16383, 0]
+def test_inbound_audio_downmixes_packed_and_planar_frames_of_any_format() -> None:
+    def settled(frames: list[bytes]) -> np.ndarray:
+        return np.frombuffer(b"".join(frames), np.int16)[800:]  # past the resampler's filter delay
+
+    packed_frames: list[bytes] = []
+    packed = InboundAudio(16000, packed_frames.append)
+    for _ in range(25):
+        left_right = np.tile(np.array([1000, 3000], dtype=np.int16), 960).reshape(1, -1)
+        frame = av.AudioFrame.from_ndarray(left_right, format="s16", layout="stereo")
+        frame.sample_rate = 48000
+        packed.feed(frame)
+    assert np.allclose(settled(packed_frames), 2000, atol=30)
+
+    planar_frames: list[bytes] = []
+    planar = InboundAudio(16000, planar_frames.append)
+    for _ in range(25):
+        channels = np.stack([np.full(960, 0.5, np.float32), np.full(960, 0.25, np.float32)])
+        frame = av.AudioFrame.from_ndarray(channels, format="fltp", layout="stereo")
+        frame.sample_rate = 48000
+        planar.feed(frame)
+    assert np.allclose(settled(planar_frames), 0.375 * 32767, atol=60)
 
 
 @settings(max_examples=30, deadline=None)
