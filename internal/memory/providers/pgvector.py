@@ -111,10 +111,10 @@ class PgvectorProvider:
     async def apply(self, owner_id: str, changes: Sequence[MemoryChange], context: ChangeContext) -> ApplyResult:
         retention_s = context.retention_s or self._retention_s
         items = {change.scope: document_lines(change.content) for change in changes}
-        vectors: dict[Scope, list[Any]] = {}
+        vectors: dict[Scope, builtins.list[Any]] = {}
         if self._embedder is not None:
             for scope, lines in items.items():
-                vectors[scope] = await self._embedder.embed(lines)
+                vectors[scope] = await self._embed_lines(owner_id, scope, lines)
         written: builtins.list[tuple[MemoryDocument, float]] = []
         async with self._db.pool.connection() as conn, conn.transaction():
             for change in changes:
@@ -122,6 +122,19 @@ class PgvectorProvider:
                                                  items[change.scope], vectors.get(change.scope)))
         self._cache.put(owner_id, written)
         return ApplyResult(len(written), [document for document, _ in written])
+
+    async def _embed_lines(self, owner: str, scope: Scope, lines: builtins.list[str]) -> builtins.list[Any]:
+        """Embeddings for a document's lines, reusing those of lines that did not change (an edit
+        usually touches one line; re-embedding all of them made writes grow with the document)."""
+        assert self._embedder is not None
+        async with self._db.pool.connection() as conn:
+            cursor = await conn.execute("SELECT text, embedding FROM memory_items WHERE owner_key = %s AND scope = %s",
+                                        (owner, scope))
+            known = {row[0]: row[1] for row in await cursor.fetchall()}
+        missing = [line for line in dict.fromkeys(lines) if line not in known]
+        if missing:
+            known.update(zip(missing, await self._embedder.embed(missing), strict=True))
+        return [known[line] for line in lines]
 
     async def _write(self, conn: AsyncConnection[Any], owner: str, change: MemoryChange, context: ChangeContext,
                      retention_s: float, lines: builtins.list[str],
