@@ -21,7 +21,7 @@ from typing import Any
 from internal.audio.rtp_ports import RtpPortAllocator, RtpPortsExhausted
 from internal.audio.rtp_session import MediaDirection, RtpSession
 from internal.audio.scheduler import PacedScheduler
-from internal.config.sections import SipConfig
+from internal.config.sections import SipConfig, split_host_port
 from internal.identity import CallerIdentity
 from internal.identity.phone import normalise_e164
 from internal.pipeline.events import Event, EventSink, StateEvent, TranscriptEvent
@@ -67,7 +67,7 @@ def _direction(value: str) -> MediaDirection:
 def media_address(config: SipConfig, toward: str) -> str:
     """The address we put in SDP: sip.public_address, the bind host, or our interface toward the peer."""
     if config.public_address:
-        return config.public_address
+        return split_host_port(config.public_address, 0)[0]  # "host:port" names the SIP port, not RTP
     if config.bind_host not in ("0.0.0.0", "::", ""):
         return config.bind_host
     with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:

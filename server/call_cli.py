@@ -1,0 +1,113 @@
+"""`voicegate call sip:user@host`: phone someone from the command line and let the agent talk.
+
+Starts the server's components in this process (SIP on `sip.bind`, the configured STT/LLM/TTS and
+memory), places one call, prints its progress and transcript, and exits when the call ends:
+0 when it was answered and ended normally, 1 when it failed (the SIP status is printed), 2 for a
+target that is not a SIP URI, 130 when interrupted (the call is hung up first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any, TextIO
+
+from internal.config import Config, ConfigError
+from internal.pipeline.transcript import TranscriptEntry
+from internal.session import Session
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+# Ends that mean the call did not work, as opposed to someone hanging up (see SessionManager.end reasons).
+FAILED_ENDINGS = frozenset({"rtp timeout", "sip error", "sip ack timeout"})
+POLL_S = 0.1
+
+
+def add_call_command(commands: Any) -> None:
+    call = commands.add_parser("call", help="place an outbound SIP call and let the agent talk")
+    call.add_argument("target", metavar="sip:user@host[:port]", help="whom to call (;transport=tcp for TCP)")
+    call.add_argument("--greeting", help="what to say when answered (default: pipeline.greeting_outgoing)")
+    call.add_argument("--timeout", type=float, metavar="S",
+                      help="give up (CANCEL) when not answered within S seconds (default: sip.outbound.timeout_s)")
+    call.set_defaults(run=run_call)
+
+
+def run_call(args: argparse.Namespace, config: Config) -> int:
+    from server.cli import configure_tool_logging
+    from server.providers import check_providers
+
+    try:
+        check_providers(config)
+    except ConfigError as exc:
+        print("voicegate call: " + "; ".join(exc.problems), file=sys.stderr)
+        return EXIT_FAILED
+    if args.timeout is not None:
+        if args.timeout <= 0:
+            print("voicegate call: --timeout must be positive", file=sys.stderr)
+            return EXIT_USAGE
+        config.sip.outbound.timeout_s = args.timeout
+    config.sip.enabled = True  # this command is a SIP call, whatever `serve` is configured to do
+    configure_tool_logging(config)
+    try:
+        return asyncio.run(place_and_follow(config, args.target, args.greeting, sys.stdout))
+    except KeyboardInterrupt:
+        print("interrupted: the call was hung up", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+async def place_and_follow(config: Config, target: str, greeting: str | None, out: TextIO) -> int:
+    """Place the call and print what happens until it ends; returns the exit code."""
+    from internal.sip.handler import CallFailed
+    from server.gateway import Gateway
+
+    def say(line: str) -> None:
+        print(line, file=out, flush=True)
+
+    gateway = Gateway(config)
+    try:
+        await gateway.start()
+    except OSError as exc:
+        say(f"cannot listen for SIP on {config.sip.bind}: {exc.strerror or exc}. Is `voicegate serve` using it? "
+            "Choose another address with VOICEGATE_SIP__BIND (port 0 picks a free one).")
+        return EXIT_FAILED
+    try:
+        assert gateway.sessions is not None and gateway.sip_calls is not None
+        ended = asyncio.Event()
+        placed: list[Session] = []
+
+        async def on_end(session: Session) -> None:
+            if placed and session is placed[0]:
+                ended.set()
+
+        gateway.sessions.add_end_hook(on_end)
+        local = gateway.sip.local_address()
+        say(f"dialling {target} from {local.host}:{local.port} ...")
+        try:
+            session = await gateway.sip_calls.place_call(target, greeting=greeting)
+        except ValueError as exc:
+            say(f"not a SIP URI: {exc}")
+            return EXIT_USAGE
+        except CallFailed as failure:
+            say(f"call failed: SIP {failure.status} {failure.reason}")
+            return EXIT_FAILED
+        placed.append(session)
+        say(f"answered (session {session.id})")
+        shown = 0
+        while not (ended.is_set() or session.ended):
+            shown = _show_new(session.conversation.transcript.entries(), shown, say)
+            try:
+                await asyncio.wait_for(ended.wait(), POLL_S)
+            except TimeoutError:
+                pass
+        _show_new(session.conversation.transcript.entries(), shown, say)
+        say(f"ended: {session.end_reason}")
+        return EXIT_FAILED if session.end_reason in FAILED_ENDINGS else EXIT_OK
+    finally:
+        await gateway.stop()  # hangs up a call still running (Ctrl-C) with a BYE
+
+
+def _show_new(entries: list[TranscriptEntry], shown: int, say: Any) -> int:
+    for entry in entries[shown:]:
+        who = "agent" if entry.role == "agent" else "callee"
+        say(f"  {who}: {entry.text}" + (" [interrupted]" if entry.interrupted else ""))
+    return len(entries)

@@ -1,0 +1,106 @@
+"""POST /calls: the deployer's backend asks voicegate to phone someone.
+
+    POST /calls  {"to": "sip:+15551234567@trunk.example.com", "greeting": "Hi, it's your pharmacy."}
+    X-API-Key: <server.api_key>            (or Authorization: Bearer <server.api_key>)
+    -> 201 {"session_id": "...", "call_id": "..."}   once the callee answers
+
+An outbound call spends money and speaks in the deployer's name, so this route is never open: with no
+`server.api_key` configured it answers 403 rather than falling back to "anyone may call". The request
+returns when the call is answered or has failed, at most `sip.outbound.timeout_s` later:
+  401  no or wrong API key          403  no server.api_key configured
+  422  `to` is not a sip: URI       503  SIP is off, or every session slot is taken (Retry-After)
+  502  the callee (or a proxy) refused: `error.sip_status` / `error.sip_reason` say how
+  504  nobody answered within sip.outbound.timeout_s (the INVITE was CANCELled)
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from internal.sip.handler import CallFailed
+from internal.sip.voice import AT_CAPACITY, SIP_CALL_ID
+from server.errors import ApiError, error_body
+from server.gateway import Gateway
+
+RETRY_AFTER_S = "5"
+# CallFailed carries SIP statuses; these two are ours, not the callee's (see internal/sip/uac.py).
+OUR_TIMEOUT = (408, "timeout")
+NO_ROUTE_PREFIX = "no route"
+
+
+class CallRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    to: str = Field(min_length=5, max_length=512, description="sip:user@host[:port][;transport=tcp]")
+    greeting: str | None = Field(default=None, max_length=2000,
+                                 description="said when answered (default: pipeline.greeting_outgoing)")
+
+
+class CallPlaced(BaseModel):
+    session_id: str
+    call_id: str  # the SIP Call-ID, to find the call in logs and on the trunk
+
+
+def presented_key(request: Request) -> str:
+    key = request.headers.get("x-api-key")
+    if key:
+        return key
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def require_api_key(request: Request, api_key: str) -> None:
+    if not api_key:
+        raise ApiError(403, "outbound_calls_disabled",
+                       "POST /calls needs server.api_key to be configured: outbound calling is never open")
+    if not hmac.compare_digest(presented_key(request).encode(), api_key.encode()):
+        raise ApiError(401, "unauthorized", "POST /calls requires the server's API key "
+                       "(X-API-Key or Authorization: Bearer)", {"WWW-Authenticate": "Bearer"})
+
+
+def call_failed_response(failure: CallFailed) -> JSONResponse:
+    """Our own failures keep their HTTP meaning; anything the far end said is a 502 carrying its status."""
+    if (failure.status, failure.reason) == OUR_TIMEOUT:
+        status, code, message = 504, "no_answer", "nobody answered within sip.outbound.timeout_s"
+    elif failure.status == 503 and failure.reason == AT_CAPACITY:
+        return at_capacity()
+    elif failure.reason.startswith(NO_ROUTE_PREFIX):
+        status, code, message = 502, "no_route", f"cannot reach the callee: {failure.reason}"
+    else:
+        status, code = 502, "call_failed"
+        message = f"the call was refused: SIP {failure.status} {failure.reason}"
+    body: dict[str, Any] = error_body(code, message)
+    body["error"].update(sip_status=failure.status, sip_reason=failure.reason)
+    return JSONResponse(body, status)
+
+
+def at_capacity() -> JSONResponse:
+    return JSONResponse(error_body("at_capacity", "every session slot is taken (server.max_sessions)"), 503,
+                        headers={"Retry-After": RETRY_AFTER_S})
+
+
+def install_call_routes(app: FastAPI, gateway: Gateway) -> None:
+    api_key = gateway.config.server.api_key
+
+    @app.post("/calls", tags=["calls"], status_code=201, response_model=CallPlaced,
+              responses={401: {}, 403: {}, 422: {}, 502: {}, 503: {}, 504: {}})
+    async def place_call(request: Request, call: CallRequest) -> Any:
+        require_api_key(request, api_key)
+        handler = gateway.sip_calls
+        if handler is None:
+            raise ApiError(503, "sip_disabled", "SIP is off on this server ([sip] enabled = false)")
+        if gateway.sessions is not None and gateway.sessions.at_capacity():
+            return at_capacity()
+        try:
+            session = await handler.place_call(call.to, greeting=call.greeting)
+        except ValueError as exc:
+            raise ApiError(422, "invalid_target", str(exc)) from None
+        except CallFailed as failure:
+            return call_failed_response(failure)
+        placed = CallPlaced(session_id=session.id, call_id=str(session.data.get(SIP_CALL_ID, "")))
+        return JSONResponse(placed.model_dump(), 201)

@@ -1,0 +1,87 @@
+"""baresip, a strict SIP stack, phones in with a WAV file and records what it hears."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+import wave
+from pathlib import Path
+
+import pytest
+
+from internal.audio.g711 import ulaw_decode, ulaw_encode
+from tests.sip_calls.conftest import REPLY_PHRASES, ServerFactory, best_match, free_port, loud_part
+from tests.speech import active_ms, speak, transcribe, write_wav
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("baresip") is None, reason="baresip is not installed (apt: baresip-core)"),
+]
+
+MODULES = ("g711.so", "aufile.so", "aubridge.so", "sndfile.so", "menu.so")
+
+
+def baresip_home(directory: Path, wav: Path) -> Path:
+    """A headless baresip: audio from `wav`, no sound card (aubridge plays into nothing), and the
+    sndfile filter recording both directions into `directory`/recordings."""
+    home = directory / "baresip"
+    recordings = home / "recordings"
+    recordings.mkdir(parents=True)
+    rtp_low = random.randrange(40000, 59000) & ~1
+    lines = [
+        "poll_method epoll",
+        f"sip_listen 127.0.0.1:{free_port()}",
+        "net_interface 127.0.0.1",
+        f"audio_source aufile,{wav}",
+        "audio_player aubridge,nil",
+        "audio_alert aubridge,nil",
+        "audio_srate 8000",
+        "audio_channels 1",
+        f"rtp_ports {rtp_low}-{rtp_low + 40}",
+        "module_path /usr/lib/baresip/modules",
+        *(f"module {name}" for name in MODULES),
+        "module_app account.so",
+        f"snd_path {recordings}",
+    ]
+    (home / "config").write_text("\n".join(lines) + "\n")
+    (home / "accounts").write_text("<sip:+15551234567@127.0.0.1>;regint=0\n")
+    return home
+
+
+def recording(home: Path, direction: str) -> tuple[bytes, int]:
+    """What baresip heard ("dec") or sent ("enc"), as PCM16 and its rate."""
+    (path,) = (home / "recordings").glob(f"*-{direction}.wav")
+    with wave.open(str(path)) as wav:
+        return wav.readframes(wav.getnframes()), wav.getframerate()
+
+
+async def test_baresip_call_is_understood_answered_and_hung_up_by_us(
+        make_server: ServerFactory, tmp_path: Path) -> None:
+    server = await make_server()
+    # Two turns: a request, then "okay goodbye" (the agent answers, then sends BYE before the file ends).
+    speech = (bytes(16000) + speak("say hello world", 8000) + bytes(16000 * 4) + speak("okay goodbye", 8000)
+              + bytes(16000 * 8))
+    home = baresip_home(tmp_path, write_wav(tmp_path / "caller.wav", speech, 8000))
+    baresip = await asyncio.create_subprocess_exec(
+        "baresip", "-f", str(home), "-e", f"/dial sip:agent@{server.target}", "-t", "40",
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    try:
+        (session,) = await server.wait_ended(timeout=60)
+    finally:
+        if baresip.returncode is None:
+            baresip.terminate()
+        output = (await baresip.communicate())[0].decode(errors="replace")
+    assert "Call established" in output, output
+    entries = [(e.role, e.text) for e in session.conversation.transcript.entries()]
+    assert entries == [("user", "say hello world"), ("agent", "Hello world."),
+                       ("user", "okay goodbye"), ("agent", "Goodbye. Thanks for calling.")], output
+    assert session.end_reason == "agent ended the call"
+    assert "terminated" in output, output  # baresip accepted our BYE
+
+    heard, rate = recording(home, "dec")
+    assert active_ms(heard, rate) > 1000  # the two replies, not silence
+    assert "hello world" in transcribe(loud_part(heard, rate)[: rate * 2 * 3], rate, REPLY_PHRASES)
+    for reply in ("Hello world.", "Goodbye.", "Thanks for calling."):
+        reference = ulaw_decode(ulaw_encode(b"".join([chunk async for chunk in server.tts.synthesize(reply, rate)])))
+        assert best_match(heard, loud_part(reference, rate, margin_ms=0)) > 0.9, reply

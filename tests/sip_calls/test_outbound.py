@@ -1,0 +1,237 @@
+"""voicegate phones out: POST /calls and `voicegate call`, against sipp playing the callee."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from internal.config import Config
+from internal.identity import CallerIdentity
+from internal.tts.espeak import EspeakTextToSpeech
+from server.app import create_gateway_application
+from tests.conftest import REPO
+from tests.pipeline.conftest import ScriptedStt
+from tests.sip_calls.conftest import (
+    CALLER_PHRASES,
+    WAIT_FOR_BYE,
+    RtpCapture,
+    SippResult,
+    SipServer,
+    agent_said,
+    eventually,
+    fragment,
+    free_port,
+    render,
+    run_sipp,
+    sip_calls_config,
+    udp_port_free,
+)
+
+pytestmark = pytest.mark.slow
+
+API_KEY = "test-api-key-0123456789"
+GREETING_OUTGOING = "This is an outgoing call."
+OUR_OFFER = "m=audio [0-9]+ RTP/AVP 0 8 101"  # PCMU, PCMA and telephone-event, in sip.codecs order
+
+
+async def start_callee(directory: Path, scenario: Path) -> tuple[asyncio.Task[SippResult], int]:
+    """sipp as the callee on a free port; returns once it listens."""
+    port = free_port()
+    task = asyncio.create_task(run_sipp(directory, scenario, None, local_port=port))
+    await eventually(lambda: not udp_port_free(port) or task.done(), what="sipp to listen")
+    return task, port
+
+
+def answering(directory: Path, capture: RtpCapture, ending: str) -> Path:
+    return render(directory, "uas_answer.xml", ending=ending, media_port=capture.port, OFFER_REGEXP=OUR_OFFER)
+
+
+@pytest.fixture
+async def http_server(tmp_path: Path) -> AsyncIterator[Any]:
+    """`await http_server(config)`: the whole app (gateway started) and an HTTP client for it."""
+    started: list[tuple[SipServer, httpx.AsyncClient]] = []
+
+    async def factory(config: Config) -> tuple[SipServer, httpx.AsyncClient]:
+        app = create_gateway_application(config, stt=ScriptedStt([]))
+        gateway = app.state.gateway
+        await gateway.start()
+        server = SipServer(gateway)
+
+        async def record(session: Any) -> None:
+            server.ended.append(session)
+
+        server.sessions.add_end_hook(record)
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://voicegate", timeout=60)
+        started.append((server, client))
+        return server, client
+
+    yield factory
+    for server, client in started:
+        await client.aclose()
+        await server.gateway.stop()
+
+
+def outbound_config(tmp_path: Path, **server: Any) -> Config:
+    config = sip_calls_config(tmp_path, symmetric_rtp=False)
+    config.pipeline.greeting_outgoing = GREETING_OUTGOING
+    config.server.api_key = API_KEY
+    for key, value in server.items():
+        setattr(config.server, key, value)
+    return config
+
+
+AUTH = {"X-API-Key": API_KEY}
+
+
+async def test_calls_route_is_never_open(tmp_path: Path) -> None:
+    body = {"to": "sip:alice@127.0.0.1:5999"}
+    closed = create_gateway_application(sip_calls_config(tmp_path / "a"))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=closed), base_url="http://voicegate") as client:
+        refused = await client.post("/calls", json=body, headers=AUTH)
+        assert refused.status_code == 403
+        assert refused.json()["error"]["code"] == "outbound_calls_disabled"
+        assert "server.api_key" in refused.json()["error"]["message"]
+    keyed = create_gateway_application(outbound_config(tmp_path / "b"))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=keyed), base_url="http://voicegate") as client:
+        for headers in ({}, {"X-API-Key": "wrong"}, {"Authorization": "Bearer wrong"}, {"Authorization": API_KEY}):
+            response = await client.post("/calls", json=body, headers=headers)
+            assert response.status_code == 401, headers
+            assert response.headers["WWW-Authenticate"] == "Bearer"
+
+
+async def test_post_calls_connects_and_the_callee_hears_the_outgoing_greeting(
+        http_server: Any, capture: RtpCapture, tmp_path: Path) -> None:
+    server, client = await http_server(outbound_config(tmp_path))
+    callee, port = await start_callee(tmp_path, answering(tmp_path, capture, WAIT_FOR_BYE))
+    response = await client.post("/calls", json={"to": f"sip:+15557654321@127.0.0.1:{port}"}, headers=AUTH)
+    assert response.status_code == 201, response.text
+    placed = response.json()
+    session = server.sessions.get(placed["session_id"])
+    assert session is not None and placed["call_id"].endswith("@voicegate")
+    assert session.identity.resource_id == "sip:+15557654321"  # we chose whom to call: the number is ours
+    entries = await agent_said(session)
+    await server.hang_up(session)  # voicegate's BYE
+    (await callee).check()  # the callee saw our offer (OUR_OFFER), the ACK and the BYE
+    assert entries[0].text == GREETING_OUTGOING
+    assert await capture.played(GREETING_OUTGOING, server.tts) > 0.9
+    await eventually(lambda: server.gateway.sip_calls.calls == {}, what="the call released")
+
+
+async def test_post_calls_with_its_own_greeting(http_server: Any, capture: RtpCapture, tmp_path: Path) -> None:
+    server, client = await http_server(outbound_config(tmp_path))
+    invalid = await client.post("/calls", json={"to": "bob@example.com"}, headers=AUTH)
+    assert invalid.status_code == 422 and invalid.json()["error"]["code"] == "invalid_target"
+    callee, port = await start_callee(tmp_path, answering(tmp_path, capture, WAIT_FOR_BYE))
+    response = await client.post("/calls", json={"to": f"sip:bob@127.0.0.1:{port}", "greeting": "Hello world."},
+                                 headers={"Authorization": f"Bearer {API_KEY}"})
+    assert response.status_code == 201, response.text
+    session = server.sessions.get(response.json()["session_id"])
+    assert session is not None and session.identity.is_anonymous  # "bob" is not a number
+    await agent_said(session)
+    await server.hang_up(session)
+    (await callee).check()
+    assert "hello world" in capture.heard()
+
+
+async def test_busy_callee_gives_502_with_the_sip_status(http_server: Any, tmp_path: Path) -> None:
+    server, client = await http_server(outbound_config(tmp_path))
+    busy = render(tmp_path, "uas_refuse.xml", FINAL_STATUS="486", FINAL_REASON="Busy Here")
+    callee, port = await start_callee(tmp_path, busy)
+    response = await client.post("/calls", json={"to": f"sip:alice@127.0.0.1:{port}"}, headers=AUTH)
+    assert response.status_code == 502
+    error = response.json()["error"]
+    assert (error["code"], error["sip_status"], error["sip_reason"]) == ("call_failed", 486, "Busy Here")
+    assert "486" in error["message"]
+    (await callee).check()  # and it got our ACK for its 486
+    assert server.gateway.sip_calls.calls == {} and len(server.sessions) == 0
+
+
+async def test_unanswered_call_is_cancelled_and_gives_504(http_server: Any, tmp_path: Path) -> None:
+    config = outbound_config(tmp_path)
+    config.sip.outbound.timeout_s = 1.5
+    server, client = await http_server(config)
+    callee, port = await start_callee(tmp_path, render(tmp_path, "uas_ring_forever.xml"))
+    response = await client.post("/calls", json={"to": f"sip:alice@127.0.0.1:{port}"}, headers=AUTH)
+    assert response.status_code == 504
+    assert response.json()["error"]["code"] == "no_answer"
+    (await callee).check()  # it got our CANCEL, and our ACK for its 487
+    assert server.gateway.sip_calls.calls == {}
+
+
+async def test_full_server_gives_503(http_server: Any, tmp_path: Path) -> None:
+    server, client = await http_server(outbound_config(tmp_path, max_sessions=1))
+    elsewhere = server.sessions.create(CallerIdentity.anonymous(), "webrtc")  # the one slot is taken
+    response = await client.post("/calls", json={"to": "sip:alice@127.0.0.1:5999"}, headers=AUTH)
+    assert response.status_code == 503 and response.headers["Retry-After"] == "5"
+    assert response.json()["error"]["code"] == "at_capacity"
+    await server.sessions.end(elsewhere, "test")
+
+
+# ---- voicegate call ---------------------------------------------------------------------------------
+
+
+def cli_config_file(tmp_path: Path) -> Path:
+    low = sip_calls_config(tmp_path).sip.rtp_port_min
+    phrases = ", ".join(f'"{p}"' for p in CALLER_PHRASES)
+    path = tmp_path / "voicegate.toml"
+    path.write_text(f"""
+[server]
+data_dir = "{tmp_path / 'data'}"
+[sip]
+bind = "127.0.0.1:{free_port()}"
+rtp_port_min = {low}
+rtp_port_max = {low + 199}
+symmetric_rtp = false
+[webrtc]
+enabled = false
+[pipeline]
+greeting_outgoing = "{GREETING_OUTGOING}"
+[pocketsphinx]
+phrases = [{phrases}]
+workers = 1
+""")
+    return path
+
+
+async def voicegate_call(tmp_path: Path, *args: str) -> tuple[int, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VOICEGATE_")}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "server.cli", "--config", str(cli_config_file(tmp_path)), "call", *args,
+        cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    try:
+        output, _ = await asyncio.wait_for(process.communicate(), 90)
+    except TimeoutError:
+        process.kill()
+        output, _ = await process.communicate()
+    return process.returncode if process.returncode is not None else -1, output.decode(errors="replace")
+
+
+async def test_voicegate_call_talks_until_the_callee_hangs_up(capture: RtpCapture, tmp_path: Path) -> None:
+    scenario = answering(tmp_path, capture, fragment("callee_bye", HANGUP_MS=5000))
+    callee, port = await start_callee(tmp_path, scenario)
+    code, output = await voicegate_call(tmp_path, f"sip:alice@127.0.0.1:{port}", "--greeting", "Hello world.")
+    (await callee).check()
+    assert code == 0, output
+    lines = output.splitlines()
+    assert lines[0].startswith(f"dialling sip:alice@127.0.0.1:{port}")
+    assert lines[1].startswith("answered (session ")
+    assert "  agent: Hello world." in lines
+    assert lines[-1] == "ended: sip bye"
+    assert "hello world" in capture.heard()
+    assert await capture.played("Hello world.", EspeakTextToSpeech(sip_calls_config(tmp_path).espeak)) > 0.9
+
+
+async def test_voicegate_call_to_a_busy_callee_exits_1_with_the_status(tmp_path: Path) -> None:
+    busy = render(tmp_path, "uas_refuse.xml", FINAL_STATUS="486", FINAL_REASON="Busy Here")
+    callee, port = await start_callee(tmp_path, busy)
+    code, output = await voicegate_call(tmp_path, f"sip:alice@127.0.0.1:{port}", "--timeout", "20")
+    (await callee).check()
+    assert code == 1, output
+    assert "call failed: SIP 486 Busy Here" in output
