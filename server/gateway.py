@@ -6,6 +6,7 @@ order, so a graceful shutdown ends every call cleanly and leaves nothing behind.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import AsyncExitStack
 from typing import Any
@@ -246,8 +247,13 @@ class Gateway:
             "voicegate.identity_kind": identity.kind})
         session.data[SESSION_SPAN] = span
         if self.session_memory is not None:
-            with trace.use_span(span, end_on_exit=False), self.telemetry.tracer.start_as_current_span("memory.read"):
-                await self.session_memory.start(session)
+            try:
+                with (trace.use_span(span, end_on_exit=False),
+                      self.telemetry.tracer.start_as_current_span("memory.read")):
+                    await self.session_memory.start(session)
+            except BaseException:  # cancelled (the caller went away) or failed: never leak the slot
+                await asyncio.shield(self.sessions.end(session, "set-up abandoned"))
+                raise
         return session
 
     def _live_sessions(self) -> dict[str, int]:

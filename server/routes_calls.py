@@ -8,7 +8,7 @@ An outbound call spends money and speaks in the deployer's name, so this route i
 `server.api_key` configured it answers 403 rather than falling back to "anyone may call". The request
 returns when the call is answered or has failed, at most `sip.outbound.timeout_s` later:
   401  no or wrong API key          403  no server.api_key configured
-  422  `to` is not a sip: URI       503  SIP is off, or every session slot is taken (Retry-After)
+  422  `to` is not a sip: URI       404  SIP is off    503  every session slot is taken (Retry-After)
   502  the callee (or a proxy) refused: `error.sip_status` / `error.sip_reason` say how
   504  nobody answered within sip.outbound.timeout_s (the INVITE was CANCELled)
 """
@@ -88,12 +88,12 @@ def install_call_routes(app: FastAPI, gateway: Gateway) -> None:
     api_key = gateway.config.server.api_key
 
     @app.post("/calls", tags=["calls"], status_code=201, response_model=CallPlaced,
-              responses={401: {}, 403: {}, 422: {}, 502: {}, 503: {}, 504: {}})
+              responses={401: {}, 403: {}, 404: {}, 422: {}, 502: {}, 503: {}, 504: {}})
     async def place_call(request: Request, call: CallRequest) -> Any:
         require_api_key(request, api_key)
         handler = gateway.sip_calls
         if handler is None:
-            raise ApiError(503, "sip_disabled", "SIP is off on this server ([sip] enabled = false)")
+            raise ApiError(404, "sip_disabled", "SIP is off on this server ([sip] enabled = false)")
         if gateway.sessions is not None and gateway.sessions.at_capacity():
             return at_capacity()
         try:

@@ -63,11 +63,14 @@ def resolve_sip_identity(
     region: str,
 ) -> CallerIdentity:
     if authenticated_user is not None:
-        # Reason names the mechanism, not the username: usernames are often the number itself.
-        vouched_by = "digest authenticated"
-    elif is_trusted(source_host, trusted_peers):
-        vouched_by = f"trusted peer {source_host}"
-    else:
+        # A digest account proves who the client is, not which number it may present: the identity is
+        # the account (its number when the username is one), never a From or P-Asserted-Identity the
+        # client chose. The reason names the mechanism, not the username (often the number itself).
+        if _privacy_requested(request):
+            return CallerIdentity.anonymous("privacy requested")
+        number = normalise_e164(authenticated_user, region)
+        return CallerIdentity("sip", number or authenticated_user, "digest authenticated")
+    if not is_trusted(source_host, trusted_peers):
         return CallerIdentity.anonymous("untrusted source")
     if _privacy_requested(request):
         return CallerIdentity.anonymous("privacy requested")
@@ -82,4 +85,4 @@ def resolve_sip_identity(
     number = normalise_e164(user, region)
     if number is None:
         return CallerIdentity.anonymous("caller number not valid")
-    return CallerIdentity("sip", number, vouched_by)
+    return CallerIdentity("sip", number, f"trusted peer {source_host}")

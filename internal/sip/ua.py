@@ -54,6 +54,30 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
+_DTMF_KEYS = frozenset("0123456789*#ABCD")
+
+
+def info_dtmf(request: SipRequest) -> str:
+    """The key of a SIP INFO key press (application/dtmf-relay "Signal=5", or application/dtmf "5").
+
+    Phones that do not send RFC 4733 events use this; anything else an INFO carries is ignored.
+    """
+    kind = (request.content_type or "").lower()
+    text = request.body.decode("ascii", errors="replace").strip()
+    if kind == "application/dtmf-relay":
+        for line in text.splitlines():
+            name, _, value = line.partition("=")
+            if name.strip().lower() == "signal":
+                text = value.strip()
+                break
+        else:
+            return ""
+    elif kind != "application/dtmf":
+        return ""
+    key = text[:1].upper()
+    return key if len(text) == 1 and key in _DTMF_KEYS else ""
+
+
 class UserAgent:
     def __init__(
         self,
@@ -260,6 +284,14 @@ class UserAgent:
             if leg.task is not None:  # BYE before our 2xx was ACKed: stop that flow too
                 leg.task.cancel()
             self.calls.end_soon(leg, "bye")
+        elif request.method == "INFO":
+            digit = info_dtmf(request)
+            dtmf = getattr(self.handler, "dtmf", None)  # optional: handlers that want key presses
+            if digit and dtmf is not None:
+                try:
+                    dtmf(leg.dialog, digit)
+                except Exception:
+                    log.exception("sip handler.dtmf failed")
 
     def _on_cancel(self, request: SipRequest, txn: ServerTransaction) -> None:
         invite_txn = self.stack.transactions.find_invite_server(request)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from internal.identity.sip_caller import is_trusted, resolve_sip_identity
@@ -56,8 +57,14 @@ class InboundInvite:
 
     def _respond(self, status: int, reason: str, headers: HeaderItems | None = None,
                  body: bytes = b"", content_type: str | None = None) -> SipResponse:
+        items: list[tuple[str, str]] = (list(headers.items()) if isinstance(headers, Mapping)
+                                        else [(name, value) for name, value in headers or []])
+        if 100 < status < 300:
+            # 12.1.1: a response that establishes a dialog copies every Record-Route value, in order,
+            # so the caller's in-dialog requests (ACK, BYE) take the same proxies ours do.
+            items = [("Record-Route", v) for v in self.request.headers.get_all("Record-Route")] + items
         response = self.ua.stack.response(
-            self.request, status, reason, headers, body, to_tag=self.tag, content_type=content_type
+            self.request, status, reason, items, body, to_tag=self.tag, content_type=content_type
         )
         self.txn.respond(response)
         return response

@@ -197,6 +197,13 @@ class VoiceCallHandler:
         return build_answer(negotiated, media_address(self.config, peer), voice.rtp.local_port,
                             voice.sdp_session_id, offer=offer, session_version=voice.next_sdp_version())
 
+    def dtmf(self, dialog: Dialog, digit: str) -> None:
+        """A key press sent as SIP INFO (phones without RFC 4733 events)."""
+        voice = self.calls.get(dialog.call_id)
+        pipeline = voice.route.get("pipeline") if voice is not None else None
+        if pipeline is not None:
+            pipeline.push_dtmf(digit)
+
     async def ended(self, dialog: Dialog, reason: str) -> None:
         voice = self.calls.pop(dialog.call_id, None)
         if voice is None or voice.ended:

@@ -103,7 +103,13 @@ def fill_upper_band(pcm: bytes, rate: int = MODEL_RATE, level: float = 100.0) ->
     return np.clip(samples + noise, -32768, 32767).astype(np.int16).tobytes()
 
 
+TAIL_PADDING_S = 0.3
+
+
 def _decode(pcm: bytes, sample_rate: int) -> str:
+    # The VAD ends an utterance ~0.3 s after the last word; a short last word ("sam") decoded with that
+    # little silence after it is often dropped, so give the decoder a little more.
+    pcm = pcm + bytes(int(sample_rate * TAIL_PADDING_S) * 2)
     if sample_rate != MODEL_RATE:
         from internal.audio.resample import resample
 

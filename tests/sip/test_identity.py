@@ -56,6 +56,12 @@ def test_digest_authenticated_untrusted_source_is_trusted() -> None:
     assert identity.reason == "digest authenticated"
 
 
+def test_a_digest_account_is_the_identity_whatever_number_it_presents() -> None:
+    spoofing = invite('"Sam" <sip:+15559990000@example.com>', "P-Asserted-Identity: <tel:+15559990000>")
+    assert resolve(spoofing, source="198.51.100.9", user="alice").resource_id == "sip:alice"
+    assert resolve(spoofing, source="198.51.100.9", user="5551234567").resource_id == "sip:+15551234567"
+
+
 @pytest.mark.parametrize(
     ("from_", "extra", "reason"),
     [

@@ -203,7 +203,7 @@ async def test_uac_answers_a_digest_challenge_and_the_uas_sees_the_number(make_u
     assert call.answer is not None
     await eventually(lambda: len(callee.confirmed_dialogs) == 1, what="callee confirmed")
     identity = callee.answered[0].identity
-    assert identity.resource_id == "sip:+15551234567" and identity.reason == "digest authenticated"
+    assert identity.resource_id == "sip:trunk" and identity.reason == "digest authenticated"  # the account
     await uac.hangup(call.dialog)
     await eventually(lambda: callee.reasons == ["bye"], what="callee ended(bye)")
     assert caller.reasons == ["hangup"]

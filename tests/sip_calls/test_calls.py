@@ -98,6 +98,18 @@ async def test_keypad_digits_from_rfc4733_events_get_an_answer(
     assert await capture.played("You pressed 1.", server.tts) > 0.9
 
 
+async def test_keypad_digits_sent_as_sip_info_get_an_answer(make_server: ServerFactory, tmp_path: Path) -> None:
+    server = await make_server()
+    scenario = render(tmp_path, media=fragment("dtmf_info"), ending=WAIT_FOR_BYE)
+    sipp = asyncio.create_task(run_sipp(tmp_path, scenario, server.target))
+    (session,) = await server.wait_live()
+    await agent_said(session)
+    await server.hang_up(session)
+    (await sipp).check()
+    assert said(session, "user") == ["[The caller pressed keypad keys: 4 #]"]
+    assert said(session, "agent") == ["You pressed 4 #."]
+
+
 async def test_hold_stops_our_audio_and_resume_restarts_it(
         make_server: ServerFactory, capture: RtpCapture, tmp_path: Path) -> None:
     server = await make_server()
@@ -202,8 +214,6 @@ async def test_public_address_is_advertised_for_signalling_and_media(
     await server.wait_ended()
 
 
-@pytest.mark.xfail(strict=True, reason="RFC 3261 12.1.1: the UAS must copy Record-Route into its 2xx; "
-                   "internal/sip's make_response/uas.py do not yet, so a caller's BYE bypasses the proxy")
 async def test_record_route_of_a_proxy_is_echoed_and_our_bye_follows_it(
         make_server: ServerFactory, tmp_path: Path) -> None:
     server = await make_server(stt=ScriptedStt([]))
