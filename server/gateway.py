@@ -210,6 +210,7 @@ class Gateway:
             greeting_outgoing=config.pipeline.greeting_outgoing)
         self.sip = UserAgent(config.sip, self.sip_calls, digest_algorithms=tuple(config.sip.auth.algorithms))
         self.sip_calls.ua = self.sip
+        self.sip_calls.on_media_stats = lambda stats: self.telemetry.rtp_lost.add(stats.lost)
         await self.sip.start()
         self._stack.callback(scheduler.close)
         self._stack.push_async_callback(self.sip.shutdown, config.server.shutdown_timeout_s)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from internal.audio.rtp_ports import RtpPortAllocator, RtpPortsExhausted
-from internal.audio.rtp_session import MediaDirection, RtpSession
+from internal.audio.rtp_session import MediaDirection, RtpSession, RtpStats
 from internal.audio.scheduler import PacedScheduler
 from internal.config.sections import SipConfig, split_host_port
 from internal.identity import CallerIdentity
@@ -123,6 +123,7 @@ class VoiceCallHandler:
         self.calls: dict[str, SipVoiceCall] = {}
         self._background: set[asyncio.Task[None]] = set()
         self.ua: Any = None  # set by the composition root once the UserAgent exists
+        self.on_media_stats: Callable[[RtpStats], None] | None = None  # each call's RTP figures, at its end
 
     # ---- inbound ---------------------------------------------------------------------------------
 
@@ -363,5 +364,8 @@ class VoiceCallHandler:
 
     def _release(self, voice: SipVoiceCall) -> None:
         voice.route.pop("pipeline", None)
+        if self.on_media_stats is not None:
+            with contextlib.suppress(Exception):
+                self.on_media_stats(voice.rtp.stats())
         with contextlib.suppress(Exception):
             voice.rtp.close()
