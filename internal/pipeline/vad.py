@@ -9,9 +9,12 @@ agent is speaking, the pipeline switches to a faster onset profile so barge-in f
 from __future__ import annotations
 
 import math
+import sys
+import warnings
 from collections import deque
 from dataclasses import dataclass
 from enum import Enum
+from types import ModuleType
 from typing import Protocol
 
 import numpy as np
@@ -45,12 +48,40 @@ class VadProfile:
         return max(1, self.offset_ms // FRAME_MS)
 
 
+def _load_audioop() -> ModuleType | None:
+    """The stdlib's C `audioop` (deprecated in 3.11, gone in 3.13), where it reads our PCM16 (little-endian)."""
+    if sys.byteorder != "little":
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            import audioop
+    except ImportError:
+        return None
+    return audioop
+
+
+_audioop = _load_audioop()
+# Samples widened to 32 bits (x << 16) make audioop's integer RMS exact to 1/65536 of a sample step.
+_RMS_SCALE = 1.0 / 65536.0
+
+
 def frame_level_dbfs(pcm: bytes) -> float:
     """RMS level of PCM16 samples in dB relative to full scale (-inf for digital silence -> -120)."""
-    samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float32)
-    if samples.size == 0:
-        return -120.0
-    energy = float(np.dot(samples, samples)) / samples.size
+    if _audioop is not None and not len(pcm) % 2:
+        # Every frame of every call comes here: audioop's C loop costs 0.6 us against 2.4 us for numpy's
+        # frombuffer/astype/dot call overhead on 160 samples. audioop.rms truncates to an integer, hence
+        # the widening: the result is the exact RMS to within 1e-5 of a sample step (numpy's float32 sum
+        # was less exact than that).
+        if not pcm:
+            return -120.0
+        rms = _audioop.rms(_audioop.lin2lin(pcm, 2, 4), 4) * _RMS_SCALE
+        energy = rms * rms
+    else:
+        samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float32)
+        if samples.size == 0:
+            return -120.0
+        energy = float(np.dot(samples, samples)) / samples.size
     if energy <= 1.0:
         return -120.0
     return 10.0 * math.log10(energy / (32768.0 * 32768.0))
@@ -71,19 +102,33 @@ class AdaptiveEnergyClassifier:
     def __init__(self, threshold_db: float) -> None:
         self.threshold_db = threshold_db
         self.level_db = -120.0
-        self._levels: deque[float] = deque(maxlen=FLOOR_WINDOW_FRAMES)
+        self._frames = 0  # frames classified so far
+        # The window's minimum, kept as it slides (a monotonic queue): the frame numbers and levels of
+        # the frames that can still become the minimum, levels rising from the front. The front is the
+        # floor. `min()` over the whole 75-frame window on every frame cost ~1.3 us; this is O(1).
+        self._candidates: deque[tuple[int, float]] = deque()
 
     @property
     def floor_db(self) -> float:
-        return max(min(self._levels), FLOOR_MIN_DBFS) if self._levels else FLOOR_MIN_DBFS
+        return max(self._candidates[0][1], FLOOR_MIN_DBFS) if self._candidates else FLOOR_MIN_DBFS
 
     def is_speech(self, pcm: bytes) -> bool:
         level = frame_level_dbfs(pcm)
         self.level_db = level
-        self._levels.append(level)
-        if len(self._levels) <= WARMUP_FRAMES:
+        frame = self._frames
+        self._frames = frame + 1
+        candidates = self._candidates
+        while candidates and candidates[-1][1] >= level:
+            candidates.pop()  # louder than this newer frame: can never be the window's minimum again
+        candidates.append((frame, level))
+        if candidates[0][0] <= frame - FLOOR_WINDOW_FRAMES:
+            candidates.popleft()  # slid out of the window (at most one per frame: one frame came in)
+        if frame < WARMUP_FRAMES:
             return False
-        return level > max(self.floor_db + self.threshold_db, ABSOLUTE_FLOOR_DBFS)
+        floor = candidates[0][1]
+        if floor < FLOOR_MIN_DBFS:
+            floor = FLOOR_MIN_DBFS
+        return level > max(floor + self.threshold_db, ABSOLUTE_FLOOR_DBFS)
 
 
 class WebRtcClassifier:

@@ -144,6 +144,35 @@ def test_frame_level() -> None:
     assert frame_level_dbfs(bytes(640)) == -120.0
 
 
+def numpy_level_dbfs(pcm: bytes) -> float:
+    """The straightforward float64 computation the fast frame_level_dbfs must agree with."""
+    samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float64)
+    energy = float(np.dot(samples, samples)) / samples.size
+    return -120.0 if energy <= 1.0 else 10.0 * math.log10(energy / 32768.0**2)
+
+
+def test_frame_level_is_the_exact_rms_whatever_the_level() -> None:
+    frames = [frame for db in range(-100, 1, 5) for frame in noise(db, 3, seed=db + 200)]
+    frames += [bytes(320), b"\x01\x00" * 160, b"\xff\xff" * 160, b"\x00\x80" * 160, b"\xff\x7f" * 160]
+    for frame in frames:
+        assert frame_level_dbfs(frame) == pytest.approx(numpy_level_dbfs(frame), abs=1e-4)
+    assert frame_level_dbfs(b"") == -120.0
+
+
+def test_noise_floor_is_the_quietest_frame_of_the_last_75() -> None:
+    # The floor is kept incrementally; it must equal the minimum over the window at every frame.
+    rng = np.random.default_rng(7)
+    levels = rng.choice([-80, -70, -60, -50, -40, -30, -20], size=400)
+    levels[200:260] = -85  # a long quiet stretch, then louder again: the floor must climb back
+    classifier = AdaptiveEnergyClassifier(9.0)
+    seen: list[float] = []
+    for index, db in enumerate(levels):
+        (frame,) = noise(float(db), 1, rate=8000, seed=index)
+        classifier.is_speech(frame)
+        seen.append(classifier.level_db)
+        assert classifier.floor_db == max(min(seen[-75:]), -90.0)
+
+
 def run_vad(frames: list[bytes], profile: VadProfile = VadProfile(60, 300)) -> list[tuple[int, VadEvent]]:
     vad = VoiceActivityDetector(AdaptiveEnergyClassifier(9.0), profile)
     return [(i, e) for i, frame in enumerate(frames) if (e := vad.process(frame)) is not None]
