@@ -45,9 +45,9 @@ def decoder_settings(config: PocketsphinxConfig, work_dir: Path) -> dict[str, An
     import pocketsphinx
 
     model_dir = Path(pocketsphinx.get_model_path())
-    # Dither: stretches of digital silence (zeros, common in RTP and pre-roll) give -inf log energies that
-    # derail the decoder; a fixed seed keeps the added noise, and so the results, repeatable.
-    settings: dict[str, Any] = {"loglevel": "FATAL", "dither": True, "seed": 1}
+    # The decoder's own dither draws from one random stream for the life of the worker; ours is re-seeded
+    # for every utterance (see `dither` and `_decode`).
+    settings: dict[str, Any] = {"loglevel": "FATAL", "dither": False}
     if config.hmm:
         settings["hmm"] = config.hmm
     if config.dictionary:
@@ -103,19 +103,32 @@ def fill_upper_band(pcm: bytes, rate: int = MODEL_RATE, level: float = 100.0) ->
     return np.clip(samples + noise, -32768, 32767).astype(np.int16).tobytes()
 
 
-TAIL_PADDING_S = 0.3
+def dither(pcm: bytes) -> bytes:
+    """Add +-1 LSB of noise from a fixed seed.
+
+    Stretches of digital silence (zeros, common in RTP and pre-roll) give -inf log energies that derail
+    the decoder. Seeding per utterance keeps a decode a pure function of its audio.
+    """
+    import numpy as np
+
+    samples = np.frombuffer(pcm, dtype=np.int16).astype(np.int32)
+    noise = np.random.default_rng(1).integers(-1, 2, samples.size, dtype=np.int32)
+    return np.clip(samples + noise, -32768, 32767).astype(np.int16).tobytes()
 
 
 def _decode(pcm: bytes, sample_rate: int) -> str:
-    # The VAD ends an utterance ~0.3 s after the last word; a short last word ("sam") decoded with that
-    # little silence after it is often dropped, so give the decoder a little more.
-    pcm = pcm + bytes(int(sample_rate * TAIL_PADDING_S) * 2)
     if sample_rate != MODEL_RATE:
         from internal.audio.resample import resample
 
         pcm = resample(pcm, sample_rate, MODEL_RATE)
         if sample_rate < MODEL_RATE:
             pcm = fill_upper_band(pcm)
+    pcm = dither(pcm)
+    # Each decode must depend on its own audio only. The model's noise removal keeps a running noise
+    # estimate and the cepstral mean carries over, both from the utterances before, so the same words
+    # decoded differently after different ones (a warm-up on silence was enough to lose "say hello
+    # world"). Resetting the feature extraction costs ~0.1 ms.
+    _decoder.reinit_feat()
     _decoder.start_utt()
     _decoder.process_raw(pcm, full_utt=True)
     _decoder.end_utt()

@@ -95,6 +95,21 @@ async def test_espeak_caller_is_understood_and_answered_with_audible_words(
     assert states[:3] == ["thinking", "speaking", "listening"]
 
 
+async def test_a_decode_depends_on_its_own_audio_not_on_what_came_before(
+        pocketsphinx: PocketsphinxSpeechToText) -> None:
+    # The decoder adapts its noise and cepstral-mean estimates as it goes; the same words used to decode
+    # differently after a warm-up on silence than after speech ("say hello world" came out empty).
+    contexts = [silence(2000), speak("i want to book a table") * 3, tone(1500, level_dbfs=-30.0)]
+    for rate in (16000, 8000):
+        for phrase in CALLER_PHRASES:
+            utterance = silence(200, rate) + speak(phrase, rate) + silence(150, rate)
+            heard = set()
+            for context in contexts:
+                await pocketsphinx.transcribe(context, 16000)
+                heard.add(await pocketsphinx.transcribe(utterance, rate))
+            assert len(heard) == 1, f"{phrase!r} at {rate} Hz decoded as {heard}"
+
+
 async def test_telephone_rate_pipeline_works_at_8khz(make_pipeline: PipelineFactory,
                                                     pocketsphinx: PocketsphinxSpeechToText) -> None:
     pipeline, sink = make_pipeline(stt=pocketsphinx, rate=8000)
