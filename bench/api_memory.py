@@ -43,7 +43,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import percentiles, progress, save, table
+from bench.common import cpu_busy_seconds, percentiles, progress, save, table
 from internal.identity.jwt import mint_token
 
 if TYPE_CHECKING:
@@ -183,15 +183,6 @@ def lost_updates(phase: Phase, finals: dict[str, dict[str, Any]]) -> dict[str, i
             bad_revision}
 
 
-def cpu_busy_seconds(cpu: int) -> float:
-    """Time CPU `cpu` spent on anything (every process, interrupts), from /proc/stat."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    for line in Path("/proc/stat").read_text().splitlines():
-        fields = line.split()
-        if fields[0] == f"cpu{cpu}":
-            values = [int(v) for v in fields[1:9]]
-            return (sum(values) - values[3] - values[4]) / ticks
-    return 0.0
 
 
 class CpuMeter:

@@ -1,9 +1,11 @@
-"""Shared pieces of the benchmarks: percentiles, a progress line, and writing results as JSON."""
+"""Shared pieces of the benchmarks: percentiles, a progress line, CPU and memory meters, results as JSON."""
 
 from __future__ import annotations
 
 import json
+import os
 import platform
+import resource
 import sys
 import time
 from pathlib import Path
@@ -39,8 +41,6 @@ def progress(label: str, done: int, total: int) -> None:
 
 
 def machine() -> dict[str, Any]:
-    import os
-
     return {"python": platform.python_version(), "cpus": os.cpu_count(), "machine": platform.machine(),
             "processor": platform.processor() or platform.machine()}
 
@@ -58,3 +58,36 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True))  # noqa: E731
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def pin(cpu: int) -> bool:
+    """This process (and what it starts later) on `cpu`, when there are two CPUs to share."""
+    if len(os.sched_getaffinity(0)) < 2:
+        return False
+    os.sched_setaffinity(0, {cpu})
+    return True
+
+
+def raise_fd_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def cpu_busy_seconds(cpu: int) -> float:
+    """Time CPU `cpu` spent doing anything (every process, interrupts), from /proc/stat."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    for line in Path("/proc/stat").read_text().splitlines():
+        fields = line.split()
+        if fields[0] == f"cpu{cpu}":
+            values = [int(v) for v in fields[1:9]]
+            return (sum(values) - values[3] - values[4]) / ticks  # minus idle and iowait
+    return 0.0
+
+
+def resident_kib() -> int:
+    """This process's resident set size, from /proc."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0

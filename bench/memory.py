@@ -19,6 +19,7 @@ import random
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -50,16 +51,18 @@ async def load(database: Database, memories: int) -> list[str]:
                     await copy.write_row((owner, "memory", "- fact\n" * LINES_PER_OWNER, 35, 1,
                                           "2999-01-01 00:00:00+00"))
             done = 0
+            expires = datetime(2999, 1, 1, tzinfo=UTC)
             while done < memories:
                 count = min(BATCH, memories - done)
                 vectors = rng.standard_normal((count, 256), dtype=np.float32)
+                # Binary COPY: the vectors go as pgvector's binary form, not formatted as text.
                 async with cur.copy("COPY memory_items (owner_key, scope, position, text, embedding, expires_at) "
-                                    "FROM STDIN") as copy:
+                                    "FROM STDIN WITH (FORMAT BINARY)") as copy:
+                    copy.set_types(["text", "text", "int4", "text", "vector", "timestamptz"])
                     for i in range(count):
                         n = done + i
-                        vector = "[" + ",".join(f"{x:.4f}" for x in vectors[i]) + "]"
                         await copy.write_row((owners[n // LINES_PER_OWNER], "memory", n % LINES_PER_OWNER,
-                                              f"fact number {n}", vector, "2999-01-01 00:00:00+00"))
+                                              f"fact number {n}", vectors[i], expires))
                 done += count
                 progress(f"loading {memories:,} memories", done, memories)
         await conn.execute("ANALYZE memories")

@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import json
 import os
-import resource
 import select
 import socket
 import struct
@@ -36,6 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import cpu_busy_seconds, pin, raise_fd_limit
 from internal.audio.g711 import PCMU
 from internal.audio.rtp_session import RtpPortAllocator, RtpSession, RtpStats
 from internal.audio.scheduler import PacedScheduler
@@ -46,28 +46,10 @@ PERIOD = 0.020
 LOADGEN_PHASES = 10  # the load generator spreads its calls over 10 send phases of 2 ms
 
 
-def raise_fd_limit() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def cpu_busy_seconds(cpu: int) -> float:
-    """Time CPU `cpu` spent doing anything (all processes, interrupts), from /proc/stat."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    for line in Path("/proc/stat").read_text().splitlines():
-        fields = line.split()
-        if fields[0] == f"cpu{cpu}":
-            values = [int(v) for v in fields[1:9]]
-            return (sum(values) - values[3] - values[4]) / ticks  # minus idle and iowait
-    return 0.0
 
 
-def pin(cpu: int) -> bool:
-    if len(os.sched_getaffinity(0)) < 2:
-        return False
-    os.sched_setaffinity(0, {cpu})
-    return True
 
 
 # -- load generator (child process) ----------------------------------------------------------------

@@ -29,7 +29,6 @@ import cProfile
 import io
 import os
 import pstats
-import resource
 import shutil
 import sys
 import tempfile
@@ -44,7 +43,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import percentiles, progress, save, table
+from bench.common import cpu_busy_seconds, percentiles, pin, progress, raise_fd_limit, resident_kib, save, table
 from internal.audio.g711 import ulaw_encode
 from internal.audio.rtp_session import RtpStats
 from internal.config import Config, load_config
@@ -160,17 +159,8 @@ class DeafStream:
 # ---- set-up --------------------------------------------------------------------------------------------
 
 
-def pin(cpu: int) -> bool:
-    if len(os.sched_getaffinity(0)) < 2:
-        return False
-    os.sched_setaffinity(0, {cpu})
-    return True
 
 
-def raise_fd_limit() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def free_port() -> int:
@@ -181,15 +171,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def cpu_busy_seconds(cpu: int) -> float:
-    """Time CPU `cpu` spent on anything (every process, interrupts), from /proc/stat."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    for line in Path("/proc/stat").read_text().splitlines():
-        fields = line.split()
-        if fields[0] == f"cpu{cpu}":
-            values = [int(v) for v in fields[1:9]]
-            return (sum(values) - values[3] - values[4]) / ticks
-    return 0.0
+
+
 
 
 def server_config(data_dir: Path, max_calls: int) -> Config:
@@ -267,12 +250,14 @@ async def run_step(gateway: Gateway, calls: int, rate: int, seconds: float, warm
             os.sched_setaffinity(0, {SIPP_CPU})
         raise_fd_limit()
 
+    rss_before = resident_kib()
     sipp = await asyncio.create_subprocess_exec(*args, cwd=step_dir, stdout=asyncio.subprocess.DEVNULL,
                                                 stderr=asyncio.subprocess.PIPE, preexec_fn=sipp_on_other_core)
     all_up = await wait_for(lambda: len(sessions) >= calls, ramp + 60, f"{calls} calls up", calls,
                             lambda: len(sessions))
     await asyncio.sleep(warmup)
     start_stats = live_stats(gateway)
+    rss_held = resident_kib()
     profiler = cProfile.Profile() if profile else None
     cpu0, wall0, core0 = time.process_time(), time.monotonic(), cpu_busy_seconds(SERVER_CPU)
     if profiler is not None:
@@ -304,6 +289,9 @@ async def run_step(gateway: Gateway, calls: int, rate: int, seconds: float, warm
         "sipp_errors": stderr.decode(errors="replace")[-500:] if sipp.returncode else "",
         "cpu_percent": cpu_percent,
         "cpu_percent_per_call": cpu_percent / max(held, 1),
+        # Growth of the server's resident memory while the calls were up, per call. Memory the allocator
+        # keeps after earlier steps is reused, so later steps can read lower than the first.
+        "rss_mib_per_call": (rss_held - rss_before) / 1024 / max(len(start_stats), 1),
         "others_on_core_percent": 100 * others / wall,
         "rx_packets": received,
         "rx_lost": lost,
@@ -354,6 +342,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 row["attempts"] = [{k: v for k, v in a.items() if k != "attempts"} for a in attempts]
                 rows.append(row)
                 print(f"[{calls} calls] CPU {row['cpu_percent']:.1f}% ({row['cpu_percent_per_call']:.3f}%/call), "
+                      f"RSS +{row['rss_mib_per_call']:.2f} MiB/call, "
                       f"lost {row['rx_lost']}/{row['rx_expected']}, late {row['rx_late']}, send p99 (p99 over "
                       f"calls) {row['send_p99_ms_p99_over_calls']:.2f} ms: {'ok' if row['ok'] else 'over the limit'}",
                       flush=True)
@@ -373,10 +362,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(result: dict[str, Any], args: argparse.Namespace) -> None:
-    header = ["calls", "held", "CPU %", "CPU %/call", "others %", "lost/expected", "late", "send p99 (p99 calls)",
-              "send p99 (max)", "rx jitter p99", "ok"]
+    header = ["calls", "held", "CPU %", "CPU %/call", "RSS MiB/call", "others %", "lost/expected", "late",
+              "send p99 (p99 calls)", "send p99 (max)", "rx jitter p99", "ok"]
     rows = [[r["calls"], r["held"], f"{r['cpu_percent']:.1f}", f"{r['cpu_percent_per_call']:.3f}",
-             f"{r['others_on_core_percent']:.1f}", f"{r['rx_lost']}/{r['rx_expected']}", r["rx_late"],
+             f"{r['rss_mib_per_call']:.2f}", f"{r['others_on_core_percent']:.1f}", f"{r['rx_lost']}/{r['rx_expected']}",
+             r["rx_late"],
              f"{r['send_p99_ms_p99_over_calls']:.2f} ms", f"{r['send_p99_ms_max_over_calls']:.2f} ms",
              f"{r['rx_jitter_ms']['p99']:.2f} ms", "yes" if r["ok"] else "no"] for r in result["rows"]]
     print()

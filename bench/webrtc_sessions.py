@@ -57,7 +57,7 @@ import psutil  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import percentiles, progress, save, table  # noqa: E402
+from bench.common import cpu_busy_seconds, percentiles, progress, save, table  # noqa: E402
 
 FRAME_S = 0.020
 OPUS_RATE = 48000
@@ -165,15 +165,6 @@ class ServerProcess:
         self._log.close()
 
 
-def cpu_busy_seconds(cpu: int) -> float:
-    """Time CPU `cpu` spent on anything (every process, interrupts), from /proc/stat."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    for line in Path("/proc/stat").read_text().splitlines():
-        fields = line.split()
-        if fields[0] == f"cpu{cpu}":
-            values = [int(v) for v in fields[1:9]]
-            return (sum(values) - values[3] - values[4]) / ticks
-    return 0.0
 
 
 # ---- the callers (this process) ------------------------------------------------------------------

@@ -15,14 +15,13 @@ overhead, and every received packet of every call is decoded.
 
 from __future__ import annotations
 
-import sys
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import ModuleType
 
 import numpy as np
 import numpy.typing as npt
+
+from internal.audio.c_audioop import load_audioop
 
 PCMU = 0
 PCMA = 8
@@ -120,20 +119,8 @@ def table_alaw_decode(data: bytes) -> bytes:
     return _ALAW_DECODE.take(np.frombuffer(data, _CODE)).tobytes()
 
 
-def _load_audioop() -> ModuleType | None:
-    """The stdlib's C converters (deprecated in 3.11, removed in 3.13), if present and usable here."""
-    if sys.byteorder != "little":
-        return None  # audioop works in native byte order; our PCM16 is little-endian
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            import audioop
-    except ImportError:
-        return None
-    return audioop
 
-
-_audioop = _load_audioop()
+_audioop = load_audioop()
 _ALL_CODES = bytes(range(256))
 _ALL_PCM = np.arange(65536, dtype=np.uint32).astype("<u2").tobytes()
 

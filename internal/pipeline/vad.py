@@ -9,15 +9,14 @@ agent is speaking, the pipeline switches to a faster onset profile so barge-in f
 from __future__ import annotations
 
 import math
-import sys
-import warnings
 from collections import deque
 from dataclasses import dataclass
 from enum import Enum
-from types import ModuleType
 from typing import Protocol
 
 import numpy as np
+
+from internal.audio.c_audioop import load_audioop
 
 FRAME_MS = 20
 # Below this level a frame is silence whatever the floor says (digital silence, comfort noise).
@@ -48,20 +47,8 @@ class VadProfile:
         return max(1, self.offset_ms // FRAME_MS)
 
 
-def _load_audioop() -> ModuleType | None:
-    """The stdlib's C `audioop` (deprecated in 3.11, gone in 3.13), where it reads our PCM16 (little-endian)."""
-    if sys.byteorder != "little":
-        return None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            import audioop
-    except ImportError:
-        return None
-    return audioop
 
-
-_audioop = _load_audioop()
+_audioop = load_audioop()
 # Samples widened to 32 bits (x << 16) make audioop's integer RMS exact to 1/65536 of a sample step.
 _RMS_SCALE = 1.0 / 65536.0
 
