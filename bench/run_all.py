@@ -10,7 +10,10 @@ HERE = Path(__file__).resolve().parent
 BENCHMARKS = [
     ["turn_latency.py", "--turns", "200", "--local"],
     ["memory.py", "--scales", "10000,100000,1000000", "--samples", "500"],
-    ["webrtc_sessions.py", "--sessions", "2,4,6,8,10,20,40", "--seconds", "15", "--profile"],
+    ["sip_calls.py", "--calls", "50,100,150,200,250,300", "--seconds", "10", "--repeat", "2", "--profile"],
+    ["rtp_media.py", "--calls", "100,200,400,800", "--seconds", "10"],
+    ["rtp_media.py", "--calls", "400,800,1200", "--seconds", "10", "--bare"],
+    ["webrtc_sessions.py", "--sessions", "4,8,10,12,16,20", "--seconds", "15", "--profile"],
     ["api_memory.py", "--clients", "20", "--seconds", "20"],
 ]
 
