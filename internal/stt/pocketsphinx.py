@@ -75,10 +75,26 @@ def decoder_settings(config: PocketsphinxConfig, work_dir: Path) -> dict[str, An
 _decoder: Any = None
 
 
+def _exit_when_orphaned(parent: int) -> None:
+    # A worker whose server died without shutting the pool down (SIGKILL, a crashed test process) would
+    # otherwise sit idle forever holding its model in memory.
+    import os
+    import time
+
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
+
+
 def _init_worker(settings: dict[str, Any]) -> None:
     global _decoder
+    import os
+    import threading
+
     import pocketsphinx
 
+    threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), daemon=True,
+                     name="orphan-watch").start()
     _decoder = pocketsphinx.Decoder(**settings["decoder"])
     if settings["grammar"]:
         _decoder.add_jsgf_string("grammar", settings["grammar"])

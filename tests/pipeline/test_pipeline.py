@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sys
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
+import psutil
 import pytest
 
 from internal.config import Config
@@ -108,6 +112,44 @@ async def test_a_decode_depends_on_its_own_audio_not_on_what_came_before(
                 await pocketsphinx.transcribe(context, 16000)
                 heard.add(await pocketsphinx.transcribe(utterance, rate))
             assert len(heard) == 1, f"{phrase!r} at {rate} Hz decoded as {heard}"
+
+
+ORPHAN_SCRIPT = """
+import asyncio, time
+from internal.config.providers import PocketsphinxConfig
+from internal.stt.pocketsphinx import PocketsphinxSpeechToText
+
+async def main():
+    engine = PocketsphinxSpeechToText(PocketsphinxConfig(phrases=["hello"], workers=1))
+    await engine.warm_up()
+    print(" ".join(str(pid) for pid in engine._pool._processes), flush=True)
+    time.sleep(600)
+
+if __name__ == "__main__":
+    asyncio.run(main())
+"""
+
+
+async def test_decoder_workers_exit_when_the_server_is_killed(tmp_path: Path) -> None:
+    script = tmp_path / "server.py"
+    script.write_text(ORPHAN_SCRIPT)
+    server = await asyncio.create_subprocess_exec(sys.executable, str(script), stdout=asyncio.subprocess.PIPE,
+                                                  cwd=Path(__file__).resolve().parents[2])
+    assert server.stdout is not None
+    workers = [int(pid) for pid in (await asyncio.wait_for(server.stdout.readline(), 120)).split()]
+    assert workers and all(psutil.pid_exists(pid) for pid in workers)
+    server.kill()  # no shutdown: the pool never tells its workers to stop
+    deadline = time.monotonic() + 30
+    try:
+        while any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                  for pid in workers):
+            assert time.monotonic() < deadline, "decoder workers outlived the server"
+            await asyncio.sleep(0.2)
+    finally:
+        for pid in workers:  # a failed run must not leave them behind either
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
+    await server.wait()  # returns once the workers, which share its stdout, are gone
 
 
 async def test_telephone_rate_pipeline_works_at_8khz(make_pipeline: PipelineFactory,
