@@ -48,6 +48,25 @@ def free_port() -> int:
     raise RuntimeError("no free port")
 
 
+def free_media_ports() -> int:
+    """An even port P with P..P+3 free for UDP: sipp binds audio RTP/RTCP there and video on P+2/P+3."""
+    for _ in range(100):
+        base = free_port() & ~1
+        sockets: list[socket.socket] = []
+        try:
+            for port in range(base, base + 4):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+        return base
+    raise RuntimeError("no four free ports in a row")
+
+
 async def eventually(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
     """Poll until `predicate` holds; generous timeouts because the machine may be loaded."""
     deadline = time.monotonic() + timeout
@@ -167,10 +186,22 @@ async def run_sipp(
     if remote:
         args.append(remote)
     args += [
-        "-sf", str(path), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-p", str(local_port or free_port()),
-        "-mp", str(free_port()), "-m", "1", "-nostdin", "-timeout", f"{int(timeout) - 5}s", "-timeout_error",
-        "-trace_err", "-trace_msg", "-t", transport, *(extra or []),
+        "-sf", str(path), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-m", "1", "-nostdin", "-timeout",
+        f"{int(timeout) - 5}s", "-timeout_error", "-trace_err", "-trace_msg", "-t", transport, *(extra or []),
     ]
+    for _attempt in range(3):
+        ports = ["-p", str(local_port or free_port()), "-mp", str(free_media_ports())]
+        result = await _run_sipp_once([*args, *ports], tmp_path, timeout)
+        # A port picked as free can be taken by another test before sipp binds it; sipp then stops
+        # before sending anything, so running it again on other ports changes nothing else.
+        if result.returncode == 0 or "errno = 98" not in result.output:
+            return result
+        for log in tmp_path.glob("*.log"):
+            log.unlink()
+    return result
+
+
+async def _run_sipp_once(args: list[str], tmp_path: Path, timeout: float) -> SippResult:
     proc = await asyncio.create_subprocess_exec(
         *args, cwd=tmp_path, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
     )
