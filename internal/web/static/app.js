@@ -69,6 +69,13 @@ function setTyping(enabled) {
   ui.saySend.disabled = !enabled;
 }
 
+// Typing works while the live call's channel is open. Derived from the channel's state rather than
+// from which event came last: after a reconnect the old channel's "close" can arrive after the new
+// one's "open", and a channel can open before its listeners are attached.
+function refreshTyping() {
+  setTyping(Boolean(call && call.channel && call.channel.readyState === "open"));
+}
+
 // ---- identity -------------------------------------------------------------------------------------
 
 function tokenSubject(token) {
@@ -209,8 +216,9 @@ async function startCall() {
 async function connect() {
   const { pc, channel, location, resumeStatus } = await dial(call.mic);
   Object.assign(call, { pc, channel, location });
-  channel.addEventListener("open", () => setTyping(true));
-  channel.addEventListener("close", () => setTyping(false));
+  channel.addEventListener("open", refreshTyping);
+  channel.addEventListener("close", refreshTyping);
+  refreshTyping();
   channel.addEventListener("message", (event) => onServerEvent(event.data));
   pc.addEventListener("connectionstatechange", () => onConnectionState(pc));
   if (resumeStatus === "resumed") setPill(ui.connection, "connecting", "Resuming…");
