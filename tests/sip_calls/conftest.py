@@ -277,8 +277,18 @@ class SipServer:
         return live[0]
 
     async def wait_live(self, count: int = 1, timeout: float = 30.0) -> list[Session]:
-        await eventually(lambda: len(self.sessions) >= count, timeout, f"{count} live call(s)")
+        """Sessions of `count` answered calls. A session opens while its call still rings, and a call
+        that is not answered yet ends with a final error response (480, 503 at shutdown), not a BYE."""
+        await eventually(lambda: len(self.sessions) >= count and self.answered() >= count, timeout,
+                         f"{count} live call(s)")
         return self.sessions.sessions()
+
+    def answered(self) -> int:
+        """Calls whose INVITE got its 2xx and whose ACK arrived (outbound legs: once connected)."""
+        assert self.gateway.sip is not None
+        return sum(1 for leg in self.gateway.sip.calls.legs()
+                   if not leg.ended and leg.awaiting_ack is None
+                   and (leg.invite_txn is None or leg.invite_txn.final_sent))
 
     async def wait_ended(self, count: int = 1, timeout: float = 60.0) -> list[Session]:
         await eventually(lambda: len(self.ended) >= count, timeout, f"{count} ended call(s)")
