@@ -215,7 +215,7 @@ async function startCall() {
 
 async function connect() {
   const { pc, channel, location, resumeStatus } = await dial(call.mic);
-  Object.assign(call, { pc, channel, location });
+  Object.assign(call, { pc, channel, location, resumed: resumeStatus === "resumed" });
   channel.addEventListener("open", refreshTyping);
   channel.addEventListener("close", refreshTyping);
   refreshTyping();
@@ -229,12 +229,18 @@ function onConnectionState(pc) {
   const state = pc.connectionState;
   if (state === "connected") {
     call.resumeAttempts = 0;
-    setPill(ui.connection, "connected", "Connected");
+    showConnected();
   } else if (state === "disconnected") {
     setPill(ui.connection, "connecting", "Reconnecting…"); // the browser may still recover on its own
   } else if (state === "failed") {
     resume();
   }
+}
+
+// The peer connection's "connected" and the server's connection event can come in either order; both
+// show the same label, so the later one never hides that the conversation was resumed.
+function showConnected() {
+  setPill(ui.connection, "connected", call && call.resumed ? "Connected (resumed)" : "Connected");
 }
 
 async function resume() {
@@ -355,7 +361,8 @@ function onServerEvent(data) {
         appendLine("system", `Call ended${event.reason ? `: ${event.reason}` : ""}.`, "note");
         endCall(true);
       } else {
-        setPill(ui.connection, "connected", event.state === "resumed" ? "Connected (resumed)" : "Connected");
+        if (event.state === "resumed" && call) call.resumed = true;
+        showConnected();
       }
       break;
     default:
