@@ -20,7 +20,8 @@ from internal.memory.documents import project_for_model
 from internal.memory.provider import ChangeContext, MemoryDocument, Scope
 from internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
 from internal.pipeline.events import MemoryChangedEvent
-from internal.signaling.ratelimit import TokenBucketLimiter, client_address
+from internal.session.limits import TokenBucketLimiter
+from internal.signaling.ratelimit import client_address
 from server.errors import ApiError
 from server.gateway import Gateway
 

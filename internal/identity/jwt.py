@@ -121,9 +121,13 @@ class TokenVerifier:
         cached = self._cached(token)
         if cached is not None:
             return cached
-        if self.needs_network(token):
-            return await asyncio.to_thread(self.verify, token)
-        return self.verify(token)
+        # A JWKS fetch blocks, so it runs in a thread; the cache is only touched here, on the loop.
+        verified = await asyncio.to_thread(self._verify, token) if self.needs_network(token) else self._verify(token)
+        return self._remember(token, verified)
+
+    def verify(self, token: str) -> VerifiedToken:
+        cached = self._cached(token)
+        return cached if cached is not None else self._remember(token, self._verify(token))
 
     def _cached(self, token: str) -> VerifiedToken | None:
         verified = self._verified.get(token)
@@ -135,11 +139,7 @@ class TokenVerifier:
         self._verified.move_to_end(token)
         return verified
 
-    def verify(self, token: str) -> VerifiedToken:
-        cached = self._cached(token)
-        if cached is not None:
-            return cached
-        verified = self._verify(token)
+    def _remember(self, token: str, verified: VerifiedToken) -> VerifiedToken:
         self._verified[token] = verified
         while len(self._verified) > VERIFIED_CACHE_SIZE:
             self._verified.popitem(last=False)

@@ -1,18 +1,13 @@
-"""Per-client token buckets for the signalling endpoints (`whip_rate_per_min`, `patch_rate_per_min`).
+"""Which client a signalling rate limit counts against (`whip_rate_per_min`, `patch_rate_per_min`).
 
-Each POST /whip builds a peer connection and gathers ICE candidates, so it costs sockets and CPU even
-when auth is off; a bucket per client address caps that. A bucket holds a minute's allowance and
-refills continuously: a page that redials a few times in a row is never refused, a loop is. POST and
-PATCH have separate buckets so a client's PATCH attempts never eat into its allowance for calls.
+The buckets are internal.session.limits.TokenBucketLimiter, one per endpoint, so a client's PATCH
+attempts never eat into its allowance for calls. Each POST /whip builds a peer connection and gathers
+ICE candidates, so it costs sockets and CPU even when auth is off; the bucket caps that per address.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
-
-from internal.session.limits import Decision, TokenBucketLimiter
-
-__all__ = ["Decision", "TokenBucketLimiter", "client_address"]
 
 
 class _Peer(Protocol):

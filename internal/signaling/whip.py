@@ -25,6 +25,7 @@ from internal.peer import OfferError, PeerConnection, PeerRegistry, WebRtcCall, 
 from internal.pipeline.events import EventSink
 from internal.pipeline.pipeline import VoicePipeline
 from internal.session import Session, SessionLimitReached, SessionManager, TransportKind
+from internal.session.limits import TokenBucketLimiter
 from internal.signaling.problems import (
     SignalingError,
     at_capacity,
@@ -33,7 +34,7 @@ from internal.signaling.problems import (
     rate_limited,
     unauthorized,
 )
-from internal.signaling.ratelimit import TokenBucketLimiter, client_address
+from internal.signaling.ratelimit import client_address
 from internal.signaling.resume import ResumeOutcome, ResumeTokens, same_caller
 
 log = logging.getLogger(__name__)

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 
+from internal.audio.dtmf import EVENT_DIGITS
 from internal.config.sections import SipConfig
 from internal.session.limits import TokenBucketLimiter
 from internal.sip.calls import CallLeg, CallRegistry
@@ -54,9 +55,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-_DTMF_KEYS = frozenset("0123456789*#ABCD")
-
-
 def info_dtmf(request: SipRequest) -> str:
     """The key of a SIP INFO key press (application/dtmf-relay "Signal=5", or application/dtmf "5").
 
@@ -75,7 +73,7 @@ def info_dtmf(request: SipRequest) -> str:
     elif kind != "application/dtmf":
         return ""
     key = text[:1].upper()
-    return key if len(text) == 1 and key in _DTMF_KEYS else ""
+    return key if len(text) == 1 and key in EVENT_DIGITS else ""
 
 
 class UserAgent:

@@ -39,6 +39,8 @@ RETRY_AFTER_S = "5"
 AT_CAPACITY = "this server is at its live-session limit"
 SIP_CALL_ID = "sip.call_id"  # session.data key: the call's SIP Call-ID, for operators and POST /calls
 
+# Opens a live session (raising SessionLimitReached when full). If it is cancelled or fails part way,
+# it ends what it opened: the caller never gets a session to clean up (server.gateway.open_session).
 OpenSession = Callable[[CallerIdentity, TransportKind], Awaitable[Session]]
 NewPipeline = Callable[[Session, int, EventSink, str | None], VoicePipeline]
 EndSession = Callable[[Session, str], Awaitable[None]]
@@ -121,7 +123,6 @@ class VoiceCallHandler:
         self._greeting_outgoing = greeting_outgoing
         self._codecs: list[str] = list(config.codecs)
         self.calls: dict[str, SipVoiceCall] = {}
-        self._background: set[asyncio.Task[None]] = set()
         self.ua: Any = None  # set by the composition root once the UserAgent exists
         self.on_media_stats: Callable[[RtpStats], None] | None = None  # each call's RTP figures, at its end
 
@@ -317,30 +318,13 @@ class VoiceCallHandler:
         return voice
 
     async def _attach_session(self, voice: SipVoiceCall, identity: CallerIdentity, greeting: str | None) -> None:
-        opening = asyncio.ensure_future(self._open_session(identity, "sip"))
-        try:
-            session = await asyncio.shield(opening)
-        except asyncio.CancelledError:
-            # The call went away (CANCEL, shutdown) while its session was opening (memory loads here):
-            # end that session once it exists, or it would hold a place under max_sessions for ever.
-            opening.add_done_callback(self._end_orphan)
-            raise
+        # Cancellation (CANCEL, shutdown) may land while the session opens and memory loads; the
+        # OpenSession contract is that an abandoned opening frees its own slot.
+        session = await self._open_session(identity, "sip")
         voice.session = session
         voice.pipeline = self._new_pipeline(session, SAMPLE_RATE, CallLog(voice.call_id), greeting)
         log.info("sip call answered", extra={"call_id": voice.call_id, "session_id": session.id,
                                              "identity_kind": identity.kind, "identity_reason": identity.reason})
-
-    def _end_orphan(self, opening: asyncio.Future[Session]) -> None:
-        if opening.cancelled() or opening.exception() is not None:
-            return
-        session = opening.result()
-
-        async def end() -> None:
-            await self._end_session(session, "sip call gone")
-
-        task = asyncio.get_running_loop().create_task(end())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
 
     async def _start_media(self, voice: SipVoiceCall, dialog: Dialog) -> None:
         session, pipeline = voice.session, voice.pipeline

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 SIPP_PCAPS = Path("/usr/share/sip-tester")
-needs_sipp_pcaps = pytest.mark.skipif(not SIPP_PCAPS.is_dir(), reason="sip-tester's pcap files are not installed")
+# Not a skip: `make test` installs sip-tester, so missing captures are a broken set-up.
+needs_sipp_pcaps = pytest.mark.usefixtures("sipp_pcaps_installed")
+
+
+@pytest.fixture
+def sipp_pcaps_installed() -> None:
+    assert SIPP_PCAPS.is_dir(), f"sip-tester's pcap files are not in {SIPP_PCAPS} (apt: sip-tester)"
 
 
 def read_pcap_udp_payloads(path: Path) -> list[bytes]:

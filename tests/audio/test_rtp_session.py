@@ -420,13 +420,14 @@ def test_port_allocator_hands_out_even_ports_with_rtcp_next_to_them() -> None:
 
 
 def test_port_allocator_skips_ports_other_programs_hold() -> None:
-    base = random.randrange(30000, 60000, 2)
     squatter = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        squatter.bind(("127.0.0.1", base + 1))  # the RTCP half of the first pair
-    except OSError:
-        squatter.close()
-        pytest.skip("the chosen port is busy")
+    for _ in range(50):
+        base = random.randrange(30000, 60000, 2)
+        try:
+            squatter.bind(("127.0.0.1", base + 1))  # the RTCP half of the first pair
+            break
+        except OSError:
+            continue  # busy already: try another
     try:
         allocator = RtpPortAllocator(base, base + 3)
         pair = allocator.allocate("127.0.0.1")

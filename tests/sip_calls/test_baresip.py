@@ -14,10 +14,13 @@ from internal.audio.g711 import ulaw_decode, ulaw_encode
 from tests.sip_calls.conftest import REPLY_PHRASES, ServerFactory, best_match, free_port, loud_part
 from tests.speech import active_ms, speak, transcribe, write_wav
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(shutil.which("baresip") is None, reason="baresip is not installed (apt: baresip-core)"),
-]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _baresip_installed() -> None:
+    # Not a skip: `make test` installs it, so its absence is a broken set-up, not a reason to pass.
+    assert shutil.which("baresip") is not None, "baresip is not installed (apt: baresip-core; make test installs it)"
 
 MODULES = ("g711.so", "aufile.so", "aubridge.so", "sndfile.so", "menu.so")
 

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from internal.identity import CallerIdentity
-from internal.session import Session, TransportKind
+from internal.session import Session
 from tests.pipeline.conftest import ScriptedStt
 from tests.sip_calls.conftest import (
     DTMF_1_PCAP,
@@ -233,19 +232,24 @@ async def test_record_route_of_a_proxy_is_echoed_and_our_bye_follows_it(
 
 async def test_cancel_while_the_session_opens_leaves_no_session_behind(
         make_server: ServerFactory, tmp_path: Path) -> None:
-    server = await make_server(stt=ScriptedStt([]), ring_ms=100)
-    handler = server.gateway.sip_calls
+    config = sip_calls_config(tmp_path, ring_ms=100)
+    config.memory.enabled = True
+    config.memory.provider = "memory"
+    config.memory.embedding = "none"
+    server = await make_server(stt=ScriptedStt([]), config=config)
+    memory = server.gateway.session_memory
+    load = memory.start
 
-    async def slow_open(identity: CallerIdentity, transport: TransportKind) -> Session:
-        session = server.sessions.create(identity, transport)
-        await asyncio.sleep(1.0)  # e.g. caller memory loading from a slow database
-        return session
+    async def slow_load(session: Session) -> None:
+        await asyncio.sleep(1.0)  # the caller's memory loading from a slow database
+        await load(session)
 
-    handler._open_session = slow_open  # the CANCEL lands while the session is being opened
+    memory.start = slow_load  # the CANCEL lands while the session is being opened
     (await run_sipp(tmp_path, render(tmp_path, "uac_cancel.xml"), server.target)).check()  # 200, 487, ACK
     (session,) = await server.wait_ended()
-    assert session.end_reason == "sip call gone"
-    await eventually(lambda: len(server.sessions) == 0 and handler.calls == {}, what="nothing left")
+    assert session.end_reason == "set-up abandoned"
+    await eventually(lambda: len(server.sessions) == 0 and server.gateway.sip_calls.calls == {},
+                     what="nothing left")
 
 
 async def test_shutdown_hangs_up_every_call(make_server: ServerFactory, tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from internal.config import Config
 from internal.config.sections import ServerConfig
 from internal.identity.http_identity import RESOURCE_ID_HEADER, AuthError, HttpIdentityResolver
-from internal.identity.jwt import TokenError, TokenVerifier, mint_token, subject_problem
+from internal.identity.jwt import CLOCK_SKEW_S, TokenError, TokenVerifier, mint_token, subject_problem
 from tests.pipeline.conftest import ScriptedStt
 from tests.webrtc.harness import WhipClient, live_server
 
@@ -91,6 +92,21 @@ def test_minted_tokens_carry_the_claims_and_verify() -> None:
     claims = jwt.decode(minted, SECRET, algorithms=["HS256"], audience="voicegate",
                         options={"verify_exp": False})
     assert claims == {"sub": "alice", "iss": "voicegate", "aud": "voicegate", "iat": 1_000_000, "exp": 1_000_120}
+
+
+async def test_a_verified_token_is_remembered_only_until_it_expires() -> None:
+    verifier = TokenVerifier(secret=SECRET, issuer="voicegate", audience="voicegate")
+    # Past its exp already, but inside the 30 s clock-skew allowance for about two more seconds.
+    token = mint_token(SECRET, "alice", issuer="voicegate", audience="voicegate", ttl_s=60,
+                       now=int(time.time()) - 60 - CLOCK_SKEW_S + 2)
+    first = await verifier.averify(token)
+    assert first.subject == "alice"
+    assert await verifier.averify(token) is first  # the second presentation is answered from memory
+    await asyncio.sleep(3.5)
+    with pytest.raises(TokenError):
+        await verifier.averify(token)  # expired: not served from memory, and refused
+    with pytest.raises(TokenError):
+        verifier.verify(token)
 
 
 def rsa_jwks(tmp_path: Path) -> tuple[rsa.RSAPrivateKey, Path]:

@@ -20,7 +20,7 @@ from internal.peer.tracks import AgentAudioTrack, InboundAudio
 from internal.pipeline.events import StateEvent
 from internal.pipeline.rolling_summary import RollingSummary
 from internal.session import Conversation, Session
-from internal.signaling.ratelimit import TokenBucketLimiter
+from internal.session.limits import TokenBucketLimiter
 from internal.signaling.resume import ResumeTokens
 
 
