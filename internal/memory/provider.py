@@ -16,6 +16,15 @@ evidence only). Providers are injected at the composition root
   (synchronous, bounded, on the audio hot path) when `audio_stream_observation`.
 - `health()`, `close()`, `delete_owner()`, `purge_expired()` and `owners()` are optional.
 
+Erasure (see docs/memory.md, "Erasure"): a provider that stores memory where another process can reach
+it keeps an **erasure epoch** per owner, a counter that `delete_owner()` raises in the same step (same
+lock, same transaction) that removes the owner's data. Every write carries the epoch its writer started
+from (`ChangeContext.erasure_epoch`); a provider refuses a write whose epoch is no longer current by
+raising `OwnerErased`, so nothing that began before an erasure (a hang-up digest, reconciliation, a
+session digest, a tool call, a PATCH) can bring back what was erased. Optional methods for it:
+`erasure_epoch(owner)`, `export_owner(owner, progress)`, and the owner-key fingerprint trio
+`key_fingerprint()`, `set_key_fingerprint(fingerprint)`, `stored_owner_count()`.
+
 Version 1 providers (`describe`, `list`, `apply` only, no `protocol_version` or capabilities) keep
 working: the runtime treats every capability as off.
 """
@@ -33,6 +42,14 @@ Scope = Literal["user", "memory"]
 SCOPES: tuple[Scope, ...] = ("user", "memory")
 DocumentFormat = Literal["markdown", "text"]
 ChangeSource = Literal["tool", "api", "cli", "reconciliation", "digest", "observation"]
+
+
+class OwnerErased(Exception):
+    """The owner was erased after this write's writer started: the write must not land."""
+
+    def __init__(self, current_epoch: int) -> None:
+        super().__init__(f"this caller's memory was erased (erasure epoch {current_epoch})")
+        self.current_epoch = current_epoch
 
 
 class RevisionConflict(Exception):
@@ -96,6 +113,8 @@ class ChangeContext:
     turn: int | None = None
     trace_id: str | None = None
     retention_s: float | None = None  # how long the stored change lives (the runtime sets it)
+    # The owner's erasure epoch when this writer started (None: the provider does not check).
+    erasure_epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
