@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -11,6 +12,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 
 from internal.config import Config, load_config
 from internal.llm.base import ChatModel
+from internal.memory.owner import OwnerKeySecretError
 from internal.pipeline.tools import ToolRegistry
 from internal.stt.base import SpeechToText
 from internal.tts.base import TextToSpeech
@@ -37,7 +39,11 @@ def create_gateway_application(config: Config | None = None, *, tools: ToolRegis
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await gateway.start()
+        try:
+            await gateway.start()
+        except OwnerKeySecretError as exc:  # the operator's to fix: say what and how, not a traceback
+            print(f"voicegate: cannot start: {exc}", file=sys.stderr, flush=True)
+            raise
         try:
             yield
         finally:

@@ -114,7 +114,7 @@ class Gateway:
                                        grace_ms=config.server.session_grace_ms,
                                        new_conversation=new_conversation_factory(config, self.model))
         if config.memory.enabled:
-            self._start_memory(self.services, self.sessions)
+            await self._start_memory(self.services, self.sessions)
         if config.rag.provider:
             self._start_rag(self.services, self.sessions)
         self.sessions.add_end_hook(self._session_ended)
@@ -127,7 +127,11 @@ class Gateway:
         self.started = True
         log.info("gateway started")
 
-    def _start_memory(self, services: PipelineServices, sessions: SessionManager) -> None:
+    async def _start_memory(self, services: PipelineServices, sessions: SessionManager) -> None:
+        """Caller memory. Closed in reverse order at shutdown: the hang-up outbox drains first (after the
+        sessions have ended and handed their writes over), while the change bus, the reconciliation
+        model and the store it writes to are still open."""
+        from internal.memory.outbox import OUTBOX_DIR, HangupOutbox
         from internal.memory.setup import build_provider, build_runtime
         from internal.memory.sweeper import RetentionSweeper
         from internal.memory.tool import register_memory_tools
@@ -135,11 +139,22 @@ class Gateway:
         config = self.config
         provider = self._memory_provider or build_provider(config, self.database)
         runtime = build_runtime(config, provider)
+        self._stack.push_async_callback(runtime.close)
+        await runtime.verify_owner_key()  # refuses a missing or replaced secret while owners are stored
         runtime.on_operation.append(
             lambda source, outcome: self.telemetry.memory_operations.add(1, {"source": source, "outcome": outcome}))
-        self._stack.push_async_callback(runtime.close)
-        session_memory = SessionMemory(runtime, config.pipeline.greeting)
-        self._stack.push_async_callback(session_memory.drain, config.server.shutdown_timeout_s)
+        if self.database is not None and config.memory.provider == "pgvector" and self._memory_provider is None:
+            from internal.memory.notify import MemoryChangeBus
+
+            bus = MemoryChangeBus(self.database, runtime, provider.node_id)
+            bus.start()
+            self._stack.push_async_callback(bus.stop)
+            self.memory_bus = bus
+        outbox = HangupOutbox(runtime.outbox_dir or config.data_dir / OUTBOX_DIR,
+                              retry_max_s=config.memory.write_retry_max_s,
+                              max_age_s=config.memory.outbox_max_age_h * 3600.0,
+                              max_entries=config.memory.outbox_max_entries)
+        session_memory = SessionMemory(runtime, config.pipeline.greeting, outbox)
         register_memory_tools(self.tools, runtime, session_memory, session_digests=config.memory.session_digests)
         services.greeter = session_memory.greeter
         services.before_turn = session_memory.before_turn
@@ -149,16 +164,12 @@ class Gateway:
             services.turn_memory = session_memory.turn_memory
         sessions.add_end_hook(session_memory.end)
         self._start_learning(session_memory)
-        if self.database is not None and config.memory.provider == "pgvector" and self._memory_provider is None:
-            from internal.memory.notify import MemoryChangeBus
-
-            bus = MemoryChangeBus(self.database, runtime)
-            bus.start()
-            self._stack.push_async_callback(bus.stop)
-            self.memory_bus = bus
         sweeper = RetentionSweeper(runtime, config.memory.sweep_interval_s)
         sweeper.start()
         self._stack.push_async_callback(sweeper.stop)
+        await outbox.start()  # lands what an earlier run left
+        self._stack.push_async_callback(outbox.stop, config.server.shutdown_timeout_s)
+        self._stack.push_async_callback(session_memory.drain, config.server.shutdown_timeout_s)
         self.memory, self.session_memory = runtime, session_memory
 
     def _start_rag(self, services: PipelineServices, sessions: SessionManager) -> None:
@@ -229,12 +240,12 @@ class Gateway:
             self._stack.push_async_callback(model.aclose)
         automatic = memory.auto if memory.auto is not None else bool(key)
         if automatic and model is not None:
-            session_memory.after_session.append(Reconciler(session_memory.runtime, model))
+            session_memory.add_after_session("reconcile", Reconciler(session_memory.runtime, model))
         elif automatic:
             log.warning("memory.auto is on but no model key is configured ([memory] api_key or [openai] api_key)")
         if memory.session_digests:
-            session_memory.after_session.append(
-                SessionDigestRecorder(session_memory.runtime, model, memory.digest_retention_days))
+            session_memory.add_after_session(
+                "session_digest", SessionDigestRecorder(session_memory.runtime, model, memory.digest_retention_days))
 
     async def open_session(self, identity: CallerIdentity, transport: TransportKind) -> Session:
         """A new session for a verified (or anonymous) caller, with their memory loaded when enabled.
@@ -296,6 +307,8 @@ class Gateway:
             components["database"] = await self.database.health()
         if self.memory is not None:
             components["memory"] = {"ok": True, "provider": self.memory.provider.describe().key}
+            if self.session_memory is not None:
+                components["memory"]["pending_writes"] = self.session_memory.outbox.pending
         if self.sessions is not None:
             components["sessions"] = {"ok": True, "live": len(self.sessions),
                                       "max": self.config.server.max_sessions}

@@ -9,17 +9,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 from internal.config import Config
 from internal.identity import CallerIdentity
 from internal.identity.phone import normalise_e164
+from internal.memory.owner import OwnerKeySecretError
 from internal.memory.provider import ChangeContext
 from internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
+from internal.memory.subject import delete_everywhere, export_everything
 
 EXIT_OK, EXIT_FAILED, EXIT_UNKNOWN_CALLER, EXIT_CANCELLED = 0, 1, 3, 4
 
@@ -28,22 +32,28 @@ def add_memory_commands(commands: Any) -> None:
     memory = commands.add_parser("memory", help="show, export, edit and delete caller memory")
     actions = memory.add_subparsers(dest="memory_command", metavar="ACTION", required=True)
 
-    def caller_args(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--caller", required=True,
-                            help="sip:+15551234567, jwt:alice, trusted_header:VALUE, or a raw value with --kind")
+    def caller_args(parser: argparse.ArgumentParser, by_key: bool = False) -> None:
+        who = parser.add_mutually_exclusive_group(required=True)
+        who.add_argument("--caller",
+                         help="sip:+15551234567, jwt:alice, trusted_header:VALUE, or a raw value with --kind")
+        if by_key:
+            who.add_argument("--owner-key", metavar="KEY",
+                             help="the stored owner key (from `memory list`); needs no owner-key secret")
         parser.add_argument("--kind", choices=["sip", "jwt", "trusted_header"],
                             help="the kind of a raw --caller value (a phone number is normalised to E.164)")
 
     show = actions.add_parser("show", help="print a caller's memory documents")
     caller_args(show)
-    export = actions.add_parser("export", help="a caller's memory as JSON (for subject-access requests)")
-    caller_args(export)
-    delete = actions.add_parser("delete", help="delete every trace of a caller's memory")
-    caller_args(delete)
+    export = actions.add_parser("export", help="everything stored of a caller, as JSON (subject-access requests)")
+    caller_args(export, by_key=True)
+    export.add_argument("--output", "-o", metavar="FILE", help="write the JSON here (default: standard output)")
+    delete = actions.add_parser("delete", help="delete every trace of a caller's memory, on every node")
+    caller_args(delete, by_key=True)
     delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     listing = actions.add_parser("list", help="callers with memory: keys, sizes, ages")
     listing.add_argument("--limit", type=int, default=50)
     listing.add_argument("--offset", type=int, default=0)
+    listing.add_argument("--full", action="store_true", help="print whole owner keys (for --owner-key)")
     actions.add_parser("purge-expired", help="delete expired memory now (the sweeper does it periodically)")
     edit = actions.add_parser("edit", help="append to or replace text in a caller's document")
     caller_args(edit)
@@ -85,7 +95,8 @@ async def _run(args: argparse.Namespace, config: Config) -> int:
     from internal.memory.setup import build_provider, build_runtime
     from server.gateway import needs_database
 
-    identity = resolve_caller(args.caller, args.kind, config.sip.default_region) if hasattr(args, "caller") else None
+    caller = getattr(args, "caller", None)
+    identity = resolve_caller(caller, args.kind, config.sip.default_region) if caller else None
     async with AsyncExitStack() as stack:
         database = None
         if needs_database(config) and config.memory.provider == "pgvector":
@@ -96,7 +107,13 @@ async def _run(args: argparse.Namespace, config: Config) -> int:
                 print(f"voicegate memory: cannot reach the database: {exc}", file=sys.stderr)
                 return EXIT_FAILED
             stack.push_async_callback(database.close)
-        runtime = build_runtime(config, build_provider(config, database))
+        try:
+            runtime = build_runtime(config, build_provider(config, database))
+            if identity is not None:  # only a caller's identity needs the secret its key was made with
+                await runtime.verify_owner_key()
+        except OwnerKeySecretError as exc:
+            print(f"voicegate memory: {exc}", file=sys.stderr)
+            return EXIT_FAILED
         command: Callable[[argparse.Namespace, FrontendMemoryRuntime, CallerIdentity | None], Awaitable[int]] = {
             "show": _show, "export": _export, "delete": _delete, "list": _list, "purge-expired": _purge,
             "edit": _edit,
@@ -108,11 +125,19 @@ async def _run(args: argparse.Namespace, config: Config) -> int:
             return EXIT_FAILED
 
 
-def _owner(runtime: FrontendMemoryRuntime, identity: CallerIdentity | None) -> str:
+def _owner(runtime: FrontendMemoryRuntime, identity: CallerIdentity | None, key: str | None = None) -> str:
+    if key:
+        if not re.fullmatch(r"[0-9a-f]{64}", key):
+            raise ValueError("--owner-key is the 64-hex-digit key `voicegate memory list` shows in full with --full")
+        return key
     assert identity is not None
     owner = runtime.owner_key(identity)
     assert owner is not None
     return owner
+
+
+def _who(args: argparse.Namespace, owner: str) -> str:
+    return args.caller if getattr(args, "caller", None) else f"owner {owner[:16]}..."
 
 
 async def _documents(runtime: FrontendMemoryRuntime, owner: str) -> dict[str, Any]:
@@ -134,28 +159,25 @@ async def _show(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identi
 
 
 async def _export(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identity: CallerIdentity | None) -> int:
-    owner = _owner(runtime, identity)
-    documents = await _documents(runtime, owner)
-    digests_of = getattr(runtime.provider, "session_digests", None)
-    digests = await digests_of(owner, 1000) if digests_of is not None else []
-    if not documents and not digests:
-        print(f"no memory for {identity.resource_id if identity else ''}", file=sys.stderr)
+    owner = _owner(runtime, identity, getattr(args, "owner_key", None))
+    export = await export_everything(runtime, owner, caller=identity.resource_id if identity else None,
+                                     outbox_dir=runtime.outbox_dir)
+    if not export["stored"]:
+        print(f"no memory for {_who(args, owner)}", file=sys.stderr)
         return EXIT_UNKNOWN_CALLER
-    export = {
-        "caller": identity.resource_id if identity else None,
-        "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "retention_days": runtime.config.retention_days,
-        "documents": documents,
-        "session_digests": [{"session_id": d.session_id, "topics": d.topics, "gist": d.gist,
-                             "created_at": d.created_at} for d in digests],
-    }
-    print(json.dumps(export, indent=2, ensure_ascii=False))
+    text = json.dumps(export, indent=2, ensure_ascii=False) + "\n"
+    if args.output:
+        await asyncio.to_thread(Path(args.output).write_text, text, encoding="utf-8")
+        print(f"exported {sum(export['counts'].values())} record(s) of {_who(args, owner)} to {args.output}",
+              file=sys.stderr)
+    else:
+        sys.stdout.write(text)
     return EXIT_OK
 
 
 async def _delete(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identity: CallerIdentity | None) -> int:
-    owner = _owner(runtime, identity)
-    who = identity.resource_id if identity else ""
+    owner = _owner(runtime, identity, getattr(args, "owner_key", None))
+    who = _who(args, owner)
     if not args.yes:
         if not sys.stdin.isatty():
             print("voicegate memory delete: refusing without --yes when not at a terminal", file=sys.stderr)
@@ -165,10 +187,12 @@ async def _delete(args: argparse.Namespace, runtime: FrontendMemoryRuntime, iden
             print("cancelled")
             return EXIT_CANCELLED
     print(f"deleting memory of {who} ...", file=sys.stderr)
-    removed = await runtime.delete_owner(owner)
+    removed, announced = await delete_everywhere(runtime, owner, runtime.outbox_dir)
+    for place, count in removed.items():
+        print(f"  {place}: {count} removed")
     total = sum(removed.values())
-    for table, count in removed.items():
-        print(f"  {table}: {count} removed")
+    if announced:
+        print("  running servers on this database were told (their caches and live calls drop it)")
     if total == 0:
         print(f"no memory for {who}", file=sys.stderr)
         return EXIT_UNKNOWN_CALLER
@@ -186,7 +210,8 @@ async def _list(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identi
     for row in rows:
         updated = time.strftime("%Y-%m-%d %H:%M", time.localtime(row.updated_at))
         expires = time.strftime("%Y-%m-%d %H:%M", time.localtime(row.expires_at))
-        print(f"{row.owner_key[:16] + '...':<20} {row.documents:>4} {row.chars:>6}  {updated:<16}  {expires:<16}")
+        key = row.owner_key if args.full else row.owner_key[:16] + "..."
+        print(f"{key:<20} {row.documents:>4} {row.chars:>6}  {updated:<16}  {expires:<16}")
     print(f"({len(rows)} shown from {args.offset}; --offset {args.offset + args.limit} for more)"
           if len(rows) == args.limit else f"({len(rows)} shown)")
     return EXIT_OK

@@ -11,26 +11,83 @@ import hashlib
 import hmac
 import os
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 
 from internal.identity import CallerIdentity
 
 SECRET_FILE = "owner-key.secret"
+_FINGERPRINT_LABEL = b"voicegate owner-key fingerprint v1"
 
 
-def load_or_create_secret(configured: str, data_dir: Path) -> bytes:
-    """The configured secret, else one generated once into the data directory (mode 0600)."""
+class OwnerKeySecretError(Exception):
+    """The owner-key secret is missing or is not the one the stored memory was written with."""
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerSecret:
+    value: bytes
+    source: str  # "memory.owner_key_secret" or the absolute path of the secret file
+    created: bool  # generated now: nothing can have been stored under it yet
+    path: Path | None = None  # where a generated secret is written once it is accepted
+
+
+def read_secret(configured: str, data_dir: Path) -> OwnerSecret:
+    """The configured secret, else the one in the data directory, else a new one (not yet written:
+    `keep()` writes it once the store has confirmed it replaces nothing)."""
     if configured:
-        return configured.encode()
-    path = data_dir / SECRET_FILE
+        return OwnerSecret(configured.encode(), "memory.owner_key_secret", False)
+    path = (data_dir / SECRET_FILE).resolve()
     if path.exists():
-        return path.read_bytes().strip()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    value = secrets.token_hex(32).encode()
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        value = path.read_bytes().strip()
+        if not value:
+            raise OwnerKeySecretError(f"the owner-key secret file {path} is empty; restore it from your backup")
+        return OwnerSecret(value, str(path), False)
+    return OwnerSecret(secrets.token_hex(32).encode(), str(path), True, path)
+
+
+def keep(secret: OwnerSecret) -> None:
+    """Write a newly generated secret to its file (mode 0600), never over an existing one."""
+    if not secret.created or secret.path is None:
+        return
+    secret.path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        descriptor = os.open(secret.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process created one first: use theirs, never ours
+        raise OwnerKeySecretError(f"the owner-key secret file {secret.path} appeared while starting; "
+                                  "start again") from None
     with os.fdopen(descriptor, "wb") as out:
-        out.write(value)
-    return value
+        out.write(secret.value)
+
+
+def fingerprint(secret: bytes) -> str:
+    """What the database records of the secret: proves a match, reveals nothing of it."""
+    return hmac.new(secret, _FINGERPRINT_LABEL, hashlib.sha256).hexdigest()[:32]
+
+
+def secret_problem(secret: OwnerSecret, recorded: str | None, stored_owners: int) -> str | None:
+    """Why this secret must not be used with this store, or None when it may.
+
+    - a secret generated just now while owners are stored: their keys were made with a secret that is
+      gone (a lost file, or a run from another directory); a new one would silently orphan them;
+    - a recorded fingerprint that does not match while owners are stored: the wrong secret.
+    With nothing stored, any secret is fine (the caller of this records its fingerprint).
+    """
+    if stored_owners == 0:
+        return None
+    where = ("memory.owner_key_secret (VOICEGATE_MEMORY__OWNER_KEY_SECRET)" if secret.source.startswith("memory.")
+             else f"the file {secret.source}")
+    if secret.created:
+        return (f"the owner-key secret file {secret.source} is missing, but the memory store holds "
+                f"{stored_owners} caller(s) written with a secret. Restore the file from your backup, run "
+                "from the directory (or with the server.data_dir) that holds it, or set "
+                "memory.owner_key_secret; a new secret would make every stored caller unreachable "
+                "(docs/memory.md, 'The owner-key secret')")
+    if recorded is not None and recorded != fingerprint(secret.value):
+        return (f"the owner-key secret in {where} is not the one the {stored_owners} stored caller(s) were "
+                "written with. Restore the right secret (from your backup, or the server.data_dir that "
+                "holds it); see docs/memory.md, 'The owner-key secret'")
+    return None
 
 
 class OwnerKeys:

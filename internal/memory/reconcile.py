@@ -20,11 +20,11 @@ from collections import Counter
 from typing import Any
 
 from internal.llm.base import ChatModel, LlmError
-from internal.memory.provider import ChangeContext
+from internal.memory.outbox import HangupWrite
+from internal.memory.provider import ChangeContext, OwnerErased
 from internal.memory.records import SessionDigest
-from internal.memory.runtime import DAY_S, FrontendMemoryRuntime, MemoryRuntimeError
-from internal.pipeline.rolling_summary import format_transcript_for_summary
-from internal.session.session import Session
+from internal.memory.runtime import DAY_S, CallerErased, FrontendMemoryRuntime, MemoryRuntimeError
+from internal.memory.sessions import landing
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +83,12 @@ def keyword_topics(text: str, limit: int = 3) -> list[str]:
     return [word for word, _ in Counter(words).most_common(limit)]
 
 
-def fallback_digest(session: Session) -> SessionDigest:
-    said = [e.text for e in session.conversation.transcript.entries() if e.role == "user" and e.text.strip()]
+def fallback_digest(call: HangupWrite) -> SessionDigest:
+    said = [line for line in call.said if line.strip()]
     gist = (said[0] if said else "a short call").strip()
     if len(gist) > 50:
         gist = gist[:49].rsplit(" ", 1)[0] + "…"
-    return SessionDigest(session.id, keyword_topics(" ".join(said)), gist)
+    return SessionDigest(call.session_id, keyword_topics(" ".join(said)), gist)
 
 
 class Reconciler:
@@ -96,12 +96,12 @@ class Reconciler:
         self.runtime = runtime
         self.model = model
 
-    async def __call__(self, session: Session, owner: str) -> None:
-        transcript = self.runtime.sensitive.redact(format_transcript_for_summary(session.conversation.transcript
-                                                                                 .entries()))
+    async def __call__(self, call: HangupWrite) -> None:
+        """An outbox step: the call's transcript (redacted and bounded at hang-up) against the documents."""
+        transcript, owner = call.transcript, call.owner
         if not transcript.strip():
             return
-        documents = await self.runtime.latest(owner)
+        documents = await landing(self.runtime.latest(owner))
         prompt = (f"USER document:\n{documents['user'].content or '(empty)'}\n\n"
                   f"MEMORY document:\n{documents['memory'].content or '(empty)'}\n\nTRANSCRIPT:\n{transcript}")
         try:
@@ -116,8 +116,11 @@ class Reconciler:
                 outcome = await self.runtime.edit(owner, edit["document"], edit["action"],  # type: ignore[arg-type]
                                                   content=edit.get("content", ""), old_text=edit.get("old_text", ""),
                                                   new_text=edit.get("new_text", ""),
-                                                  context=ChangeContext("reconciliation", session.id))
+                                                  context=ChangeContext("reconciliation", call.session_id,
+                                                                        erasure_epoch=call.epoch))
                 applied += int(outcome.changed)
+            except CallerErased:
+                raise OwnerErased(call.epoch) from None  # the outbox drops the rest of this call
             except MemoryRuntimeError as exc:
                 log.info("a reconciliation edit was refused", extra={"code": getattr(exc, "code", "")})
         log.info("memory reconciled", extra={"proposed": len(edits), "applied": applied})
@@ -129,22 +132,23 @@ class SessionDigestRecorder:
         self.model = model
         self.retention_s = retention_days * DAY_S
 
-    async def __call__(self, session: Session, owner: str) -> None:
-        add = getattr(self.runtime.provider, "add_session_digest", None)
-        if add is None:
+    async def __call__(self, call: HangupWrite) -> None:
+        """An outbox step: a model's topics and gist of the call, or keywords of what the caller said."""
+        if getattr(self.runtime.provider, "add_session_digest", None) is None:
             return
-        digest = fallback_digest(session)
-        if self.model is not None:
-            transcript = self.runtime.sensitive.redact(
-                format_transcript_for_summary(session.conversation.transcript.entries()))
+        digest = fallback_digest(call)
+        if self.model is not None and call.transcript.strip():
+            transcript = call.transcript
             try:
                 value = parse_json_object(await self.model.complete(DIGEST_SYSTEM_PROMPT, transcript,
                                                                     RECONCILE_TIMEOUT_S))
                 topics = [str(t)[:40] for t in value.get("topics", [])][:4] or digest.topics
                 gist = str(value.get("gist") or digest.gist)[:50]
-                digest = SessionDigest(session.id, topics, gist)
+                digest = SessionDigest(call.session_id, topics, gist)
             except (LlmError, ValueError) as exc:
                 log.info("session digest from the model failed; using keywords: %s", exc)
         digest = SessionDigest(digest.session_id, [self.runtime.sensitive.redact(t) for t in digest.topics],
                                self.runtime.sensitive.redact(digest.gist)[:50])
-        await add(owner, digest, self.retention_s)
+        await landing(self.runtime.add_session_digest(call.owner, digest, self.retention_s,
+                                                      ChangeContext("digest", call.session_id,
+                                                                    erasure_epoch=call.epoch)))

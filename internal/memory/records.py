@@ -31,17 +31,45 @@ class _Entry:
 
 
 class DocumentCache:
-    """The synchronous snapshot behind `list()`: filled by prefetch and by writes, never by a read."""
+    """The synchronous snapshot behind `list()`.
+
+    A fresh read *replaces* an owner's entry (a document deleted elsewhere must vanish, not survive a
+    merge), and a read that started before the owner was invalidated is dropped: `generation()` is
+    taken before the read and `replace()` refuses a stale one. Writes `update()` the scopes they wrote.
+    """
 
     def __init__(self, max_owners: int = 10_000) -> None:
         self._entries: dict[str, _Entry] = {}
+        self._generations: dict[str, int] = {}
+        self._epoch = 0  # raised by clear(): every read in flight when the whole cache was dropped is stale
         self._max_owners = max_owners
 
-    def put(self, owner: str, documents: list[tuple[MemoryDocument, float]]) -> None:
-        entry = self._entries.pop(owner, None) or _Entry({})
+    def generation(self, owner: str) -> tuple[int, int]:
+        return self._epoch, self._generations.get(owner, 0)
+
+    def replace(self, owner: str, documents: list[tuple[MemoryDocument, float]],
+                generation: tuple[int, int] | None = None) -> bool:
+        """Install a fresh read; False (and nothing cached) when the owner was invalidated meanwhile."""
+        if generation is not None and generation != self.generation(owner):
+            return False
+        self._entries.pop(owner, None)
+        self._entries[owner] = _Entry({document.scope: (document, expires_at) for document, expires_at in documents})
+        self._trim()
+        return True
+
+    def update(self, owner: str, documents: list[tuple[MemoryDocument, float]]) -> None:
+        """Documents this process has just written (the rest of the entry stays as read)."""
+        entry = self._entries.pop(owner, None)
+        if entry is None:
+            return  # not cached: the next read loads everything fresh
         for document, expires_at in documents:
             entry.documents[document.scope] = (document, expires_at)
-        self._entries[owner] = entry  # most recently used last
+        self._entries[owner] = entry
+        self._trim()
+
+    put = update  # the name the markdown provider used before replace() existed
+
+    def _trim(self) -> None:
         while len(self._entries) > self._max_owners:
             self._entries.pop(next(iter(self._entries)))
 
@@ -63,6 +91,14 @@ class DocumentCache:
 
     def forget(self, owner: str) -> None:
         self._entries.pop(owner, None)
+        self._generations[owner] = self._generations.get(owner, 0) + 1
+        if len(self._generations) > 4 * self._max_owners:  # bounded: a cleared map only costs a refetch
+            self.clear()
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._generations.clear()
+        self._epoch += 1
 
     def owners(self) -> list[str]:
         return list(self._entries)

@@ -7,7 +7,9 @@ all come through here, never to a provider or the database directly. The runtime
   writers on other nodes;
 - refuses sensitive content, records every attempt in the audit log (never the text);
 - tells subscribers (the owner's live calls and control-plane sockets) when something actually
-  changed, and nothing when an edit was a no-op or failed.
+  changed, and nothing when an edit was a no-op or failed;
+- carries every writer's erasure epoch to the provider, so nothing begun before an erasure of the
+  owner lands after it (providers without epochs get the same check here, within this process).
 """
 
 from __future__ import annotations
@@ -16,15 +18,33 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Literal
 
 from internal.config.providers import MemoryConfig
 from internal.identity import CallerIdentity
 from internal.memory import documents as edits
 from internal.memory.audit import AuditLog
+from internal.memory.errors import (
+    UNKNOWN_EPOCH,
+    CallerErased,
+    EditRejected,
+    MemoryRuntimeError,
+    MemoryUnavailable,
+    SensitiveContent,
+    StaleRevision,
+)
 from internal.memory.filtering import SensitiveFilter
-from internal.memory.owner import OwnerKeys
+from internal.memory.locks import OwnerLocks
+from internal.memory.owner import (
+    OwnerKeys,
+    OwnerKeySecretError,
+    OwnerSecret,
+    fingerprint,
+    keep,
+    secret_problem,
+)
 from internal.memory.provider import (
     SCOPES,
     ChangeContext,
@@ -32,51 +52,32 @@ from internal.memory.provider import (
     ListOptions,
     MemoryChange,
     MemoryDocument,
+    OwnerErased,
     ProviderCapabilities,
     QueryOptions,
     RevisionConflict,
     Scope,
     capabilities_of,
 )
+from internal.memory.records import SessionDigest
+
+__all__ = [
+    "UNKNOWN_EPOCH",
+    "CallerErased",
+    "EditOutcome",
+    "EditRejected",
+    "FrontendMemoryRuntime",
+    "MemoryRuntimeError",
+    "MemoryUnavailable",
+    "SensitiveContent",
+    "StaleRevision",
+]
 
 log = logging.getLogger(__name__)
 
 DAY_S = 86400.0
 Action = Literal["append", "replace"]
 Listener = Callable[[], None]
-
-
-class MemoryRuntimeError(Exception):
-    status = 400
-    code = "memory_error"
-
-    def __init__(self, message: str, documents: dict[Scope, MemoryDocument] | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.documents = documents or {}
-
-
-class StaleRevision(MemoryRuntimeError):
-    status = 409
-    code = "stale_revision"
-
-
-class EditRejected(MemoryRuntimeError):
-    status = 422
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class SensitiveContent(MemoryRuntimeError):
-    status = 422
-    code = "sensitive_content"
-
-
-class MemoryUnavailable(MemoryRuntimeError):
-    status = 503
-    code = "memory_unavailable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,14 +88,19 @@ class EditOutcome:
 
 class FrontendMemoryRuntime:
     def __init__(self, provider: Any, config: MemoryConfig, keys: OwnerKeys, *, audit: AuditLog | None = None,
-                 sensitive: SensitiveFilter | None = None) -> None:
+                 sensitive: SensitiveFilter | None = None, secret: OwnerSecret | None = None,
+                 outbox_dir: Path | None = None) -> None:
         self.provider = provider
         self.config = config
         self.keys = keys
         self.audit = audit
         self.sensitive = sensitive or SensitiveFilter(config.sensitive_patterns)
         self.capabilities: ProviderCapabilities = capabilities_of(provider)
-        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._secret = secret
+        self.outbox_dir = outbox_dir  # where this process keeps pending hang-up writes (internal/memory/outbox)
+        self._locks = OwnerLocks()
+        # Erasure epochs kept here for providers that keep none (one process only; see `epoch`).
+        self._local_epochs: dict[str, int] = {}
         self._listeners: defaultdict[str, list[Listener]] = defaultdict(list)
         # Called after an owner's memory changed, locally; a multi-node notifier plugs in here.
         self.on_changed: list[Callable[[str], None]] = []
@@ -110,6 +116,31 @@ class FrontendMemoryRuntime:
     def owner_key(self, identity: CallerIdentity) -> str | None:
         """The storage key of a verified caller; None for anonymous callers (no memory at all)."""
         return self.keys.for_identity(identity)
+
+    async def verify_owner_key(self) -> None:
+        """Refuse to run with a secret that would orphan stored memory (raises OwnerKeySecretError);
+        otherwise record its fingerprint and write a newly generated secret to its file."""
+        secret = self._secret
+        if secret is None:
+            return
+        recorded_of = getattr(self.provider, "key_fingerprint", None)
+        if recorded_of is None:  # this store cannot tell; nothing to compare against
+            keep(secret)
+            return
+        recorded = await recorded_of()
+        problem = secret_problem(secret, recorded, await self.provider.stored_owner_count())
+        if problem:
+            raise OwnerKeySecretError(problem)
+        keep(secret)
+        if recorded != fingerprint(secret.value):
+            await self.provider.set_key_fingerprint(fingerprint(secret.value))
+
+    async def epoch(self, owner: str) -> int:
+        """The owner's erasure epoch now: a writer records it when it starts and writes with it."""
+        read = getattr(self.provider, "erasure_epoch", None)
+        if read is None:
+            return self._local_epochs.get(owner, 0)
+        return int(await read(owner))
 
     # ---- reads -----------------------------------------------------------------------------------
 
@@ -168,8 +199,8 @@ class FrontendMemoryRuntime:
         """One atomic edit of one document, starting from the latest version."""
         if scope not in SCOPES:
             raise EditRejected("unknown_document", f"unknown document {scope!r}; use 'user' or 'memory'")
-        context = ChangeContext(context.source, context.session_id, context.turn, context.trace_id, self.retention_s)
-        async with self._locks[owner]:
+        async with self._locks.hold(owner):
+            context = await self._writer_context(owner, context)
             for attempt in range(3):
                 docs = await self.latest(owner)
                 current = docs[scope]
@@ -194,7 +225,11 @@ class FrontendMemoryRuntime:
                     return EditOutcome(False, docs)
                 change = MemoryChange(scope, updated, current.revision, action, old_text, new_text)
                 try:
-                    result = await self.provider.apply(owner, [change], context)
+                    result = await self._apply(owner, [change], context)
+                except OwnerErased:
+                    await self._audit(owner, context, action, "refused", scope, current.revision, None, "erased")
+                    raise CallerErased("this caller's memory was erased during the call; nothing was saved") \
+                        from None
                 except RevisionConflict as conflict:
                     if expected_revision is not None or attempt == 2:
                         await self._audit(owner, context, action, "stale", scope, current.revision,
@@ -222,8 +257,8 @@ class FrontendMemoryRuntime:
     async def set_document(self, owner: str, scope: Scope, content: str, context: ChangeContext,
                            transform: Callable[[str], str] | None = None) -> EditOutcome:
         """Replace a whole document computed from the latest one (digest writer, reconciliation)."""
-        context = ChangeContext(context.source, context.session_id, context.turn, context.trace_id, self.retention_s)
-        async with self._locks[owner]:
+        async with self._locks.hold(owner):
+            context = await self._writer_context(owner, context)
             for _attempt in range(3):
                 docs = await self.latest(owner)
                 current = docs[scope]
@@ -231,8 +266,11 @@ class FrontendMemoryRuntime:
                 if updated == current.content:
                     return EditOutcome(False, docs)
                 try:
-                    result = await self.provider.apply(owner, [MemoryChange(scope, updated, current.revision)],
-                                                       context)
+                    result = await self._apply(owner, [MemoryChange(scope, updated, current.revision)], context)
+                except OwnerErased:
+                    await self._audit(owner, context, "set", "refused", scope, current.revision, None, "erased")
+                    raise CallerErased("this caller's memory was erased after the call began; not saved") \
+                        from None
                 except RevisionConflict:
                     continue
                 for document in result.documents:
@@ -242,21 +280,79 @@ class FrontendMemoryRuntime:
                 return EditOutcome(True, docs)
         raise MemoryUnavailable("memory kept changing underneath this write; giving up")
 
+    async def _writer_context(self, owner: str, context: ChangeContext) -> ChangeContext:
+        """The context a provider sees: retention set here, and the writer's erasure epoch (a writer with
+        none, such as a PATCH, starts now: the epoch read here, before the document it edits)."""
+        epoch = context.erasure_epoch
+        if epoch is None:
+            try:
+                epoch = await self.epoch(owner)
+            except Exception as exc:
+                raise MemoryUnavailable(f"memory is unavailable ({type(exc).__name__})") from None
+        return replace(context, retention_s=self.retention_s, erasure_epoch=epoch)
+
+    async def _apply(self, owner: str, changes: list[MemoryChange], context: ChangeContext) -> Any:
+        if getattr(self.provider, "erasure_epoch", None) is None:
+            current = self._local_epochs.get(owner, 0)
+            if context.erasure_epoch is not None and context.erasure_epoch != current:
+                raise OwnerErased(current)
+        return await self.provider.apply(owner, changes, context)
+
+    async def add_session_digest(self, owner: str, digest: SessionDigest, retention_s: float,
+                                 context: ChangeContext) -> bool:
+        """Record a call's session digest (bounded per owner); False when the provider keeps none."""
+        add = getattr(self.provider, "add_session_digest", None)
+        if add is None:
+            return False
+        async with self._locks.hold(owner):
+            context = await self._writer_context(owner, context)
+            if getattr(self.provider, "erasure_epoch", None) is None and \
+                    context.erasure_epoch != self._local_epochs.get(owner, 0):
+                raise CallerErased("this caller's memory was erased after the call began; not saved")
+            try:
+                await add(owner, digest, retention_s, erasure_epoch=context.erasure_epoch,
+                          max_per_owner=self.config.max_session_digests)
+            except OwnerErased:
+                raise CallerErased("this caller's memory was erased after the call began; not saved") from None
+            await self._audit(owner, context, "session_digest", "applied")
+        return True
+
     # ---- lifecycle of owners ---------------------------------------------------------------------
 
     async def delete_owner(self, owner: str, source: ChangeSource = "cli") -> dict[str, int]:
-        async with self._locks[owner]:
+        """Erase everything of `owner` and raise its erasure epoch, holding the writers' lock."""
+        async with self._locks.hold(owner):
             delete = getattr(self.provider, "delete_owner", None)
             if delete is None:
                 raise MemoryRuntimeError("this memory provider cannot delete an owner")
             removed: dict[str, int] = await delete(owner)
+            self._local_epochs[owner] = self._local_epochs.get(owner, 0) + 1
+            invalidate = getattr(self.provider, "invalidate", None)
+            if invalidate is not None:
+                invalidate(owner)
             await self._audit(owner, ChangeContext(source), "delete_owner", "applied", extra={"removed": removed})
         self._notify(owner)
         return removed
 
+    async def export(self, owner: str, progress: Callable[[str, int], None] | None = None,
+                     ) -> dict[str, list[dict[str, Any]]]:
+        """Everything stored of `owner`, per table or file, with nothing left out (subject access)."""
+        export = getattr(self.provider, "export_owner", None)
+        if export is not None:
+            tables: dict[str, list[dict[str, Any]]] = await export(owner, progress)
+            return tables
+        docs = await self.latest(owner)
+        return {"documents": [{"scope": d.scope, "content": d.content, "revision": d.revision}
+                              for d in docs.values() if d.revision]}
+
     async def purge_expired(self) -> dict[str, int]:
         purge = getattr(self.provider, "purge_expired", None)
-        return await purge() if purge is not None else {}
+        removed: dict[str, int] = await purge() if purge is not None else {}
+        if self.audit is not None:
+            pruned = await self.audit.prune()
+            if pruned:
+                removed["audit files"] = pruned
+        return removed
 
     # ---- notification ----------------------------------------------------------------------------
 
@@ -274,11 +370,7 @@ class FrontendMemoryRuntime:
         return unsubscribe
 
     def _notify(self, owner: str) -> None:
-        for listener in list(self._listeners.get(owner, [])):
-            try:
-                listener()
-            except Exception:
-                log.exception("memory change listener failed")
+        self._tell_listeners(owner)
         for hook in self.on_changed:
             hook(owner)
 
@@ -290,6 +382,19 @@ class FrontendMemoryRuntime:
             invalidate(owner)
         if self._listeners.get(owner):
             await self.prefetch(owner)
+        self._tell_listeners(owner)
+
+    async def resync(self) -> None:
+        """Changes may have been missed (the change listener was disconnected): drop every cached copy,
+        reload the owners whose calls are live here and tell their subscribers."""
+        clear = getattr(self.provider, "invalidate_all", None)
+        if clear is not None:
+            clear()
+        for owner in list(self._listeners):
+            await self.prefetch(owner)
+            self._tell_listeners(owner)
+
+    def _tell_listeners(self, owner: str) -> None:
         for listener in list(self._listeners.get(owner, [])):
             try:
                 listener()

@@ -4,8 +4,13 @@
   unreachable store starts the call without memory), projected into the conversation, and the session
   subscribes to changes so edits made elsewhere reach it at the next idle point.
 - Greeting: a returning caller whose name is known hears "Welcome back, Sam."
-- End: the digest of the call is merged into the `memory` document off the call path, retried with
-  back-off while the process lives; then (when configured) reconciliation and a session digest.
+- End: what the call leaves to write (its digest line, and when configured reconciliation and a
+  session digest) goes to the hang-up outbox (internal/memory/outbox.py) as a small bounded record;
+  the Session is released at once and the outbox lands the writes, durably, off the call path.
+- Erasure: the owner's erasure epoch is read at set-up and every write of the call carries it, so a
+  call that is live when its caller is erased writes nothing afterwards (tool, digest, session digest,
+  reconciliation), and drops its injected memory at its next idle point. A call that could not read
+  the epoch (memory unreachable at set-up) writes nothing at all.
 Anonymous callers never reach any of this: they have no owner key.
 """
 
@@ -14,24 +19,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 from internal.memory.digest import call_summary, merge_digest
-from internal.memory.provider import AudioEvent, ChangeContext, Exchange, SessionContext
-from internal.memory.runtime import FrontendMemoryRuntime
+from internal.memory.outbox import SAID_LINES, TRANSCRIPT_CHARS, HangupOutbox, HangupWrite, Step, StepFailed
+from internal.memory.provider import AudioEvent, ChangeContext, Exchange, OwnerErased, SessionContext
+from internal.memory.runtime import UNKNOWN_EPOCH, CallerErased, FrontendMemoryRuntime
 from internal.pipeline.events import MemoryChangedEvent
+from internal.pipeline.rolling_summary import format_transcript_for_summary
 from internal.pipeline.vad import VadEvent
 from internal.session.session import Session
 
 log = logging.getLogger(__name__)
 
 OWNER = "memory.owner"  # session.data keys
+EPOCH = "memory.epoch"  # the owner's erasure epoch when the call began (UNKNOWN_EPOCH: could not read)
 DIRTY = "memory.dirty"
 UNSUBSCRIBE = "memory.unsubscribe"
 _NAME = re.compile(r"(?:caller's name is|call the caller|their name is|name:)\s*([A-Z][\w'-]+)", re.IGNORECASE)
 
-SessionHook = Callable[[Session, str], Awaitable[None]]
 
 
 def name_from_memory(user: str, memory: str) -> str:
@@ -52,11 +59,19 @@ def welcome_back(greeting: str, name: str) -> str:
 class SessionMemory:
     """Connects the memory runtime to sessions; its methods are the pipeline's and manager's hooks."""
 
-    def __init__(self, runtime: FrontendMemoryRuntime, greeting: str) -> None:
+    def __init__(self, runtime: FrontendMemoryRuntime, greeting: str, outbox: HangupOutbox) -> None:
         self.runtime = runtime
         self.greeting = greeting
-        self.after_session: list[SessionHook] = []  # reconciliation, session digests
+        self.outbox = outbox
+        self.after_session: list[str] = []  # outbox steps after the digest: reconciliation, session digests
         self._writes: set[asyncio.Task[None]] = set()
+        outbox.add_step("digest", self._land_digest)
+        outbox.add_step("flush", self._land_flush)
+
+    def add_after_session(self, name: str, step: Step) -> None:
+        """A step every call with something said runs after its digest (through the outbox)."""
+        self.outbox.add_step(name, step)
+        self.after_session.append(name)
 
     def owner(self, session: Session) -> str | None:
         owner = session.data.get(OWNER)
@@ -69,6 +84,7 @@ class SessionMemory:
             return
         session.data[OWNER] = owner
         loaded = await self.runtime.prefetch(owner)
+        session.data[EPOCH] = await self._epoch(owner) if loaded else UNKNOWN_EPOCH
         self._project(session, owner)
         conversation = session.conversation
         conversation.observed_upto = len(conversation.history)  # restored history is never observed
@@ -83,6 +99,18 @@ class SessionMemory:
             self._observe_audio(session, AudioEvent("session_start"))
         log.info("caller memory loaded" if loaded else "caller memory not loaded",
                  extra={"chars": len(conversation.memory) + len(conversation.user_preferences)})
+
+    async def _epoch(self, owner: str) -> int:
+        try:
+            async with asyncio.timeout(self.runtime.config.read_timeout_ms / 1000.0):
+                return await self.runtime.epoch(owner)
+        except Exception as exc:  # without it this call could outlive an erasure: it writes nothing
+            log.warning("memory erasure state unreadable; this call will not write memory: %s", type(exc).__name__)
+            return UNKNOWN_EPOCH
+
+    def epoch(self, session: Session) -> int:
+        epoch = session.data.get(EPOCH)
+        return epoch if isinstance(epoch, int) else UNKNOWN_EPOCH
 
     def _project(self, session: Session, owner: str) -> None:
         user, memory = self.runtime.projection(owner)
@@ -140,21 +168,25 @@ class SessionMemory:
         except Exception:  # the audio hot path must survive a provider bug
             log.exception("observe_audio failed")
 
-    async def _observe(self, session: Session, owner: str) -> None:
+    @staticmethod
+    def _new_exchanges(session: Session) -> list[Exchange]:
         """Completed exchanges since the last observation (none when no new caller message)."""
         conversation = session.conversation
-        new = conversation.history[conversation.observed_upto :]
         exchanges: list[Exchange] = []
         pending_user = ""
-        for message in new:
+        for message in conversation.history[conversation.observed_upto :]:
             if message.role == "user":
                 pending_user = message.content
             elif message.role == "assistant" and pending_user and not message.tool_calls:
                 exchanges.append(Exchange(pending_user, message.content))
                 pending_user = ""
+        conversation.observed_upto = len(conversation.history)
+        return exchanges
+
+    async def _observe(self, session: Session, owner: str) -> None:
+        exchanges = self._new_exchanges(session)
         if not exchanges:
             return
-        conversation.observed_upto = len(conversation.history)
         try:
             await self.runtime.provider.observe(owner, exchanges, SessionContext(session.id, session.transport))
         except Exception as exc:
@@ -168,54 +200,82 @@ class SessionMemory:
         unsubscribe = session.data.pop(UNSUBSCRIBE, None)
         if callable(unsubscribe):
             unsubscribe()
-        if owner is None or session.conversation.transcript.user_turns() == 0:
-            return  # anonymous, or nothing was said: nothing to remember
-        task = asyncio.create_task(self._finish(session, owner), name="memory-digest")
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
-
-    async def _finish(self, session: Session, owner: str) -> None:
+        if owner is None:
+            return  # anonymous: nothing to remember
         capabilities = self.runtime.capabilities
         if capabilities.audio_stream_observation:
             self._observe_audio(session, AudioEvent("session_end"))
-        if capabilities.session_observation:
-            # The provider learns on its own; the built-in digest and extractor stay off.
-            await self._observe(session, owner)
-            flush = getattr(self.runtime.provider, "flush", None)
-            if flush is not None:
-                await self._retry(lambda: flush(owner, SessionContext(session.id, session.transport)), "flush")
+        epoch = self.epoch(session)
+        if epoch == UNKNOWN_EPOCH:
+            log.info("this call leaves no memory: its caller's erasure state was unknown")
             return
-        await self._retry(lambda: self._write_digest(session, owner), "digest")
-        for hook in self.after_session:
-            try:
-                await hook(session, owner)
-            except Exception:
-                log.exception("after-session memory step failed")
+        entry = self.hangup_write(session, owner, epoch)
+        if entry is None:
+            return
+        exchanges = self._new_exchanges(session) if capabilities.session_observation else []
+        task = asyncio.create_task(self._hand_over(entry, owner, session.id, session.transport, exchanges),
+                                   name="memory-hangup")
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
 
-    async def _write_digest(self, session: Session, owner: str) -> None:
+    def hangup_write(self, session: Session, owner: str, epoch: int) -> HangupWrite | None:
+        """What this call still has to write, bounded; None when there is nothing."""
         conversation = session.conversation
-        summary = call_summary(conversation.transcript.entries(), conversation.summary.text)
-        summary = self.runtime.sensitive.redact(summary)
-        max_chars = self.runtime.config.max_chars
-        context = ChangeContext("digest", session.id)
-        await self.runtime.set_document(owner, "memory", "", context,
-                                        transform=lambda current: merge_digest(current, summary, max_chars))
+        base = {"owner": owner, "session_id": session.id, "transport": session.transport, "epoch": epoch}
+        if self.runtime.capabilities.session_observation:
+            # The provider learns on its own; the built-in digest and extractor stay off. It is always
+            # told the session ended, even when the caller said nothing.
+            return HangupWrite(**base, steps=["flush"])  # type: ignore[arg-type]
+        if conversation.transcript.user_turns() == 0:
+            return None  # nothing was said: nothing to remember
+        redact = self.runtime.sensitive.redact
+        entries = conversation.transcript.entries()
+        summary = redact(call_summary(entries, conversation.summary.text))
+        transcript = ""
+        if self.after_session:
+            transcript = redact(format_transcript_for_summary(entries))[-TRANSCRIPT_CHARS:]
+        said = [redact(e.text.strip()) for e in entries if e.role == "user" and e.text.strip()][:SAID_LINES]
+        return HangupWrite(**base, steps=["digest", *self.after_session],  # type: ignore[arg-type]
+                           summary=summary, transcript=transcript, said=said)
 
-    async def _retry(self, attempt: Callable[[], Awaitable[Any]], what: str) -> None:
-        delay = 0.5
-        cap = self.runtime.config.write_retry_max_s
-        while True:
+    async def _hand_over(self, entry: HangupWrite, owner: str, session_id: str, transport: str,
+                         exchanges: list[Exchange]) -> None:
+        if exchanges:
             try:
-                await attempt()
-                return
-            except asyncio.CancelledError:
-                raise
+                await self.runtime.provider.observe(owner, exchanges, SessionContext(session_id, transport))
             except Exception as exc:
-                log.warning("memory %s write failed, retrying in %.1f s: %s", what, delay, type(exc).__name__)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, cap)
+                log.warning("memory provider observe failed: %s", type(exc).__name__)
+        try:
+            await self.outbox.put(entry)
+        except OSError as exc:
+            log.error("memory outbox unwritable; this call's memory is lost: %s", exc.strerror)
+
+    async def _land_digest(self, entry: HangupWrite) -> None:
+        max_chars = self.runtime.config.max_chars
+        context = ChangeContext("digest", entry.session_id, erasure_epoch=entry.epoch)
+        summary = entry.summary
+        await landing(self.runtime.set_document(entry.owner, "memory", "", context,
+                                                transform=lambda current: merge_digest(current, summary, max_chars)))
+
+    async def _land_flush(self, entry: HangupWrite) -> None:
+        flush = getattr(self.runtime.provider, "flush", None)
+        if flush is not None:
+            await landing(flush(entry.owner, SessionContext(entry.session_id, entry.transport)))
 
     async def drain(self, timeout_s: float) -> None:
-        """At shutdown: give writes in flight a moment to land."""
+        """Hand-overs in flight reach the outbox, then what is due lands (tests, shutdown)."""
         if self._writes:
             await asyncio.wait(list(self._writes), timeout=timeout_s)
+        await self.outbox.drain(timeout_s)
+
+
+async def landing(write: Awaitable[Any]) -> Any:
+    """Run one outbox step's write: an erased caller drops the entry, an unreachable store retries it."""
+    try:
+        return await write
+    except (CallerErased, OwnerErased) as exc:
+        raise OwnerErased(-1) from exc
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        raise StepFailed(type(exc).__name__) from exc

@@ -8,7 +8,8 @@ from typing import Any
 from internal.config import Config
 from internal.db import Database
 from internal.memory.audit import AuditLog
-from internal.memory.owner import OwnerKeys, load_or_create_secret
+from internal.memory.outbox import OUTBOX_DIR
+from internal.memory.owner import OwnerKeys, read_secret
 from internal.memory.runtime import DAY_S, FrontendMemoryRuntime
 from internal.rag.embedding import build_embedder
 
@@ -32,6 +33,10 @@ def build_provider(config: Config, database: Database | None) -> Any:
 
 
 def build_runtime(config: Config, provider: Any) -> FrontendMemoryRuntime:
-    keys = OwnerKeys(load_or_create_secret(config.memory.owner_key_secret, config.data_dir))
+    """The runtime around `provider`. Call `await runtime.verify_owner_key()` before serving anything:
+    it refuses a missing or replaced secret while owners are stored, and writes a new secret's file."""
+    secret = read_secret(config.memory.owner_key_secret, config.data_dir)
     audit_path = Path(config.memory.audit_path) if config.memory.audit_path else config.data_dir / "memory-audit.jsonl"
-    return FrontendMemoryRuntime(provider, config.memory, keys, audit=AuditLog(audit_path))
+    return FrontendMemoryRuntime(provider, config.memory, OwnerKeys(secret.value),
+                                 audit=AuditLog(audit_path, retention_days=config.memory.retention_days),
+                                 secret=secret, outbox_dir=config.data_dir / OUTBOX_DIR)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from internal.memory.provider import ChangeContext, MemoryDocument, Scope
-from internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
+from internal.memory.runtime import UNKNOWN_EPOCH, FrontendMemoryRuntime, MemoryRuntimeError
 from internal.memory.sessions import OWNER, SessionMemory
 from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
 
@@ -53,6 +53,12 @@ def _owner(context: ToolContext) -> str:
     return owner
 
 
+def _epoch(context: ToolContext, sessions: SessionMemory) -> int:
+    """The erasure epoch of the call this tool runs in: its writes never outlive an erasure."""
+    session = context.extras.get("session")
+    return sessions.epoch(session) if session is not None else UNKNOWN_EPOCH
+
+
 def _has_owner(context: ToolContext) -> bool:
     session = context.extras.get("session")
     return session is not None and isinstance(getattr(session, "data", {}).get(OWNER), str)
@@ -79,7 +85,8 @@ def register_memory_tools(registry: ToolRegistry, runtime: FrontendMemoryRuntime
             outcome = await runtime.edit(owner, document, action, content=str(arguments.get("content") or ""),
                                          old_text=str(arguments.get("old_text") or ""),
                                          new_text=str(arguments.get("new_text") or ""),
-                                         context=ChangeContext("tool", context.session_id, context.turn))
+                                         context=ChangeContext("tool", context.session_id, context.turn,
+                                                               erasure_epoch=_epoch(context, sessions)))
         except MemoryRuntimeError as exc:
             raise ToolError(exc.message) from None
         return {"ok": True, "changed": outcome.changed, "documents": documents_json(outcome.documents)}

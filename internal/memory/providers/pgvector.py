@@ -1,15 +1,20 @@
 """The PostgreSQL provider (default): documents, their lines with embeddings, history and digests.
 
 `list()` answers from an in-process cache filled by `prefetch()` at call set-up and by every write, so
-the prompt path never touches the database. Writes are compare-and-set on the document's revision
-inside a transaction holding a per-document advisory lock, so two writers can never both win.
+the prompt path never touches the database. Every write and every erasure of an owner runs in one
+transaction holding that owner's advisory lock: writes are compare-and-set on the document's revision
+and refused when the owner was erased since the writer started (its erasure epoch), so two writers can
+never both win and nothing begun before an erasure can bring the caller back. Each transaction that
+changes an owner also sends `pg_notify` on the change channel, delivered at commit to every process on
+this database (servers, the CLI), whoever made the change.
 """
 
 from __future__ import annotations
 
 import builtins
 import logging
-from collections.abc import Sequence
+import secrets
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +28,7 @@ from internal.memory.provider import (
     ListOptions,
     MemoryChange,
     MemoryDocument,
+    OwnerErased,
     ProviderCapabilities,
     ProviderDescription,
     QueryOptions,
@@ -30,6 +36,7 @@ from internal.memory.provider import (
     RevisionConflict,
     Scope,
 )
+from internal.memory.providers import pgvector_owners
 from internal.memory.records import DocumentCache, OwnerSummary, SessionDigest
 from internal.rag.embedding import Embedder
 
@@ -37,6 +44,7 @@ log = logging.getLogger(__name__)
 
 HISTORY_LIMIT = 20  # revisions kept per document
 MEMORY_TABLES = ("memories", "memory_items", "memory_history", "session_digests")
+CHANGE_CHANNEL = "voicegate_memory"  # payload: "<node id>:<owner key>:<changed|erased>", never content
 
 
 def document_lines(content: str) -> builtins.list[str]:
@@ -49,16 +57,40 @@ def document_lines(content: str) -> builtins.list[str]:
     return lines
 
 
-def _epoch(value: datetime | None) -> float:
+def _seconds(value: datetime | None) -> float:
     return value.timestamp() if value is not None else 0.0
 
 
+async def lock_owner(conn: AsyncConnection[Any], owner: str) -> None:
+    """Serialise every writer and eraser of one owner, on every node, until the transaction ends.
+    (Row locks cannot: the first write of an owner has no row to lock yet.)"""
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"memory-owner:{owner}",))
+
+
+async def current_epoch(conn: AsyncConnection[Any], owner: str) -> int:
+    cursor = await conn.execute("SELECT epoch FROM memory_erasures WHERE owner_key = %s", (owner,))
+    row = await cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def check_epoch(conn: AsyncConnection[Any], owner: str, expected: int | None) -> None:
+    """Refuse a write whose writer started before the owner's latest erasure (call with the lock held)."""
+    if expected is None:
+        return
+    epoch = await current_epoch(conn, owner)
+    if epoch != expected:
+        raise OwnerErased(epoch)
+
+
 class PgvectorProvider:
-    def __init__(self, database: Database, embedder: Embedder | None, retention_s: float) -> None:
+    def __init__(self, database: Database, embedder: Embedder | None, retention_s: float,
+                 node_id: str | None = None) -> None:
         self._db = database
         self._embedder = embedder
         self._retention_s = retention_s
         self._cache = DocumentCache()
+        # Names this process in change notices, so a node can skip the ones it sent itself.
+        self.node_id = node_id or secrets.token_hex(6)
 
     def describe(self) -> ProviderDescription:
         return ProviderDescription(key="pgvector", label="PostgreSQL with pgvector",
@@ -73,14 +105,27 @@ class PgvectorProvider:
         return self._cache.known(owner_id)
 
     async def prefetch(self, owner_id: str) -> None:
-        documents = await self._read(owner_id)
-        self._cache.put(owner_id, documents)
+        for _attempt in range(3):  # a read overtaken by an invalidation is stale: read again
+            generation = self._cache.generation(owner_id)
+            documents = await self._read(owner_id)
+            if self._cache.replace(owner_id, documents, generation):
+                return
 
     async def load(self, owner_id: str) -> builtins.list[MemoryDocument]:
         return [document for document, _ in await self._read(owner_id)]
 
     def invalidate(self, owner_id: str) -> None:
         self._cache.forget(owner_id)
+
+    def invalidate_all(self) -> None:
+        self._cache.clear()
+
+    async def erasure_epoch(self, owner_id: str) -> int:
+        async with self._db.pool.connection() as conn:
+            return await current_epoch(conn, owner_id)
+
+    async def _announce(self, conn: AsyncConnection[Any], owner: str, kind: str) -> None:
+        await conn.execute("SELECT pg_notify(%s, %s)", (CHANGE_CHANNEL, f"{self.node_id}:{owner}:{kind}"))
 
     async def _read(self, owner_id: str) -> builtins.list[tuple[MemoryDocument, float]]:
         async with self._db.pool.connection() as conn:
@@ -90,7 +135,7 @@ class PgvectorProvider:
                 (owner_id,),
             )
             rows = await cursor.fetchall()
-        return [(MemoryDocument(row[0], row[1], int(row[2]), row[3], _epoch(row[4])), _epoch(row[5]))
+        return [(MemoryDocument(row[0], row[1], int(row[2]), row[3], _seconds(row[4])), _seconds(row[5]))
                 for row in rows]
 
     async def query(self, owner_id: str, query: str, options: QueryOptions, context: Any = None) -> QueryResult:
@@ -117,10 +162,13 @@ class PgvectorProvider:
                 vectors[scope] = await self._embed_lines(owner_id, scope, lines)
         written: builtins.list[tuple[MemoryDocument, float]] = []
         async with self._db.pool.connection() as conn, conn.transaction():
+            await lock_owner(conn, owner_id)
+            await check_epoch(conn, owner_id, context.erasure_epoch)
             for change in changes:
                 written.append(await self._write(conn, owner_id, change, context, retention_s,
                                                  items[change.scope], vectors.get(change.scope)))
-        self._cache.put(owner_id, written)
+            await self._announce(conn, owner_id, "changed")
+        self._cache.update(owner_id, written)
         return ApplyResult(len(written), [document for document, _ in written])
 
     async def _embed_lines(self, owner: str, scope: Scope, lines: builtins.list[str]) -> builtins.list[Any]:
@@ -139,9 +187,6 @@ class PgvectorProvider:
     async def _write(self, conn: AsyncConnection[Any], owner: str, change: MemoryChange, context: ChangeContext,
                      retention_s: float, lines: builtins.list[str],
                      vectors: builtins.list[Any] | None) -> tuple[MemoryDocument, float]:
-        # Row locks cannot serialise the first write of a document (there is no row yet), so writers of one
-        # document queue on an advisory lock for the rest of this transaction, on every node.
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"{owner}:{change.scope}",))
         cursor = await conn.execute(
             "SELECT revision, expires_at > now() FROM memories WHERE owner_key = %s AND scope = %s",
             (owner, change.scope),
@@ -168,18 +213,18 @@ class PgvectorProvider:
         )
         stamps = await cursor.fetchone()
         assert stamps is not None
+        # History says who wrote which revision when, never what: removed text must not survive here.
+        # Each row expires by its own age; a later write does not prolong earlier ones.
         await conn.execute(
-            "INSERT INTO memory_history (owner_key, scope, revision, content, source, expires_at) "
-            "VALUES (%s, %s, %s, %s, %s, now() + make_interval(secs => %s))",
-            (owner, change.scope, revision, change.content, context.source, retention_s),
+            "INSERT INTO memory_history (owner_key, scope, revision, source, char_count, session_id, expires_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, now() + make_interval(secs => %s)) "
+            "ON CONFLICT (owner_key, scope, revision) DO NOTHING",
+            (owner, change.scope, revision, context.source, len(change.content), context.session_id, retention_s),
         )
         await conn.execute(
             "DELETE FROM memory_history WHERE owner_key = %s AND scope = %s AND revision <= %s",
             (owner, change.scope, revision - HISTORY_LIMIT),
         )
-        # Every owner's history and items share the document's expiry: nothing outlives the record.
-        await conn.execute("UPDATE memory_history SET expires_at = now() + make_interval(secs => %s) "
-                           "WHERE owner_key = %s AND scope = %s", (retention_s, owner, change.scope))
         await conn.execute("DELETE FROM memory_items WHERE owner_key = %s AND scope = %s", (owner, change.scope))
         if vectors:
             async with conn.cursor() as items:
@@ -193,38 +238,48 @@ class PgvectorProvider:
         return document, float(stamps[1])
 
     async def delete_owner(self, owner_id: str) -> dict[str, int]:
+        """Every row of the owner, gone in one transaction that also raises its erasure epoch."""
         removed: dict[str, int] = {}
         async with self._db.pool.connection() as conn, conn.transaction():
+            await lock_owner(conn, owner_id)
             for table in MEMORY_TABLES:
                 cursor = await conn.execute(f"DELETE FROM {table} WHERE owner_key = %s", (owner_id,))
                 removed[table] = cursor.rowcount
+            await conn.execute(
+                "INSERT INTO memory_erasures (owner_key, epoch, expires_at) "
+                "VALUES (%s, 1, now() + make_interval(secs => %s)) ON CONFLICT (owner_key) DO UPDATE SET "
+                "epoch = memory_erasures.epoch + 1, erased_at = now(), expires_at = EXCLUDED.expires_at",
+                (owner_id, self._retention_s),
+            )
+            await self._announce(conn, owner_id, "erased")
         self._cache.forget(owner_id)
         return removed
 
     async def purge_expired(self) -> dict[str, int]:
         removed: dict[str, int] = {}
         async with self._db.pool.connection() as conn, conn.transaction():
-            for table in MEMORY_TABLES:
+            for table in (*MEMORY_TABLES, "memory_erasures"):
                 cursor = await conn.execute(f"DELETE FROM {table} WHERE expires_at <= now()")
                 removed[table] = cursor.rowcount
         return removed
 
     async def owners(self, limit: int = 100, offset: int = 0) -> builtins.list[OwnerSummary]:
-        async with self._db.pool.connection() as conn:
-            cursor = await conn.execute(
-                "SELECT owner_key, count(*), sum(char_count), max(updated_at), max(expires_at) FROM memories "
-                "WHERE expires_at > now() GROUP BY owner_key ORDER BY owner_key LIMIT %s OFFSET %s",
-                (limit, offset),
-            )
-            rows = await cursor.fetchall()
-        return [OwnerSummary(r[0], int(r[1]), int(r[2] or 0), _epoch(r[3]), _epoch(r[4])) for r in rows]
+        return await pgvector_owners.owners(self._db, limit, offset)
 
-    async def add_session_digest(self, owner_id: str, digest: SessionDigest, retention_s: float) -> None:
-        async with self._db.pool.connection() as conn:
+    async def add_session_digest(self, owner_id: str, digest: SessionDigest, retention_s: float, *,
+                                 erasure_epoch: int | None = None, max_per_owner: int = 200) -> None:
+        async with self._db.pool.connection() as conn, conn.transaction():
+            await lock_owner(conn, owner_id)
+            await check_epoch(conn, owner_id, erasure_epoch)
             await conn.execute(
                 "INSERT INTO session_digests (owner_key, session_id, topics, gist, expires_at) "
                 "VALUES (%s, %s, %s, %s, now() + make_interval(secs => %s))",
                 (owner_id, digest.session_id, digest.topics, digest.gist[:50], retention_s),
+            )
+            await conn.execute(
+                "DELETE FROM session_digests WHERE owner_key = %s AND id NOT IN (SELECT id FROM session_digests "
+                "WHERE owner_key = %s ORDER BY created_at DESC, id DESC LIMIT %s)",
+                (owner_id, owner_id, max_per_owner),
             )
 
     async def session_digests(self, owner_id: str, limit: int = 5) -> builtins.list[SessionDigest]:
@@ -236,6 +291,19 @@ class PgvectorProvider:
             )
             rows = await cursor.fetchall()
         return [SessionDigest(r[0], list(r[1]), r[2], float(r[3])) for r in rows]
+
+    async def export_owner(self, owner_id: str, progress: Callable[[str, int], None] | None = None,
+                           ) -> dict[str, builtins.list[dict[str, Any]]]:
+        return await pgvector_owners.export_owner(self._db, owner_id, progress)
+
+    async def key_fingerprint(self) -> str | None:
+        return await pgvector_owners.key_fingerprint(self._db)
+
+    async def set_key_fingerprint(self, fingerprint: str) -> None:
+        await pgvector_owners.set_key_fingerprint(self._db, fingerprint)
+
+    async def stored_owner_count(self) -> int:
+        return await pgvector_owners.stored_owner_count(self._db)
 
     def health(self) -> Health:
         return Health(True, "pgvector")

@@ -1,0 +1,255 @@
+"""The hang-up outbox: what a call leaves to be written, kept on disk until it lands.
+
+At hang-up the call's memory work (its digest line, reconciliation, its session digest) is reduced to a
+small `HangupWrite` (a few hundred characters, or a bounded redacted transcript when a model step
+needs one) and written to one file in `<data_dir>/memory-outbox/`, fsynced; the Session and its
+transcript are released at once. A single worker lands the entries in order: each step is retried with
+exponential back-off up to `memory.write_retry_max_s` between tries while the store is unreachable,
+and an entry older than `memory.outbox_max_age_h` is dropped (logged). So an outage costs disk, not
+memory; a restart picks the files up again; and shutdown drains what can land before the store's
+clients close.
+
+An entry carries the erasure epoch its call started with: when the caller is erased meanwhile, the
+provider refuses it and the file is deleted. Files are named by owner key (an HMAC), so
+`voicegate memory delete` on the same data directory removes them too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from internal.memory.provider import OwnerErased
+
+log = logging.getLogger(__name__)
+
+OUTBOX_DIR = "memory-outbox"
+FIRST_RETRY_S = 0.5
+TRANSCRIPT_CHARS = 8000  # what a model step (reconciliation, session digest) may see of a call
+SAID_LINES = 20  # caller lines kept for the keyword session digest
+
+
+class StepFailed(Exception):
+    """A step could not land now and should be tried again later (the store is unreachable)."""
+
+
+@dataclass(slots=True)
+class HangupWrite:
+    """What one ended call still has to write: bounded, no Session, no audio."""
+
+    owner: str
+    session_id: str
+    transport: str
+    epoch: int
+    steps: list[str]
+    summary: str = ""  # the digest line (already redacted)
+    transcript: str = ""  # redacted and bounded; only when a model step needs it
+    said: list[str] = field(default_factory=list)  # the caller's first lines (redacted), for keyword digests
+    created_at: float = field(default_factory=time.time)
+    attempts: int = 0
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+
+    def file_name(self) -> str:
+        return f"{self.owner}-{int(self.created_at * 1000):015d}-{self.id}.json"
+
+    @staticmethod
+    def from_json(text: str) -> HangupWrite:
+        data: dict[str, Any] = json.loads(text)
+        return HangupWrite(**{key: data[key] for key in HangupWrite.__dataclass_fields__ if key in data})
+
+
+Step = Callable[[HangupWrite], Awaitable[None]]
+
+
+def retry_delay(attempts: int, cap_s: float) -> float:
+    """Back-off before the next try: doubling from FIRST_RETRY_S, never above `cap_s`."""
+    return float(min(cap_s, FIRST_RETRY_S * (2 ** max(0, attempts - 1))))
+
+
+def owner_files(directory: Path, owner: str) -> list[Path]:
+    """An owner's pending entries in an outbox directory (for erasure and export)."""
+    return sorted(directory.glob(f"{owner}-*.json")) if directory.exists() else []
+
+
+def _write_file(path: Path, data: str) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(temporary, path)
+
+
+class HangupOutbox:
+    def __init__(self, directory: Path, *, retry_max_s: float, max_age_s: float, max_entries: int,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.directory = directory
+        self._retry_max_s = retry_max_s
+        self._max_age_s = max_age_s
+        self._max_entries = max_entries
+        self._clock = clock
+        self._steps: dict[str, Step] = {}
+        # name -> when it is next due; the entries themselves stay on disk until they are worked on.
+        self._due: dict[str, float] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._busy = False
+        self.landed = 0
+        self.dropped = 0
+
+    def add_step(self, name: str, step: Step) -> None:
+        """Register how a step is carried out; a step raises StepFailed to be retried later,
+        OwnerErased to drop the entry, anything else is logged and the step skipped."""
+        self._steps[name] = step
+
+    @property
+    def pending(self) -> int:
+        return len(self._due)
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Pick up what an earlier run left, then work in the background."""
+        names = await asyncio.to_thread(self._scan)
+        now = self._clock()
+        for name in names:
+            self._due.setdefault(name, now)
+        if names:
+            log.info("memory outbox: pending hang-up writes from an earlier run", extra={"pending": len(names)})
+        self._task = asyncio.create_task(self._run(), name="memory-outbox")
+
+    def _scan(self) -> list[str]:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for stale in self.directory.glob(".*.tmp"):  # a write cut short by a crash
+            stale.unlink(missing_ok=True)
+        return sorted(p.name for p in self.directory.glob("*.json"))
+
+    async def put(self, entry: HangupWrite) -> None:
+        """Keep `entry` on disk and wake the worker (bounded: the oldest entries go first when full)."""
+        name = entry.file_name()
+        await asyncio.to_thread(self._store, entry, name)
+        self._due[name] = self._clock()
+        while len(self._due) > self._max_entries:
+            oldest = min(self._due, key=lambda n: n.split("-")[1])  # by creation time, whoever the owner
+            self._due.pop(oldest)
+            await asyncio.to_thread(self._remove, oldest)
+            self.dropped += 1
+            log.warning("memory outbox full; the oldest hang-up write was dropped",
+                        extra={"max_entries": self._max_entries})
+        self._wake.set()
+
+    def _store(self, entry: HangupWrite, name: str) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        _write_file(self.directory / name, json.dumps(asdict(entry), ensure_ascii=False))
+
+    def _remove(self, name: str) -> None:
+        (self.directory / name).unlink(missing_ok=True)
+
+    async def drain(self, timeout_s: float) -> bool:
+        """At shutdown: let what is due now land, for at most `timeout_s`; True when nothing is left."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        self._wake.set()
+        while (self._busy or self._due_now()) and asyncio.get_running_loop().time() < deadline:
+            if self._task is None or self._task.done():
+                break
+            await asyncio.sleep(0.05)
+        return not self._due
+
+    async def stop(self, timeout_s: float) -> None:
+        """Drain, then stop the worker; entries that did not land stay on disk for the next start."""
+        await self.drain(timeout_s)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._due:
+            log.warning("memory outbox: hang-up writes left for the next start", extra={"pending": len(self._due)})
+
+    def _due_now(self) -> bool:
+        now = self._clock()
+        return any(when <= now for when in self._due.values())
+
+    # ---- the worker ----------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            now = self._clock()
+            due = sorted((when, name) for name, when in self._due.items() if when <= now)
+            if not due:
+                self._wake.clear()
+                wait = min((when - now for when in self._due.values()), default=None)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait):
+                        await self._wake.wait()
+                continue
+            for _when, name in due:
+                if name not in self._due:
+                    continue
+                self._busy = True
+                try:
+                    await self._work(name)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # a bug in a step must not stop the outbox
+                    log.exception("memory outbox: an entry failed unexpectedly; it is dropped")
+                    self._forget(name)
+                finally:
+                    self._busy = False
+
+    def _forget(self, name: str) -> None:
+        self._due.pop(name, None)
+        self._remove(name)
+
+    async def _work(self, name: str) -> None:
+        try:
+            text = await asyncio.to_thread((self.directory / name).read_text, encoding="utf-8")
+            entry = HangupWrite.from_json(text)
+        except FileNotFoundError:  # erased by `voicegate memory delete` meanwhile
+            self._due.pop(name, None)
+            return
+        except (ValueError, TypeError):
+            log.warning("memory outbox: an unreadable entry was dropped")
+            self._forget(name)
+            return
+        if self._clock() - entry.created_at > self._max_age_s:
+            log.warning("memory outbox: a hang-up write older than memory.outbox_max_age_h was dropped",
+                        extra={"attempts": entry.attempts, "steps": entry.steps})
+            self.dropped += 1
+            self._forget(name)
+            return
+        while entry.steps:
+            step = self._steps.get(entry.steps[0])
+            try:
+                if step is None:
+                    log.warning("memory outbox: no handler for step %s; skipped", entry.steps[0])
+                else:
+                    await step(entry)
+            except OwnerErased:
+                log.info("memory outbox: the caller was erased; this call's writes are dropped")
+                self._forget(name)
+                return
+            except StepFailed as exc:
+                entry.attempts += 1
+                delay = retry_delay(entry.attempts, self._retry_max_s)
+                log.warning("memory %s write failed, retrying in %.1f s: %s", entry.steps[0], delay, exc)
+                await asyncio.to_thread(self._store, entry, name)
+                self._due[name] = self._clock() + delay
+                return
+            except Exception:
+                log.exception("memory outbox: step %s failed; skipped", entry.steps[0])
+            entry.steps.pop(0)
+            if entry.steps:
+                await asyncio.to_thread(self._store, entry, name)
+        self.landed += 1
+        self._forget(name)

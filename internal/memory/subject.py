@@ -1,0 +1,90 @@
+"""A data subject's rights over their memory: erasure and access, covering every copy this process can
+reach (the store's tables or files, this data directory's pending hang-up writes, the audit trail).
+
+Erasure goes through the runtime (the writers' lock, the erasure epoch, the change notice every other
+process hears); the pending hang-up writes of this data directory are removed as well. Other nodes'
+pending writes cannot be reached from here, and need not be: they carry the old epoch and are refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from internal.memory.outbox import owner_files
+from internal.memory.owner import audit_hash
+from internal.memory.runtime import FrontendMemoryRuntime
+
+ProgressSink = Callable[[str, int], None]
+
+
+def stderr_progress(what: str, rows: int) -> None:
+    """Progress of a long export, on standard error so standard output stays the JSON."""
+    print(f"  {what}: {rows} row(s) read", file=sys.stderr, flush=True)
+
+
+async def delete_everywhere(runtime: FrontendMemoryRuntime, owner: str,
+                            outbox_dir: Path | None) -> tuple[dict[str, int], bool]:
+    """Erase `owner` (every table or file of the store, plus this data directory's pending writes);
+    returns what was removed where, and whether running servers were told through the database."""
+    removed = await runtime.delete_owner(owner, source="cli")
+    if outbox_dir is not None:
+        files = await asyncio.to_thread(owner_files, outbox_dir, owner)
+        for path in files:
+            path.unlink(missing_ok=True)
+        removed["pending hang-up writes (files)"] = len(files)
+    announced = hasattr(runtime.provider, "node_id")  # the PostgreSQL provider notifies in its transaction
+    return removed, announced
+
+
+def _audit_lines(paths: list[Path], tag: str) -> list[dict[str, Any]]:
+    lines: list[dict[str, Any]] = []
+    for path in paths:
+        try:
+            with path.open(encoding="utf-8") as source:
+                for raw in source:
+                    if tag in raw:
+                        entry = json.loads(raw)
+                        if entry.get("owner") == tag:
+                            lines.append(entry)
+        except (OSError, ValueError):
+            continue
+    return lines
+
+
+async def export_everything(runtime: FrontendMemoryRuntime, owner: str, *, caller: str | None,
+                            outbox_dir: Path | None, progress: ProgressSink | None = stderr_progress,
+                            ) -> dict[str, Any]:
+    """Everything stored of `owner`, as one JSON-ready object: every table or file of the store
+    (history included, expired-but-not-yet-swept rows included, no cap), this data directory's pending
+    hang-up writes, and the audit trail's lines about them (which never hold memory text)."""
+    tables = await runtime.export(owner, progress)
+    pending: list[dict[str, Any]] = []
+    if outbox_dir is not None:
+        for path in await asyncio.to_thread(owner_files, outbox_dir, owner):
+            try:
+                pending.append(json.loads(path.read_text(encoding="utf-8")))
+            except (OSError, ValueError):
+                continue
+    audit: list[dict[str, Any]] = []
+    if runtime.audit is not None:
+        audit = await asyncio.to_thread(_audit_lines, runtime.audit.files(), audit_hash(owner))
+    counts = {name: len(rows) for name, rows in tables.items()}
+    counts["pending_hangup_writes"] = len(pending)
+    stored = any(count for name, count in counts.items() if name not in ("memory_erasures", "erasure"))
+    return {
+        "caller": caller,
+        "owner_key": owner,
+        "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "retention_days": runtime.config.retention_days,
+        "stored": stored,
+        "counts": {**counts, "audit": len(audit)},
+        "tables": tables,
+        "pending_hangup_writes": pending,
+        "audit": audit,
+    }
