@@ -1,40 +1,78 @@
-"""The in-process provider: for tests and single-node deployments that accept losing memory on restart."""
+"""The in-process provider: for tests and single-node deployments that accept losing memory on restart.
+
+It keeps the same promises as the stores that outlive a process: an erasure epoch per owner raised by
+`delete_owner()` (a write that began before an erasure is refused with OwnerErased), retention per
+document, per history entry and per digest, history as metadata only (no removed text is kept), and an
+export of everything held for an owner.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import builtins
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from internal.memory.provider import (
     ApplyResult,
     ChangeContext,
+    ChangeSource,
     Health,
     ListOptions,
     MemoryChange,
     MemoryDocument,
+    OwnerErased,
     ProviderDescription,
     RevisionConflict,
     Scope,
 )
 from internal.memory.records import OwnerSummary, SessionDigest
 
+EXPORT_PROGRESS_EVERY = 500  # rows between two progress reports of an export
 
-@dataclass(slots=True)
+
+@dataclass(frozen=True, slots=True)
 class _Record:
     document: MemoryDocument
     expires_at: float
-    history: builtins.list[tuple[int, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """That a document changed, never what it said: the text a change removed must not linger here."""
+
+    scope: Scope
+    revision: int
+    source: ChangeSource
+    session_id: str | None
+    changed_at: float
+    char_count: int
+    expires_at: float  # its own: changed_at + the retention of that write, never refreshed by later ones
+
+
+@dataclass(frozen=True, slots=True)
+class _Digest:
+    digest: SessionDigest
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Erasure:
+    epoch: int
+    erased_at: float
 
 
 class InMemoryProvider:
     def __init__(self, retention_s: float, history_limit: int = 20) -> None:
-        self._retention_s = retention_s
-        self._history_limit = history_limit
+        self._retention_s = retention_s  # also how long an erasure's epoch is remembered
+        self._history_limit = history_limit  # entries kept per document
         self._records: dict[tuple[str, Scope], _Record] = {}
-        self._digests: dict[str, list[tuple[SessionDigest, float]]] = {}
+        self._history: dict[tuple[str, Scope], builtins.list[HistoryEntry]] = {}
+        self._digests: dict[str, builtins.list[_Digest]] = {}
+        self._erasures: dict[str, _Erasure] = {}
+        self._fingerprint: str | None = None
         self._lock = asyncio.Lock()
 
     def describe(self) -> ProviderDescription:
@@ -46,6 +84,16 @@ class InMemoryProvider:
             return None
         return record
 
+    def _epoch(self, owner: str) -> int:
+        erasure = self._erasures.get(owner)
+        return erasure.epoch if erasure else 0
+
+    def _check_epoch(self, owner: str, expected: int | None) -> None:
+        if expected is not None and (current := self._epoch(owner)) != expected:
+            raise OwnerErased(current)
+
+    # ---- reads -----------------------------------------------------------------------------------
+
     def list(self, owner_id: str, options: ListOptions) -> Sequence[MemoryDocument]:
         return [r.document for scope in options.scopes if (r := self._live(owner_id, scope)) is not None]
 
@@ -55,48 +103,117 @@ class InMemoryProvider:
     async def load(self, owner_id: str) -> builtins.list[MemoryDocument]:
         return list(self.list(owner_id, ListOptions(max_chars=10**9)))
 
+    async def erasure_epoch(self, owner_id: str) -> int:
+        return self._epoch(owner_id)
+
+    def history(self, owner_id: str, scope: Scope) -> builtins.list[HistoryEntry]:
+        """The document's unexpired history, oldest first."""
+        now = time.time()
+        return [entry for entry in self._history.get((owner_id, scope), []) if entry.expires_at > now]
+
+    # ---- writes ----------------------------------------------------------------------------------
+
     async def apply(self, owner_id: str, changes: Sequence[MemoryChange], context: ChangeContext) -> ApplyResult:
         async with self._lock:
+            self._check_epoch(owner_id, context.erasure_epoch)
             for change in changes:
                 live = self._live(owner_id, change.scope)
                 current = live.document.revision if live else 0
                 if current != change.base_revision:
                     raise RevisionConflict(change.scope, current)
             now = time.time()
-            retention = context.retention_s or self._retention_s
+            expires_at = now + (context.retention_s or self._retention_s)
             changed = []
             for change in changes:
-                live = self._live(owner_id, change.scope)
-                revision = (live.document.revision if live else 0) + 1
+                key = (owner_id, change.scope)
+                revision = change.base_revision + 1
                 document = MemoryDocument(change.scope, change.content, revision, "markdown", now)
-                history = live.history if live else []
-                history = [*history, (revision, change.content)][-self._history_limit :]
-                self._records[(owner_id, change.scope)] = _Record(document, now + retention, history)
+                self._records[key] = _Record(document, expires_at)
+                entry = HistoryEntry(change.scope, revision, context.source, context.session_id, now,
+                                     len(change.content), expires_at)
+                self._history[key] = [*self._history.get(key, []), entry][-self._history_limit :]
                 changed.append(document)
             return ApplyResult(len(changed), changed)
 
+    async def add_session_digest(self, owner_id: str, digest: SessionDigest, retention_s: float, *,
+                                 erasure_epoch: int | None = None, max_per_owner: int = 200) -> None:
+        async with self._lock:
+            self._check_epoch(owner_id, erasure_epoch)
+            now = time.time()
+            items = [*(d for d in self._digests.get(owner_id, []) if d.expires_at > now),
+                     _Digest(digest, now + retention_s)]
+            items.sort(key=lambda d: d.digest.created_at)  # stable: equal times keep their order
+            self._digests[owner_id] = items[-max_per_owner:]
+
+    async def session_digests(self, owner_id: str, limit: int = 5) -> builtins.list[SessionDigest]:
+        now = time.time()
+        live = [d.digest for d in self._digests.get(owner_id, []) if d.expires_at > now]
+        return sorted(live, key=lambda d: d.created_at, reverse=True)[:limit]
+
+    # ---- erasure and retention -------------------------------------------------------------------
+
     async def delete_owner(self, owner_id: str) -> dict[str, int]:
-        removed = {"memories": 0, "memory_history": 0, "session_digests": len(self._digests.pop(owner_id, []))}
-        for key in [k for k in self._records if k[0] == owner_id]:
-            record = self._records.pop(key)
-            removed["memories"] += 1
-            removed["memory_history"] += len(record.history)
-        return removed
+        async with self._lock:
+            self._erasures[owner_id] = _Erasure(self._epoch(owner_id) + 1, time.time())
+            removed = {"memories": 0, "memory_history": 0,
+                       "session_digests": len(self._digests.pop(owner_id, []))}
+            for key in [k for k in self._records if k[0] == owner_id]:
+                del self._records[key]
+                removed["memories"] += 1
+            for key in [k for k in self._history if k[0] == owner_id]:
+                removed["memory_history"] += len(self._history.pop(key))
+            return removed
 
     async def purge_expired(self) -> dict[str, int]:
-        now = time.time()
-        expired = [k for k, r in self._records.items() if r.expires_at <= now]
-        for key in expired:
-            del self._records[key]
-        digests = 0
-        for owner, items in list(self._digests.items()):
-            kept = [(d, e) for d, e in items if e > now]
-            digests += len(items) - len(kept)
-            self._digests[owner] = kept
-        return {"memories": len(expired), "session_digests": digests}
+        async with self._lock:
+            now = time.time()
+            removed = {"memories": 0, "memory_history": 0, "session_digests": 0}
+            for key in [k for k, r in self._records.items() if r.expires_at <= now]:
+                del self._records[key]
+                removed["memories"] += 1
+            for key, entries in list(self._history.items()):
+                kept = [e for e in entries if e.expires_at > now]
+                removed["memory_history"] += len(entries) - len(kept)
+                self._keep(self._history, key, kept)
+            for owner, items in list(self._digests.items()):
+                live = [d for d in items if d.expires_at > now]
+                removed["session_digests"] += len(items) - len(live)
+                self._keep(self._digests, owner, live)
+            # Past the retention no writer that started before an erasure is still alive.
+            for owner in [o for o, e in self._erasures.items() if e.erased_at + self._retention_s <= now]:
+                del self._erasures[owner]
+            return removed
+
+    @staticmethod
+    def _keep(table: dict[Any, builtins.list[Any]], key: Any, rows: builtins.list[Any]) -> None:
+        if rows:
+            table[key] = rows
+        else:
+            table.pop(key, None)
+
+    # ---- owner-wide questions --------------------------------------------------------------------
+
+    async def export_owner(self, owner_id: str, progress: Callable[[str, int], None] | None = None
+                           ) -> dict[str, builtins.list[dict[str, Any]]]:
+        """Everything held of the owner, expired-but-not-yet-swept included."""
+        memories = [{"scope": scope, "content": r.document.content, "revision": r.document.revision,
+                     "format": r.document.format, "updated_at": r.document.updated_at, "expires_at": r.expires_at}
+                    for (owner, scope), r in sorted(self._records.items()) if owner == owner_id]
+        history = [asdict(entry) for (owner, _), entries in sorted(self._history.items()) if owner == owner_id
+                   for entry in entries]
+        digests = [{**asdict(d.digest), "expires_at": d.expires_at} for d in self._digests.get(owner_id, [])]
+        erasure = self._erasures.get(owner_id)
+        tables = {"memories": memories, "memory_history": history, "session_digests": digests,
+                  "memory_erasures": [asdict(erasure)] if erasure else []}
+        if progress is not None:
+            for table, rows in tables.items():
+                for done in range(EXPORT_PROGRESS_EVERY, len(rows), EXPORT_PROGRESS_EVERY):
+                    progress(table, done)
+                progress(table, len(rows))
+        return tables
 
     async def owners(self, limit: int = 100, offset: int = 0) -> builtins.list[OwnerSummary]:
-        by_owner: dict[str, list[_Record]] = {}
+        by_owner: dict[str, builtins.list[_Record]] = {}
         for (owner, _scope), record in self._records.items():
             if record.expires_at > time.time():
                 by_owner.setdefault(owner, []).append(record)
@@ -107,13 +224,16 @@ class InMemoryProvider:
         ]
         return summaries[offset : offset + limit]
 
-    async def add_session_digest(self, owner_id: str, digest: SessionDigest, retention_s: float) -> None:
-        self._digests.setdefault(owner_id, []).append((digest, time.time() + retention_s))
+    async def stored_owner_count(self) -> int:
+        """Owners with anything held (documents, history or digests, live or not yet swept)."""
+        return len({owner for owner, _ in self._records} | {owner for owner, _ in self._history}
+                   | set(self._digests))
 
-    async def session_digests(self, owner_id: str, limit: int = 5) -> builtins.list[SessionDigest]:
-        now = time.time()
-        live = [d for d, expires in self._digests.get(owner_id, []) if expires > now]
-        return sorted(live, key=lambda d: d.created_at, reverse=True)[:limit]
+    async def key_fingerprint(self) -> str | None:
+        return self._fingerprint
+
+    async def set_key_fingerprint(self, fingerprint: str) -> None:
+        self._fingerprint = fingerprint
 
     def health(self) -> Health:
         return Health(True)

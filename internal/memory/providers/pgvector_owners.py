@@ -33,8 +33,9 @@ def _plain(value: Any) -> Any:
     """A JSON-ready form of a column value (timestamps as ISO 8601, vectors as lists of floats)."""
     if isinstance(value, datetime):
         return value.isoformat()
-    if hasattr(value, "tolist"):
-        return [float(x) for x in value.tolist()]
+    for to_list in ("to_list", "tolist"):  # pgvector's Vector, or a numpy array
+        if hasattr(value, to_list):
+            return [float(x) for x in getattr(value, to_list)()]
     return value
 
 
