@@ -3,9 +3,10 @@
 At hang-up the call's memory work (its digest line, reconciliation, its session digest) is reduced to a
 small `HangupWrite` (a few hundred characters, or a bounded redacted transcript when a model step
 needs one) and written to one file in `<data_dir>/memory-outbox/`, fsynced; the Session and its
-transcript are released at once. A single worker lands the entries in order: each step is retried with
-exponential back-off up to `memory.write_retry_max_s` between tries while the store is unreachable,
-and an entry older than `memory.outbox_max_age_h` is dropped (logged). So an outage costs disk, not
+transcript are released at once. A single worker lands the entries oldest first. When a step cannot
+land (the store is unreachable) the whole outbox backs off, doubling up to `memory.write_retry_max_s`,
+and then tries one entry again: an outage costs one attempt (and one log line) per back-off, not one
+per pending call. An entry older than `memory.outbox_max_age_h` is dropped (logged). So an outage costs disk, not
 memory; a restart picks the files up again; and shutdown drains what can land before the store's
 clients close.
 
@@ -104,6 +105,8 @@ class HangupOutbox:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._busy = False
+        self._failures = 0  # consecutive attempts that could not land: the store's back-off
+        self._paused_until = 0.0
         self.landed = 0
         self.dropped = 0
 
@@ -178,34 +181,40 @@ class HangupOutbox:
 
     def _due_now(self) -> bool:
         now = self._clock()
-        return any(when <= now for when in self._due.values())
+        return now >= self._paused_until and any(when <= now for when in self._due.values())
 
     # ---- the worker ----------------------------------------------------------------------------
 
+    def _next_due(self) -> tuple[float, str] | None:
+        """The oldest entry that is due now (oldest by creation: names carry the time after the owner)."""
+        now = self._clock()
+        if now < self._paused_until:
+            return None
+        due = [(name.split("-")[1], name) for name, when in self._due.items() if when <= now]
+        return (now, min(due)[1]) if due else None
+
     async def _run(self) -> None:
         while True:
-            now = self._clock()
-            due = sorted((when, name) for name, when in self._due.items() if when <= now)
-            if not due:
+            picked = self._next_due()
+            if picked is None:
                 self._wake.clear()
-                wait = min((when - now for when in self._due.values()), default=None)
+                now = self._clock()
+                wait = min((max(when, self._paused_until) - now for when in self._due.values()), default=None)
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(wait):
+                    async with asyncio.timeout(max(0.0, wait) if wait is not None else None):
                         await self._wake.wait()
                 continue
-            for _when, name in due:
-                if name not in self._due:
-                    continue
-                self._busy = True
-                try:
-                    await self._work(name)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:  # a bug in a step must not stop the outbox
-                    log.exception("memory outbox: an entry failed unexpectedly; it is dropped")
-                    self._forget(name)
-                finally:
-                    self._busy = False
+            name = picked[1]
+            self._busy = True
+            try:
+                await self._work(name)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug in a step must not stop the outbox
+                log.exception("memory outbox: an entry failed unexpectedly; it is dropped")
+                self._forget(name)
+            finally:
+                self._busy = False
 
     def _forget(self, name: str) -> None:
         self._due.pop(name, None)
@@ -241,13 +250,16 @@ class HangupOutbox:
                 return
             except StepFailed as exc:
                 entry.attempts += 1
-                delay = retry_delay(entry.attempts, self._retry_max_s)
-                log.warning("memory %s write failed, retrying in %.1f s: %s", entry.steps[0], delay, exc)
+                self._failures += 1
+                delay = retry_delay(self._failures, self._retry_max_s)
+                log.warning("memory %s write failed, retrying in %.1f s (%d pending): %s", entry.steps[0], delay,
+                            len(self._due), exc)
                 await asyncio.to_thread(self._store, entry, name)
-                self._due[name] = self._clock() + delay
+                self._paused_until = self._clock() + delay
                 return
             except Exception:
                 log.exception("memory outbox: step %s failed; skipped", entry.steps[0])
+            self._failures = 0
             entry.steps.pop(0)
             if entry.steps:
                 await asyncio.to_thread(self._store, entry, name)

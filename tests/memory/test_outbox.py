@@ -1,0 +1,233 @@
+"""The hang-up outbox: what a call leaves to write survives an outage and a restart, in bounded memory."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import time
+import weakref
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from internal.db import EmbeddedPostgres
+from internal.identity import CallerIdentity
+from internal.memory.outbox import HangupOutbox, HangupWrite, StepFailed, retry_delay
+from internal.memory.provider import OwnerErased
+from internal.pipeline.events import CollectingSink
+from internal.pipeline.localcall import LocalCall
+from internal.session import Session
+from server.gateway import Gateway
+from tests.memory.test_calls import memory_config
+from tests.pipeline.conftest import ScriptedStt
+
+SAM = CallerIdentity("sip", "+15551234567", "trusted peer")
+
+
+def entry(owner: str = "ab" * 32, **fields: Any) -> HangupWrite:
+    return HangupWrite(owner=owner, session_id="s1", transport="sip", epoch=0, steps=["digest"], **fields)
+
+
+def outbox(directory: Path, **limits: Any) -> HangupOutbox:
+    settings: dict[str, Any] = {"retry_max_s": 0.2, "max_age_s": 3600.0, "max_entries": 100}
+    settings.update(limits)
+    return HangupOutbox(directory, **settings)
+
+
+async def wait_until(condition: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+def test_back_off_doubles_up_to_the_cap() -> None:
+    assert [retry_delay(n, 4.0) for n in range(1, 7)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+
+
+async def test_a_failing_write_is_retried_until_it_lands_and_its_file_goes(tmp_path: Path) -> None:
+    box = outbox(tmp_path)
+    tries: list[int] = []
+
+    async def digest(item: HangupWrite) -> None:
+        tries.append(item.attempts)
+        if len(tries) < 3:
+            raise StepFailed("OperationalError")
+
+    box.add_step("digest", digest)
+    await box.start()
+    await box.put(entry(summary="asked about invoices"))
+    await wait_until(lambda: box.landed == 1)
+    assert tries == [0, 1, 2]
+    assert list(tmp_path.glob("*.json")) == []
+    await box.stop(1)
+
+
+async def test_an_erased_caller_drops_the_entry_and_later_steps(tmp_path: Path) -> None:
+    box = outbox(tmp_path)
+    ran: list[str] = []
+
+    async def erased(item: HangupWrite) -> None:
+        ran.append("digest")
+        raise OwnerErased(2)
+
+    async def later(item: HangupWrite) -> None:
+        ran.append("reconcile")
+
+    box.add_step("digest", erased)
+    box.add_step("reconcile", later)
+    await box.start()
+    await box.put(HangupWrite(owner="cd" * 32, session_id="s", transport="sip", epoch=0,
+                              steps=["digest", "reconcile"]))
+    await wait_until(lambda: box.pending == 0)
+    assert ran == ["digest"] and list(tmp_path.glob("*.json")) == []
+    await box.stop(1)
+
+
+async def test_pending_writes_survive_a_restart_and_old_ones_expire(tmp_path: Path) -> None:
+    first = outbox(tmp_path, max_age_s=10**9)
+
+    async def down(item: HangupWrite) -> None:
+        raise StepFailed("down")
+
+    first.add_step("digest", down)
+    await first.start()
+    await first.put(entry(summary="kept"))
+    await first.put(entry(owner="ef" * 32, summary="too old", created_at=time.time() - 7200))
+    await first.stop(0.5)
+    assert len(list(tmp_path.glob("*.json"))) == 2  # left for the next start
+    landed: list[str] = []
+
+    async def up(item: HangupWrite) -> None:
+        landed.append(item.summary)
+
+    second = outbox(tmp_path, max_age_s=3600.0)
+    second.add_step("digest", up)
+    await second.start()
+    await wait_until(lambda: second.pending == 0)
+    assert landed == ["kept"] and second.dropped == 1
+    await second.stop(1)
+
+
+async def test_a_full_outbox_drops_its_oldest_entry(tmp_path: Path) -> None:
+    box = outbox(tmp_path, max_entries=3)
+
+    async def down(item: HangupWrite) -> None:
+        raise StepFailed("down")
+
+    box.add_step("digest", down)
+    await box.start()
+    for n in range(5):
+        await box.put(entry(owner=f"{n:02d}" * 32, created_at=time.time() - 100 + n, summary=str(n)))
+    summaries = sorted(json.loads(p.read_text())["summary"] for p in tmp_path.glob("*.json"))
+    assert summaries == ["2", "3", "4"] and box.dropped == 2
+    await box.stop(0.2)
+
+
+# ---- through the gateway, with PostgreSQL stopped at hang-up ---------------------------------------
+
+
+@pytest.fixture
+def own_postgres(tmp_path: Path) -> Iterator[EmbeddedPostgres]:
+    """A PostgreSQL of this test's own, so stopping it disturbs no other test."""
+    server = EmbeddedPostgres(tmp_path / "pg")
+    server.start_sync()
+    yield server
+    server.stop_sync()
+
+
+@pytest.fixture
+async def gateway_on(tmp_path: Path) -> AsyncIterator[Any]:
+    started: list[Gateway] = []
+
+    async def make(uri: str) -> Gateway:
+        config = memory_config(tmp_path, uri, write_retry_max_s=1.0, read_timeout_ms=2000)
+        config.pgvector.connect_timeout_s = 1.0
+        gateway = Gateway(config, stt=ScriptedStt([]))
+        await gateway.start()
+        started.append(gateway)
+        return gateway
+
+    yield make
+    for gateway in started:
+        await gateway.stop()
+
+
+async def talk(gateway: Gateway, *turns: str) -> Session:
+    session = await gateway.open_session(SAM, "talk")
+    pipeline = gateway.new_pipeline(session, 16000, CollectingSink())
+    async with LocalCall(pipeline, speed=6.0) as live:
+        await live.wait_agent_quiet(100)
+        for text in turns:
+            pipeline.submit_text(text)
+            await live.wait_agent_quiet(100)
+    return session
+
+
+def digest_lines(gateway: Gateway) -> str:
+    assert gateway.memory is not None
+    owner = gateway.memory.owner_key(SAM)
+    assert owner is not None
+    return gateway.memory.documents(owner)["memory"].content
+
+
+@pytest.mark.slow
+async def test_hang_ups_during_an_outage_land_after_it_in_flat_memory(own_postgres: EmbeddedPostgres,
+                                                                      gateway_on: Any, tmp_path: Path) -> None:
+    uri = own_postgres.start_sync()
+    gateway = await gateway_on(uri)
+    assert gateway.sessions is not None and gateway.session_memory is not None and gateway.memory is not None
+    sessions = [await talk(gateway, "my order number is 0 and the parcel is late")]
+    for n in range(1, 100):  # the same through the transcript directly: the hang-up path is what is tested
+        session = await gateway.open_session(SAM, "talk")
+        session.conversation.transcript.add("user", f"my order number is {n} and the parcel is late " * 40)
+        session.conversation.transcript.add("agent", "I am sorry to hear that. " * 40)
+        sessions.append(session)
+    own_postgres.stop_sync()  # the database goes away just before the callers hang up
+    process = psutil.Process()
+    gc.collect()
+    before = process.memory_info().rss
+    refs = [weakref.ref(s) for s in sessions]
+    for session in sessions:
+        await gateway.sessions.end(session, "caller hung up")
+    del sessions, session
+    outbox = gateway.session_memory.outbox
+    await wait_until(lambda: outbox.pending == 100)
+    await asyncio.sleep(30)  # thirty seconds of outage, the writes retrying
+    gc.collect()
+    assert all(ref() is None for ref in refs), "an ended call is pinned in memory by its pending write"
+    grown_mib = (process.memory_info().rss - before) / 2**20
+    assert grown_mib < 25, f"resident memory grew {grown_mib:.1f} MiB for 100 pending hang-ups"
+    assert outbox.pending == 100 and outbox.landed == 0
+    assert len(list((tmp_path / "data" / "memory-outbox").glob("*.json"))) == 100
+    own_postgres.start_sync()  # back
+    await wait_until(lambda: outbox.pending == 0, timeout=90)
+    owner = gateway.memory.owner_key(SAM)
+    assert owner is not None
+    memory = (await gateway.memory.latest(owner))["memory"].content
+    assert "## Recent calls" in memory and "parcel is late" in memory
+    assert outbox.landed == 100 and outbox.dropped == 0
+
+
+@pytest.mark.slow
+async def test_a_restart_lands_the_writes_an_outage_left(own_postgres: EmbeddedPostgres, gateway_on: Any) -> None:
+    uri = own_postgres.start_sync()
+    first = await gateway_on(uri)
+    assert first.sessions is not None and first.session_memory is not None
+    session = await talk(first, "I am calling about the broken heater")
+    own_postgres.stop_sync()
+    await first.sessions.end(session, "caller hung up")
+    await wait_until(lambda: first.session_memory is not None and first.session_memory.outbox.pending == 1)
+    first.config.server.shutdown_timeout_s = 1.0
+    await first.stop()  # still down: the write cannot land, and stays on disk
+    own_postgres.start_sync()
+    second = await gateway_on(uri)  # the same data directory: the pending file is picked up
+    assert second.session_memory is not None and second.memory is not None
+    await wait_until(lambda: second.session_memory is not None and second.session_memory.outbox.landed == 1)
+    owner = second.memory.owner_key(SAM)
+    assert owner is not None
+    assert "broken heater" in (await second.memory.latest(owner))["memory"].content
