@@ -147,7 +147,11 @@ def load_config(path: Path | None = None) -> Config:
             raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
     env_paths = _env_key_paths(os.environ)
     try:
-        return Config(**file_values)
+        config = Config(**file_values)
+        # Once, here: every later use (the secret file, the outbox, embedded PostgreSQL) means the same
+        # directory even if the process changes directory, and `config check` shows where it is.
+        config.server.data_dir = str(config.data_dir)
+        return config
     except ValidationError as exc:
         problems = [_describe_error(err, path, env_paths) for err in exc.errors()]
         raise ConfigError(problems) from None
