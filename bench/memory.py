@@ -97,26 +97,33 @@ async def measure_scale(database: Database, embedder: WordLlamaEmbedder, memorie
             "recall_ms": percentiles(recall), "digest_write_ms": percentiles(write)}
 
 
-async def hangup_cost(database: Database, embedder: WordLlamaEmbedder, samples: int) -> dict[str, float]:
-    """Time SessionMemory.end takes on the call path (the write itself runs afterwards, in the background)."""
+async def hangup_cost(database: Database, embedder: WordLlamaEmbedder, samples: int,
+                      directory: Path) -> dict[str, float]:
+    """Time SessionMemory.end takes on the call path (the write itself lands afterwards, through the
+    hang-up outbox: a file fsynced, then the digest merged into the document)."""
     from internal.identity import CallerIdentity
-    from internal.memory.sessions import OWNER, SessionMemory
+    from internal.memory.outbox import HangupOutbox
+    from internal.memory.sessions import EPOCH, OWNER, SessionMemory
     from internal.pipeline.rolling_summary import RollingSummary
     from internal.session import Conversation, Session
 
     runtime = FrontendMemoryRuntime(PgvectorProvider(database, embedder, 90 * DAY_S), MemoryConfig(enabled=True),
                                     OwnerKeys(b"bench"))
-    memory = SessionMemory(runtime, "Hello")
+    outbox = HangupOutbox(directory / "memory-outbox", retry_max_s=1.0, max_age_s=3600.0, max_entries=10_000)
+    memory = SessionMemory(runtime, "Hello", outbox)
+    await outbox.start()
     costs, landed = [], []
     for n in range(samples):
         session = Session(CallerIdentity("jwt", f"user{n}"), "talk", Conversation(RollingSummary(None, 5)))
         session.data[OWNER] = runtime.owner_key(session.identity)
+        session.data[EPOCH] = 0
         session.conversation.transcript.add("user", f"My order number is {n}.")
         started = time.perf_counter()
         await memory.end(session)
         costs.append((time.perf_counter() - started) * 1000)
         await memory.drain(10)
         landed.append((time.perf_counter() - started) * 1000)
+    await outbox.stop(10)
     return {"hangup_ms": percentiles(costs), "digest_stored_after_ms": percentiles(landed)}
 
 
@@ -140,7 +147,7 @@ async def main() -> None:
                 results[str(scale)] = figures
                 for name, values in figures.items():
                     rows.append([f"{scale:,}", name, *(f"{v:.3f}" for v in values.values())])
-            hangup = await hangup_cost(database, embedder, min(args.samples, 100))
+            hangup = await hangup_cost(database, embedder, min(args.samples, 100), Path(directory))
             results["hangup"] = hangup
             for name, values in hangup.items():
                 rows.append(["-", name, *(f"{v:.3f}" for v in values.values())])

@@ -165,7 +165,7 @@ class HangupOutbox:
         while (self._busy or self._due_now()) and asyncio.get_running_loop().time() < deadline:
             if self._task is None or self._task.done():
                 break
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.005)
         return not self._due
 
     async def stop(self, timeout_s: float) -> None:
