@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import psycopg
 import pytest
 
 from internal.db import EmbeddedPostgres
@@ -231,3 +232,18 @@ async def test_a_restart_lands_the_writes_an_outage_left(own_postgres: EmbeddedP
     owner = second.memory.owner_key(SAM)
     assert owner is not None
     assert "broken heater" in (await second.memory.latest(owner))["memory"].content
+
+
+async def test_shutdown_lands_pending_writes_before_closing_the_store(own_postgres: EmbeddedPostgres,
+                                                                       gateway_on: Any) -> None:
+    uri = own_postgres.start_sync()
+    gateway = await gateway_on(uri)
+    assert gateway.sessions is not None and gateway.session_memory is not None
+    session = await talk(gateway, "the invoice for march is wrong")
+    await gateway.sessions.end(session, "caller hung up")
+    await gateway.stop()  # at once: the hang-up write must land before the pool and the bus close
+    assert gateway.session_memory.outbox.pending == 0 and gateway.session_memory.outbox.landed == 1
+    async with await psycopg.AsyncConnection.connect(uri) as conn:
+        cursor = await conn.execute("SELECT content FROM memories WHERE scope = 'memory'")
+        rows = await cursor.fetchall()
+    assert len(rows) == 1 and "invoice for march" in rows[0][0]
