@@ -9,7 +9,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from internal.config import Config, ConfigError, config_path_from, load_config, masked, render_toml
+from internal.config import (
+    Config,
+    ConfigError,
+    config_path_from,
+    load_config,
+    masked,
+    render_toml,
+    security_warnings,
+)
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -81,6 +89,8 @@ def _run_config_check(args: argparse.Namespace, config: Config) -> int:
     source = args.config_path or "defaults and environment"
     print(f"# effective configuration (from {source}); secrets masked")
     print(render_toml(masked(config)), end="")
+    for warning in security_warnings(config):  # stderr, so stdout stays a config file
+        print(f"voicegate: warning: {warning}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -154,7 +154,8 @@ class Gateway:
                               retry_max_s=config.memory.write_retry_max_s,
                               max_age_s=config.memory.outbox_max_age_h * 3600.0,
                               max_entries=config.memory.outbox_max_entries)
-        session_memory = SessionMemory(runtime, config.pipeline.greeting, outbox)
+        session_memory = SessionMemory(runtime, config.pipeline.greeting, outbox,
+                                       returning_greeting=config.pipeline.returning_greeting)
         register_memory_tools(self.tools, runtime, session_memory, session_digests=config.memory.session_digests)
         services.greeter = session_memory.greeter
         services.before_turn = session_memory.before_turn
@@ -219,7 +220,8 @@ class Gateway:
             end_session=sessions.end, at_capacity=sessions.at_capacity,
             allocator=RtpPortAllocator(config.sip.rtp_port_min, config.sip.rtp_port_max), scheduler=scheduler,
             greeting_outgoing=config.pipeline.greeting_outgoing)
-        self.sip = UserAgent(config.sip, self.sip_calls, digest_algorithms=tuple(config.sip.auth.algorithms))
+        self.sip = UserAgent(config.sip, self.sip_calls, digest_algorithms=tuple(config.sip.auth.algorithms),
+                             shared_numbers=config.memory.shared_numbers)
         self.sip_calls.ua = self.sip
         self.sip_calls.on_media_stats = lambda stats: self.telemetry.rtp_lost.add(stats.lost)
         await self.sip.start()
@@ -229,7 +231,7 @@ class Gateway:
     def _start_learning(self, session_memory: SessionMemory) -> None:
         """Reconciliation and session digests after each call, when configured."""
         from internal.llm.openai import OpenAIChatModel
-        from internal.memory.reconcile import Reconciler, SessionDigestRecorder
+        from internal.memory.reconcile import CallSummariser, Reconciler, SessionDigestRecorder
 
         memory = self.config.memory
         key = memory.api_key or self.config.openai.api_key
@@ -240,6 +242,7 @@ class Gateway:
             self._stack.push_async_callback(model.aclose)
         automatic = memory.auto if memory.auto is not None else bool(key)
         if automatic and model is not None:
+            session_memory.summarise = CallSummariser(model)  # a short call's digest: facts, not quotes
             session_memory.add_after_session("reconcile", Reconciler(session_memory.runtime, model))
         elif automatic:
             log.warning("memory.auto is on but no model key is configured ([memory] api_key or [openai] api_key)")

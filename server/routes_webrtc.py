@@ -19,8 +19,9 @@ from internal.web import STATIC_DIR
 from server.errors import ApiError, error_body
 from server.gateway import Gateway
 
-# Headers a page on another origin (server.cors_origins) may send and read. The identity header
-# X-Voicegate-Resource-Id is deliberately absent: browsers must not be able to send it at all.
+# Headers a page on another origin (server.cors_origins) may send and read. The identity headers
+# X-Voicegate-Resource-Id and X-Voicegate-Proxy-Secret are deliberately absent: browsers must not be
+# able to send them at all.
 CORS_ALLOWED_HEADERS = ["Authorization", "Content-Type", "If-Match"]
 CORS_EXPOSED_HEADERS = ["Location", "ETag", "Accept-Post", "Allow", "Retry-After",
                         RESUME_TOKEN_HEADER, RESUME_STATUS_HEADER]

@@ -85,6 +85,9 @@ def test_explicit_env_name_beats_conventional_secret_name(monkeypatch: pytest.Mo
         ("[sip]\ntransports = ['sctp']\n", "sip.transports.0: must be one of 'udp' or 'tcp'"),
         ("[pgvector]\ntable = 'x; drop table y'\n", "pgvector.table: must be a plain SQL identifier"),
         ("[memory]\nsensitive_patterns = ['(']\n", "memory.sensitive_patterns: bad regular expression '('"),
+        ("[memory]\nshared_numbers = ['+15550100000', 'front desk']\n",
+         "memory.shared_numbers: not a phone number in region US (sip.default_region): 'front desk'"),
+        ("[sip]\noutbound_memory = 'always'\n", "sip.outbound_memory: must be one of 'none' or 'dialled'"),
     ],
 )
 def test_every_validation_error_names_file_key_and_reason(tmp_path: Path, toml: str, expected: str) -> None:
@@ -101,6 +104,17 @@ def test_bad_environment_value_names_the_variable(monkeypatch: pytest.MonkeyPatc
     assert "VOICEGATE_MEMORY__MAX_CHARS: memory.max_chars: must be > 0 (got '-1')" in str(caught.value)
 
 
+def test_shared_numbers_are_normalised_to_e164_with_the_default_region(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, "[sip]\ndefault_region = 'GB'\n[memory]\n"
+                           "shared_numbers = ['020 7946 0000', '+44 20 7946 0000', '+1 555 010 0000']\n")
+    assert load_config(path).memory.shared_numbers == ["+442079460000", "+15550100000"]
+    monkeypatch.setenv("VOICEGATE_MEMORY__SHARED_NUMBERS", '["reception"]')
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert "VOICEGATE_MEMORY__SHARED_NUMBERS: memory.shared_numbers: not a phone number" in str(caught.value)
+
+
 def test_broken_toml_and_missing_file_are_reported(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(write(tmp_path, "[memory\n"))
@@ -111,15 +125,17 @@ def test_broken_toml_and_missing_file_are_reported(tmp_path: Path) -> None:
 def test_secrets_are_masked(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, (
         "[openai]\napi_key = 'sk-real-key-000'\n[server]\njwt_secret = 'jwt-s3cret'\n"
+        "trusted_header_secret = 'proxy-s3cret'\n"
         "[sip.auth]\nusers = { alice = 'pw-alice' }\n"
         "[pgvector]\nconnection_string = 'postgresql://u:p@db/x'\n"
     )))
     text = render_toml(masked(config))
-    for secret in ("sk-real-key-000", "jwt-s3cret", "pw-alice", "postgresql://u:p@db/x"):
+    for secret in ("sk-real-key-000", "jwt-s3cret", "proxy-s3cret", "pw-alice", "postgresql://u:p@db/x"):
         assert secret not in text
     assert 'api_key = "********"' in text
+    assert 'trusted_header_secret = "********"' in text
     assert '"alice" = "********"' in text
-    assert set(secret_values(config)) >= {"sk-real-key-000", "jwt-s3cret", "pw-alice"}
+    assert set(secret_values(config)) >= {"sk-real-key-000", "jwt-s3cret", "proxy-s3cret", "pw-alice"}
 
 
 def test_config_check_prints_masked_config_and_exits_zero(tmp_path: Path) -> None:
@@ -128,6 +144,23 @@ def test_config_check_prints_masked_config_and_exits_zero(tmp_path: Path) -> Non
     assert result.returncode == 0, result.stderr
     assert "sk-very-secret-1" not in result.stdout
     assert "[memory]" in result.stdout and "max_chars = 2000" in result.stdout
+
+
+def test_config_check_warns_on_stderr_about_identities_nobody_can_use(tmp_path: Path) -> None:
+    path = write(tmp_path, "[server]\njwt_secret = 'jwt-s3cret-0123456789'\n"
+                           "trusted_header_sources = ['10.0.0.0/8']\n")
+    result = run_cli("--config", str(path), "config", "check")
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("voicegate: warning: ")]
+    assert len(warnings) == 2, result.stderr
+    assert "server.jwt_secret is set but server.api_key is not: POST /token refuses every request (403)" in warnings[0]
+    assert "X-API-Key" in warnings[0]
+    assert "server.trusted_header_secret is not" in warnings[1] and "X-Voicegate-Proxy-Secret" in warnings[1]
+    assert "warning" not in result.stdout and "jwt-s3cret" not in result.stdout + result.stderr
+    configured = write(tmp_path, "[server]\njwt_secret = 'jwt-s3cret-0123456789'\napi_key = 'backend-key'\n"
+                                 "trusted_header_sources = ['10.0.0.0/8']\ntrusted_header_secret = 'proxy-s3cret'\n")
+    quiet = run_cli("--config", str(configured), "config", "check")
+    assert quiet.returncode == 0 and "warning" not in quiet.stderr, quiet.stderr
 
 
 def test_config_check_on_a_broken_config_names_the_key_and_exits_one(tmp_path: Path) -> None:

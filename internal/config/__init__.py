@@ -1,6 +1,8 @@
 """Configuration: pydantic-settings models, TOML + environment loading, validation messages."""
 
+from internal.config.checks import security_warnings
 from internal.config.display import masked, render_toml, secret_values
 from internal.config.loader import Config, ConfigError, config_path_from, load_config
 
-__all__ = ["Config", "ConfigError", "config_path_from", "load_config", "masked", "render_toml", "secret_values"]
+__all__ = ["Config", "ConfigError", "config_path_from", "load_config", "masked", "render_toml", "secret_values",
+           "security_warnings"]

@@ -34,6 +34,7 @@ from internal.config.providers import (
     TtsConfig,
 )
 from internal.config.sections import PipelineConfig, ServerConfig, SipConfig, WebRTCConfig
+from internal.identity.phone import normalise_e164
 
 ENV_PREFIX = "VOICEGATE_"
 CONFIG_PATH_ENV = "VOICEGATE_CONFIG"
@@ -151,10 +152,31 @@ def load_config(path: Path | None = None) -> Config:
         # Once, here: every later use (the secret file, the outbox, embedded PostgreSQL) means the same
         # directory even if the process changes directory, and `config check` shows where it is.
         config.server.data_dir = str(config.data_dir)
-        return config
     except ValidationError as exc:
         problems = [_describe_error(err, path, env_paths) for err in exc.errors()]
         raise ConfigError(problems) from None
+    # Also once, here: a shared number that is compared unnormalised never matches, and its callers
+    # would all get one memory; so one that cannot be read is an error, not a silent miss.
+    numbers, unreadable = shared_numbers_e164(config.memory.shared_numbers, config.sip.default_region)
+    if unreadable:
+        origin = _origin(("memory", "shared_numbers"), path, env_paths)
+        raise ConfigError([f"{origin}: memory.shared_numbers: not a phone number in region "
+                           f"{config.sip.default_region} (sip.default_region): {number!r}" for number in unreadable])
+    config.memory.shared_numbers = numbers
+    return config
+
+
+def shared_numbers_e164(numbers: list[str], region: str) -> tuple[list[str], list[str]]:
+    """`numbers` in E.164 (duplicates dropped), and the ones that are not phone numbers."""
+    normalised: list[str] = []
+    unreadable: list[str] = []
+    for number in numbers:
+        e164 = normalise_e164(number, region)
+        if e164 is None:
+            unreadable.append(number)
+        elif e164 not in normalised:
+            normalised.append(e164)
+    return normalised, unreadable
 
 
 def _env_key_paths(environ: Mapping[str, str]) -> dict[tuple[str, ...], str]:
@@ -173,13 +195,15 @@ def _env_key_paths(environ: Mapping[str, str]) -> dict[tuple[str, ...], str]:
 
 def _describe_error(err: Mapping[str, Any], path: Path | None, env_paths: dict[tuple[str, ...], str]) -> str:
     loc = tuple(str(part) for part in err["loc"])
-    key = ".".join(loc)
-    origin = str(path) if path is not None else "defaults"
+    return f"{_origin(loc, path, env_paths)}: {'.'.join(loc)}: {_reason(err)}"
+
+
+def _origin(loc: tuple[str, ...], path: Path | None, env_paths: dict[tuple[str, ...], str]) -> str:
+    """Where the value at `loc` came from: the variable that set it, else the file, else the defaults."""
     for depth in range(len(loc), 0, -1):
         if loc[:depth] in env_paths:
-            origin = env_paths[loc[:depth]]
-            break
-    return f"{origin}: {key}: {_reason(err)}"
+            return env_paths[loc[:depth]]
+    return str(path) if path is not None else "defaults"
 
 
 def _reason(err: Mapping[str, Any]) -> str:

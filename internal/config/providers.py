@@ -134,6 +134,7 @@ class MemoryConfig(Section):
     outbox_max_age_h: float = Field(24.0, gt=0)
     outbox_max_entries: int = Field(10_000, ge=1)
     read_timeout_ms: int = Field(300, gt=0)
+    shared_numbers: list[str] = Field(default_factory=list)  # normalised to E.164 by load_config
 
     @field_validator("auto", mode="before")
     @classmethod

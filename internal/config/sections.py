@@ -62,6 +62,7 @@ class ServerConfig(Section):
     whip_rate_per_min: int = Field(30, ge=0)
     patch_rate_per_min: int = Field(60, ge=0)
     trusted_header_sources: list[str] = Field(default_factory=list)
+    trusted_header_secret: str = ""
     cors_origins: list[str] = Field(default_factory=list)
     dev_login: bool = False
     max_body_bytes: int = Field(1_048_576, gt=0)
@@ -120,6 +121,7 @@ class SipConfig(Section):
     max_message_bytes: int = Field(65536, gt=512)
     invite_rate_per_min: int = Field(120, ge=0)
     user_agent: str = "voicegate"
+    outbound_memory: Literal["none", "dialled"] = "none"
     auth: SipAuthConfig = Field(default_factory=SipAuthConfig)
     outbound: SipOutboundConfig = Field(default_factory=SipOutboundConfig)
 
@@ -163,6 +165,8 @@ class PipelineConfig(Section):
     sample_rate: Literal[8000, 16000] = 16000
     greeting: str = "Hello, this is voicegate. How can I help you?"
     greeting_outgoing: str = ""
+    # A returning caller's greeting: a template where "{name}" is the name memory knows ("" = greeting).
+    returning_greeting: str = ""
     barge_in: bool = True
     debug: bool = False
     user_speech_quiet_ms: int = Field(600, ge=0)
@@ -188,3 +192,10 @@ class PipelineConfig(Section):
     prompt_file: str = ""
     assistant_profile: str = ""
     summary_timeout_s: float = Field(15.0, gt=0)
+
+    @field_validator("returning_greeting")
+    @classmethod
+    def _only_the_name_placeholder(cls, value: str) -> str:
+        if "{" in value.replace("{name}", "") or "}" in value.replace("{name}", ""):
+            raise ValueError('the only placeholder is "{name}" (for example "Welcome back, {name}.")')
+        return value

@@ -4,14 +4,19 @@ The rules (PRODUCT.md section 2), in order:
 1. A Bearer JWT, when this server verifies tokens (`jwt_secret` or JWKS), must be valid; its `sub`
    is the caller. With verification configured, a request without a valid token is refused (401).
 2. Without token verification, `X-Voicegate-Resource-Id` names the caller only when the TCP peer is
-   inside `server.trusted_header_sources` (a backend or SIP bridge the deployer runs) and no JWT was
-   presented. The peer address is the socket's, never X-Forwarded-For, which anyone can write.
+   inside `server.trusted_header_sources` (a backend or SIP bridge the deployer runs), the request
+   carries `X-Voicegate-Proxy-Secret` equal to `server.trusted_header_secret`, and no JWT was
+   presented. The peer address is the socket's, never X-Forwarded-For, which anyone can write; and an
+   address alone is not enough, because any process on a trusted host (a curl on the proxy machine)
+   has it. Without a configured secret the header is never believed.
 3. Everyone else is anonymous. Nothing a browser controls (query strings, the page, DataChannel
    messages) ever names a caller: browsers cannot even send the header, as CORS does not allow it.
 """
 
 from __future__ import annotations
 
+import hmac
+import logging
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -20,7 +25,10 @@ from internal.identity.caller import CallerIdentity
 from internal.identity.jwt import TokenError, TokenVerifier, subject_problem
 from internal.identity.networks import address_in
 
+log = logging.getLogger(__name__)
+
 RESOURCE_ID_HEADER = "X-Voicegate-Resource-Id"
+PROXY_SECRET_HEADER = "X-Voicegate-Proxy-Secret"
 
 
 class PeerAddress(Protocol):
@@ -50,6 +58,11 @@ def bearer_token(headers: Mapping[str, str]) -> str | None:
     return token.strip()
 
 
+def proxy_secret_presented(headers: Mapping[str, str], secret: str) -> bool:
+    presented = headers.get(PROXY_SECRET_HEADER.lower(), "")
+    return hmac.compare_digest(presented.encode(), secret.encode())
+
+
 def is_loopback(host: str | None) -> bool:
     return address_in(host, ("127.0.0.0/8", "::1/128"))
 
@@ -65,6 +78,9 @@ class HttpIdentityResolver:
     def __init__(self, config: ServerConfig, verifier: TokenVerifier | None = None) -> None:
         self.config = config
         self.verifier = verifier if verifier is not None else verifier_from_config(config)
+        if config.trusted_header_sources and not config.trusted_header_secret and not self.auth_required:
+            log.warning("server.trusted_header_sources is set but server.trusted_header_secret is not: "
+                        f"{RESOURCE_ID_HEADER} is never believed")
 
     @property
     def auth_required(self) -> bool:
@@ -89,6 +105,14 @@ class HttpIdentityResolver:
         peer = request.client.host if request.client is not None else None
         if not address_in(peer, self.config.trusted_header_sources):
             return CallerIdentity.anonymous("resource header from an untrusted source")
+        if not self.config.trusted_header_secret:
+            return CallerIdentity.anonymous("resource header refused: no trusted_header_secret configured")
+        if not proxy_secret_presented(request.headers, self.config.trusted_header_secret):
+            # From a trusted address, so either a misconfigured proxy or someone on that host: worth a
+            # warning. Neither header's value is logged (one is an identity, the other a guess at a secret).
+            log.warning("resource header without the right proxy secret; the caller is anonymous",
+                        extra={"peer": peer})
+            return CallerIdentity.anonymous("resource header without the right proxy secret")
         if subject_problem(claimed):
             return CallerIdentity.anonymous("malformed resource header")
         return CallerIdentity("trusted_header", claimed, f"trusted source {peer}")

@@ -3,7 +3,9 @@
 A From header is whatever the caller typed; it names a person only when a peer we trust vouches for
 it: an address in `sip.trusted_peers` (the deployer's trunk) or a client that passed digest auth.
 The number then comes from P-Asserted-Identity (RFC 3325, what trunks assert) or else From, and the
-caller's Privacy request (RFC 3323) is honoured. Reasons are for logs and never contain the number.
+caller's Privacy request (RFC 3323) is honoured. A number in `memory.shared_numbers` (a PBX main line:
+many people behind one number) is never an identity either. Reasons are for logs and never contain
+the number.
 """
 
 from __future__ import annotations
@@ -54,6 +56,20 @@ def _looks_anonymous(address: NameAddr) -> bool:
     return display in WITHHELD or user in WITHHELD or address.uri.host.lower() == "anonymous.invalid"
 
 
+def shared_number_set(numbers: Iterable[str], region: str) -> frozenset[str]:
+    """`memory.shared_numbers` in E.164. load_config has normalised them already, but a config built
+    in code has not, and an unnormalised entry would silently never match."""
+    return frozenset(e164 for e164 in (normalise_e164(number, region) for number in numbers) if e164)
+
+
+def unless_shared(identity: CallerIdentity, shared_numbers: frozenset[str]) -> CallerIdentity:
+    """Anonymous when `identity` is a shared number: one record for everyone behind a switchboard would
+    tell each caller what the previous ones said."""
+    if identity.kind == "sip" and identity.value in shared_numbers:
+        return CallerIdentity.anonymous("shared number")
+    return identity
+
+
 def resolve_sip_identity(
     request: SipRequest,
     source_host: str,
@@ -61,7 +77,14 @@ def resolve_sip_identity(
     trusted_peers: list[str],
     authenticated_user: str | None,
     region: str,
+    shared_numbers: frozenset[str] = frozenset(),
 ) -> CallerIdentity:
+    identity = _resolve(request, source_host, trusted_peers, authenticated_user, region)
+    return unless_shared(identity, shared_numbers)
+
+
+def _resolve(request: SipRequest, source_host: str, trusted_peers: list[str], authenticated_user: str | None,
+             region: str) -> CallerIdentity:
     if authenticated_user is not None:
         # A digest account proves who the client is, not which number it may present: the identity is
         # the account (its number when the username is one), never a From or P-Asserted-Identity the

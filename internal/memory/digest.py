@@ -1,8 +1,11 @@
 """The digest of past calls kept in the caller's `memory` document, and how a new call is merged in.
 
 The document keeps durable facts at the top and a "## Recent calls" section at the end, newest first,
-one line per call. A new call adds its line; the oldest lines go when the whole document would exceed
-`memory.max_chars`. Facts are never dropped to make room for the digest.
+one line per call. A call's line is a summary (the rolling summary of a long call, or a model's one
+sentence when a model is configured); without one, the caller's own lines are kept only as quotations,
+defused of anything shaped like a fence and bounded, so what a caller said is evidence of what they
+said, never a sentence that reads as an instruction. A new call adds its line; the oldest lines go
+when the whole document would exceed `memory.max_chars`. Facts are never dropped to make room for the digest.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import re
 import time
 
+from internal.memory.injection import neutralise_for_storage
 from internal.pipeline.rolling_summary import extractive_summary
 from internal.pipeline.transcript import TranscriptEntry
 
@@ -17,19 +21,29 @@ DIGEST_HEADING = "## Recent calls"
 CALL_LINE_CHARS = 240  # one call's line at most
 
 
-def call_summary(entries: list[TranscriptEntry], rolling_summary: str) -> str:
-    """What one call was about: the rolling summary when the call had one, else the caller's own words."""
-    text = rolling_summary.strip()
-    if not text:
-        text = extractive_summary(entries, max_chars=CALL_LINE_CHARS * 2)
-        text = re.sub(r"^- Caller said: ", "", text, flags=re.MULTILINE).replace("\n", " ")
-    if not text:
-        said = [e.text.strip() for e in entries if e.role == "user" and e.text.strip()]
-        text = "; ".join(said)
-    text = " ".join(text.split())
+def bounded_line(text: str) -> str:
+    """One digest line: fence-shaped tags defused, whitespace collapsed, at most CALL_LINE_CHARS."""
+    text = " ".join(neutralise_for_storage(text).split())
     if len(text) > CALL_LINE_CHARS:
         text = text[: CALL_LINE_CHARS - 1].rsplit(" ", 1)[0] + "…"
     return text
+
+
+def call_summary(entries: list[TranscriptEntry], rolling_summary: str) -> str:
+    """What one call was about: the rolling summary when the call had one, else the caller's own words,
+    quoted (a model's summary, when one is configured, replaces this at hang-up)."""
+    text = rolling_summary.strip()
+    if text:
+        return bounded_line(text)
+    lines = extractive_summary(entries, max_chars=CALL_LINE_CHARS * 2)
+    said = [line for line in re.sub(r"^- Caller said: ", "", lines, flags=re.MULTILINE).splitlines() if line.strip()]
+    if not said:
+        said = [e.text.strip() for e in entries if e.role == "user" and e.text.strip()]
+    if not said:
+        return ""
+    quotes = "; ".join("\u201c" + " ".join(line.replace("\u201c", "").replace("\u201d", "").split()) + "\u201d"
+                       for line in said)
+    return bounded_line("the caller said " + quotes)
 
 
 def split_document(content: str) -> tuple[str, list[str]]:

@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -29,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from internal.memory.durable import write_atomically
 from internal.memory.provider import OwnerErased
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,7 @@ class HangupWrite:
     summary: str = ""  # the digest line (already redacted)
     transcript: str = ""  # redacted and bounded; only when a model step needs it
     said: list[str] = field(default_factory=list)  # the caller's first lines (redacted), for keyword digests
+    summarise: bool = False  # the digest line is to be written by the summary model from `transcript`
     created_at: float = field(default_factory=time.time)
     attempts: int = 0
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
@@ -79,16 +80,6 @@ def retry_delay(attempts: int, cap_s: float) -> float:
 def owner_files(directory: Path, owner: str) -> list[Path]:
     """An owner's pending entries in an outbox directory (for erasure and export)."""
     return sorted(directory.glob(f"{owner}-*.json")) if directory.exists() else []
-
-
-def _write_file(path: Path, data: str) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temporary, path)
 
 
 class HangupOutbox:
@@ -133,7 +124,7 @@ class HangupOutbox:
 
     def _scan(self) -> list[str]:
         self.directory.mkdir(parents=True, exist_ok=True)
-        for stale in self.directory.glob(".*.tmp"):  # a write cut short by a crash
+        for stale in self.directory.glob(".*.json.*"):  # a write cut short by a crash
             stale.unlink(missing_ok=True)
         return sorted(p.name for p in self.directory.glob("*.json"))
 
@@ -153,16 +144,18 @@ class HangupOutbox:
 
     def _store(self, entry: HangupWrite, name: str) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        _write_file(self.directory / name, json.dumps(asdict(entry), ensure_ascii=False))
+        write_atomically(self.directory / name, json.dumps(asdict(entry), ensure_ascii=False))
 
     def _remove(self, name: str) -> None:
         (self.directory / name).unlink(missing_ok=True)
 
     async def drain(self, timeout_s: float) -> bool:
-        """At shutdown: let what is due now land, for at most `timeout_s`; True when nothing is left."""
+        """At shutdown (and in tests): try what is pending now, whatever the back-off, and keep trying
+        for at most `timeout_s`; True when nothing is left."""
         deadline = asyncio.get_running_loop().time() + timeout_s
+        self._paused_until = 0.0
         self._wake.set()
-        while (self._busy or self._due_now()) and asyncio.get_running_loop().time() < deadline:
+        while (self._busy or self._due) and asyncio.get_running_loop().time() < deadline:
             if self._task is None or self._task.done():
                 break
             await asyncio.sleep(0.005)
@@ -178,10 +171,6 @@ class HangupOutbox:
             self._task = None
         if self._due:
             log.warning("memory outbox: hang-up writes left for the next start", extra={"pending": len(self._due)})
-
-    def _due_now(self) -> bool:
-        now = self._clock()
-        return now >= self._paused_until and any(when <= now for when in self._due.values())
 
     # ---- the worker ----------------------------------------------------------------------------
 

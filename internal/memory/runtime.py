@@ -36,6 +36,7 @@ from internal.memory.errors import (
     StaleRevision,
 )
 from internal.memory.filtering import SensitiveFilter
+from internal.memory.injection import neutralise_for_storage
 from internal.memory.locks import OwnerLocks
 from internal.memory.owner import (
     OwnerKeys,
@@ -176,12 +177,12 @@ class FrontendMemoryRuntime:
         return self.documents(owner)
 
     def projection(self, owner: str) -> tuple[str, str]:
-        """(user preferences, long-term memory) as the model sees them, together within max_chars."""
+        """(user preferences, long-term memory) as the model may see them: template comments stripped.
+        Bounding and fencing them for the prompt is internal/memory/injection.py's job, in one place."""
         docs = self.documents(owner)
-        budget = self.config.max_chars
-        user, _ = edits.project_for_model(docs["user"].content, docs["user"].format, budget)
-        memory, _ = edits.project_for_model(docs["memory"].content, docs["memory"].format,
-                                            max(0, budget - len(user)))
+        unbounded = 1 << 62
+        user, _ = edits.project_for_model(docs["user"].content, docs["user"].format, unbounded)
+        memory, _ = edits.project_for_model(docs["memory"].content, docs["memory"].format, unbounded)
         return user, memory
 
     async def query(self, owner: str, text: str, top_k: int | None = None) -> list[str]:
@@ -199,6 +200,7 @@ class FrontendMemoryRuntime:
         """One atomic edit of one document, starting from the latest version."""
         if scope not in SCOPES:
             raise EditRejected("unknown_document", f"unknown document {scope!r}; use 'user' or 'memory'")
+        content, new_text = neutralise_for_storage(content), neutralise_for_storage(new_text)
         async with self._locks.hold(owner):
             context = await self._writer_context(owner, context)
             for attempt in range(3):
@@ -214,8 +216,7 @@ class FrontendMemoryRuntime:
                 except edits.EditError as exc:
                     await self._audit(owner, context, action, "rejected", scope, current.revision, None, exc.code)
                     raise EditRejected(exc.code, exc.message) from None
-                added = content if action == "append" else new_text
-                reason = self.sensitive.reason(added)
+                reason = self.sensitive.reason_for_edit(current.content, updated)
                 if reason:
                     await self._audit(owner, context, action, "refused", scope, current.revision, None,
                                       "sensitive_content")

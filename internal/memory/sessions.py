@@ -3,7 +3,9 @@
 - Set-up: the owner's documents are prefetched (bounded by `memory.read_timeout_ms`; a slow or
   unreachable store starts the call without memory), projected into the conversation, and the session
   subscribes to changes so edits made elsewhere reach it at the next idle point.
-- Greeting: a returning caller whose name is known hears "Welcome back, Sam."
+- Greeting: a returning caller hears `pipeline.returning_greeting` when the deployer set one ("{name}"
+  becomes the name memory knows; a template with "{name}" needs a known name), else the normal
+  greeting: no greeting text is built in, in any language, so a deployer's disclosure is never lost.
 - End: what the call leaves to write (its digest line, and when configured reconciliation and a
   session digest) goes to the hang-up outbox (internal/memory/outbox.py) as a small bounded record;
   the Session is released at once and the outbox lands the writes, durably, off the call path.
@@ -19,10 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from internal.memory.digest import call_summary, merge_digest
+from internal.memory.digest import bounded_line, call_summary, merge_digest
+from internal.memory.injection import memory_context
 from internal.memory.outbox import SAID_LINES, TRANSCRIPT_CHARS, HangupOutbox, HangupWrite, Step, StepFailed
 from internal.memory.provider import AudioEvent, ChangeContext, Exchange, OwnerErased, SessionContext
 from internal.memory.runtime import UNKNOWN_EPOCH, CallerErased, FrontendMemoryRuntime
@@ -50,20 +53,28 @@ def name_from_memory(user: str, memory: str) -> str:
     return ""
 
 
-def welcome_back(greeting: str, name: str) -> str:
-    if not name:
+def welcome_back(greeting: str, returning: str, name: str, remembered: bool) -> str:
+    """The greeting for a caller: the deployer's returning-caller template when it applies."""
+    if not returning or not remembered:
         return greeting
-    return f"Welcome back, {name}! How can I help you today?"
+    if "{name}" in returning:
+        return returning.replace("{name}", name) if name else greeting
+    return returning
 
 
 class SessionMemory:
     """Connects the memory runtime to sessions; its methods are the pipeline's and manager's hooks."""
 
-    def __init__(self, runtime: FrontendMemoryRuntime, greeting: str, outbox: HangupOutbox) -> None:
+    def __init__(self, runtime: FrontendMemoryRuntime, greeting: str, outbox: HangupOutbox, *,
+                 returning_greeting: str = "") -> None:
         self.runtime = runtime
         self.greeting = greeting
+        self.returning_greeting = returning_greeting
         self.outbox = outbox
         self.after_session: list[str] = []  # outbox steps after the digest: reconciliation, session digests
+        # A model that writes a short call's digest line (when one is configured); else the caller's
+        # lines are kept, quoted and bounded.
+        self.summarise: Callable[[str], Awaitable[str]] | None = None
         self._writes: set[asyncio.Task[None]] = set()
         outbox.add_step("digest", self._land_digest)
         outbox.add_step("flush", self._land_flush)
@@ -114,15 +125,19 @@ class SessionMemory:
 
     def _project(self, session: Session, owner: str) -> None:
         user, memory = self.runtime.projection(owner)
-        session.conversation.user_preferences = user
-        session.conversation.memory = memory
+        conversation = session.conversation
+        conversation.user_preferences = user
+        conversation.memory = memory
+        conversation.memory_context = memory_context(user, memory, self.runtime.config.max_chars)
         session.data[DIRTY] = False
 
     # ---- pipeline hooks --------------------------------------------------------------------------
 
     def greeter(self, session: Session) -> str:
         conversation = session.conversation
-        return welcome_back(self.greeting, name_from_memory(conversation.user_preferences, conversation.memory))
+        remembered = bool(conversation.user_preferences or conversation.memory)
+        return welcome_back(self.greeting, self.returning_greeting,
+                            name_from_memory(conversation.user_preferences, conversation.memory), remembered)
 
     async def before_turn(self, session: Session) -> None:
         """An idle point: pick up memory changed by the API, another call or another node."""
@@ -139,8 +154,9 @@ class SessionMemory:
         if self.runtime.capabilities.session_observation:
             await self._observe(session, owner)
 
-    async def turn_memory(self, session: Session, text: str) -> str | None:
-        """injection = "retrieval": only the memory lines relevant to this turn (None: keep the snapshot)."""
+    async def turn_memory(self, session: Session, text: str) -> tuple[str, str] | None:
+        """injection = "retrieval": the caller's preferences and only the memory lines relevant to this
+        turn, bounded together like the snapshot (None: keep the snapshot)."""
         owner = self.owner(session)
         if owner is None or not self.runtime.capabilities.semantic_query:
             return None
@@ -150,7 +166,10 @@ class SessionMemory:
         except Exception as exc:  # a slow or failed lookup keeps the snapshot rather than stall the turn
             log.warning("memory retrieval failed: %s", type(exc).__name__)
             return None
-        return "\n".join(f"- {line}" for line in lines)
+        relevant = "\n".join(f"- {line}" for line in lines)
+        preferences = session.conversation.user_preferences
+        return (memory_context(preferences, relevant, self.runtime.config.max_chars),
+                "\n".join(part for part in (preferences, relevant) if part))
 
     def observe_audio(self, session: Session, pcm: bytes, event: VadEvent | None) -> None:
         if not self.runtime.capabilities.audio_stream_observation or self.owner(session) is None:
@@ -231,12 +250,13 @@ class SessionMemory:
         redact = self.runtime.sensitive.redact
         entries = conversation.transcript.entries()
         summary = redact(call_summary(entries, conversation.summary.text))
+        summarise = self.summarise is not None and not conversation.summary.text.strip()
         transcript = ""
-        if self.after_session:
+        if self.after_session or summarise:
             transcript = redact(format_transcript_for_summary(entries))[-TRANSCRIPT_CHARS:]
         said = [redact(e.text.strip()) for e in entries if e.role == "user" and e.text.strip()][:SAID_LINES]
         return HangupWrite(**base, steps=["digest", *self.after_session],  # type: ignore[arg-type]
-                           summary=summary, transcript=transcript, said=said)
+                           summary=summary, transcript=transcript, said=said, summarise=summarise)
 
     async def _hand_over(self, entry: HangupWrite, owner: str, session_id: str, transport: str,
                          exchanges: list[Exchange]) -> None:
@@ -254,6 +274,13 @@ class SessionMemory:
         max_chars = self.runtime.config.max_chars
         context = ChangeContext("digest", entry.session_id, erasure_epoch=entry.epoch)
         summary = entry.summary
+        if entry.summarise and self.summarise is not None and entry.transcript.strip():
+            try:
+                written = bounded_line(self.runtime.sensitive.redact(await self.summarise(entry.transcript)))
+                summary = written or summary
+            except Exception as exc:  # the quoted lines stand in; never retry a model for a digest
+                log.info("the call summary model failed; the digest keeps the caller's quoted lines: %s",
+                         type(exc).__name__)
         await landing(self.runtime.set_document(entry.owner, "memory", "", context,
                                                 transform=lambda current: merge_digest(current, summary, max_chars)))
 

@@ -205,8 +205,8 @@ class Responder:
             with self.services.tracer.start_as_current_span("memory.read"):
                 relevant = await self.services.turn_memory(self.session, turn.text)
             if relevant is not None:
-                layers.memory = relevant
-        turn.memory = "\n".join(part for part in (layers.user_preferences, layers.memory) if part)
+                layers.memory_context, layers.memory_text = relevant
+        turn.memory = layers.memory_text
         turn.interrupted_text = self.session.data.pop("interrupted_text", "")
         tool_context = ToolContext(self.session.id, self.session.resource_id, number, self._request_hangup,
                                    extras={"session": self.session})

@@ -68,13 +68,14 @@ class PipelineServices:
     persona: str = ""
     # The system-context layers for a session (memory plugs in here).
     layers: Callable[[Session], ContextLayers] | None = None
-    # What to say when a call starts (memory makes it "Welcome back, Sam").
+    # What to say when a call starts (memory may pick the deployer's returning-caller greeting).
     greeter: Callable[[Session], str] | None = None
     retrieve: Callable[[Session, str], Awaitable[list[str]]] | None = None
     # Start retrieval for a turn still in its merge window (pipeline.rag_prefetch); never blocks.
     prefetch: Callable[[Session, str], None] | None = None
     # Per-turn memory (injection = "retrieval"): the memory lines relevant to this turn's text.
-    turn_memory: Callable[[Session, str], Awaitable[str | None]] | None = None
+    # Retrieval mode: (memory_context, memory_text) for this turn, or None to keep the snapshot.
+    turn_memory: Callable[[Session, str], Awaitable[tuple[str, str] | None]] | None = None
     # Idle points: before a turn is answered (refresh changed memory) and after it was spoken.
     before_turn: Callable[[Session], Awaitable[None]] = _nothing
     after_turn: Callable[[Session], Awaitable[None]] = _nothing
@@ -104,8 +105,8 @@ class PipelineServices:
             policy=self.policy,
             persona=self.persona,
             assistant_profile=self.assistant_profile,
-            user_preferences=conversation.user_preferences,
-            memory=conversation.memory,
+            memory_context=conversation.memory_context,
+            memory_text="\n".join(part for part in (conversation.user_preferences, conversation.memory) if part),
             skills=self.skills,
         )
 

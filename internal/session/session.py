@@ -38,6 +38,8 @@ class Conversation:
     # The caller's memory as injected into this conversation: set at start, refreshed between turns.
     user_preferences: str = ""
     memory: str = ""
+    # What memory adds to the system context: fenced, labelled and bounded by memory.max_chars as a whole.
+    memory_context: str = ""
     memory_revision: int = 0
     # Index into `history` where messages observed by the memory provider end (restored history excluded).
     observed_upto: int = 0

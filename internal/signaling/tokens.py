@@ -2,8 +2,8 @@
 
 `POST /token` signs `{"resource_id": ...}` into a short-lived HS256 JWT. The backend that calls it
 knows which of its users is signed in and holds `server.api_key`; the browser only ever carries the
-result, so it cannot choose whose memory it reaches. Without an api_key anyone who can reach /token
-can mint any name, which is why the server warns about that configuration at startup.
+result, so it cannot choose whose memory it reaches. Without an api_key the endpoint is closed (403):
+an open one would let anyone who can reach it mint any name, and so read anyone's memory.
 
 `/dev/token` lets a person at the server's own keyboard try memory as "alice" and "bob" without a
 backend: only when `server.dev_login` is on, and only from loopback, and never through a proxy (a
@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 
 PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
 NO_STORE = {"Cache-Control": "no-store"}
+MINTING_DISABLED = ("POST /token is off because server.api_key is not set: set server.api_key and send it "
+                    "from your backend as X-API-Key or Authorization: Bearer (for local development, "
+                    "server.dev_login = true enables /dev/token from loopback)")
 
 
 def api_key_presented(request: Request, api_key: str) -> bool:
@@ -44,8 +47,7 @@ class TokenEndpoint:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         if config.jwt_secret and not config.api_key:
-            log.warning("server.jwt_secret is set but server.api_key is not: anyone who can reach "
-                        "POST /token can mint a token for any caller id")
+            log.info("POST /token is closed (403): server.api_key is not set")
         if config.dev_login:
             log.warning("server.dev_login is on: local users can sign in as anyone (development only)")
 
@@ -54,6 +56,8 @@ class TokenEndpoint:
         return self.config.dev_login
 
     async def mint(self, request: Request) -> JSONResponse:
+        if self.config.jwt_secret and not self.config.api_key:
+            raise SignalingError(403, "token_minting_disabled", MINTING_DISABLED)
         if self.config.api_key and not api_key_presented(request, self.config.api_key):
             raise SignalingError(401, "unauthorized", "POST /token requires the server's API key "
                                  "(X-API-Key or Authorization: Bearer)", {"WWW-Authenticate": "Bearer"})

@@ -17,9 +17,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterable
 
 from internal.audio.dtmf import EVENT_DIGITS
 from internal.config.sections import SipConfig
+from internal.identity.sip_caller import shared_number_set
 from internal.session.limits import TokenBucketLimiter
 from internal.sip.calls import CallLeg, CallRegistry
 from internal.sip.dialog import Dialog
@@ -86,10 +88,13 @@ class UserAgent:
         nonce_secret: bytes | None = None,
         bind: tuple[str, int] | None = None,
         digest_algorithms: tuple[str, ...] = SERVER_ALGORITHMS,
+        shared_numbers: Iterable[str] = (),
     ) -> None:
         """`timers` shortens RFC timers in tests; `bind` overrides sip.bind (e.g. port 0 in tests);
-        `digest_algorithms` orders our challenges (put "MD5" first for clients that read only one)."""
+        `digest_algorithms` orders our challenges (put "MD5" first for clients that read only one);
+        `shared_numbers` (memory.shared_numbers) are numbers that never identify a caller."""
         self.config = config
+        self.shared_numbers = shared_number_set(shared_numbers, config.default_region)
         self.handler = handler
         self.stack = SipStack(config, self, timers, bind)
         self.calls = CallRegistry(handler)

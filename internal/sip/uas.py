@@ -107,7 +107,7 @@ class InboundInvite:
             return
         identity = resolve_sip_identity(
             request, self.source.host, trusted_peers=ua.config.trusted_peers,
-            authenticated_user=username, region=ua.config.default_region,
+            authenticated_user=username, region=ua.config.default_region, shared_numbers=ua.shared_numbers,
         )
         log.info("sip incoming call", extra={"sip_call_id": request.call_id, "sip_identity": identity.reason})
         call = IncomingCall(request.call_id, request, self.source, identity, offer)

@@ -24,6 +24,7 @@ from internal.audio.scheduler import PacedScheduler
 from internal.config.sections import SipConfig, split_host_port
 from internal.identity import CallerIdentity
 from internal.identity.phone import normalise_e164
+from internal.identity.sip_caller import unless_shared
 from internal.pipeline.events import Event, EventSink, StateEvent, TranscriptEvent
 from internal.pipeline.pipeline import VoicePipeline
 from internal.session import Session, SessionLimitReached, TransportKind
@@ -78,14 +79,21 @@ def media_address(config: SipConfig, toward: str) -> str:
     return "127.0.0.1"
 
 
-def callee_identity(target: str, region: str) -> CallerIdentity:
-    """Who we dial on an outbound call: the number we chose ourselves, so it can key memory."""
+def callee_identity(target: str, config: SipConfig, shared_numbers: frozenset[str] = frozenset()) -> CallerIdentity:
+    """Whose memory an outbound call uses: by default nobody's. We know which number we dialled, not who
+    answers it (a family phone, a colleague, a reassigned number), and that person would hear what the
+    agent remembers about the number's owner. `sip.outbound_memory = "dialled"` keys memory on the
+    number for deployments that know each number is one person's."""
+    if config.outbound_memory == "none":
+        return CallerIdentity.anonymous("outbound call")
     try:
         user = SipUri.parse(target if ":" in target else f"sip:{target}").user or ""
     except ValueError:
         return CallerIdentity.anonymous("unparseable target")
-    number = normalise_e164(user, region) if user else None
-    return CallerIdentity("sip", number, "dialled by us") if number else CallerIdentity.anonymous("not a number")
+    number = normalise_e164(user, config.default_region) if user else None
+    if not number:
+        return CallerIdentity.anonymous("not a number")
+    return unless_shared(CallerIdentity("sip", number, "dialled by us"), shared_numbers)
 
 
 @dataclass
@@ -229,7 +237,7 @@ class VoiceCallHandler:
         if self._at_capacity():
             raise CallFailed(503, AT_CAPACITY)
         toward = SipUri.parse(target if ":" in target else f"sip:{target}").host
-        identity = callee_identity(target, self.config.default_region)
+        identity = callee_identity(target, self.config, getattr(self.ua, "shared_numbers", frozenset()))
         provisional_id = f"out-{secrets.token_hex(8)}"  # until the UA gives the dialog its Call-ID
         try:
             voice = self._new_call(provisional_id, toward)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import jwt
 import pytest
 import websockets
 
+from internal.identity.http_identity import PROXY_SECRET_HEADER, RESOURCE_ID_HEADER
 from internal.identity.jwt import mint_token
 from tests.webrtc.harness import LiveServer, live_server, webrtc_config
 
@@ -108,6 +112,43 @@ async def test_only_a_verified_identity_reaches_memory(server: LiveServer) -> No
         assert spoofed.status_code == 401
 
 
+def claims(**changes: object) -> dict[str, object]:
+    now = int(time.time())
+    base: dict[str, object] = {"sub": "alice", "iss": "voicegate", "aud": "voicegate", "iat": now, "exp": now + 600}
+    return {key: value for key, value in {**base, **changes}.items() if value is not None}
+
+
+def unsigned_token(**changes: object) -> str:
+    def part(data: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
+
+    return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part(claims(**changes))}."
+
+
+@pytest.mark.parametrize("presented", [
+    jwt.encode(claims(), "another-secret-entirely-0123456789ab", algorithm="HS256"),
+    unsigned_token(),
+    unsigned_token(sub="bob"),
+    jwt.encode(claims(exp=int(time.time()) - 3600), SECRET, algorithm="HS256"),
+    jwt.encode(claims(iss="someone-else"), SECRET, algorithm="HS256"),
+    jwt.encode(claims(aud="another-service"), SECRET, algorithm="HS256"),
+    jwt.encode(claims(exp=None), SECRET, algorithm="HS256"),
+    # A real token with its payload swapped for bob's: the signature no longer matches.
+    ".".join([token("alice").split(".")[0], token("bob").split(".")[1], token("alice").split(".")[2]]),
+], ids=["forged", "unsigned", "unsigned-other-subject", "expired", "wrong-issuer", "wrong-audience", "no-exp",
+        "swapped-payload"])
+async def test_memory_refuses_every_token_that_does_not_prove_the_caller(server: LiveServer, presented: str) -> None:
+    await patch(server, "alice", document="memory", action="append", content="- Alice's door code is on file.")
+    async with server.http() as http:
+        read = await http.get("/api/memory", headers={"Authorization": f"Bearer {presented}"})
+        write = await http.patch("/api/memory", json={"document": "memory", "action": "append", "content": "- x"},
+                                 headers={"Authorization": f"Bearer {presented}"})
+        for response in (read, write):
+            assert response.status_code == 401, response.text
+            assert response.json()["error"]["code"] == "unauthorized" and "door" not in response.text
+        assert (await http.get("/api/memory", headers=auth("alice"))).json()["documents"]["memory"]["revision"] == 1
+
+
 async def test_alice_can_never_read_or_change_bobs_memory(server: LiveServer) -> None:
     await patch(server, "bob", document="memory", action="append", content="- Bob's surprise party is Friday.")
     async with server.http() as http:
@@ -162,6 +203,31 @@ async def test_the_events_socket_refuses_anonymous_clients(server: LiveServer) -
     with pytest.raises(websockets.exceptions.InvalidStatus):
         async with websockets.connect(url) as socket:
             await socket.recv()
+
+
+PROXY_SECRET = "the-proxy-shared-secret-0123456789"
+
+
+async def test_a_backend_names_the_owner_with_the_trusted_header_only_with_the_proxy_secret(tmp_path: Path) -> None:
+    config = webrtc_config(tmp_path, trusted_header_sources=["127.0.0.1/32"], trusted_header_secret=PROXY_SECRET,
+                           patch_rate_per_min=0)
+    config.memory.enabled = True
+    config.memory.provider = "memory"
+    claim = {RESOURCE_ID_HEADER: "crm-4711"}
+    async with live_server(config) as live, live.http() as http:
+        vouched = claim | {PROXY_SECRET_HEADER: PROXY_SECRET}
+        added = await http.patch("/api/memory", json={"document": "memory", "action": "append",
+                                                      "content": "- Prefers email."}, headers=vouched)
+        assert added.status_code == 200, added.text
+        for headers in (claim, claim | {PROXY_SECRET_HEADER: "wrong"}, claim | {PROXY_SECRET_HEADER: ""}):
+            refused = await http.get("/api/memory", headers=headers)
+            assert refused.status_code == 401 and "email" not in refused.text, headers
+        read = await http.get("/api/memory", headers=vouched)
+        assert read.json()["documents"]["memory"]["content"] == "- Prefers email."
+    config.server.trusted_header_secret = ""  # sources alone: the header is never believed
+    async with live_server(config) as live, live.http() as http:
+        refused = await http.get("/api/memory", headers=claim | {PROXY_SECRET_HEADER: PROXY_SECRET})
+        assert refused.status_code == 401
 
 
 async def test_the_api_is_in_the_openapi_schema(server: LiveServer) -> None:

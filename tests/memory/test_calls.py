@@ -96,12 +96,31 @@ async def test_the_story_with_the_offline_agent(gateway_factory: Any) -> None:
     assert docs["user"] == "- Keep replies short."
 
     _, second = await call(gateway, SAM, "who are you")
-    assert agent_lines(second)[0] == "Welcome back, Sam! How can I help you today?"
+    assert agent_lines(second)[0] == gateway.config.pipeline.greeting  # no returning greeting configured
     assert agent_lines(second)[1] == "I'm voicegate's offline assistant."  # short, as asked
 
     _, stranger = await call(gateway, OTHER, "who are you")
     assert agent_lines(stranger)[0] == gateway.config.pipeline.greeting
     assert "not a full language model" in agent_lines(stranger)[1]
+
+
+async def test_the_returning_greeting_is_the_deployers_own_text(gateway_factory: Any) -> None:
+    gateway = await gateway_factory()
+    disclosure = "Hello, this is Acme support. We remember earlier calls; say 'forget me' to erase them."
+    gateway.config.pipeline.greeting = disclosure
+    assert gateway.session_memory is not None
+    gateway.session_memory.greeting = disclosure
+    gateway.session_memory.returning_greeting = "Welcome back to Acme, {name}. We remember earlier calls."
+    _, first = await call(gateway, SAM, "my name is Sam")
+    assert agent_lines(first)[0] == disclosure  # not known yet
+    _, second = await call(gateway, SAM, "who are you")
+    assert agent_lines(second)[0] == "Welcome back to Acme, Sam. We remember earlier calls."
+    _, stranger = await call(gateway, OTHER, "who are you")
+    assert agent_lines(stranger)[0] == disclosure
+    # OTHER is remembered now (a digest line) but by no name: a template with {name} is not used.
+    assert "## Recent calls" in (await documents(gateway, OTHER))["memory"]
+    _, returning_nameless = await call(gateway, OTHER, "hello")
+    assert agent_lines(returning_nameless)[0] == disclosure
 
 
 async def test_the_model_sees_the_callers_memory_and_nobody_elses(gateway_factory: Any) -> None:
@@ -145,7 +164,7 @@ async def test_memory_survives_a_restart_and_stays_bounded_over_many_calls(gatew
     await gateway.stop()
     restarted = await gateway_factory(max_chars=600)
     _, sink = await call(restarted, SAM, "what is my name")
-    assert agent_lines(sink)[:2] == ["Welcome back, Sam! How can I help you today?", "Your name is Sam."]
+    assert agent_lines(sink)[:2] == [restarted.config.pipeline.greeting, "Your name is Sam."]
     for n in range(18):
         await call(restarted, SAM, f"remember that my order number {n} shipped on a Tuesday in the rain")
     docs = await documents(restarted, SAM)

@@ -47,6 +47,7 @@ def learning_config(tmp_path: Path, fake_url: str, **memory: Any) -> Any:
 
 async def test_reconciliation_records_what_the_call_established_without_sensitive_data(tmp_path: Path) -> None:
     async with FakeOpenAI(api_key="sk-reconcile") as fake:
+        fake.script_reply("Sam is moving to Berlin in May and asked for German.")  # the call's digest line
         fake.script_reply(json.dumps({"edits": [
             {"document": "memory", "action": "append", "content": "- The caller is moving to Berlin in May."},
             {"document": "user", "action": "append", "content": "- Speak German when the caller does."},
@@ -61,13 +62,16 @@ async def test_reconciliation_records_what_the_call_established_without_sensitiv
             docs = await documents(gateway, SAM)
         finally:
             await gateway.stop()
-        request = fake.requests[0]
+        summary, request = fake.requests[0], fake.requests[1]
     assert request["model"] == "small-model"
+    assert "long-term memory" in request["messages"][0]["content"]
+    assert "4111" not in json.dumps(summary)  # the summary model sees the redacted transcript too
+    assert "Sam is moving to Berlin in May" in docs["memory"]  # a short call's digest: the model's summary
     sent = json.dumps(request)
     assert "4111" not in sent and "[removed]" in sent  # filtered before the model saw it
     assert "- The caller is moving to Berlin in May." in docs["memory"]
     assert "4111" not in docs["memory"]  # the model's sensitive proposal was refused at the write
-    assert docs["user"] == "- Speak German when the caller does."
+    assert docs["user"] == ""  # a model after the call never writes preferences (only the caller, by the tool)
     audit = [json.loads(line) for line in (tmp_path / "data" / "memory-audit.jsonl").read_text().splitlines()]
     sources = [(e["source"], e["outcome"]) for e in audit]
     assert ("reconciliation", "applied") in sources and ("reconciliation", "refused") in sources
@@ -75,6 +79,7 @@ async def test_reconciliation_records_what_the_call_established_without_sensitiv
 
 async def test_reconciliation_is_off_without_a_key_and_garbage_answers_change_nothing(tmp_path: Path) -> None:
     async with FakeOpenAI(api_key="sk-reconcile") as fake:
+        fake.script_reply("Sam is moving to Berlin.")
         fake.script_reply("Sure! Here are some edits: none really.")
         gateway = Gateway(learning_config(tmp_path, fake.url), stt=ScriptedStt([]))
         await gateway.start()
@@ -83,7 +88,7 @@ async def test_reconciliation_is_off_without_a_key_and_garbage_answers_change_no
             docs = await documents(gateway, SAM)
         finally:
             await gateway.stop()
-        assert len(fake.requests) == 1
+        assert len(fake.requests) == 2  # the digest's summary, then reconciliation
     assert "Berlin" in docs["memory"]  # only through the digest line
     assert docs["user"] == ""
 
@@ -98,6 +103,7 @@ async def test_reconciliation_is_off_without_a_key_and_garbage_answers_change_no
 
 async def test_session_digests_answer_recall_and_are_not_injected(tmp_path: Path) -> None:
     async with FakeOpenAI() as fake:
+        fake.script_reply("Sam booked a table for four on Friday.")
         fake.script_reply(json.dumps({"edits": []}))
         fake.script_reply(json.dumps({"topics": ["table booking"], "gist": "Booked a table for four on Friday"}))
         config = learning_config(tmp_path, fake.url, session_digests=True, api_key="sk-any")

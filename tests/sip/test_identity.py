@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from internal.config.sections import SipConfig
 from internal.identity.caller import CallerIdentity
 from internal.identity.phone import normalise_e164
-from internal.identity.sip_caller import resolve_sip_identity
+from internal.identity.sip_caller import resolve_sip_identity, shared_number_set
 from internal.sip import SipRequest, parse
+from internal.sip.voice import callee_identity
 
 TRUSTED = ["203.0.113.0/24", "2001:db8::/32"]
 
@@ -23,9 +25,11 @@ def invite(from_: str = '"Sam" <sip:+15551234567@trunk.example>', *extra: str) -
 
 
 def resolve(
-    request: SipRequest, source: str = "203.0.113.7", user: str | None = None, region: str = "US"
+    request: SipRequest, source: str = "203.0.113.7", user: str | None = None, region: str = "US",
+    shared: frozenset[str] = frozenset(),
 ) -> CallerIdentity:
-    return resolve_sip_identity(request, source, trusted_peers=TRUSTED, authenticated_user=user, region=region)
+    return resolve_sip_identity(request, source, trusted_peers=TRUSTED, authenticated_user=user, region=region,
+                                shared_numbers=shared)
 
 
 def test_trusted_peer_from_number_becomes_the_resource_id() -> None:
@@ -96,3 +100,42 @@ def test_reasons_never_contain_the_number() -> None:
 )
 def test_normalise_e164(number: str, expected: str | None) -> None:
     assert normalise_e164(number, "US") == expected
+
+
+# ---- shared numbers and outbound calls -------------------------------------------------------------
+
+MAIN_LINE = shared_number_set(["555 010 0000", "+1 (555) 010-0001"], "US")
+
+
+def test_shared_numbers_are_compared_in_e164() -> None:
+    assert MAIN_LINE == {"+15550100000", "+15550100001"}
+    assert shared_number_set(["front desk", "02079460000"], "GB") == {"+442079460000"}
+
+
+@pytest.mark.parametrize(("from_", "extra", "source", "user"), [
+    ("<sip:+15550100000@pbx.example>", (), "203.0.113.7", None),  # trusted trunk, E.164 From
+    ("<sip:5550100000@pbx.example>", (), "203.0.113.7", None),  # national From, normalised first
+    ("<sip:+15559990000@pbx.example>", ("P-Asserted-Identity: <tel:+15550100001>",), "203.0.113.7", None),
+    ("<sip:+15550100000@pbx.example>", (), "198.51.100.9", "5550100000"),  # a digest account named after it
+])
+def test_a_shared_number_never_identifies_a_caller(from_: str, extra: tuple[str, ...], source: str,
+                                                   user: str | None) -> None:
+    identity = resolve(invite(from_, *extra), source=source, user=user, shared=MAIN_LINE)
+    assert identity.is_anonymous and identity.resource_id is None
+    assert identity.reason == "shared number"
+
+
+def test_numbers_beside_a_shared_one_keep_their_identity() -> None:
+    assert resolve(invite(), shared=MAIN_LINE).resource_id == "sip:+15551234567"
+
+
+def test_an_outbound_call_is_anonymous_unless_dialled_memory_is_configured() -> None:
+    target = "sip:+15557654321@trunk.example"
+    default = callee_identity(target, SipConfig())
+    assert default.is_anonymous and default.reason == "outbound call"
+    dialled = SipConfig(outbound_memory="dialled")
+    assert callee_identity(target, dialled).resource_id == "sip:+15557654321"
+    assert callee_identity("sip:5557654321@trunk.example", dialled).resource_id == "sip:+15557654321"
+    assert callee_identity("sip:bob@trunk.example", dialled).reason == "not a number"
+    shared = callee_identity("sip:+15550100000@pbx.example", dialled, MAIN_LINE)
+    assert shared.is_anonymous and shared.reason == "shared number"

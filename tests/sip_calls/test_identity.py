@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import psycopg
 import pytest
 
+from internal.identity import CallerIdentity
+from internal.memory.provider import ChangeContext
 from internal.session import Session
 from tests.pipeline.conftest import ScriptedStt
 from tests.sip_calls.conftest import (
@@ -99,6 +102,7 @@ async def test_trusted_caller_is_welcomed_back_and_an_untrusted_one_with_his_num
     config.memory.provider = "memory"
     config.memory.embedding = "none"
     config.pipeline.greeting = "Hello, how can I help?"
+    config.pipeline.returning_greeting = "Welcome back, {name}! How can I help you today?"
     # pocketsphinx drops the "sam" of "my name is sam" (short, last, fricative onset lost at 8 kHz) when
     # the utterance ends with only the default 300 ms VAD hangover; 200 ms more and it is heard every time.
     config.pipeline.vad_offset_ms = 500
@@ -141,3 +145,52 @@ async def test_trusted_caller_is_welcomed_back_and_an_untrusted_one_with_his_num
     (await sipp).check()
     assert session.identity.is_anonymous
     assert greeting.text == "Hello, how can I help?"
+
+
+MAIN_LINE = "+15550100000"  # a PBX's main number: everyone behind the switchboard presents it
+MEMORY_TABLES = ("memories", "memory_items", "memory_history", "session_digests")
+
+
+def memory_rows(db_uri: str) -> dict[str, int]:
+    with psycopg.connect(db_uri) as conn:
+        return {table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # type: ignore[index]
+                for table in MEMORY_TABLES}
+
+
+async def test_a_shared_number_gets_no_memory_even_from_the_trusted_trunk(
+        make_server: ServerFactory, tmp_path: Path, fresh_db: str) -> None:
+    config = sip_calls_config(tmp_path, trusted_peers=TRUSTED)
+    config.memory.enabled = True
+    config.memory.provider = "pgvector"
+    config.pgvector.connection_string = fresh_db
+    config.memory.embedding = "none"
+    config.memory.shared_numbers = ["555 010 0000"]  # as a deployer might write it; compared in E.164
+    server = await make_server(stt=ScriptedStt([]), config=config)
+    runtime = server.gateway.memory
+    assert runtime is not None and server.gateway.session_memory is not None
+    # Both numbers have memory from before the main line was listed.
+    for number in (MAIN_LINE, CALLER):
+        owner = runtime.owner_key(CallerIdentity("sip", number))
+        assert owner is not None
+        await runtime.edit(owner, "memory", "append", content="- The caller's name is Sam.",
+                           context=ChangeContext("api"))
+    before = memory_rows(fresh_db)
+
+    async def call_from(number: str, directory: Path) -> Session:
+        directory.mkdir()
+        ended_so_far = len(server.ended)
+        scenario = render(directory, from_user=number, ending=caller_bye(300))
+        (await run_sipp(directory, scenario, server.target)).check()
+        (session,) = (await server.wait_ended(ended_so_far + 1))[ended_so_far:]
+        await server.gateway.session_memory.drain(30)  # type: ignore[union-attr]
+        return session
+
+    shared = await call_from("5550100000", tmp_path / "main-line")
+    assert shared.identity.is_anonymous and shared.resource_id is None
+    assert shared.identity.reason == "shared number"
+    assert shared.conversation.memory == "" and shared.conversation.user_preferences == ""
+    assert memory_rows(fresh_db) == before  # nothing read into the call, nothing written by it
+
+    direct = await call_from(CALLER, tmp_path / "direct")  # the same trunk, a number of one person
+    assert direct.resource_id == f"sip:{CALLER}"
+    assert "Sam" in direct.conversation.memory

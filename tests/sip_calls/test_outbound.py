@@ -14,6 +14,7 @@ import pytest
 
 from internal.config import Config
 from internal.identity import CallerIdentity
+from internal.memory.provider import ChangeContext
 from internal.tts.espeak import EspeakTextToSpeech
 from server.app import create_gateway_application
 from tests.conftest import REPO
@@ -115,13 +116,49 @@ async def test_post_calls_connects_and_the_callee_hears_the_outgoing_greeting(
     placed = response.json()
     session = server.sessions.get(placed["session_id"])
     assert session is not None and placed["call_id"].endswith("@voicegate")
-    assert session.identity.resource_id == "sip:+15557654321"  # we chose whom to call: the number is ours
+    # We chose the number, not who answers it: by default (sip.outbound_memory = "none") nobody's memory.
+    assert session.identity.is_anonymous and session.identity.reason == "outbound call"
     entries = await agent_said(session)
     await server.hang_up(session)  # voicegate's BYE
     (await callee).check()  # the callee saw our offer (OUR_OFFER), the ACK and the BYE
     assert entries[0].text == GREETING_OUTGOING
     assert await capture.played(GREETING_OUTGOING, server.tts) > 0.9
     await eventually(lambda: server.gateway.sip_calls.calls == {}, what="the call released")
+
+
+async def test_an_outbound_call_uses_the_dialled_numbers_memory_only_when_configured(
+        http_server: Any, capture: RtpCapture, tmp_path: Path) -> None:
+    config = outbound_config(tmp_path)
+    config.memory.enabled = True
+    config.memory.provider = "memory"
+    config.memory.embedding = "none"
+    server, client = await http_server(config)
+    runtime = server.gateway.memory
+    owner = runtime.owner_key(CallerIdentity("sip", "+15557654321"))
+    await runtime.edit(owner, "memory", "append", content="- The caller's name is Sam.", context=ChangeContext("api"))
+
+    async def place(directory: Path) -> Any:
+        directory.mkdir()
+        callee, port = await start_callee(directory, answering(directory, capture, WAIT_FOR_BYE))
+        response = await client.post("/calls", json={"to": f"sip:5557654321@127.0.0.1:{port}"}, headers=AUTH)
+        assert response.status_code == 201, response.text
+        session = server.sessions.get(response.json()["session_id"])
+        assert session is not None
+        await agent_said(session)
+        await server.hang_up(session)
+        (await callee).check()
+        await server.gateway.session_memory.drain(30)
+        return session
+
+    answered = await place(tmp_path / "none")
+    assert answered.identity.is_anonymous and answered.identity.reason == "outbound call"
+    assert answered.conversation.memory == ""  # whoever picked up heard nothing about Sam
+    assert (await runtime.latest(owner))["memory"].revision == 1  # and the call wrote nothing
+
+    config.sip.outbound_memory = "dialled"
+    answered = await place(tmp_path / "dialled")
+    assert answered.identity.resource_id == "sip:+15557654321"  # national target, normalised
+    assert "Sam" in answered.conversation.memory
 
 
 async def test_post_calls_with_its_own_greeting(http_server: Any, capture: RtpCapture, tmp_path: Path) -> None:
@@ -133,7 +170,7 @@ async def test_post_calls_with_its_own_greeting(http_server: Any, capture: RtpCa
                                  headers={"Authorization": f"Bearer {API_KEY}"})
     assert response.status_code == 201, response.text
     session = server.sessions.get(response.json()["session_id"])
-    assert session is not None and session.identity.is_anonymous  # "bob" is not a number
+    assert session is not None and session.identity.is_anonymous
     await agent_said(session)
     await server.hang_up(session)
     (await callee).check()

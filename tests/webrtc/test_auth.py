@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -17,12 +18,18 @@ from hypothesis import strategies as st
 
 from internal.config import Config
 from internal.config.sections import ServerConfig
-from internal.identity.http_identity import RESOURCE_ID_HEADER, AuthError, HttpIdentityResolver
+from internal.identity.http_identity import (
+    PROXY_SECRET_HEADER,
+    RESOURCE_ID_HEADER,
+    AuthError,
+    HttpIdentityResolver,
+)
 from internal.identity.jwt import CLOCK_SKEW_S, TokenError, TokenVerifier, mint_token, subject_problem
 from tests.pipeline.conftest import ScriptedStt
 from tests.webrtc.harness import WhipClient, live_server
 
 SECRET = "a-test-secret-that-is-long-enough"
+PROXY_SECRET = "the-proxy-shared-secret-0123456789"
 
 
 @dataclass
@@ -178,18 +185,53 @@ async def test_with_a_secret_configured_a_valid_jwt_names_the_caller_and_anythin
 
 
 async def test_the_trusted_header_counts_only_from_a_trusted_address_and_never_beside_a_jwt() -> None:
-    resolver = HttpIdentityResolver(server_config(trusted_header_sources=["10.1.0.0/16"]))
-    claim = {RESOURCE_ID_HEADER.lower(): "+15551234567"}
+    resolver = HttpIdentityResolver(server_config(trusted_header_sources=["10.1.0.0/16"],
+                                                  trusted_header_secret=PROXY_SECRET))
+    claim = {RESOURCE_ID_HEADER.lower(): "+15551234567", PROXY_SECRET_HEADER.lower(): PROXY_SECRET}
     trusted = await resolver.resolve(FakeRequest(claim, Peer("10.1.2.3")))
     assert trusted.resource_id == "trusted_header:+15551234567"
     assert (await resolver.resolve(FakeRequest(claim, Peer("10.2.0.1")))).is_anonymous
     forwarded = claim | {"x-forwarded-for": "10.1.2.3"}
     assert (await resolver.resolve(FakeRequest(forwarded, Peer("192.0.2.9")))).is_anonymous
     assert (await resolver.resolve(FakeRequest(claim | bearer(token()), Peer("10.1.2.3")))).is_anonymous
-    malformed = {RESOURCE_ID_HEADER.lower(): "a\x00b"}
+    malformed = {RESOURCE_ID_HEADER.lower(): "a\x00b", PROXY_SECRET_HEADER.lower(): PROXY_SECRET}
     assert (await resolver.resolve(FakeRequest(malformed, Peer("10.1.2.3")))).is_anonymous
     assert (await resolver.resolve(FakeRequest({}, Peer("10.1.2.3")))).is_anonymous
     assert (await resolver.resolve(FakeRequest(claim, None))).is_anonymous
+
+
+@pytest.mark.parametrize(("configured", "presented", "reason"), [
+    (PROXY_SECRET, None, "resource header without the right proxy secret"),
+    (PROXY_SECRET, "", "resource header without the right proxy secret"),
+    (PROXY_SECRET, PROXY_SECRET[:-1], "resource header without the right proxy secret"),
+    (PROXY_SECRET, PROXY_SECRET + "x", "resource header without the right proxy secret"),
+    (PROXY_SECRET, PROXY_SECRET.upper(), "resource header without the right proxy secret"),
+    ("", "", "resource header refused: no trusted_header_secret configured"),
+    ("", PROXY_SECRET, "resource header refused: no trusted_header_secret configured"),
+], ids=["absent", "empty", "prefix", "longer", "other-case", "none-configured", "none-configured-but-sent"])
+async def test_a_trusted_address_alone_never_names_the_caller(
+        configured: str, presented: str | None, reason: str, caplog: pytest.LogCaptureFixture) -> None:
+    resolver = HttpIdentityResolver(server_config(trusted_header_sources=["10.1.0.0/16"],
+                                                  trusted_header_secret=configured))
+    headers = {RESOURCE_ID_HEADER.lower(): "+15551234567"}
+    if presented is not None:
+        headers[PROXY_SECRET_HEADER.lower()] = presented
+    with caplog.at_level("WARNING", logger="internal.identity.http_identity"):
+        identity = await resolver.resolve(FakeRequest(headers, Peer("10.1.2.3")))
+    assert identity.is_anonymous and identity.reason == reason
+    logged = " ".join(f"{r.getMessage()} {r.__dict__}" for r in caplog.records)
+    if configured:  # a trusted host without the secret: warned about, without either header's value
+        assert "proxy secret" in logged
+    assert "5551234567" not in logged and (not presented or presented not in logged)
+
+
+async def test_the_right_proxy_secret_from_a_trusted_address_names_the_caller() -> None:
+    resolver = HttpIdentityResolver(server_config(trusted_header_sources=["10.1.0.0/16"],
+                                                  trusted_header_secret=PROXY_SECRET))
+    identity = await resolver.resolve(FakeRequest(
+        {RESOURCE_ID_HEADER.lower(): "crm-4711", PROXY_SECRET_HEADER.lower(): PROXY_SECRET}, Peer("10.1.2.3")))
+    assert identity.resource_id == "trusted_header:crm-4711"
+    assert identity.reason == "trusted source 10.1.2.3"
 
 
 # ---- over HTTP ------------------------------------------------------------------------------------
@@ -236,6 +278,20 @@ async def test_token_endpoint_needs_the_api_key_and_mints_tokens_whip_accepts(co
         await client.close()
 
 
+async def test_token_endpoint_without_an_api_key_is_closed_and_says_how_to_open_it(config: Config) -> None:
+    config.server.jwt_secret = SECRET
+    async with live_server(config, stt=ScriptedStt([])) as server, server.http() as http:
+        for headers in ({}, {"X-API-Key": ""}, {"X-API-Key": "anything"}, bearer("anything"), bearer(token())):
+            refused = await http.post("/token", json={"resource_id": "alice"}, headers=headers)
+            assert refused.status_code == 403, headers
+            assert set(refused.json()) == {"error"} and "token" not in refused.json()["error"]
+            error = refused.json()["error"]
+            assert error["code"] == "token_minting_disabled"
+            assert "set server.api_key" in error["message"] and "X-API-Key" in error["message"]
+            assert "Authorization: Bearer" in error["message"]
+        assert len(server.sessions) == 0
+
+
 async def test_token_endpoint_without_a_secret_says_it_cannot_mint(config: Config) -> None:
     async with live_server(config, stt=ScriptedStt([])) as server, server.http() as http:
         response = await http.post("/token", json={"resource_id": "alice"})
@@ -260,22 +316,57 @@ async def test_dev_login_is_off_by_default_and_loopback_only_when_on(config: Con
         assert proxied.status_code == 404
 
 
-async def test_trusted_header_over_http_names_the_caller_only_from_a_trusted_source(config: Config) -> None:
+async def test_dev_login_needs_no_api_key_when_on_but_never_opens_token_or_answers_another_host(
+        config: Config) -> None:
+    config.server.jwt_secret = SECRET
+    config.server.dev_login = True
+    async with live_server(config, stt=ScriptedStt([])) as server, server.http() as http:
+        assert (await http.post("/token", json={"resource_id": "carol"})).status_code == 403
+        minted = await http.post("/dev/token", json={"resource_id": "carol"})
+        assert minted.status_code == 200
+        assert jwt.decode(minted.json()["token"], SECRET, algorithms=["HS256"], audience="voicegate")["sub"] == "carol"
+        # The same application, asked by a host that is not this machine.
+        elsewhere = httpx.ASGITransport(app=server.app, client=("192.0.2.9", 40000))
+        async with httpx.AsyncClient(transport=elsewhere, base_url=server.url) as remote:
+            assert (await remote.get("/dev/token")).status_code == 404
+            refused = await remote.post("/dev/token", json={"resource_id": "carol"})
+            assert refused.status_code == 404 and refused.json()["error"]["code"] == "not_found"
+            assert (await remote.post("/token", json={"resource_id": "carol"})).status_code == 403
+
+
+async def test_trusted_header_over_http_names_the_caller_only_from_a_trusted_source_with_the_secret(
+        config: Config) -> None:
     config.server.trusted_header_sources = ["127.0.0.1/32"]
+    config.server.trusted_header_secret = PROXY_SECRET
+    vouched = {RESOURCE_ID_HEADER: "+15551234567", PROXY_SECRET_HEADER: PROXY_SECRET}
     async with live_server(config, stt=ScriptedStt([])) as server, server.http() as http:
         client = WhipClient()
-        assert (await client.dial(http, headers={RESOURCE_ID_HEADER: "+15551234567"})).status_code == 201
+        assert (await client.dial(http, headers=vouched)).status_code == 201
         session = server.session_at(client.location)
         assert session is not None and session.resource_id == "trusted_header:+15551234567"
         beside_jwt = WhipClient()  # no verification configured: a token cannot be checked, and disables the header
-        assert (await beside_jwt.dial(http, token=token(), headers={RESOURCE_ID_HEADER: "+1555"})).status_code == 201
+        assert (await beside_jwt.dial(http, token=token(), headers=vouched)).status_code == 201
         assert server.session_at(beside_jwt.location).identity.is_anonymous  # type: ignore[union-attr]
-        await client.close()
-        await beside_jwt.close()
+        clients = [client, beside_jwt]
+        for headers in ({RESOURCE_ID_HEADER: "+15551234567"},  # a curl on the proxy's host
+                        {RESOURCE_ID_HEADER: "+15551234567", PROXY_SECRET_HEADER: "guess"}):
+            forged = WhipClient()
+            clients.append(forged)
+            assert (await forged.dial(http, headers=headers)).status_code == 201
+            assert server.session_at(forged.location).identity.is_anonymous  # type: ignore[union-attr]
+        for each in clients:
+            await each.close()
     config.server.trusted_header_sources = ["10.0.0.0/8"]
     async with live_server(config, stt=ScriptedStt([])) as server, server.http() as http:
         client = WhipClient()
-        assert (await client.dial(http, headers={RESOURCE_ID_HEADER: "+15551234567"})).status_code == 201
+        assert (await client.dial(http, headers=vouched)).status_code == 201
+        assert server.session_at(client.location).identity.is_anonymous  # type: ignore[union-attr]
+        await client.close()
+    config.server.trusted_header_sources = ["127.0.0.1/32"]
+    config.server.trusted_header_secret = ""  # no secret configured: the header is never believed
+    async with live_server(config, stt=ScriptedStt([])) as server, server.http() as http:
+        client = WhipClient()
+        assert (await client.dial(http, headers=vouched)).status_code == 201
         assert server.session_at(client.location).identity.is_anonymous  # type: ignore[union-attr]
         await client.close()
 

@@ -87,6 +87,7 @@ async def browser_call(server: LiveServer, subject: str | None, text: str) -> li
 def memory_server_config(tmp_path: Path, secret: str) -> Config:
     config = webrtc_config(tmp_path, jwt_secret=secret, patch_rate_per_min=0)
     config.pipeline.greeting = "Hello, how can I help?"
+    config.pipeline.returning_greeting = "Welcome back, {name}! How can I help you today?"
     config.memory.enabled = True
     config.memory.provider = "memory"
     return config

@@ -19,16 +19,15 @@ import asyncio
 import builtins
 import fcntl
 import json
-import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from internal.memory.durable import write_atomically
 from internal.memory.provider import (
     ApplyResult,
     ChangeContext,
@@ -55,19 +54,6 @@ _OWNER = re.compile(r"^[0-9a-f]{16,128}$")
 Progress = Callable[[str, int], None]
 Snapshot = builtins.list[tuple[MemoryDocument, float]]  # (document, expires_at), live documents only
 _T = TypeVar("_T")
-
-
-def write_atomically(path: Path, data: str) -> None:
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def _read_json(path: Path, default: _T) -> _T:

@@ -1,0 +1,29 @@
+"""Configurations that load but probably do not do what the deployer meant, said before they bite.
+
+`voicegate config check` prints these as warnings; none of them is an error, because each has a
+legitimate use (a backend that signs its own tokens with `jwt_secret` needs no `/token` at all).
+"""
+
+from __future__ import annotations
+
+from internal.config.loader import Config
+
+
+def security_warnings(config: Config) -> list[str]:
+    """One line each, saying what the server will do and how to change it."""
+    server = config.server
+    found: list[str] = []
+    if server.jwt_secret and not server.api_key:
+        found.append(
+            "server.jwt_secret is set but server.api_key is not: POST /token refuses every request (403). "
+            "To mint tokens there, set server.api_key and send it from your backend as X-API-Key or "
+            "Authorization: Bearer; or sign tokens in your backend with the secret.")
+    if server.trusted_header_sources and not server.trusted_header_secret:
+        found.append(
+            "server.trusted_header_sources is set but server.trusted_header_secret is not: "
+            "X-Voicegate-Resource-Id is never believed (those requests are anonymous). Set "
+            "server.trusted_header_secret and have your proxy send it as X-Voicegate-Proxy-Secret.")
+    if server.dev_login:
+        found.append("server.dev_login is on: anyone at this machine can sign in as any caller "
+                     "(development only).")
+    return found
