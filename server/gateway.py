@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -54,8 +55,12 @@ def call_outcome(reason: str) -> str:
 
 
 def needs_database(config: Config, memory_provider: Any = None) -> bool:
+    """A database for memory kept in PostgreSQL or for retrieval; and, with memory on, whenever one is
+    configured (`[pgvector] connection_string`): the nodes sharing it hear each other's memory changes
+    through it, whatever provider keeps the memory."""
     memory_in_postgres = config.memory.enabled and config.memory.provider == "pgvector" and memory_provider is None
-    return memory_in_postgres or config.rag.provider == "pgvector"
+    shared = config.memory.enabled and bool(config.pgvector.connection_string)
+    return memory_in_postgres or shared or config.rag.provider == "pgvector"
 
 
 class Gateway:
@@ -143,10 +148,12 @@ class Gateway:
         await runtime.verify_owner_key()  # refuses a missing or replaced secret while owners are stored
         runtime.on_operation.append(
             lambda source, outcome: self.telemetry.memory_operations.add(1, {"source": source, "outcome": outcome}))
-        if self.database is not None and config.memory.provider == "pgvector" and self._memory_provider is None:
+        if self.database is not None:  # other nodes on this database hear our changes, and we theirs
             from internal.memory.notify import MemoryChangeBus
 
-            bus = MemoryChangeBus(self.database, runtime, provider.node_id)
+            node_id = getattr(provider, "node_id", None)
+            bus = MemoryChangeBus(self.database, runtime, node_id if isinstance(node_id, str) and node_id
+                                  else secrets.token_hex(6))
             bus.start()
             self._stack.push_async_callback(bus.stop)
             self.memory_bus = bus
@@ -309,7 +316,10 @@ class Gateway:
         if self.database is not None:
             components["database"] = await self.database.health()
         if self.memory is not None:
-            components["memory"] = {"ok": True, "provider": self.memory.provider.describe().key}
+            health = await self.memory.health()
+            components["memory"] = {"ok": health.ok, "provider": self.memory.describe().key}
+            if health.detail:
+                components["memory"]["detail"] = health.detail
             if self.session_memory is not None:
                 components["memory"]["pending_writes"] = self.session_memory.outbox.pending
         if self.sessions is not None:

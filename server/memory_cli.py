@@ -201,11 +201,10 @@ async def _delete(args: argparse.Namespace, runtime: FrontendMemoryRuntime, iden
 
 
 async def _list(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identity: CallerIdentity | None) -> int:
-    owners = getattr(runtime.provider, "owners", None)
-    if owners is None:
+    rows = await runtime.owners(args.limit, args.offset)
+    if rows is None:
         print("this memory provider cannot list owners", file=sys.stderr)
         return EXIT_FAILED
-    rows = await owners(args.limit, args.offset)
     print(f"{'owner key':<20} {'docs':>4} {'chars':>6}  {'updated':<16}  {'expires':<16}")
     for row in rows:
         updated = time.strftime("%Y-%m-%d %H:%M", time.localtime(row.updated_at))

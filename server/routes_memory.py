@@ -3,6 +3,7 @@
 Owner-scoped by the authenticated identity (a verified JWT, or the trusted server-side header), never by a
 parameter: there is no way to name another caller. Writes go through FrontendMemoryRuntime, so they are
 the same exact edits the memory tool makes, with the same revisions, filtering, audit and notifications.
+Each PATCH is a `memory.write` span whose trace id the change carries (audit log, provider context).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
 from internal.pipeline.events import MemoryChangedEvent
 from internal.session.limits import TokenBucketLimiter
 from internal.signaling.ratelimit import client_address
+from internal.telemetry.otel import current_trace_id
 from server.errors import ApiError
 from server.gateway import Gateway
 
@@ -122,9 +124,14 @@ def install_memory_routes(app: FastAPI, gateway: Gateway) -> None:
                            {"Retry-After": str(decision.retry_after_s)})
         owner = await owner_of(request)
         try:
-            outcome = await runtime().edit(owner, edit.document, edit.action, content=edit.content,
-                                           old_text=edit.old_text, new_text=edit.new_text,
-                                           expected_revision=edit.expected_revision, context=ChangeContext("api"))
+            # record_exception off: an edit's error may quote the caller's text, and spans leave the node
+            with gateway.telemetry.tracer.start_as_current_span(
+                    "memory.write", record_exception=False,
+                    attributes={"voicegate.memory.source": "api", "voicegate.memory.document": edit.document}):
+                outcome = await runtime().edit(owner, edit.document, edit.action, content=edit.content,
+                                               old_text=edit.old_text, new_text=edit.new_text,
+                                               expected_revision=edit.expected_revision,
+                                               context=ChangeContext("api", trace_id=current_trace_id()))
         except MemoryRuntimeError as exc:
             extra = memory_body(exc.documents, config.memory.max_chars) if exc.documents else {}
             raise ApiError(exc.status, exc.code, exc.message, extra=extra) from None

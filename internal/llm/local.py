@@ -24,16 +24,22 @@ WHO_I_AM = ("I'm the simple offline assistant built into voicegate, not a full l
 _NAME = r"([a-z][a-z'-]{1,30})"
 _NOT_NAMES = {"the", "a", "an", "not", "on", "in", "calling", "here", "fine", "good", "okay", "sorry", "and", "i"}
 
+_SHORT = re.compile(r"\b(?:keep (?:your |it |the )?(?:answers?|replies|reply|it) (?:short|shorter|brief)|"
+                    r"be brief|shorter answers)\b")
 # Intents that write memory; several can appear in one utterance ("my name is sam i'm on the pro plan").
 _WRITES: list[tuple[str, re.Pattern[str]]] = [
     ("name", re.compile(r"\bmy name(?: is|'s) " + _NAME)),
     ("plan", re.compile(r"\b(?:i'm|i am|we're|we are) on the ([a-z]+) plan\b")),
     ("call_me", re.compile(r"\bcall me " + _NAME)),
     ("assistant_name", re.compile(r"\bcall yourself " + _NAME)),
-    ("short", re.compile(r"\b(?:keep (?:your |it |the )?(?:answers?|replies|reply|it) (?:short|shorter|brief)|"
-                         r"be brief|shorter answers)\b")),
+    ("short", _SHORT),
     ("remember", re.compile(r"(?<!you )(?<!you not )\bremember (?:that )?(?!about me|me\b)(?P<what>.+)")),
 ]
+# A request the caller limits to now ("just this once", "for this answer") is for this turn only: it is
+# honoured in the reply and never saved as a preference (seed 000: a temporary request applies to the
+# current turn only).
+_TEMPORARY = re.compile(r"\b(?:this once|just (?:for )?now|for now|this time|for this (?:answer|question|reply|"
+                        r"one|call)|just for (?:today|this call))\b")
 _QUESTIONS: list[tuple[str, re.Pattern[str]]] = [
     ("goodbye", re.compile(r"\b(good ?bye|bye|hang up|that's all|that is all)\b")),
     ("forget", re.compile(r"\bforget (?:that |about |my )?(?P<what>.+)")),
@@ -64,14 +70,20 @@ class Write:
     confirmation: str
 
 
+def is_temporary(text: str) -> bool:
+    return bool(_TEMPORARY.search(normalise(text)))
+
+
 def memory_writes(text: str) -> list[Write]:
-    """Every memory-writing intent in the utterance, in the order spoken."""
+    """Every memory-writing intent in the utterance, in the order spoken (a preference the caller
+    limits to now is not one: it is for this turn only)."""
     lowered = normalise(text)
+    temporary = is_temporary(text)
     found: list[tuple[int, Write]] = []
     for intent, pattern in _WRITES:
         for match in pattern.finditer(lowered):
             write = _write_for(intent, match)
-            if write is not None:
+            if write is not None and not (temporary and write.document == "user"):
                 found.append((match.start(), write))
     found.sort(key=lambda item: item[0])
     # "remember that my name is sam" is one thing, not two: drop a remember that covers another write.
@@ -153,6 +165,8 @@ class LocalAgent:
             return "Sorry, I didn't quite catch that. Could you say it once more?"
         base = f"local-{len(request.messages)}"
         writes = memory_writes(turn.text)
+        if is_temporary(turn.text) and _SHORT.search(normalise(turn.text)) and not writes:
+            return "Okay, short it is, just this time."
         if writes and "memory" in tools:
             return [ToolCall(f"{base}-{i}", "memory", {"action": "append", "document": w.document,
                                                         "content": w.content}) for i, w in enumerate(writes)]
@@ -168,7 +182,8 @@ class LocalAgent:
 
     def _reply(self, request: ChatRequest, intent: str, match: re.Match[str] | None) -> str:
         turn = request.turn
-        short = "keep replies short" in request.system.lower()
+        short = "keep replies short" in request.system.lower() or (
+            is_temporary(turn.text) and bool(_SHORT.search(normalise(turn.text))))
         if intent == "my_name":
             name = name_in_memory(turn.memory + "\n" + request.system)
             return f"Your name is {name}." if name else "I don't know your name yet."

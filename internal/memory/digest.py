@@ -19,6 +19,7 @@ from internal.pipeline.transcript import TranscriptEntry
 
 DIGEST_HEADING = "## Recent calls"
 CALL_LINE_CHARS = 240  # one call's line at most
+QUOTED_PREFIX = "the caller said "  # a short call's line without a summary: the caller's words, quoted
 
 
 def bounded_line(text: str) -> str:
@@ -43,7 +44,7 @@ def call_summary(entries: list[TranscriptEntry], rolling_summary: str) -> str:
         return ""
     quotes = "; ".join("\u201c" + " ".join(line.replace("\u201c", "").replace("\u201d", "").split()) + "\u201d"
                        for line in said)
-    return bounded_line("the caller said " + quotes)
+    return bounded_line(QUOTED_PREFIX + quotes)
 
 
 def split_document(content: str) -> tuple[str, list[str]]:
@@ -75,6 +76,97 @@ def merge_digest(content: str, summary: str, max_chars: int, when: float | None 
             return document
         lines.pop()  # the oldest call goes first
     return render_document(head, []) if len(render_document(head, [])) <= max_chars else content
+
+
+# Words that say nothing about what a fact is about: a forgotten fact's other words find the digest
+# lines that state it too.
+_PLAIN_WORDS = set("""the a an and or but of to in on at for with from by about as is are was were be been am
+i me my mine you your caller caller's callers their they them he she his her it its this that these those
+has have had having do does did not no yes name named called call calls said says say told tell asked ask
+wants want wanted would will can could should on off up down out over under again also just very really
+one two some any all more most other such than then there here when where what which who whom why how
+plan plans""".split())
+
+
+class FactsTooLong(ValueError):
+    """The facts alone (without any call digest) are longer than memory.max_chars."""
+
+    def __init__(self, length: int, max_chars: int) -> None:
+        super().__init__(f"the remembered facts alone would be {length} characters; the limit is {max_chars}. "
+                         "Remove or shorten a fact first (call digests already make room by themselves)")
+        self.length = length
+        self.max_chars = max_chars
+
+
+def fit_document(head: str, lines: list[str], max_chars: int) -> str:
+    """The document with as many recent call lines as fit beside the facts (oldest dropped first); the
+    facts are never dropped: when they alone exceed `max_chars`, FactsTooLong."""
+    facts_only = render_document(head, [])
+    if len(facts_only) > max_chars:
+        raise FactsTooLong(len(facts_only), max_chars)
+    kept = list(lines)
+    while kept and len(render_document(head, kept)) > max_chars:
+        kept.pop()
+    return render_document(head, kept) if kept else head.rstrip()
+
+
+def append_fact(content: str, addition: str, max_chars: int) -> str:
+    """`addition` added at the end of the facts, above the call digests, wherever it comes from (tool,
+    API, reconciliation); digests make room oldest first."""
+    head, lines = split_document(content)
+    cleaned = addition.strip("\n")
+    new_head = f"{head}\n{cleaned}" if head.strip() else cleaned
+    return fit_document(new_head, lines, max_chars)
+
+
+def fact_words(line: str) -> set[str]:
+    """The words of a fact that say what it is about (lower case, plain words dropped)."""
+    words = {w.strip("'").removesuffix("'s") for w in re.findall(r"[a-z0-9']+", line.lower())}
+    return {w for w in words if len(w) > 2 and w not in _PLAIN_WORDS}
+
+
+def _mentions(line: str, words: set[str]) -> bool:
+    """Whether `line` uses any of `words` (a plural matches its singular and back)."""
+    for said in re.findall(r"[a-z0-9']+", line.lower()):
+        said = said.strip("'").removesuffix("'s")
+        if said in words or said.removesuffix("s") in words or f"{said}s" in words:
+            return True
+    return False
+
+
+def forget_in_digests(before: str, after: str) -> str:
+    """After an edit of the `memory` document: the call lines that state a fact the edit removed go too.
+
+    An exact-word pass (no model): a fact line that was in the facts before and is gone after is
+    reduced to its distinctive words ("- The caller has a dog." -> {"dog"}), and every call line that
+    mentions any of them is removed. It errs toward forgetting more, never less: a call line that shares
+    a word with a forgotten fact goes, even if it said something else too.
+    """
+    old_head, _ = split_document(before)
+    new_head, lines = split_document(after)
+    kept_facts = {line.strip() for line in new_head.splitlines()}
+    removed = [line for line in old_head.splitlines() if line.strip() and line.strip() not in kept_facts]
+    words: set[str] = set()
+    for line in removed:
+        words |= fact_words(line)
+    if not words:
+        return after
+    remaining = [line for line in lines if not _mentions(line.split(":", 1)[-1], words)]
+    if remaining == lines:
+        return after
+    return render_document(new_head, remaining)
+
+
+def scrub_summary(summary: str, forgotten: set[str]) -> str:
+    """A call's digest line without what the caller asked, during that call, to forget: quoted lines
+    that mention a forgotten fact's words go; any other summary that mentions one goes whole."""
+    if not forgotten or not summary:
+        return summary
+    if summary.startswith(QUOTED_PREFIX):
+        quotes = summary[len(QUOTED_PREFIX):].split("; ")
+        kept = [quote for quote in quotes if not _mentions(quote, forgotten)]
+        return QUOTED_PREFIX + "; ".join(kept) if kept else ""
+    return "" if _mentions(summary, forgotten) else summary
 
 
 def replace_digest_section(content: str, section_lines: list[str], max_chars: int) -> str:

@@ -56,6 +56,7 @@ class HangupWrite:
     transcript: str = ""  # redacted and bounded; only when a model step needs it
     said: list[str] = field(default_factory=list)  # the caller's first lines (redacted), for keyword digests
     summarise: bool = False  # the digest line is to be written by the summary model from `transcript`
+    forgotten: list[str] = field(default_factory=list)  # words of facts removed in the call: not restated
     created_at: float = field(default_factory=time.time)
     attempts: int = 0
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])

@@ -150,7 +150,7 @@ class SessionDigestRecorder:
 
     async def __call__(self, call: HangupWrite) -> None:
         """An outbox step: a model's topics and gist of the call, or keywords of what the caller said."""
-        if getattr(self.runtime.provider, "add_session_digest", None) is None:
+        if not self.runtime.keeps_session_digests:
             return
         digest = fallback_digest(call)
         if self.model is not None and call.transcript.strip():

@@ -8,6 +8,9 @@ all come through here, never to a provider or the database directly. The runtime
 - refuses sensitive content, records every attempt in the audit log (never the text);
 - tells subscribers (the owner's live calls and control-plane sockets) when something actually
   changed, and nothing when an edit was a no-op or failed;
+- believes nothing a provider answers unchecked (internal/memory/results.py: scopes, revisions, bounds;
+  an apply() that changed nothing is a no-op) and offers its optional methods, capability-checked and
+  with their failures contained (internal/memory/surface.py);
 - carries every writer's erasure epoch to the provider, so nothing begun before an erasure of the
   owner lands after it (providers without epochs get the same check here, within this process).
 """
@@ -24,6 +27,7 @@ from typing import Any, Literal
 
 from internal.config.providers import MemoryConfig
 from internal.identity import CallerIdentity
+from internal.memory import digest
 from internal.memory import documents as edits
 from internal.memory.audit import AuditLog
 from internal.memory.errors import (
@@ -61,6 +65,8 @@ from internal.memory.provider import (
     capabilities_of,
 )
 from internal.memory.records import SessionDigest
+from internal.memory.results import applied_documents, valid_documents
+from internal.memory.surface import ProviderSurface
 
 __all__ = [
     "UNKNOWN_EPOCH",
@@ -77,6 +83,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DAY_S = 86400.0
+NO_CHANGE = "provider_changed_nothing"  # audit error of a write its provider reported as no change
 Action = Literal["append", "replace"]
 Listener = Callable[[], None]
 
@@ -87,7 +94,7 @@ class EditOutcome:
     documents: dict[Scope, MemoryDocument]
 
 
-class FrontendMemoryRuntime:
+class FrontendMemoryRuntime(ProviderSurface):
     def __init__(self, provider: Any, config: MemoryConfig, keys: OwnerKeys, *, audit: AuditLog | None = None,
                  sensitive: SensitiveFilter | None = None, secret: OwnerSecret | None = None,
                  outbox_dir: Path | None = None) -> None:
@@ -162,8 +169,22 @@ class FrontendMemoryRuntime:
         return False
 
     def documents(self, owner: str) -> dict[Scope, MemoryDocument]:
-        """Both documents from the provider's synchronous snapshot (empty ones when absent)."""
-        found = {doc.scope: doc for doc in self.provider.list(owner, ListOptions(self.config.max_chars))}
+        """Both documents from the provider's synchronous snapshot (empty ones when absent or unreadable:
+        the prompt path goes on without memory rather than fail)."""
+        try:
+            return self._listed(owner)
+        except MemoryUnavailable as exc:
+            log.warning("memory snapshot unreadable; going on without it: %s", exc.message)
+            return {scope: MemoryDocument(scope) for scope in SCOPES}
+
+    def _listed(self, owner: str) -> dict[Scope, MemoryDocument]:
+        """The provider's snapshot, normalised (internal/memory/results.py); raises when it fails, so a
+        writer never mistakes an unreadable document for an empty one."""
+        try:
+            answer = self.provider.list(owner, ListOptions(self.config.max_chars))
+        except Exception as exc:
+            raise MemoryUnavailable(f"memory is unavailable ({type(exc).__name__})") from None
+        found = valid_documents(answer, self.config.max_chars)
         return {scope: found.get(scope, MemoryDocument(scope)) for scope in SCOPES}
 
     async def latest(self, owner: str) -> dict[Scope, MemoryDocument]:
@@ -174,7 +195,7 @@ class FrontendMemoryRuntime:
                 await prefetch(owner)
             except Exception as exc:
                 raise MemoryUnavailable(f"memory is unavailable ({type(exc).__name__})") from None
-        return self.documents(owner)
+        return self._listed(owner)
 
     def projection(self, owner: str) -> tuple[str, str]:
         """(user preferences, long-term memory) as the model may see them: template comments stripped.
@@ -212,7 +233,7 @@ class FrontendMemoryRuntime:
                     raise StaleRevision(f"the {scope} document is at revision {current.revision}, "
                                         f"not {expected_revision}; reload and try again", docs)
                 try:
-                    updated = self._resolve(current.content, action, content, old_text, new_text)
+                    updated = self._resolve(scope, current.content, action, content, old_text, new_text)
                 except edits.EditError as exc:
                     await self._audit(owner, context, action, "rejected", scope, current.revision, None, exc.code)
                     raise EditRejected(exc.code, exc.message) from None
@@ -241,19 +262,38 @@ class FrontendMemoryRuntime:
                     await self._audit(owner, context, action, "failed", scope, current.revision, None,
                                       type(exc).__name__)
                     raise MemoryUnavailable(f"memory could not be saved ({type(exc).__name__})") from None
-                for document in result.documents:
-                    docs[document.scope] = document
+                written = applied_documents(result, scope, self.config.max_chars)
+                if written is None:  # the provider changed nothing (or will not say what): nothing to announce
+                    await self._audit(owner, context, action, "unchanged", scope, current.revision,
+                                      current.revision, NO_CHANGE)
+                    return EditOutcome(False, docs)
+                docs.update(written)
                 await self._audit(owner, context, action, "applied", scope, current.revision, docs[scope].revision)
                 self._notify(owner)
                 return EditOutcome(True, docs)
         raise AssertionError("unreachable")
 
-    def _resolve(self, current: str, action: Action, content: str, old_text: str, new_text: str) -> str:
-        if action == "append":
-            return edits.append(current, content, self.config.max_chars)
-        if action == "replace":
-            return edits.replace(current, old_text, new_text, self.config.max_chars)
-        raise edits.EditError("unknown_action", f"unknown action {action!r}; use append or replace")
+    def _resolve(self, scope: Scope, current: str, action: Action, content: str, old_text: str,
+                 new_text: str) -> str:
+        """The document after one exact edit. In `memory`, facts live above the call digests: an append
+        goes to the facts wherever it comes from, digests make room oldest first (a fact is refused only
+        when the facts alone exceed max_chars), and removing a fact removes the call lines stating it."""
+        max_chars = self.config.max_chars
+        if action not in ("append", "replace"):
+            raise edits.EditError("unknown_action", f"unknown action {action!r}; use append or replace")
+        if scope != "memory":
+            if action == "append":
+                return edits.append(current, content, max_chars)
+            return edits.replace(current, old_text, new_text, max_chars)
+        try:
+            if action == "append":
+                edits.append("", content, max_chars)  # the same checks of the addition (empty, too long)
+                return digest.append_fact(current, content, max_chars)
+            replaced = edits.replace(current, old_text, new_text, 1 << 62)
+            head, lines = digest.split_document(replaced)
+            return digest.forget_in_digests(current, digest.fit_document(head, lines, max_chars))
+        except digest.FactsTooLong as exc:
+            raise edits.EditError("too_long", str(exc)) from None
 
     async def set_document(self, owner: str, scope: Scope, content: str, context: ChangeContext,
                            transform: Callable[[str], str] | None = None) -> EditOutcome:
@@ -274,8 +314,12 @@ class FrontendMemoryRuntime:
                         from None
                 except RevisionConflict:
                     continue
-                for document in result.documents:
-                    docs[document.scope] = document
+                written = applied_documents(result, scope, self.config.max_chars)
+                if written is None:
+                    await self._audit(owner, context, "set", "unchanged", scope, current.revision,
+                                      current.revision, NO_CHANGE)
+                    return EditOutcome(False, docs)
+                docs.update(written)
                 await self._audit(owner, context, "set", "applied", scope, current.revision, docs[scope].revision)
                 self._notify(owner)
                 return EditOutcome(True, docs)
@@ -407,6 +451,8 @@ class FrontendMemoryRuntime:
                      extra: dict[str, Any] | None = None) -> None:
         for hook in self.on_operation:
             hook(context.source, outcome)
+        if context.trace_id:  # links the write to the turn or request that made it
+            extra = {**(extra or {}), "trace_id": context.trace_id}
         if self.audit is not None:
             await self.audit.record(owner, source=context.source, operation=operation, outcome=outcome, scope=scope,
                                     base_revision=base, revision=revision, error=error,

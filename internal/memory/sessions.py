@@ -24,7 +24,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from internal.memory.digest import bounded_line, call_summary, merge_digest
+from internal.memory.digest import bounded_line, call_summary, fact_words, merge_digest, scrub_summary
 from internal.memory.injection import memory_context
 from internal.memory.outbox import SAID_LINES, TRANSCRIPT_CHARS, HangupOutbox, HangupWrite, Step, StepFailed
 from internal.memory.provider import AudioEvent, ChangeContext, Exchange, OwnerErased, SessionContext
@@ -40,6 +40,7 @@ OWNER = "memory.owner"  # session.data keys
 EPOCH = "memory.epoch"  # the owner's erasure epoch when the call began (UNKNOWN_EPOCH: could not read)
 DIRTY = "memory.dirty"
 UNSUBSCRIBE = "memory.unsubscribe"
+FORGOTTEN = "memory.forgotten"  # words of facts the caller had removed during this call
 _NAME = re.compile(r"(?:caller's name is|call the caller|their name is|name:)\s*([A-Z][\w'-]+)", re.IGNORECASE)
 
 
@@ -95,7 +96,9 @@ class SessionMemory:
             return
         session.data[OWNER] = owner
         loaded = await self.runtime.prefetch(owner)
-        session.data[EPOCH] = await self._epoch(owner) if loaded else UNKNOWN_EPOCH
+        # Read even when the documents were not (a slow read is not a down store): without the epoch
+        # the call could not tell an erasure during it, so it would write nothing at all.
+        session.data[EPOCH] = await self._epoch(owner)
         self._project(session, owner)
         conversation = session.conversation
         conversation.observed_upto = len(conversation.history)  # restored history is never observed
@@ -118,6 +121,14 @@ class SessionMemory:
         except Exception as exc:  # without it this call could outlive an erasure: it writes nothing
             log.warning("memory erasure state unreadable; this call will not write memory: %s", type(exc).__name__)
             return UNKNOWN_EPOCH
+
+    def forgotten(self, session: Any, old_text: str, new_text: str) -> None:
+        """The caller had a fact removed during this call: its digest must not state it again."""
+        if session is None:
+            return
+        words = fact_words(old_text) - fact_words(new_text)
+        if words:
+            session.data.setdefault(FORGOTTEN, set()).update(words)
 
     def epoch(self, session: Session) -> int:
         epoch = session.data.get(EPOCH)
@@ -182,10 +193,8 @@ class SessionMemory:
 
     def _observe_audio(self, session: Session, event: AudioEvent) -> None:
         owner = self.owner(session)
-        try:
-            self.runtime.provider.observe_audio(owner, event, SessionContext(session.id, session.transport))
-        except Exception:  # the audio hot path must survive a provider bug
-            log.exception("observe_audio failed")
+        if owner is not None:  # the runtime contains a provider's failure: the audio path goes on
+            self.runtime.observe_audio(owner, event, SessionContext(session.id, session.transport))
 
     @staticmethod
     def _new_exchanges(session: Session) -> list[Exchange]:
@@ -204,12 +213,8 @@ class SessionMemory:
 
     async def _observe(self, session: Session, owner: str) -> None:
         exchanges = self._new_exchanges(session)
-        if not exchanges:
-            return
-        try:
-            await self.runtime.provider.observe(owner, exchanges, SessionContext(session.id, session.transport))
-        except Exception as exc:
-            log.warning("memory provider observe failed: %s", type(exc).__name__)
+        if exchanges:
+            await self.runtime.observe(owner, exchanges, SessionContext(session.id, session.transport))
 
     # ---- end of call -----------------------------------------------------------------------------
 
@@ -226,7 +231,7 @@ class SessionMemory:
             self._observe_audio(session, AudioEvent("session_end"))
         epoch = self.epoch(session)
         if epoch == UNKNOWN_EPOCH:
-            log.info("this call leaves no memory: its caller's erasure state was unknown")
+            log.warning("this call leaves no memory: its caller's erasure state could not be read")
             return
         entry = self.hangup_write(session, owner, epoch)
         if entry is None:
@@ -249,22 +254,21 @@ class SessionMemory:
             return None  # nothing was said: nothing to remember
         redact = self.runtime.sensitive.redact
         entries = conversation.transcript.entries()
-        summary = redact(call_summary(entries, conversation.summary.text))
+        forgotten = sorted(session.data.get(FORGOTTEN, ()))
+        summary = scrub_summary(redact(call_summary(entries, conversation.summary.text)), set(forgotten))
         summarise = self.summarise is not None and not conversation.summary.text.strip()
         transcript = ""
         if self.after_session or summarise:
             transcript = redact(format_transcript_for_summary(entries))[-TRANSCRIPT_CHARS:]
         said = [redact(e.text.strip()) for e in entries if e.role == "user" and e.text.strip()][:SAID_LINES]
         return HangupWrite(**base, steps=["digest", *self.after_session],  # type: ignore[arg-type]
-                           summary=summary, transcript=transcript, said=said, summarise=summarise)
+                           summary=summary, transcript=transcript, said=said, summarise=summarise,
+                           forgotten=forgotten)
 
     async def _hand_over(self, entry: HangupWrite, owner: str, session_id: str, transport: str,
                          exchanges: list[Exchange]) -> None:
         if exchanges:
-            try:
-                await self.runtime.provider.observe(owner, exchanges, SessionContext(session_id, transport))
-            except Exception as exc:
-                log.warning("memory provider observe failed: %s", type(exc).__name__)
+            await self.runtime.observe(owner, exchanges, SessionContext(session_id, transport))
         try:
             await self.outbox.put(entry)
         except OSError as exc:
@@ -277,7 +281,7 @@ class SessionMemory:
         if entry.summarise and self.summarise is not None and entry.transcript.strip():
             try:
                 written = bounded_line(self.runtime.sensitive.redact(await self.summarise(entry.transcript)))
-                summary = written or summary
+                summary = scrub_summary(written, set(entry.forgotten)) if written else summary
             except Exception as exc:  # the quoted lines stand in; never retry a model for a digest
                 log.info("the call summary model failed; the digest keeps the caller's quoted lines: %s",
                          type(exc).__name__)
@@ -285,9 +289,7 @@ class SessionMemory:
                                                 transform=lambda current: merge_digest(current, summary, max_chars)))
 
     async def _land_flush(self, entry: HangupWrite) -> None:
-        flush = getattr(self.runtime.provider, "flush", None)
-        if flush is not None:
-            await landing(flush(entry.owner, SessionContext(entry.session_id, entry.transport)))
+        await landing(self.runtime.flush(entry.owner, SessionContext(entry.session_id, entry.transport)))
 
     async def drain(self, timeout_s: float) -> None:
         """Hand-overs in flight reach the outbox, then what is due lands (tests, shutdown)."""

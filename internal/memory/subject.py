@@ -38,7 +38,7 @@ async def delete_everywhere(runtime: FrontendMemoryRuntime, owner: str,
         for path in files:
             path.unlink(missing_ok=True)
         removed["pending hang-up writes (files)"] = len(files)
-    announced = hasattr(runtime.provider, "node_id")  # the PostgreSQL provider notifies in its transaction
+    announced = runtime.notifies_changes  # the PostgreSQL provider notifies in its transaction
     return removed, announced
 
 

@@ -1,26 +1,31 @@
 """The `memory` and `recall` tools: how the model (or the offline agent) reads and edits caller memory.
 
 One atomic operation per call. `read` returns the documents exactly as stored (so a later `replace` can
-quote them); with a `query` it returns the most relevant lines when the provider supports semantic
-recall. `append` adds to `user` (preferences: how to address the caller, reply style) or `memory`
-(durable facts). `replace` needs `old_text` to occur exactly once; an empty `new_text` deletes it.
-Failures come back as errors the model can act on and change nothing. Offered only to verified callers.
+quote them), both or only the one `document` names; with a `query` it also returns the most relevant
+lines when the provider supports semantic recall. `append` adds to `user` (preferences: how to address
+the caller, reply style) or `memory` (durable facts). `replace` needs `old_text` to occur exactly
+once; an empty `new_text` deletes it. Failures come back as errors the model can act on and change
+nothing. Offered only to verified callers. A write carries the trace id of the turn that made it.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from internal.memory.provider import ChangeContext, MemoryDocument, Scope
 from internal.memory.runtime import UNKNOWN_EPOCH, FrontendMemoryRuntime, MemoryRuntimeError
 from internal.memory.sessions import OWNER, SessionMemory
 from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
+from internal.telemetry.otel import current_trace_id
 
 MEMORY_TOOL_DESCRIPTION = (
     "Read or change what you remember about the caller. One operation per call; several calls per turn "
     "are fine. Documents: 'user' holds the caller's explicit long-term preferences (how to address them, "
     "how you should reply); 'memory' holds durable facts and decisions about them. Save only what the "
-    "caller asked you to remember or change, or durable facts they stated; never guesses. Actions: "
+    "caller asked you to remember or change, or durable facts they stated; never guesses, and never a "
+    "request the caller limits to now ('just this once', 'for this answer'): that applies to the current "
+    "turn only. Actions: "
     "read (optional query), append (document, content as a Markdown list line '- ...'), replace (document, "
     "old_text quoted exactly from a read, new_text; empty new_text deletes the line)."
 )
@@ -72,6 +77,11 @@ def register_memory_tools(registry: ToolRegistry, runtime: FrontendMemoryRuntime
         if action == "read":
             query = str(arguments.get("query") or "").strip()
             documents = runtime.documents(owner)
+            wanted = arguments.get("document")
+            if wanted not in (None, "", *documents):
+                raise ToolError("document must be 'user' (preferences) or 'memory' (facts), or left out for both")
+            if wanted:
+                documents = {wanted: documents[wanted]}
             result: dict[str, Any] = {"documents": documents_json(documents)}
             if query and runtime.capabilities.semantic_query:
                 result["matches"] = await runtime.query(owner, query)
@@ -86,9 +96,13 @@ def register_memory_tools(registry: ToolRegistry, runtime: FrontendMemoryRuntime
                                          old_text=str(arguments.get("old_text") or ""),
                                          new_text=str(arguments.get("new_text") or ""),
                                          context=ChangeContext("tool", context.session_id, context.turn,
+                                                               trace_id=current_trace_id(),
                                                                erasure_epoch=_epoch(context, sessions)))
         except MemoryRuntimeError as exc:
             raise ToolError(exc.message) from None
+        if action == "replace" and document == "memory" and outcome.changed:
+            sessions.forgotten(context.extras.get("session"), str(arguments.get("old_text") or ""),
+                               str(arguments.get("new_text") or ""))
         return {"ok": True, "changed": outcome.changed, "documents": documents_json(outcome.documents)}
 
     registry.register("memory", MEMORY_TOOL_DESCRIPTION, MEMORY_TOOL_PARAMETERS, memory, available=_has_owner)
@@ -98,12 +112,10 @@ def register_memory_tools(registry: ToolRegistry, runtime: FrontendMemoryRuntime
 
     async def recall(arguments: dict[str, Any], context: ToolContext) -> dict[str, Any]:
         owner = _owner(context)
-        digests = getattr(runtime.provider, "session_digests", None)
-        if digests is None:
-            return {"calls": []}
-        import time
-
-        items = await digests(owner, 5)
+        try:
+            items = await runtime.session_digests(owner, 5)
+        except MemoryRuntimeError as exc:
+            raise ToolError(exc.message) from None
         return {"calls": [{"date": time.strftime("%Y-%m-%d", time.localtime(d.created_at)), "topics": d.topics,
                            "gist": d.gist} for d in items]}
 

@@ -1,9 +1,12 @@
 """The system context sent with every model turn, assembled from its layers in order of authority.
 
-Core policy first (it cannot be overridden), then the assistant profile, then what caller memory adds
-(the caller's saved preferences and long-term memory, each fenced and labelled with its authority and
-bounded together by `memory.max_chars`: built by internal/memory/injection.py, placed here verbatim),
-then skills, the rolling summary, retrieved knowledge and any note for this turn.
+In the seed's order of authority: the core policy first (nothing overrides it); then what caller
+memory adds (the caller's saved preferences, which override the assistant profile, and long-term
+memory, which is evidence only: each fenced, labelled and bounded together by `memory.max_chars`,
+built by internal/memory/injection.py and placed here verbatim); then the assistant profile, under
+its own heading (the deployer's persona text and ASSISTANT.md: instance-wide defaults that the
+caller's preferences and current request override, never policy); then skills, the rolling summary,
+retrieved knowledge and any note for this turn.
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from pathlib import Path
 from internal.pipeline.rolling_summary import summary_context_block
 
 BUILTIN_PROMPT = Path(__file__).with_name("PROMPT.md")
+ASSISTANT_PROFILE_HEADING = ("## Assistant profile (the deployer's defaults for every caller: who you are and how "
+                             "you speak; the caller's preferences above and current request override it, "
+                             "never the policy)")
 
 
 def load_text(path: str, fallback: Path | None = None) -> str:
@@ -49,12 +55,11 @@ class ContextLayers:
 def build_system_context(layers: ContextLayers, *, summary: str = "", knowledge: list[str] | None = None,
                          note: str = "") -> str:
     sections: list[str] = [layers.policy.strip()]
-    if layers.persona.strip():
-        sections.append(layers.persona.strip())
-    if layers.assistant_profile.strip():
-        sections.append("## Assistant profile\n" + layers.assistant_profile.strip())
     if layers.memory_context:
         sections.append(layers.memory_context)
+    profile = "\n\n".join(part.strip() for part in (layers.persona, layers.assistant_profile) if part.strip())
+    if profile:
+        sections.append(ASSISTANT_PROFILE_HEADING + "\n" + profile)
     if layers.skills.strip():
         sections.append("## Skills\n" + layers.skills.strip())
     sections.extend(part.strip() for part in layers.extra if part.strip())

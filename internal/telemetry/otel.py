@@ -41,6 +41,13 @@ log = logging.getLogger(__name__)
 LATENCY_BUCKETS_MS = (5, 10, 25, 50, 100, 200, 400, 800, 1500, 3000, 6000)
 
 
+def current_trace_id() -> str | None:
+    """The trace id of the current span (a call's turn, an HTTP request) as 32 hex digits, for records
+    that must be matched with their trace later (memory changes); None outside a recording trace."""
+    context = trace.get_current_span().get_span_context()
+    return format(context.trace_id, "032x") if context.is_valid else None
+
+
 def _otlp_span_exporter(endpoint: str) -> SpanExporter | None:
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # type: ignore

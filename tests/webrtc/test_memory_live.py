@@ -76,7 +76,9 @@ async def browser_call(server: LiveServer, subject: str | None, text: str) -> li
         client.send({"type": "text", "text": text})
         await client.wait_for(lambda e: e["type"] == "transcript" and e["role"] == "agent"
                               and e["text"] != client.of_type("transcript")[0]["text"])
-        await http.delete(client.location)
+        hang_up = await http.delete(client.location, headers={"Authorization": f"Bearer {token(subject)}"}
+                                    if subject else {})
+        assert hang_up.status_code == 200, hang_up.text  # the call ends now, not when its grace runs out
     await client.close()
     assert server.gateway.sessions is not None and server.gateway.session_memory is not None
     await server.gateway.sessions.drain()
@@ -112,3 +114,33 @@ async def test_an_anonymous_browser_call_gets_and_leaves_nothing(tmp_path: Path)
         memory = server.gateway.memory
         assert memory is not None
         assert await memory.provider.owners() == []
+
+
+async def test_facts_kept_through_the_api_survive_many_browser_calls(tmp_path: Path) -> None:
+    """Real WebRTC calls, each leaving a long digest line, between facts remembered through PATCH
+    /api/memory: no fact is evicted by the digests and no "remember" is refused while the facts fit."""
+    config = memory_server_config(tmp_path, SECRET)
+    config.memory.max_chars = 800
+    async with live_server(config, stt=ScriptedStt([])) as server:
+        facts: list[str] = []
+        headers = {"Authorization": f"Bearer {token('carol')}"}
+        for n in range(8):
+            said = f"call {n}: I ordered a kettle and a toaster and a blender and the parcel is very late again"
+            await browser_call(server, "carol", said)
+            fact = f"- Carol's order {n} is parcel KX{n:03d}."
+            async with server.http() as http:
+                response = await http.patch("/api/memory", headers=headers,
+                                            json={"document": "memory", "action": "append", "content": fact})
+            assert response.status_code == 200, f"remembering fact {n} was refused: {response.text}"
+            facts.append(fact)
+        content = ""
+        for _attempt in range(100):  # the last call's digest lands off the call path
+            async with server.http() as http:
+                content = (await http.get("/api/memory", headers=headers)).json()["documents"]["memory"]["content"]
+            if "call 7" in content:
+                break
+            await asyncio.sleep(0.2)
+    head = content.split("## Recent calls")[0]
+    assert [line for line in head.splitlines() if line.startswith("- Carol's order")] == facts
+    assert "## Recent calls" in content and "call 7" in content, content  # the newest digest still fits
+    assert len(content) <= 800

@@ -83,6 +83,8 @@ async def check_epoch(conn: AsyncConnection[Any], owner: str, expected: int | No
 
 
 class PgvectorProvider:
+    notifies_changes = True  # in each write's own transaction (see `_announce`): no change bus announces for it
+
     def __init__(self, database: Database, embedder: Embedder | None, retention_s: float,
                  node_id: str | None = None) -> None:
         self._db = database

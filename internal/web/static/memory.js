@@ -1,17 +1,19 @@
 // The memory panel: what the agent remembers about the signed-in caller, editable line by line.
 // Every edit is an exact replacement sent with the revision it was made against; when the memory changed
 // meanwhile (409), the panel reloads and says so instead of overwriting. It reloads on memory.changed
-// (from the call's DataChannel or the /api/events socket) and whenever a call (re)connects.
+// (from the call's DataChannel or the /api/events socket), whenever a call (re)connects and whenever the
+// /api/events socket (re)opens: a change made while that socket was down sent no event to this page.
+
+import { EventsSocket } from "./events.js";
 
 const $ = (id) => document.getElementById(id);
 const ui = {
   panel: $("memory-panel"), status: $("memory-status"), reload: $("memory-reload"),
-  user: $("memory-user"), memory: $("memory-memory"), notice: $("memory-notice"),
+  user: $("memory-user"), memory: $("memory-memory"), notice: $("memory-notice"), live: $("memory-live"),
 };
 const documentNames = { user: "Preferences", memory: "Facts and past calls" };
 let state = null; // {documents: {user: {content, revision}, memory: {...}}, limits}
-let events = null; // the /api/events WebSocket
-let eventsToken = "";
+let loads = 0; // loads overlap (an event, a reconnect, a click): only the latest one's answer is shown
 
 const token = () => (window.voicegate ? window.voicegate.token() : "");
 const headers = () => ({ "Content-Type": "application/json", Authorization: `Bearer ${token()}` });
@@ -31,21 +33,29 @@ async function errorMessage(response) {
   }
 }
 
+const editing = () => Boolean(ui.panel.querySelector(".memory-edit"));
+
+function changedSince(fresh) {
+  return !state || ["user", "memory"].some((scope) => fresh.documents[scope].revision !== state.documents[scope].revision);
+}
+
 export async function load(message = "") {
-  if (ui.panel.querySelector(".memory-edit")) {
-    // The person is editing a line: keep their form. If they save, the stale revision gets a 409 and the
-    // panel reloads then, with a message, instead of silently overwriting the newer memory.
-    say("Your memory changed while you were editing; saving will ask you to try again.", "warn");
-    return;
-  }
+  const mine = ++loads;
   if (!token()) {
     state = null;
     render();
     ui.status.textContent = "Sign in (a token) to see what the agent remembers about you.";
-    connectEvents();
+    events.follow("");
     return;
   }
-  const response = await fetch("/api/memory", { headers: headers(), cache: "no-store" });
+  let response;
+  try {
+    response = await fetch("/api/memory", { headers: headers(), cache: "no-store" });
+  } catch {
+    if (mine === loads) ui.status.textContent = "Could not reach the server; the panel reloads when it is back.";
+    return;
+  }
+  if (mine !== loads) return;
   if (response.status === 404) {
     ui.panel.hidden = true; // memory is off on this server
     return;
@@ -57,10 +67,19 @@ export async function load(message = "") {
     ui.status.textContent = await errorMessage(response);
     return;
   }
-  state = await response.json();
-  render();
-  say(message, message ? "warn" : "info");
-  connectEvents();
+  const fresh = await response.json();
+  if (mine !== loads) return;
+  if (editing()) {
+    // The person is editing a line: keep their form and the revision it was made against. If they save
+    // after a change, that revision gets a 409 and the panel reloads then, with a message, instead of
+    // silently overwriting the newer memory.
+    if (changedSince(fresh)) say("Your memory changed while you were editing; saving will ask you to try again.", "warn");
+  } else {
+    state = fresh;
+    render();
+    say(message, message ? "warn" : "info");
+  }
+  events.follow(token());
 }
 
 function lines(content) {
@@ -167,26 +186,23 @@ async function patch(scope, edit) {
   say("Saved.");
 }
 
-function connectEvents() {
-  const current = token();
-  if (events && eventsToken === current) return;
-  if (events) events.close();
-  events = null;
-  eventsToken = current;
-  if (!current) return;
-  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  events = new WebSocket(`${scheme}//${location.host}/api/events?token=${encodeURIComponent(current)}`);
-  events.addEventListener("message", (message) => {
-    try {
-      if (JSON.parse(message.data).type === "memory.changed") load();
-    } catch {
-      // not ours
-    }
-  });
-  events.addEventListener("close", () => {
-    if (eventsToken === current) setTimeout(() => { events = null; if (token() === current) connectEvents(); }, 3000);
-  });
+const liveText = {
+  connecting: () => "Connecting for live updates…",
+  open: () => "Live: changes made in a call or another tab show up here.",
+  retrying: (ms) => `Live updates interrupted; reconnecting in ${Math.ceil(ms / 1000)} s.`,
+};
+
+function showLive(live, retryMs) {
+  ui.live.dataset.state = live;
+  ui.live.hidden = live === "off";
+  ui.live.textContent = live === "off" ? "" : liveText[live](retryMs);
 }
+
+const events = new EventsSocket({
+  onOpen: () => load(),
+  onEvent: (event) => { if (event.type === "memory.changed") load(); },
+  onState: showLive,
+});
 
 if (window.voicegate) {
   window.voicegate.on("memory.changed", () => load());
