@@ -16,6 +16,7 @@ from typing import Any, TextIO
 from internal.config import Config, ConfigError
 from internal.pipeline.transcript import TranscriptEntry
 from internal.session import Session
+from server.cli_logging import configure_tool_logging
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 # Ends that mean the call did not work, as opposed to someone hanging up (see SessionManager.end reasons).
@@ -33,7 +34,6 @@ def add_call_command(commands: Any) -> None:
 
 
 def run_call(args: argparse.Namespace, config: Config) -> int:
-    from server.cli import configure_tool_logging
     from server.providers import check_providers
 
     try:

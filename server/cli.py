@@ -6,8 +6,6 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import TextIO
 
 from internal.config import (
     Config,
@@ -18,6 +16,7 @@ from internal.config import (
     render_toml,
     security_warnings,
 )
+from server.cli_logging import configure_command_logging, configure_tool_logging
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -127,7 +126,7 @@ def _run_talk(args: argparse.Namespace, config: Config) -> int:
     except ConfigError as exc:
         print("voicegate talk: " + "; ".join(exc.problems), file=sys.stderr)
         return EXIT_ERROR
-    _configure_logging(config, level="warning")
+    configure_command_logging(config, level="warning")
     if args.mic:
         return run_mic(config)
     if not args.files:
@@ -147,28 +146,8 @@ def _run_serve(args: argparse.Namespace, config: Config) -> int:
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
         return EXIT_ERROR
-    _configure_logging(config)
+    configure_command_logging(config)
     return asyncio.run(serve(config))
-
-
-def configure_tool_logging(config: Config) -> None:
-    """For commands whose stdout is their output: warnings and errors only, as JSON lines on stderr."""
-    _configure_logging(config, level="warning", stream=sys.stderr)
-
-
-def _configure_logging(config: Config, level: str | None = None, stream: TextIO | None = None) -> None:
-    from internal.config import secret_values
-    from internal.telemetry import configure_logging
-
-    if config.telemetry.log_file:
-        Path(config.telemetry.log_file).parent.mkdir(parents=True, exist_ok=True)
-    configure_logging(
-        level or config.telemetry.log_level,
-        stream=stream,
-        secrets=secret_values(config),
-        log_content=config.telemetry.log_content,
-        log_file=config.telemetry.log_file,
-    )
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from internal.memory.owner import OwnerKeySecretError
 from internal.memory.provider import ChangeContext
 from internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
 from internal.memory.subject import delete_everywhere, export_everything
+from server.cli_logging import configure_tool_logging
 
 EXIT_OK, EXIT_FAILED, EXIT_UNKNOWN_CALLER, EXIT_CANCELLED = 0, 1, 3, 4
 
@@ -80,8 +81,6 @@ def resolve_caller(caller: str, kind: str | None, region: str) -> CallerIdentity
 
 
 def run_memory(args: argparse.Namespace, config: Config) -> int:
-    from server.cli import configure_tool_logging
-
     configure_tool_logging(config)
     try:
         return asyncio.run(_run(args, config))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from internal.config import Config
+from server.cli_logging import configure_tool_logging
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -63,8 +64,6 @@ class ProgressBar:
 
 def run_rag(args: argparse.Namespace, config: Config) -> int:
     from internal.rag.chunking import ChunkingError, check_settings
-    from server.cli import configure_tool_logging
-
     configure_tool_logging(config)
     if args.rag_command == "ingest":
         args.chunk_size = config.rag.chunk_size if args.chunk_size is None else args.chunk_size

@@ -13,6 +13,7 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from internal.identity import CallerIdentity
 
@@ -108,3 +109,19 @@ class OwnerKeys:
 def audit_hash(owner_key: str) -> str:
     """A short, non-reversible tag of an owner key for audit lines (never the key itself)."""
     return hashlib.sha256(b"audit:" + owner_key.encode()).hexdigest()[:16]
+
+
+async def verify_secret(store: Any, secret: OwnerSecret) -> None:
+    """Check `secret` against what `store` recorded (raises OwnerKeySecretError with the fix), then
+    write a newly generated secret's file and record its fingerprint."""
+    recorded_of = getattr(store, "key_fingerprint", None)
+    if recorded_of is None:  # this store cannot tell; nothing to compare against
+        keep(secret)
+        return
+    recorded = await recorded_of()
+    problem = secret_problem(secret, recorded, await store.stored_owner_count())
+    if problem:
+        raise OwnerKeySecretError(problem)
+    keep(secret)
+    if recorded != fingerprint(secret.value):
+        await store.set_key_fingerprint(fingerprint(secret.value))

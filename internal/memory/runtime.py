@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from internal.config.providers import MemoryConfig
 from internal.identity import CallerIdentity
-from internal.memory import digest
 from internal.memory import documents as edits
 from internal.memory.audit import AuditLog
+from internal.memory.editing import Action, resolve_edit
 from internal.memory.errors import (
     UNKNOWN_EPOCH,
     CallerErased,
@@ -41,15 +40,9 @@ from internal.memory.errors import (
 )
 from internal.memory.filtering import SensitiveFilter
 from internal.memory.injection import neutralise_for_storage
+from internal.memory.listeners import Listener, OwnerListeners
 from internal.memory.locks import OwnerLocks
-from internal.memory.owner import (
-    OwnerKeys,
-    OwnerKeySecretError,
-    OwnerSecret,
-    fingerprint,
-    keep,
-    secret_problem,
-)
+from internal.memory.owner import OwnerKeys, OwnerSecret, verify_secret
 from internal.memory.provider import (
     SCOPES,
     ChangeContext,
@@ -84,8 +77,6 @@ log = logging.getLogger(__name__)
 
 DAY_S = 86400.0
 NO_CHANGE = "provider_changed_nothing"  # audit error of a write its provider reported as no change
-Action = Literal["append", "replace"]
-Listener = Callable[[], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +100,7 @@ class FrontendMemoryRuntime(ProviderSurface):
         self._locks = OwnerLocks()
         # Erasure epochs kept here for providers that keep none (one process only; see `epoch`).
         self._local_epochs: dict[str, int] = {}
-        self._listeners: defaultdict[str, list[Listener]] = defaultdict(list)
+        self._listeners = OwnerListeners()
         # Called after an owner's memory changed, locally; a multi-node notifier plugs in here.
         self.on_changed: list[Callable[[str], None]] = []
         # Called with (source, outcome) for every write attempt; metrics plug in here (no owner, no text).
@@ -128,20 +119,8 @@ class FrontendMemoryRuntime(ProviderSurface):
     async def verify_owner_key(self) -> None:
         """Refuse to run with a secret that would orphan stored memory (raises OwnerKeySecretError);
         otherwise record its fingerprint and write a newly generated secret to its file."""
-        secret = self._secret
-        if secret is None:
-            return
-        recorded_of = getattr(self.provider, "key_fingerprint", None)
-        if recorded_of is None:  # this store cannot tell; nothing to compare against
-            keep(secret)
-            return
-        recorded = await recorded_of()
-        problem = secret_problem(secret, recorded, await self.provider.stored_owner_count())
-        if problem:
-            raise OwnerKeySecretError(problem)
-        keep(secret)
-        if recorded != fingerprint(secret.value):
-            await self.provider.set_key_fingerprint(fingerprint(secret.value))
+        if self._secret is not None:
+            await verify_secret(self.provider, self._secret)
 
     async def epoch(self, owner: str) -> int:
         """The owner's erasure epoch now: a writer records it when it starts and writes with it."""
@@ -233,7 +212,8 @@ class FrontendMemoryRuntime(ProviderSurface):
                     raise StaleRevision(f"the {scope} document is at revision {current.revision}, "
                                         f"not {expected_revision}; reload and try again", docs)
                 try:
-                    updated = self._resolve(scope, current.content, action, content, old_text, new_text)
+                    updated = resolve_edit(scope, current.content, action, content=content, old_text=old_text,
+                                           new_text=new_text, max_chars=self.config.max_chars)
                 except edits.EditError as exc:
                     await self._audit(owner, context, action, "rejected", scope, current.revision, None, exc.code)
                     raise EditRejected(exc.code, exc.message) from None
@@ -272,28 +252,6 @@ class FrontendMemoryRuntime(ProviderSurface):
                 self._notify(owner)
                 return EditOutcome(True, docs)
         raise AssertionError("unreachable")
-
-    def _resolve(self, scope: Scope, current: str, action: Action, content: str, old_text: str,
-                 new_text: str) -> str:
-        """The document after one exact edit. In `memory`, facts live above the call digests: an append
-        goes to the facts wherever it comes from, digests make room oldest first (a fact is refused only
-        when the facts alone exceed max_chars), and removing a fact removes the call lines stating it."""
-        max_chars = self.config.max_chars
-        if action not in ("append", "replace"):
-            raise edits.EditError("unknown_action", f"unknown action {action!r}; use append or replace")
-        if scope != "memory":
-            if action == "append":
-                return edits.append(current, content, max_chars)
-            return edits.replace(current, old_text, new_text, max_chars)
-        try:
-            if action == "append":
-                edits.append("", content, max_chars)  # the same checks of the addition (empty, too long)
-                return digest.append_fact(current, content, max_chars)
-            replaced = edits.replace(current, old_text, new_text, 1 << 62)
-            head, lines = digest.split_document(replaced)
-            return digest.forget_in_digests(current, digest.fit_document(head, lines, max_chars))
-        except digest.FactsTooLong as exc:
-            raise edits.EditError("too_long", str(exc)) from None
 
     async def set_document(self, owner: str, scope: Scope, content: str, context: ChangeContext,
                            transform: Callable[[str], str] | None = None) -> EditOutcome:
@@ -403,19 +361,10 @@ class FrontendMemoryRuntime(ProviderSurface):
 
     def subscribe(self, owner: str, listener: Listener) -> Callable[[], None]:
         """Call `listener` (synchronously, no content) after each persisted change of `owner`'s memory."""
-        self._listeners[owner].append(listener)
-
-        def unsubscribe() -> None:
-            listeners = self._listeners.get(owner)
-            if listeners and listener in listeners:
-                listeners.remove(listener)
-                if not listeners:
-                    del self._listeners[owner]
-
-        return unsubscribe
+        return self._listeners.subscribe(owner, listener)
 
     def _notify(self, owner: str) -> None:
-        self._tell_listeners(owner)
+        self._listeners.tell(owner)
         for hook in self.on_changed:
             hook(owner)
 
@@ -425,9 +374,9 @@ class FrontendMemoryRuntime(ProviderSurface):
         invalidate = getattr(self.provider, "invalidate", None)
         if invalidate is not None:
             invalidate(owner)
-        if self._listeners.get(owner):
+        if self._listeners.has(owner):
             await self.prefetch(owner)
-        self._tell_listeners(owner)
+        self._listeners.tell(owner)
 
     async def resync(self) -> None:
         """Changes may have been missed (the change listener was disconnected): drop every cached copy,
@@ -435,16 +384,9 @@ class FrontendMemoryRuntime(ProviderSurface):
         clear = getattr(self.provider, "invalidate_all", None)
         if clear is not None:
             clear()
-        for owner in list(self._listeners):
+        for owner in self._listeners.owners():
             await self.prefetch(owner)
-            self._tell_listeners(owner)
-
-    def _tell_listeners(self, owner: str) -> None:
-        for listener in list(self._listeners.get(owner, [])):
-            try:
-                listener()
-            except Exception:
-                log.exception("memory change listener failed")
+            self._listeners.tell(owner)
 
     async def _audit(self, owner: str, context: ChangeContext, operation: str, outcome: str, scope: str = "",
                      base: int | None = None, revision: int | None = None, error: str = "",
