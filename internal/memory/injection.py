@@ -64,8 +64,8 @@ def _fit(body: str, budget: int) -> str:
     cut = body[:room]
     if "\n" in cut:
         cut = cut[: cut.rindex("\n")]
-    elif len(body) > room:  # a single line longer than the room: cut it at a word
-        cut = cut.rsplit(" ", 1)[0] if " " in cut else cut
+    elif " " in cut:  # a single line longer than the room: cut it at a word
+        cut = cut.rsplit(" ", 1)[0]
     cut = cut.rstrip()
     return f"{cut}\n{TRUNCATION_NOTICE}" if cut else ""
 

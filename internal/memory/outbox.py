@@ -78,6 +78,11 @@ def retry_delay(attempts: int, cap_s: float) -> float:
     return float(min(cap_s, FIRST_RETRY_S * (2 ** max(0, attempts - 1))))
 
 
+def _created(name: str) -> str:
+    """The creation time in an entry's file name (`<owner>-<ms>-<id>.json`), sortable as text."""
+    return name.split("-")[1]
+
+
 def owner_files(directory: Path, owner: str) -> list[Path]:
     """An owner's pending entries in an outbox directory (for erasure and export)."""
     return sorted(directory.glob(f"{owner}-*.json")) if directory.exists() else []
@@ -92,8 +97,9 @@ class HangupOutbox:
         self._max_entries = max_entries
         self._clock = clock
         self._steps: dict[str, Step] = {}
-        # name -> when it is next due; the entries themselves stay on disk until they are worked on.
-        self._due: dict[str, float] = {}
+        # Names of the entries on disk not landed yet (the entries stay on disk until worked on). When
+        # one is tried is the outbox's back-off, not the entry's: see _paused_until.
+        self._pending: set[str] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._busy = False
@@ -109,16 +115,14 @@ class HangupOutbox:
 
     @property
     def pending(self) -> int:
-        return len(self._due)
+        return len(self._pending)
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Pick up what an earlier run left, then work in the background."""
         names = await asyncio.to_thread(self._scan)
-        now = self._clock()
-        for name in names:
-            self._due.setdefault(name, now)
+        self._pending.update(names)
         if names:
             log.info("memory outbox: pending hang-up writes from an earlier run", extra={"pending": len(names)})
         self._task = asyncio.create_task(self._run(), name="memory-outbox")
@@ -133,10 +137,10 @@ class HangupOutbox:
         """Keep `entry` on disk and wake the worker (bounded: the oldest entries go first when full)."""
         name = entry.file_name()
         await asyncio.to_thread(self._store, entry, name)
-        self._due[name] = self._clock()
-        while len(self._due) > self._max_entries:
-            oldest = min(self._due, key=lambda n: n.split("-")[1])  # by creation time, whoever the owner
-            self._due.pop(oldest)
+        self._pending.add(name)
+        while len(self._pending) > self._max_entries:
+            oldest = min(self._pending, key=_created)
+            self._pending.discard(oldest)
             await asyncio.to_thread(self._remove, oldest)
             self.dropped += 1
             log.warning("memory outbox full; the oldest hang-up write was dropped",
@@ -156,11 +160,11 @@ class HangupOutbox:
         deadline = asyncio.get_running_loop().time() + timeout_s
         self._paused_until = 0.0
         self._wake.set()
-        while (self._busy or self._due) and asyncio.get_running_loop().time() < deadline:
+        while (self._busy or self._pending) and asyncio.get_running_loop().time() < deadline:
             if self._task is None or self._task.done():
                 break
             await asyncio.sleep(0.005)
-        return not self._due
+        return not self._pending
 
     async def stop(self, timeout_s: float) -> None:
         """Drain, then stop the worker; entries that did not land stay on disk for the next start."""
@@ -170,31 +174,22 @@ class HangupOutbox:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        if self._due:
-            log.warning("memory outbox: hang-up writes left for the next start", extra={"pending": len(self._due)})
+        if self._pending:
+            log.warning("memory outbox: hang-up writes left for the next start",
+                        extra={"pending": len(self._pending)})
 
     # ---- the worker ----------------------------------------------------------------------------
 
-    def _next_due(self) -> tuple[float, str] | None:
-        """The oldest entry that is due now (oldest by creation: names carry the time after the owner)."""
-        now = self._clock()
-        if now < self._paused_until:
-            return None
-        due = [(name.split("-")[1], name) for name, when in self._due.items() if when <= now]
-        return (now, min(due)[1]) if due else None
-
     async def _run(self) -> None:
         while True:
-            picked = self._next_due()
-            if picked is None:
-                self._wake.clear()
-                now = self._clock()
-                wait = min((max(when, self._paused_until) - now for when in self._due.values()), default=None)
+            paused_s = self._paused_until - self._clock()
+            if not self._pending or paused_s > 0:
+                self._wake.clear()  # woken by put() and drain(); or when the back-off is over
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(max(0.0, wait) if wait is not None else None):
+                    async with asyncio.timeout(paused_s if self._pending else None):
                         await self._wake.wait()
                 continue
-            name = picked[1]
+            name = min(self._pending, key=_created)  # oldest first, whoever the owner
             self._busy = True
             try:
                 await self._work(name)
@@ -207,7 +202,7 @@ class HangupOutbox:
                 self._busy = False
 
     def _forget(self, name: str) -> None:
-        self._due.pop(name, None)
+        self._pending.discard(name)
         self._remove(name)
 
     async def _work(self, name: str) -> None:
@@ -215,7 +210,7 @@ class HangupOutbox:
             text = await asyncio.to_thread((self.directory / name).read_text, encoding="utf-8")
             entry = HangupWrite.from_json(text)
         except FileNotFoundError:  # erased by `voicegate memory delete` meanwhile
-            self._due.pop(name, None)
+            self._pending.discard(name)
             return
         except (ValueError, TypeError):
             log.warning("memory outbox: an unreadable entry was dropped")
@@ -243,7 +238,7 @@ class HangupOutbox:
                 self._failures += 1
                 delay = retry_delay(self._failures, self._retry_max_s)
                 log.warning("memory %s write failed, retrying in %.1f s (%d pending): %s", entry.steps[0], delay,
-                            len(self._due), exc)
+                            len(self._pending), exc)
                 await asyncio.to_thread(self._store, entry, name)
                 self._paused_until = self._clock() + delay
                 return

@@ -67,8 +67,6 @@ class DocumentCache:
         self._entries[owner] = entry
         self._trim()
 
-    put = update  # the name the markdown provider used before replace() existed
-
     def _trim(self) -> None:
         while len(self._entries) > self._max_owners:
             self._entries.pop(next(iter(self._entries)))

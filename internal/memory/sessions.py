@@ -233,12 +233,8 @@ class SessionMemory:
         if epoch == UNKNOWN_EPOCH:
             log.warning("this call leaves no memory: its caller's erasure state could not be read")
             return
-        entry = self.hangup_write(session, owner, epoch)
-        if entry is None:
-            return
         exchanges = self._new_exchanges(session) if capabilities.session_observation else []
-        task = asyncio.create_task(self._hand_over(entry, owner, session.id, session.transport, exchanges),
-                                   name="memory-hangup")
+        task = asyncio.create_task(self._hand_over(session, owner, epoch, exchanges), name="memory-hangup")
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 
@@ -265,10 +261,15 @@ class SessionMemory:
                            summary=summary, transcript=transcript, said=said, summarise=summarise,
                            forgotten=forgotten)
 
-    async def _hand_over(self, entry: HangupWrite, owner: str, session_id: str, transport: str,
-                         exchanges: list[Exchange]) -> None:
+    async def _hand_over(self, session: Session, owner: str, epoch: int, exchanges: list[Exchange]) -> None:
+        """Off the call path: reduce the ended call to its bounded record (formatting and redacting a
+        long transcript is CPU work, so in a thread), then hand it to the outbox."""
         if exchanges:
-            await self.runtime.observe(owner, exchanges, SessionContext(session_id, transport))
+            await self.runtime.observe(owner, exchanges, SessionContext(session.id, session.transport))
+        entry = await asyncio.to_thread(self.hangup_write, session, owner, epoch)
+        del session  # from here on only the bounded record is held
+        if entry is None:
+            return
         try:
             await self.outbox.put(entry)
         except OSError as exc:
