@@ -26,12 +26,14 @@ from internal.config.providers import (
     OllamaConfig,
     OpenAIConfig,
     PgvectorConfig,
+    PiperConfig,
     PocketsphinxConfig,
     RagConfig,
     SttConfig,
     SupabaseConfig,
     TelemetryConfig,
     TtsConfig,
+    WhisperConfig,
 )
 from internal.config.sections import PipelineConfig, ServerConfig, SipConfig, WebRTCConfig
 from internal.identity.phone import normalise_e164
@@ -94,6 +96,8 @@ class Config(BaseSettings):
     deepgram: DeepgramConfig = Field(default_factory=DeepgramConfig)
     pocketsphinx: PocketsphinxConfig = Field(default_factory=PocketsphinxConfig)
     espeak: EspeakConfig = Field(default_factory=EspeakConfig)
+    whisper: WhisperConfig = Field(default_factory=WhisperConfig)
+    piper: PiperConfig = Field(default_factory=PiperConfig)
     rag: RagConfig = Field(default_factory=RagConfig)
     pgvector: PgvectorConfig = Field(default_factory=PgvectorConfig)
     supabase: SupabaseConfig = Field(default_factory=SupabaseConfig)

@@ -11,11 +11,12 @@ from internal.config.sections import Section
 
 
 class SttConfig(Section):
-    provider: Literal["pocketsphinx", "openai", "deepgram"] = "pocketsphinx"
+    provider: Literal["whisper", "pocketsphinx", "openai", "deepgram"] = "whisper"
 
 
 class TtsConfig(Section):
-    provider: Literal["espeak", "openai"] = "espeak"
+    # "auto": Piper when its program and voice are installed, else espeak-ng.
+    provider: Literal["auto", "piper", "espeak", "openai"] = "auto"
 
 
 class LlmConfig(Section):
@@ -68,6 +69,32 @@ class PocketsphinxConfig(Section):
     dictionary: str = ""
     lm: str = ""
     workers: int = Field(2, ge=1, le=64)
+
+
+class WhisperConfig(Section):
+    model: str = "tiny.en"  # a model name ("tiny.en", "base", ...) or a CTranslate2 model directory
+    compute_type: str = "int8"
+    beam_size: int = Field(1, ge=1, le=10)
+    workers: int = Field(2, ge=1, le=64)
+    cpu_threads: int = Field(1, ge=1, le=64)
+    language: str = "en"
+    vad_filter: bool = True
+    # Encode only the utterance (plus a margin), not Whisper's fixed 30 s window; falls back to the full
+    # window when the short decode looks unreliable.
+    short_window: bool = True
+    initial_prompt: str = ""
+    hotwords: list[str] = Field(default_factory=list)
+    download: bool = True  # try the model hub by name when no directory or pinned package has the model
+    queue_limit: int = Field(64, ge=1)
+
+
+class PiperConfig(Section):
+    command: list[str] = Field(default_factory=list)  # empty: this Python's `-m piper`
+    voice: str = ""  # a Piper .onnx voice path; empty: the pinned voice package
+    speaker: int = Field(0, ge=0)
+    length_scale: float = Field(1.0, gt=0, le=4)
+    workers: int = Field(2, ge=1, le=16)
+    timeout_s: float = Field(20.0, gt=0)
 
 
 class EspeakConfig(Section):
