@@ -109,9 +109,10 @@ class Gateway:
         for name in ("stt", "tts", "model"):
             if self._given[name] is None:
                 self._stack.push_async_callback(getattr(self, name).aclose)
-        warm_up = getattr(self.stt, "warm_up", None)
-        if warm_up is not None:
-            await warm_up()
+        for engine in (self.stt, self.tts):
+            warm_up = getattr(engine, "warm_up", None)
+            if warm_up is not None:
+                await warm_up()
         self.services = build_services(config, self.stt, self.tts, self.model, self.tools)
         self.services.tracer = self.telemetry.tracer
         self.services.telemetry = self.telemetry
@@ -322,6 +323,13 @@ class Gateway:
                 components["memory"]["detail"] = health.detail
             if self.session_memory is not None:
                 components["memory"]["pending_writes"] = self.session_memory.outbox.pending
+        for kind in ("stt", "tts"):
+            engine = getattr(self, kind)
+            if engine is not None:
+                components[kind] = {"ok": True, "engine": engine.name}
+                describe = getattr(engine, "describe", None)
+                if describe is not None:
+                    components[kind].update(describe())
         if self.sessions is not None:
             components["sessions"] = {"ok": True, "live": len(self.sessions),
                                       "max": self.config.server.max_sessions}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from internal.pipeline.tools import ToolRegistry, register_end_call
 from internal.session.session import Conversation
 from internal.stt.base import SpeechToText
 from internal.tts.base import TextToSpeech
+
+log = logging.getLogger(__name__)
 
 
 def check_providers(config: Config) -> None:
@@ -31,6 +34,11 @@ def check_providers(config: Config) -> None:
         problems.append("tts.provider: \"openai\" needs [openai] api_key (or OPENAI_API_KEY)")
     if config.rag.provider == "supabase" and not (config.supabase.url and config.supabase.api_key):
         problems.append("rag.provider: \"supabase\" needs [supabase] url and api_key")
+    if config.tts.provider == "piper":
+        from internal.tts.piper import piper_available
+
+        if (reason := piper_available(config.piper)) is not None:
+            problems.append(f"tts.provider: \"piper\" cannot run: {reason}")
     if config.pocketsphinx.grammar and not Path(config.pocketsphinx.grammar).is_file():
         problems.append(f"pocketsphinx.grammar: no such file ({config.pocketsphinx.grammar})")
     if problems:
@@ -46,17 +54,42 @@ def build_stt(config: Config) -> SpeechToText:
         from internal.stt.deepgram import DeepgramSpeechToText
 
         return DeepgramSpeechToText(config.deepgram)
-    from internal.stt.pocketsphinx import PocketsphinxSpeechToText
+    if config.stt.provider == "pocketsphinx":
+        from internal.stt.pocketsphinx import PocketsphinxSpeechToText
 
-    work_dir = config.data_dir / "pocketsphinx"
-    return PocketsphinxSpeechToText(config.pocketsphinx, work_dir)
+        return PocketsphinxSpeechToText(config.pocketsphinx, config.data_dir / "pocketsphinx")
+    from internal.stt.whisper import WhisperSpeechToText
+    from internal.stt.whisper_models import WhisperModelError
+
+    try:
+        return WhisperSpeechToText(config.whisper, config.data_dir / "models", progress=log.info)
+    except WhisperModelError as exc:
+        raise ConfigError([f"whisper.model: {exc}"]) from exc
+
+
+def effective_tts_provider(config: Config) -> str:
+    """The engine `tts.provider` means here: "auto" is Piper when it can run, else espeak-ng."""
+    if config.tts.provider != "auto":
+        return config.tts.provider
+    from internal.tts.piper import piper_available
+
+    reason = piper_available(config.piper)
+    if reason is None:
+        return "piper"
+    log.info("tts.provider auto: espeak-ng, because Piper cannot run (%s)", reason)
+    return "espeak"
 
 
 def build_tts(config: Config) -> TextToSpeech:
-    if config.tts.provider == "openai":
+    provider = effective_tts_provider(config)
+    if provider == "openai":
         from internal.tts.openai import OpenAITextToSpeech
 
         return OpenAITextToSpeech(config.openai)
+    if provider == "piper":
+        from internal.tts.piper import PiperTextToSpeech
+
+        return PiperTextToSpeech(config.piper)
     from internal.tts.espeak import EspeakTextToSpeech
 
     return EspeakTextToSpeech(config.espeak)

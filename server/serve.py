@@ -14,6 +14,7 @@ import uvicorn
 
 from internal.config import Config
 from server.app import create_gateway_application
+from server.providers import effective_tts_provider
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ def banner(config: Config) -> list[str]:
         lines.append(f"voicegate: SIP at sip:voicegate@{sip_host}:{config.sip.bind_port} ({transports})")
     memory = "on" if config.memory.enabled else "off"
     lines.append(f"voicegate: memory {memory}; LLM {config.effective_llm_provider}; "
-                 f"STT {config.stt.provider}; TTS {config.tts.provider}. Ctrl-C stops.")
+                 f"STT {config.stt.provider}; TTS {effective_tts_provider(config)}. Ctrl-C stops.")
     return lines
 
 

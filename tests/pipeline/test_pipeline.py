@@ -122,7 +122,7 @@ from internal.stt.pocketsphinx import PocketsphinxSpeechToText
 async def main():
     engine = PocketsphinxSpeechToText(PocketsphinxConfig(phrases=["hello"], workers=1))
     await engine.warm_up()
-    print(" ".join(str(pid) for pid in engine._pool._processes), flush=True)
+    print(" ".join(str(pid) for pid in engine.pool.worker_pids()), flush=True)
     time.sleep(600)
 
 if __name__ == "__main__":

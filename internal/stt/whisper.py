@@ -1,0 +1,75 @@
+"""Local speech-to-text with Whisper (faster-whisper, CTranslate2, int8 on the CPU), in worker processes.
+
+The offline default: on telephone speech it was not tuned to, Whisper tiny.en gets a few words in a
+hundred wrong where pocketsphinx's general model gets most of them wrong (bench/speech.py). It runs
+like pocketsphinx: each utterance decoded whole when the VAD ends it, in a `DecoderPool` of worker
+processes (never on the event loop), fair across calls and bounded; the model is loaded and warmed
+in every worker at start-up, so the first caller does not wait for it. Decoding overlaps the
+pipeline's turn-merge and quiet windows, which run from the same end of speech.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from internal.config.providers import WhisperConfig
+from internal.stt.whisper_decode import MODEL_RATE, Decoded, DecodeSettings, decode_utterance, init_worker
+from internal.stt.whisper_models import ResolvedModel, resolve_model
+from internal.stt.workers import DecoderPool, UtteranceStream
+
+log = logging.getLogger(__name__)
+
+MIN_UTTERANCE_MS = 150  # shorter "utterances" are clicks; Whisper tends to invent words for them
+MAX_UTTERANCE_S = 30  # Whisper's window: longer speech is cut (the pipeline caps utterances anyway)
+
+
+def vocabulary_prompt(config: WhisperConfig) -> str:
+    """The deployer's words as Whisper's previous-text prompt (as Deepgram's keyterms bias that engine)."""
+    parts = [config.initial_prompt.strip()] if config.initial_prompt.strip() else []
+    if config.hotwords:
+        parts.append(", ".join(word.strip() for word in config.hotwords if word.strip()) + ".")
+    return " ".join(parts)
+
+
+def decode_settings(config: WhisperConfig, model: ResolvedModel) -> DecodeSettings:
+    return DecodeSettings(str(model.path), config.compute_type, config.cpu_threads, config.beam_size,
+                          config.language, config.vad_filter, config.short_window, vocabulary_prompt(config))
+
+
+class WhisperSpeechToText:
+    name = "whisper"
+    min_utterance_ms = MIN_UTTERANCE_MS
+    max_utterance_s = MAX_UTTERANCE_S
+
+    def __init__(self, config: WhisperConfig, models_dir: Path,
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.model = resolve_model(config.model, models_dir, download=config.download, progress=progress)
+        self.settings = decode_settings(config, self.model)
+        self.pool = DecoderPool("whisper", config.workers, decode_utterance, init_worker, (self.settings,),
+                                queue_limit=config.queue_limit)
+        self.retried = 0  # utterances decoded again in the full window (see whisper_decode.py)
+
+    def describe(self) -> dict[str, object]:
+        return {"engine": self.name, "model": self.model.name, "source": self.model.source,
+                "workers": self.pool.workers, "beam_size": self.settings.beam_size}
+
+    async def warm_up(self) -> None:
+        """Start every worker; each loads and warms its model before taking work."""
+        await self.pool.warm_up(bytes(MODEL_RATE // 5 * 2), MODEL_RATE)
+
+    async def decode(self, pcm: bytes, sample_rate: int, caller: object | None = None) -> Decoded:
+        decoded: Decoded = await self.pool.decode(caller if caller is not None else self, pcm, sample_rate)
+        if decoded.retried:
+            self.retried += 1
+        return decoded
+
+    async def transcribe(self, pcm: bytes, sample_rate: int, caller: object | None = None) -> str:
+        return (await self.decode(pcm, sample_rate, caller)).text
+
+    def open(self, sample_rate: int) -> UtteranceStream:
+        return UtteranceStream(self, sample_rate)
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()

