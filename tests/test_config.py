@@ -23,8 +23,8 @@ def test_defaults_are_the_documented_ones() -> None:
     assert config.memory.provider == "pgvector"
     assert config.memory.max_chars == 2000
     assert config.memory.retention_days == 90
-    assert config.stt.provider == "pocketsphinx"
-    assert config.tts.provider == "espeak"
+    assert config.stt.provider == "whisper"
+    assert config.tts.provider == "auto"
     assert config.effective_llm_provider == "local"
 
 

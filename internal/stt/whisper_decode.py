@@ -13,6 +13,7 @@ extra cost is paid only where it is needed.
 from __future__ import annotations
 
 import math
+import re
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -73,8 +74,24 @@ def compression_ratio(text: str) -> float:
     return len(data) / len(zlib.compress(data)) if data else 0.0
 
 
+def repeats_itself(text: str) -> bool:
+    """The text is a phrase followed by (part of) itself again: Whisper's failure in a short window.
+
+    "Repeat after me." came back as the phrase four times in a 10 s window and once in a 15 s one; the
+    compression ratio of such short text stays under Whisper's ceiling, so it is caught here. A caller
+    who really said "yes, yes" pays one full-window decode and still gets "yes, yes".
+    """
+    words = re.findall(r"[a-z0-9']+", text.lower())
+    for period in range(1, len(words)):
+        rest = words[period:]  # at least half the phrase again: "... on my account. I need" is not a repeat
+        if len(rest) >= (period + 1) // 2 and all(word == words[i % period] for i, word in enumerate(rest)):
+            return True
+    return False
+
+
 def unreliable(decoded: Decoded) -> bool:
-    return decoded.avg_logprob < LOGPROB_FLOOR or compression_ratio(decoded.text) > COMPRESSION_CEILING
+    return (decoded.avg_logprob < LOGPROB_FLOOR or compression_ratio(decoded.text) > COMPRESSION_CEILING
+            or repeats_itself(decoded.text))
 
 
 def no_words(decoded: Decoded) -> bool:

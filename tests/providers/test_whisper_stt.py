@@ -20,7 +20,7 @@ from internal.config import Config
 from internal.config.loader import ConfigError
 from internal.config.providers import WhisperConfig
 from internal.stt.whisper import WhisperSpeechToText, vocabulary_prompt
-from internal.stt.whisper_decode import FULL_WINDOW_FRAMES, window_frames
+from internal.stt.whisper_decode import FULL_WINDOW_FRAMES, repeats_itself, window_frames
 from internal.stt.whisper_models import (
     PINNED,
     PackagePart,
@@ -237,3 +237,21 @@ def test_the_server_names_the_key_when_the_model_cannot_be_found(tmp_path: Path)
     config.whisper.download = False
     with pytest.raises(ConfigError, match=r'whisper\.model: no Whisper model "medium.en"'):
         build_stt(config)
+
+
+def test_a_phrase_that_repeats_itself_is_not_trusted() -> None:
+    assert repeats_itself("Repeat after me. Repeat after me. Repeat after me. Repeat after me")
+    assert repeats_itself("I need to change the address on my account. I need to change the address on my")
+    assert repeats_itself("Okay. Okay.")
+    assert not repeats_itself("Repeat after me, the parcel arrived.")
+    assert not repeats_itself("Yes.")
+    assert not repeats_itself("")
+    assert not repeats_itself("I need to change the address on my account. I need")
+
+
+@shared_loop
+async def test_a_short_phrase_is_not_repeated_back(whisper: WhisperSpeechToText) -> None:
+    retried = whisper.retried
+    text = await whisper.transcribe(padded(neural_telephone("Repeat after me."), 8000), 8000)
+    assert text.lower().count("repeat") == 1, text
+    assert whisper.retried == retried + 1  # the short window repeated itself; the full window did not

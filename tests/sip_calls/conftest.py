@@ -230,6 +230,10 @@ def sip_calls_config(tmp_path: Path, **sip: Any) -> Config:
     config.pipeline.greeting = ""
     config.pipeline.debug = True
     config.pocketsphinx.phrases = CALLER_PHRASES
+    # These tests check the reply's words with pocketsphinx grammars made for espeak-ng's voice, and give
+    # the server a pocketsphinx of their own; test_whisper_calls.py runs the offline defaults end to end.
+    config.stt.provider = "pocketsphinx"
+    config.tts.provider = "espeak"
     config.pocketsphinx.workers = 1
     config.espeak.workers = 1
     for key, value in sip.items():

@@ -42,6 +42,10 @@ def webrtc_config(tmp_path: Path, **server: Any) -> Config:
     config.pipeline.sample_rate = 16000
     config.pipeline.debug = True
     config.pipeline.greeting = ""
+    # These tests check the reply's words with pocketsphinx grammars made for espeak-ng's voice, and give
+    # the server a pocketsphinx of their own; test_whisper_calls.py runs the offline defaults end to end.
+    config.stt.provider = "pocketsphinx"
+    config.tts.provider = "espeak"
     for key, value in server.items():
         setattr(config.server, key, value)
     return config

@@ -124,3 +124,43 @@ async def test_dev_sign_in_then_a_reload_resumes_the_same_conversation(
         finally:
             await browser.close()
             shutil.rmtree(tmp_path / "profile", ignore_errors=True)
+
+
+async def test_the_page_on_the_offline_defaults_understands_a_neural_voice(
+        config: Config, tmp_path: Path) -> None:
+    """Whisper (no grammar, no vocabulary) hears Piper's voice through Chromium's microphone; Piper answers."""
+    from playwright.async_api import async_playwright
+
+    from internal.stt.whisper import WhisperSpeechToText
+    from tests.speech import neural, write_wav
+    from tests.webrtc.conftest import WAV_RATE, room_noise
+
+    config.tts.provider = "auto"
+    config.piper.workers = 1
+    config.whisper.workers = 1
+    speech = neural(["Repeat after me, the parcel arrived on Monday."], WAV_RATE)[0]
+    wav = write_wav(tmp_path / "neural.wav", room_noise(2500) + speech + room_noise(6000, seed=2), WAV_RATE)
+    whisper = WhisperSpeechToText(config.whisper, tmp_path / "models")
+    try:
+        async with live_server(config, stt=whisper) as server, async_playwright() as playwright:
+            assert server.gateway.tts is not None and server.gateway.tts.name == "piper"
+            browser = await playwright.chromium.launch_persistent_context(
+                str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=chromium_flags(wav))
+            try:
+                page = browser.pages[0] if browser.pages else await browser.new_page()
+                await page.goto(server.url + "/")
+                await page.get_by_role("button", name="Call").click()
+                transcript = page.locator("#transcript")
+                user = transcript.locator(".line.user", has_text="parcel arrived on Monday")
+                try:
+                    await user.wait_for(timeout=UI_TIMEOUT_MS)
+                except Exception as exc:
+                    raise AssertionError(f"the page shows: {await transcript.inner_text()!r}") from exc
+                await transcript.locator(".line.agent", has_text="parcel arrived on Monday").wait_for(timeout=UI_TIMEOUT_MS)
+                await page.get_by_role("button", name="Hang up").click()
+                await wait_until(lambda: len(server.sessions) == 0, what="the DELETE to end the session")
+            finally:
+                await browser.close()
+                shutil.rmtree(tmp_path / "profile", ignore_errors=True)
+    finally:
+        await whisper.aclose()
