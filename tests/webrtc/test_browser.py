@@ -156,7 +156,8 @@ async def test_the_page_on_the_offline_defaults_understands_a_neural_voice(
                     await user.wait_for(timeout=UI_TIMEOUT_MS)
                 except Exception as exc:
                     raise AssertionError(f"the page shows: {await transcript.inner_text()!r}") from exc
-                await transcript.locator(".line.agent", has_text="parcel arrived on Monday").wait_for(timeout=UI_TIMEOUT_MS)
+                agent = transcript.locator(".line.agent", has_text="parcel arrived on Monday")
+                await agent.wait_for(timeout=UI_TIMEOUT_MS)
                 await page.get_by_role("button", name="Hang up").click()
                 await wait_until(lambda: len(server.sessions) == 0, what="the DELETE to end the session")
             finally:
