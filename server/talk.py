@@ -47,9 +47,10 @@ def load_caller_audio(path: Path, rate: int) -> bytes:
 async def talk(config: Config, files: list[Path], out: Path | None, speed: float) -> int:
     config.pipeline.debug = True
     stt, tts, model = build_stt(config), build_tts(config), build_model(config)
-    warm_up = getattr(stt, "warm_up", None)
-    if warm_up is not None:
-        await warm_up()
+    for engine in (stt, tts):
+        warm_up = getattr(engine, "warm_up", None)
+        if warm_up is not None:
+            await warm_up()
     services = build_services(config, stt, tts, model)
     session = Session(CallerIdentity.anonymous("voicegate talk"), "talk",
                       new_conversation_factory(config, model)())

@@ -123,20 +123,3 @@ def neural_telephone(text: str) -> bytes:
     from internal.audio.g711 import ulaw_decode, ulaw_encode
 
     return ulaw_decode(ulaw_encode(neural([text], 8000)[0]))
-
-
-def word_errors(reference: str, heard: str) -> tuple[int, int]:
-    """(edits, reference words) between two texts, case and punctuation ignored, digits spelled out."""
-    digits = "zero one two three four five six seven eight nine".split()
-
-    def words(text: str) -> list[str]:
-        text = re.sub(r"\d", lambda m: f" {digits[int(m.group())]} ", text.lower())
-        return re.findall(r"[a-z']+", text.replace("-", " "))
-
-    ref, hyp = words(reference), words(heard)
-    row = list(range(len(hyp) + 1))
-    for i in range(1, len(ref) + 1):
-        diagonal, row[0] = row[0], i
-        for j in range(1, len(hyp) + 1):
-            diagonal, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diagonal + (ref[i - 1] != hyp[j - 1]))
-    return row[len(hyp)], len(ref)

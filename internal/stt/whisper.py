@@ -53,7 +53,7 @@ class WhisperSpeechToText:
 
     def describe(self) -> dict[str, object]:
         return {"engine": self.name, "model": self.model.name, "source": self.model.source,
-                "workers": self.pool.workers, "beam_size": self.settings.beam_size}
+                "workers": self.pool.workers, "beam_size": self.settings.beam_size, "replaced": self.pool.replaced}
 
     async def warm_up(self) -> None:
         """Start every worker; each loads and warms its model before taking work."""

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from bench.common import word_errors
 from internal.config import Config
 from internal.config.loader import ConfigError
 from internal.config.providers import WhisperConfig
@@ -33,7 +34,7 @@ from internal.stt.whisper_models import (
     verify,
 )
 from server.providers import build_stt
-from tests.speech import neural, neural_telephone, silence, speak, tone, word_errors
+from tests.speech import neural, neural_telephone, silence, speak, tone
 
 pytestmark = pytest.mark.slow
 shared_loop = pytest.mark.asyncio(loop_scope="module")

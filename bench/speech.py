@@ -1,0 +1,212 @@
+"""Offline recognition: word errors, cost, the caller's wait, and callers per core, per installed engine.
+
+    .venv/bin/python bench/speech.py [--engines pocketsphinx,tiny.en,base] [--level-seconds 20]
+
+It builds its own speech set: support-line sentences spoken by Piper's neural voice and by espeak-ng,
+each at 16 kHz and at 8 kHz through G.711 mu-law (what a phone call delivers), with 300 ms of silence
+either side as the VAD would cut them. Each engine runs as the server runs it, in one worker process
+(one core), on the product's default settings.
+
+- WER: word errors over reference words (case, punctuation ignored; digits spelled out).
+- RTF: decode time over utterance length, one utterance at a time.
+- End of speech -> transcript: from the stream's end_of_speech() (the VAD closing the utterance) to
+  its final transcript, on an idle engine. The VAD's offset (300 ms of quiet) comes before it; the
+  pipeline's quiet window (600 ms) runs at the same time as it.
+- Callers per core: N simulated callers, each talking 30 % of the time (an utterance from the set,
+  then 2.3x its length of silence, jittered), all on the one worker; the largest N whose p95 wait
+  stays within 1.5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import percentiles, progress, save, table, word_errors
+from internal.audio.g711 import ulaw_decode, ulaw_encode
+from internal.config.providers import EspeakConfig, PiperConfig, PocketsphinxConfig, WhisperConfig
+
+SENTENCES = [
+    "I would like to check the balance on my account please.",
+    "My phone number is five five five, one two three, four five six seven.",
+    "Can you tell me when my order will arrive?",
+    "I need to change the address on my account.",
+    "What time do you close on Saturday?",
+    "I'd like to book a table for four people on Friday.",
+    "My card was declined at the store yesterday.",
+    "Please cancel my subscription at the end of the month.",
+    "Could you send me a copy of my last invoice?",
+    "The internet has been down since this morning.",
+    "I want to speak to someone about a refund.",
+    "How much does the premium plan cost per month?",
+    "My package arrived damaged and I want a replacement.",
+    "Can I pay my bill by bank transfer?",
+    "I forgot my password and cannot log in.",
+    "Is there a branch near the train station?",
+    "My account number is four two seven nine eight one.",
+    "I moved to a new apartment last week.",
+    "Please call me back tomorrow afternoon.",
+    "The app keeps crashing when I open it.",
+    "Yes, that's right.",
+    "No thanks, that's all.",
+    "Hello, is anyone there?",
+    "I'd like to talk to a person.",
+    "Can you repeat that please?",
+    "My name is Maria Lopez.",
+    "I was charged for something I didn't buy.",
+    "When is my next payment due?",
+    "Do you have any appointments on Thursday?",
+    "Thank you, goodbye.",
+]
+PAD_MS = 300
+TALK_SHARE = 0.3
+WAIT_LIMIT_S = 1.5
+LEVELS = [4, 8, 12, 16, 24, 32, 48, 64]
+
+
+async def synthesise(engine: Any, rate: int) -> list[bytes]:
+    clips = []
+    for index, text in enumerate(SENTENCES):
+        pcm = b"".join([chunk async for chunk in engine.synthesize(text, rate)])
+        pad = bytes(rate * PAD_MS // 1000 * 2)
+        clips.append(pad + (ulaw_decode(ulaw_encode(pcm)) if rate == 8000 else pcm) + pad)
+        progress(f"speech set: {engine.name} at {rate} Hz", index + 1, len(SENTENCES))
+    return clips
+
+
+async def speech_set() -> dict[tuple[str, int], list[bytes]]:
+    from internal.tts.espeak import EspeakTextToSpeech
+    from internal.tts.piper import PiperTextToSpeech
+
+    piper = PiperTextToSpeech(PiperConfig(workers=1))
+    espeak = EspeakTextToSpeech(EspeakConfig())
+    try:
+        return {(engine.name, rate): await synthesise(engine, rate)
+                for engine in (piper, espeak) for rate in (16000, 8000)}
+    finally:
+        await piper.aclose()
+
+
+def build_engine(name: str, work: Path) -> Any:
+    if name == "pocketsphinx":
+        from internal.stt.pocketsphinx import PocketsphinxSpeechToText
+
+        return PocketsphinxSpeechToText(PocketsphinxConfig(workers=1), work / "pocketsphinx")
+    from internal.stt.whisper import WhisperSpeechToText
+
+    return WhisperSpeechToText(WhisperConfig(model=name, workers=1, download=False), work / "models")
+
+
+async def one_utterance(engine: Any, clip: bytes, rate: int) -> tuple[str, float]:
+    """Push the clip as 20 ms frames, end the utterance, and time the wait for its transcript."""
+    stream = engine.open(rate)
+    frame = rate // 50 * 2
+    for start in range(0, len(clip), frame):
+        stream.push(clip[start:start + frame])
+    results = stream.results()
+    began = time.perf_counter()
+    stream.end_of_speech()
+    transcript = await anext(results)
+    waited = time.perf_counter() - began
+    await stream.aclose()
+    return transcript.text, waited
+
+
+async def accuracy(engine: Any, clips: dict[tuple[str, int], list[bytes]], label: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    waits: list[float] = []
+    audio_s = busy_s = 0.0
+    done, total = 0, sum(len(v) for v in clips.values())
+    for (voice, rate), items in clips.items():
+        errors = words = 0
+        for reference, clip in zip(SENTENCES, items, strict=True):
+            heard, waited = await one_utterance(engine, clip, rate)
+            edits, count = word_errors(reference, heard)
+            errors, words = errors + edits, words + count
+            waits.append(waited)
+            audio_s += len(clip) / (2 * rate)
+            busy_s += waited
+            done += 1
+            progress(f"{label}: accuracy", done, total)
+        out[f"wer_{voice}_{rate // 1000}k"] = round(100 * errors / words, 1)
+    out["rtf"] = round(busy_s / audio_s, 3)
+    out["eos_to_transcript_ms"] = {k: round(v * 1000) for k, v in percentiles(waits, (50, 95)).items()}
+    return out
+
+
+async def caller(engine: Any, clips: list[bytes], rate: int, until: float, waits: list[float], seed: int) -> None:
+    rng = random.Random(seed)
+    await asyncio.sleep(rng.uniform(0, 3))
+    while time.perf_counter() < until:
+        clip = rng.choice(clips)
+        talk_s = len(clip) / (2 * rate)
+        stream = engine.open(rate)
+        frame = rate // 50 * 2
+        for start in range(0, len(clip), frame):  # the caller talks in real time
+            stream.push(clip[start:start + frame])
+            await asyncio.sleep(0.02)
+        results = stream.results()
+        began = time.perf_counter()
+        stream.end_of_speech()
+        await anext(results)
+        waits.append(time.perf_counter() - began)
+        await stream.aclose()
+        await asyncio.sleep(talk_s * (1 - TALK_SHARE) / TALK_SHARE * rng.uniform(0.6, 1.4))
+
+
+async def capacity(engine: Any, clips: list[bytes], rate: int, seconds: float, label: str) -> dict[str, Any]:
+    levels: list[dict[str, Any]] = []
+    best = 0
+    for index, callers in enumerate(LEVELS):
+        waits: list[float] = []
+        until = time.perf_counter() + seconds
+        await asyncio.gather(*(caller(engine, clips, rate, until, waits, seed) for seed in range(callers)))
+        p = percentiles(waits, (50, 95))
+        levels.append({"callers": callers, "utterances": len(waits), "p50_ms": round(p["p50"] * 1000),
+                       "p95_ms": round(p["p95"] * 1000)})
+        progress(f"{label}: callers per core", index + 1, len(LEVELS))
+        if p["p95"] > WAIT_LIMIT_S:
+            break
+        best = callers
+    return {"callers_per_core": best, "levels": levels}
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--engines", default="pocketsphinx,tiny.en,base")
+    parser.add_argument("--level-seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    clips = await speech_set()
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="voicegate-bench-speech-") as work:
+        for name in args.engines.split(","):
+            try:
+                engine = build_engine(name, Path(work))
+            except Exception as exc:  # an engine that is not installed is reported, not fatal
+                print(f"{name}: not measured ({exc})", file=sys.stderr)
+                continue
+            try:
+                await engine.warm_up()
+                results[name] = await accuracy(engine, clips, name)
+                results[name].update(await capacity(engine, clips[("piper", 8000)], 8000, args.level_seconds, name))
+            finally:
+                await engine.aclose()
+    rows = [[name, f"{r['wer_piper_8k']} %", f"{r['wer_piper_16k']} %", f"{r['wer_espeak_8k']} %",
+             f"{r['wer_espeak_16k']} %", str(r["rtf"]), str(r["eos_to_transcript_ms"]["p50"]),
+             str(r["eos_to_transcript_ms"]["p95"]), str(r["callers_per_core"])] for name, r in results.items()]
+    print(table(rows, ["engine", "WER piper 8k", "piper 16k", "espeak 8k", "espeak 16k", "RTF", "EoS->text p50 ms",
+                       "p95 ms", "callers/core"]))
+    print(f"\nresults: {save('speech', {'sentences': len(SENTENCES), 'engines': results})}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
