@@ -9,6 +9,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = [
     ["turn_latency.py", "--turns", "200", "--local"],
+    ["speech.py"],
     ["memory.py", "--scales", "10000,100000,1000000", "--samples", "500"],
     ["sip_calls.py", "--calls", "50,100,150,200,250,300", "--seconds", "10", "--repeat", "2", "--profile"],
     ["rtp_media.py", "--calls", "100,200,400,800", "--seconds", "10"],

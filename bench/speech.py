@@ -1,6 +1,6 @@
 """Offline recognition: word errors, cost, the caller's wait, and callers per core, per installed engine.
 
-    .venv/bin/python bench/speech.py [--engines pocketsphinx,tiny.en,base] [--level-seconds 20]
+    .venv/bin/python bench/speech.py [--engines pocketsphinx,tiny.en,tiny.en@2,base] [--level-seconds 20]
 
 It builds its own speech set: support-line sentences spoken by Piper's neural voice and by espeak-ng,
 each at 16 kHz and at 8 kHz through G.711 mu-law (what a phone call delivers), with 300 ms of silence
@@ -72,37 +72,55 @@ WAIT_LIMIT_S = 1.5
 LEVELS = [4, 8, 12, 16, 24, 32, 48, 64]
 
 
-async def synthesise(engine: Any, rate: int) -> list[bytes]:
-    clips = []
+async def synthesise(engine: Any, rate: int, timing: dict[str, Any]) -> list[bytes]:
+    """The speech set in one voice at one rate, timing the engine's first audio and its RTF on the way."""
+    clips: list[bytes] = []
+    first: list[float] = []
+    busy = audio = 0.0
     for index, text in enumerate(SENTENCES):
-        pcm = b"".join([chunk async for chunk in engine.synthesize(text, rate)])
+        began = time.perf_counter()
+        chunks: list[bytes] = []
+        async for chunk in engine.synthesize(text, rate):
+            if not chunks:
+                first.append(time.perf_counter() - began)
+            chunks.append(chunk)
+        busy += time.perf_counter() - began
+        pcm = b"".join(chunks)
+        audio += len(pcm) / (2 * rate)
         pad = bytes(rate * PAD_MS // 1000 * 2)
         clips.append(pad + (ulaw_decode(ulaw_encode(pcm)) if rate == 8000 else pcm) + pad)
         progress(f"speech set: {engine.name} at {rate} Hz", index + 1, len(SENTENCES))
+    timing[f"{engine.name}_{rate // 1000}k"] = {
+        "first_audio_ms": {k: round(v * 1000) for k, v in percentiles(first, (50, 95)).items()},
+        "rtf": round(busy / audio, 3)}
     return clips
 
 
-async def speech_set() -> dict[tuple[str, int], list[bytes]]:
+async def speech_set(timing: dict[str, Any]) -> dict[tuple[str, int], list[bytes]]:
     from internal.tts.espeak import EspeakTextToSpeech
     from internal.tts.piper import PiperTextToSpeech
 
     piper = PiperTextToSpeech(PiperConfig(workers=1))
     espeak = EspeakTextToSpeech(EspeakConfig())
     try:
-        return {(engine.name, rate): await synthesise(engine, rate)
+        await piper.warm_up()
+        return {(engine.name, rate): await synthesise(engine, rate, timing)
                 for engine in (piper, espeak) for rate in (16000, 8000)}
     finally:
         await piper.aclose()
 
 
 def build_engine(name: str, work: Path) -> Any:
+    """`pocketsphinx`, a Whisper model name, or `<model>@<threads>` (one worker with that many threads)."""
     if name == "pocketsphinx":
         from internal.stt.pocketsphinx import PocketsphinxSpeechToText
 
         return PocketsphinxSpeechToText(PocketsphinxConfig(workers=1), work / "pocketsphinx")
     from internal.stt.whisper import WhisperSpeechToText
 
-    return WhisperSpeechToText(WhisperConfig(model=name, workers=1, download=False), work / "models")
+    model, _, threads = name.partition("@")
+    config = WhisperConfig(model=model, workers=1, cpu_threads=int(threads or 1), download=False)
+    return WhisperSpeechToText(config, work / "models")
 
 
 async def one_utterance(engine: Any, clip: bytes, rate: int) -> tuple[str, float]:
@@ -181,10 +199,11 @@ async def capacity(engine: Any, clips: list[bytes], rate: int, seconds: float, l
 
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--engines", default="pocketsphinx,tiny.en,base")
+    parser.add_argument("--engines", default="pocketsphinx,tiny.en,tiny.en@2,base")
     parser.add_argument("--level-seconds", type=float, default=20.0)
     args = parser.parse_args()
-    clips = await speech_set()
+    tts: dict[str, Any] = {}
+    clips = await speech_set(tts)
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="voicegate-bench-speech-") as work:
         for name in args.engines.split(","):
@@ -196,15 +215,20 @@ async def main() -> int:
             try:
                 await engine.warm_up()
                 results[name] = await accuracy(engine, clips, name)
-                results[name].update(await capacity(engine, clips[("piper", 8000)], 8000, args.level_seconds, name))
+                if "@" not in name:  # a many-threaded worker is for an idle machine's latency, not capacity
+                    results[name].update(await capacity(engine, clips[("piper", 8000)], 8000, args.level_seconds,
+                                                        name))
             finally:
                 await engine.aclose()
     rows = [[name, f"{r['wer_piper_8k']} %", f"{r['wer_piper_16k']} %", f"{r['wer_espeak_8k']} %",
              f"{r['wer_espeak_16k']} %", str(r["rtf"]), str(r["eos_to_transcript_ms"]["p50"]),
-             str(r["eos_to_transcript_ms"]["p95"]), str(r["callers_per_core"])] for name, r in results.items()]
+             str(r["eos_to_transcript_ms"]["p95"]), str(r.get("callers_per_core", "-"))] for name, r in results.items()]
     print(table(rows, ["engine", "WER piper 8k", "piper 16k", "espeak 8k", "espeak 16k", "RTF", "EoS->text p50 ms",
                        "p95 ms", "callers/core"]))
-    print(f"\nresults: {save('speech', {'sentences': len(SENTENCES), 'engines': results})}")
+    print()
+    print(table([[name, str(t["first_audio_ms"]["p50"]), str(t["first_audio_ms"]["p95"]), str(t["rtf"])]
+                 for name, t in tts.items()], ["voice", "first audio p50 ms", "p95 ms", "RTF"]))
+    print(f"\nresults: {save('speech', {'sentences': len(SENTENCES), 'engines': results, 'tts': tts})}")
     return 0
 
 
