@@ -230,6 +230,10 @@ symmetric_rtp = false
 enabled = false
 [pipeline]
 greeting_outgoing = "{GREETING_OUTGOING}"
+[stt]
+provider = "pocketsphinx"
+[tts]
+provider = "espeak"
 [pocketsphinx]
 phrases = [{phrases}]
 workers = 1

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,20 +73,22 @@ def bearer(value: str) -> dict[str, str]:
 
 # ---- verification ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("presented", "reason"), [
-    (token(), None),
-    (token(secret="another-secret-entirely-0123456789"), "signature is invalid"),
-    (token(exp=int(time.time()) - 3600), "expired"),
-    (token(aud="someone-else"), "another audience"),
-    (token(iss="someone-else"), "another issuer"),
-    (token(sub=None), "no sub claim"),
-    (token(sub=""), "subject must be 1-128 characters"),
-    (token(sub="x" * 129), "subject must be 1-128 characters"),
-    (token(sub="bob\nadmin"), "control characters"),
-    (unsigned(), 'algorithm "none" is not accepted'),
-    ("not-a-jwt", "not a JWT"),
+# Tokens are made inside the test, not at collection: a suite slower than their 10 minutes would expire them.
+@pytest.mark.parametrize(("make", "reason"), [
+    (lambda: token(), None),
+    (lambda: token(secret="another-secret-entirely-0123456789"), "signature is invalid"),
+    (lambda: token(exp=int(time.time()) - 3600), "expired"),
+    (lambda: token(aud="someone-else"), "another audience"),
+    (lambda: token(iss="someone-else"), "another issuer"),
+    (lambda: token(sub=None), "no sub claim"),
+    (lambda: token(sub=""), "subject must be 1-128 characters"),
+    (lambda: token(sub="x" * 129), "subject must be 1-128 characters"),
+    (lambda: token(sub="bob\nadmin"), "control characters"),
+    (lambda: unsigned(), 'algorithm "none" is not accepted'),
+    (lambda: "not-a-jwt", "not a JWT"),
 ])
-def test_hs256_tokens_are_checked_strictly(presented: str, reason: str | None) -> None:
+def test_hs256_tokens_are_checked_strictly(make: Callable[[], str], reason: str | None) -> None:
+    presented = make()
     verifier = TokenVerifier(secret=SECRET, issuer="voicegate", audience="voicegate")
     if reason is None:
         assert verifier.verify(presented).subject == "alice"
