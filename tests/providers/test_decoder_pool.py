@@ -1,0 +1,84 @@
+"""The worker pool local recognisers share: fair across calls, bounded, and replaced when a worker dies."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from internal.stt.base import SttError
+from internal.stt.workers import DecoderPool, SttOverloaded
+from tests.providers import pool_jobs
+
+
+@pytest_asyncio.fixture
+async def pool() -> AsyncIterator[DecoderPool]:
+    decoder = DecoderPool("test", 1, pool_jobs.sleep_then_echo, pool_jobs.start_worker, ("w",), queue_limit=8)
+    await decoder.warm_up("warm", 0.0)
+    yield decoder
+    await decoder.aclose()
+
+
+async def test_a_talkative_caller_does_not_make_another_wait_behind_their_backlog(pool: DecoderPool) -> None:
+    finished: list[str] = []
+
+    async def decode(caller: str, tag: str) -> None:
+        finished.append(await pool.decode(caller, tag, 0.15))
+
+    talkative = [asyncio.create_task(decode("a", f"a{i}")) for i in range(5)]
+    await asyncio.sleep(0.05)  # a0 is being decoded, a1-a4 wait
+    other = asyncio.create_task(decode("b", "b0"))
+    await asyncio.gather(*talkative, other)
+    assert [tag.split(":")[0] for tag in finished] == ["a0", "a1", "b0", "a2", "a3", "a4"]
+
+
+async def test_past_the_bound_a_new_utterance_is_refused_at_once(pool: DecoderPool) -> None:
+    running = asyncio.create_task(pool.decode("a", "first", 0.5))
+    await asyncio.sleep(0.05)
+    waiting = [asyncio.create_task(pool.decode(f"c{i}", f"w{i}", 0.0)) for i in range(8)]
+    await asyncio.sleep(0)
+    assert pool.waiting == 8
+    with pytest.raises(SttOverloaded, match="8 utterances already waiting"):
+        await pool.decode("late", "refused", 0.0)
+    assert (await running).startswith("first")
+    assert len(await asyncio.gather(*waiting)) == 8
+    assert pool.waiting == 0
+
+
+async def test_a_worker_that_dies_is_replaced_and_the_utterance_retried_once() -> None:
+    pool = DecoderPool("test", 1, pool_jobs.die, pool_jobs.start_worker, ("w",))
+    try:
+        with pytest.raises(SttError, match="worker died while decoding"):
+            await pool.decode("a", "x", 0.0)
+        assert pool.replaced == 2  # the first death and the retry's
+    finally:
+        await pool.aclose()
+
+
+async def test_other_callers_utterances_survive_a_crash(pool: DecoderPool) -> None:
+    before = pool.worker_pids()
+    slow = asyncio.create_task(pool.decode("a", "slow", 1.0))
+    queued = asyncio.create_task(pool.decode("b", "queued", 0.0))
+    await asyncio.sleep(0.3)
+    import os
+    import signal
+
+    os.kill(before[0], signal.SIGKILL)
+    assert (await slow).startswith("slow:")
+    assert (await queued).startswith("queued:")
+    assert pool.replaced == 1 and pool.worker_pids() != before
+
+
+async def test_utterances_still_waiting_at_shutdown_fail_cleanly() -> None:
+    pool = DecoderPool("test", 1, pool_jobs.sleep_then_echo, pool_jobs.start_worker, ("w",))
+    running = asyncio.create_task(pool.decode("a", "x", 0.5))
+    waiting = asyncio.create_task(pool.decode("b", "y", 0.0))
+    await asyncio.sleep(0.1)
+    await pool.aclose()
+    with pytest.raises(SttError, match="shut down"):
+        await waiting
+    with pytest.raises(SttError, match="shut down"):
+        await pool.decode("c", "z", 0.0)
+    running.cancel()
