@@ -10,6 +10,8 @@ import asyncio
 import os
 import shutil
 import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -168,8 +170,16 @@ def test_an_unknown_model_with_no_download_names_everything_it_tried(tmp_path: P
 
 
 def test_a_hub_that_cannot_be_reached_is_reported_not_hung_on(tmp_path: Path) -> None:
-    with pytest.raises(WhisperModelError, match="model hub could not provide it"):
-        resolve_model("small.en", tmp_path, download=True)
+    # A real process pointed at a hub address where nothing listens: the same on a networked machine.
+    script = ("import sys; from pathlib import Path; from internal.stt.whisper_models import resolve_model\n"
+              "try:\n    resolve_model('small.en', Path(sys.argv[1]))\nexcept Exception as exc:\n"
+              "    print(exc)\n    sys.exit(1)\n")
+    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_ETAG_TIMEOUT": "5"}
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                          env=env, timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "model hub could not provide it" in done.stdout
+    assert "none is known for 'small.en'" in done.stdout
 
 
 def test_a_directory_without_a_model_is_refused(tmp_path: Path) -> None:
