@@ -25,7 +25,7 @@ from internal.config.sections import SipConfig, split_host_port
 from internal.identity import CallerIdentity
 from internal.identity.phone import normalise_e164
 from internal.identity.sip_caller import unless_shared
-from internal.pipeline.events import Event, EventSink, StateEvent, TranscriptEvent
+from internal.pipeline.events import Event, EventSink, StateEvent, TimingEvent, TranscriptEvent
 from internal.pipeline.pipeline import VoicePipeline
 from internal.session import Session, SessionLimitReached, TransportKind
 from internal.sip.dialog import Dialog
@@ -59,6 +59,9 @@ class CallLog:
             log.info("sip call transcript", extra={"call_id": self._call_id, "role": event.role, "text": event.text})
         elif isinstance(event, StateEvent):
             log.debug("sip call state", extra={"call_id": self._call_id, "state": event.state})
+        elif isinstance(event, TimingEvent):  # emitted only with pipeline.debug; metrics record them always
+            log.info("sip call timing", extra={"call_id": self._call_id, "stage": event.stage, "ms": event.ms,
+                                               "turn": event.turn})
 
 
 def _direction(value: str) -> MediaDirection:

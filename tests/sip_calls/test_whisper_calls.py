@@ -45,7 +45,9 @@ def neural_caller(directory: Path, text: str) -> Path:
 
 
 async def test_a_caller_in_a_neural_voice_is_understood_by_whisper_and_answered_by_piper(
-        make_server: ServerFactory, capture: RtpCapture, tmp_path: Path, whisper: WhisperSpeechToText) -> None:
+        make_server: ServerFactory, capture: RtpCapture, tmp_path: Path, whisper: WhisperSpeechToText,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="internal.sip.voice")
     config = sip_calls_config(tmp_path, symmetric_rtp=False)  # our audio goes to the capture port
     config.tts.provider = "auto"  # the default: Piper, installed by make test
     config.piper.workers = 1
@@ -59,6 +61,11 @@ async def test_a_caller_in_a_neural_voice_is_understood_by_whisper_and_answered_
     said = [e.text for e in session.conversation.transcript.entries() if e.role == "agent"]
     assert len(heard) == 1 and "parcel arrived on monday" in heard[0].lower(), heard
     assert said and "parcel arrived on monday" in said[0].lower(), said
+    # With pipeline.debug the call's per-turn timings reach the log (a SIP call has no DataChannel).
+    timings = [r for r in caplog.records if r.getMessage() == "sip call timing"]
+    stages = {getattr(r, "stage", "") for r in timings}
+    assert {"stt", "first_audio"} <= stages, stages
+    assert all(getattr(r, "call_id", "") and getattr(r, "ms", -1) >= 0 for r in timings)
     # The reply on the wire, as the caller heard it, is the Piper voice saying those words.
     reply = loud_part(capture.pcm())
     assert "parcel arrived on monday" in (await whisper.transcribe(reply, 8000)).lower()
