@@ -35,7 +35,7 @@ def check_providers(config: Config) -> None:
     if config.rag.provider == "supabase" and not (config.supabase.url and config.supabase.api_key):
         problems.append("rag.provider: \"supabase\" needs [supabase] url and api_key")
     if config.tts.provider == "piper":
-        from internal.tts.piper import piper_available
+        from internal.tts.piper_voice import piper_available
 
         if (reason := piper_available(config.piper)) is not None:
             problems.append(f"tts.provider: \"piper\" cannot run: {reason}")
@@ -71,7 +71,7 @@ def effective_tts_provider(config: Config) -> str:
     """The engine `tts.provider` means here: "auto" is Piper when it can run, else espeak-ng."""
     if config.tts.provider != "auto":
         return config.tts.provider
-    from internal.tts.piper import piper_available
+    from internal.tts.piper_voice import piper_available
 
     reason = piper_available(config.piper)
     if reason is None:

