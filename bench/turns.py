@@ -6,7 +6,8 @@ has finished wait for the turn to be released?
 It builds its own dialogues, spoken by Piper's neural voice and delivered as a phone delivers them (8 kHz
 through G.711): support-line sentences with a pause of 0.5, 1.0 or 1.5 s spliced in where a person
 would pause (inside a phone number, an address, a list), and complete questions. The pause is cut into
-the whole sentence at the quietest point near where the mark falls, so the words before it keep
+the whole sentence between two words (Whisper's word timestamps; the quietest point near the mark
+where they cannot place it), so the words before it keep
 the prosody of a sentence that goes on (synthesising the first half on its own gives it a final fall,
 which no caller's half-sentence has). Each dialogue runs through the real pipeline (VAD, recogniser,
 turn buffer, the local agent) on a 20 ms clock, clean and with white noise at 10 dB SNR.
@@ -15,14 +16,15 @@ turn buffer, the local agent) on a 20 ms clock, clean and with white noise at 10
 - Turn released: from the end of the caller's speech to the turn's release (the agent starts thinking),
   for complete questions.
 This is the baseline for issue 16 (a neural VAD and an end-of-turn model); barge-in cases, babble noise
-and the other configurations come with it. Known weakness: the quietest point near the mark is sometimes
-inside a word (a stop consonant), so a few pauses split a word ("apartment" heard as "Partment").
+and the other configurations come with it. Known weakness: where the timestamps cannot place the mark, the
+quietest point near it is sometimes inside a word (a stop consonant).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import sys
 import tempfile
 import time
@@ -74,6 +76,7 @@ class Dialogue:
     pcm: bytes  # 8 kHz PCM16, G.711 round trip
     speech_end_s: float  # where the caller's last word ends, from the start of `pcm`
     pause_s: float = 0.0
+    cut_by: str = ""  # "timestamps" or "energy": how the pause was placed
 
 
 def g711(pcm16k: bytes) -> bytes:
@@ -88,11 +91,29 @@ def last_speech_end(pcm: bytes, rate: int, floor_dbfs: float = -45.0) -> float:
     return (loud[-1] + 1) * window / rate if loud else 0.0
 
 
-def cut_point(pcm: bytes, rate: int, fraction: float) -> int:
-    """A byte offset between two words near `fraction` of the speech: the quietest 30 ms within 0.3 s.
+def spoken_words(word: str) -> int:
+    """How many words a caller said for one of Whisper's: "555-1234" is seven, "12" is one."""
+    count = 0
+    for group in re.findall(r"[a-z']+|\d+", word.lower()):
+        count += len(group) if group.isdigit() and len(group) >= 3 else 1
+    return count
 
-    Word timestamps would be exact, but Whisper writes "five five five" as "555" and loses the count.
-    """
+
+def aligned_cut(words: list[Any], before: int, rate: int) -> int | None:
+    """A byte offset between the `before`-th and the next spoken word, from Whisper's word timestamps."""
+    said = 0
+    for index, word in enumerate(words[:-1]):
+        said += spoken_words(word.word)
+        if said == before:
+            return int((word.end + words[index + 1].start) / 2 * rate) * 2
+        if said > before:
+            return None  # the mark falls inside one of Whisper's words ("555-123-4567")
+    return None
+
+
+def cut_point(pcm: bytes, rate: int, fraction: float) -> int:
+    """A byte offset between two words near `fraction` of the speech: the quietest 30 ms within 0.3 s
+    (the fallback when the word timestamps cannot place the mark)."""
     samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float64)
     window = rate * 30 // 1000
     energy = np.array([np.mean(samples[i:i + window] ** 2) for i in range(0, len(samples) - window, window // 3)])
@@ -106,9 +127,14 @@ def cut_point(pcm: bytes, rate: int, fraction: float) -> int:
 
 
 async def build_dialogues() -> list[Dialogue]:
+    from faster_whisper import WhisperModel
+
+    from internal.stt.whisper_models import resolve_model
     from internal.tts.piper import PiperTextToSpeech
 
     piper = PiperTextToSpeech(PiperConfig(workers=1))
+    with tempfile.TemporaryDirectory() as work:
+        aligner = WhisperModel(str(resolve_model("tiny.en", Path(work)).path), device="cpu", compute_type="int8")
     dialogues: list[Dialogue] = []
     lead = bytes(RATE * 2 // 2)  # 0.5 s before the caller speaks
     tail = bytes(int(RATE * TAIL_S) * 2)
@@ -122,12 +148,17 @@ async def build_dialogues() -> list[Dialogue]:
                 dialogues.append(Dialogue("complete", text, lead + audio + tail,
                                           0.5 + last_speech_end(audio, RATE)))
             else:
-                cut = cut_point(pcm, 16000, len(marked.split(" | ")[0]) / len(text))
+                audio16 = np.frombuffer(pcm, dtype=np.int16).astype(np.float32) / 32768.0
+                segments, _ = aligner.transcribe(audio16, language="en", word_timestamps=True, beam_size=5)
+                words = [w for segment in segments for w in (segment.words or [])]
+                cut, cut_by = aligned_cut(words, len(marked.split(" | ")[0].split()), 16000), "timestamps"
+                if cut is None:
+                    cut, cut_by = cut_point(pcm, 16000, len(marked.split(" | ")[0]) / len(text)), "energy"
                 for pause in PAUSES_S:
                     spliced = pcm[:cut] + bytes(int(16000 * pause) * 2) + pcm[cut:]
                     audio = g711(spliced)
                     dialogues.append(Dialogue("paused", text, lead + audio + tail,
-                                              0.5 + last_speech_end(audio, RATE), pause))
+                                              0.5 + last_speech_end(audio, RATE), pause, cut_by))
             progress("dialogues", index + 1, len(texts))
     finally:
         await piper.aclose()
@@ -207,7 +238,7 @@ async def main() -> int:
                     pcm = dialogue.pcm if noise == "none" else with_noise(dialogue.pcm, index)
                     outcome = await run_dialogue(config, services, dialogue, pcm)
                     rows.append({"kind": dialogue.kind, "pause_s": dialogue.pause_s, "text": dialogue.text,
-                                 **outcome})
+                                 "cut_by": dialogue.cut_by, **outcome})
                     progress(f"noise {noise}", index + 1, len(dialogues))
                 paused = [r for r in rows if r["kind"] == "paused"]
                 complete = [r for r in rows if r["kind"] == "complete" and r["turns"] >= 1]
