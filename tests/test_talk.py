@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from internal.audio.resample import resample
 from internal.llm.local import normalise
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 from tests.speech import neural, silence, write_wav
 
 pytestmark = pytest.mark.slow
@@ -40,3 +42,16 @@ def test_talk_rejects_a_missing_or_broken_file(tmp_path: Path) -> None:
     assert missing.returncode == 2 and "no such file" in missing.stderr
     bad = run_cli("talk", str(broken), cwd=tmp_path)
     assert bad.returncode == 2 and "not a WAV file" in bad.stderr
+
+
+def test_the_talk_example_in_the_docs_runs_as_written(tmp_path: Path) -> None:
+    doc = (REPO / "docs" / "agent-runtime.md").read_text()
+    block = doc.split("## Trying it: `voicegate talk`", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    (tmp_path / ".venv").symlink_to(REPO / ".venv")  # the commands are written for the repository root
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VOICEGATE_")}
+    env["VOICEGATE_SERVER__DATA_DIR"] = str(tmp_path / "data")
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "agent : Hello world." in done.stdout.splitlines(), done.stdout
+    assert (tmp_path / "agent.wav").stat().st_size > 20000

@@ -124,7 +124,7 @@ class VerifiedFiles:
     def _save(self) -> None:
         try:
             self._stamp.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self._stamp.with_suffix(".tmp")
+            tmp = self._stamp.with_suffix(f".{os.getpid()}.tmp")  # several servers may share data_dir
             tmp.write_text(json.dumps(self._seen), encoding="utf-8")
             os.replace(tmp, self._stamp)
         except OSError as exc:  # only a cache: verification still happened

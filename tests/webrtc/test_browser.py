@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,6 +40,18 @@ def chromium_flags(wav: Path) -> list[str]:
     ]
 
 
+@contextlib.asynccontextmanager
+async def browser_page(playwright: Any, tmp_path: Path, wav: Path) -> AsyncIterator[Any]:
+    """A page in headless Chromium whose microphone plays `wav`; the profile is removed afterwards."""
+    browser = await playwright.chromium.launch_persistent_context(
+        str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=chromium_flags(wav))
+    try:
+        yield browser.pages[0] if browser.pages else await browser.new_page()
+    finally:
+        await browser.close()
+        shutil.rmtree(tmp_path / "profile", ignore_errors=True)
+
+
 @pytest.fixture
 async def pocketsphinx() -> AsyncIterator[PocketsphinxSpeechToText]:
     engine = PocketsphinxSpeechToText(PocketsphinxConfig(phrases=CALLER_PHRASES, workers=1))
@@ -53,10 +67,7 @@ async def test_the_page_calls_and_shows_what_the_caller_said_and_the_agent_answe
     config.pipeline.greeting = "Hello there."
     wav = speech_wav("say hello world", lead_ms=2500, tail_ms=6000)
     async with live_server(config, stt=pocketsphinx) as server, async_playwright() as playwright:
-        browser = await playwright.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=chromium_flags(wav))
-        try:
-            page = browser.pages[0] if browser.pages else await browser.new_page()
+        async with browser_page(playwright, tmp_path, wav) as page:
             problems: list[str] = []
             page.on("pageerror", lambda error: problems.append(str(error)))
             await page.goto(server.url + "/")
@@ -80,9 +91,6 @@ async def test_the_page_calls_and_shows_what_the_caller_said_and_the_agent_answe
             await page.get_by_role("button", name="Call").wait_for(timeout=UI_TIMEOUT_MS)
             await wait_until(lambda: len(server.sessions) == 0, what="the DELETE to end the session")
             assert problems == []
-        finally:
-            await browser.close()
-            shutil.rmtree(tmp_path / "profile", ignore_errors=True)
 
 
 async def test_dev_sign_in_then_a_reload_resumes_the_same_conversation(
@@ -95,10 +103,7 @@ async def test_dev_sign_in_then_a_reload_resumes_the_same_conversation(
     config.server.dev_login = True
     wav = speech_wav("goodbye", lead_ms=60_000, tail_ms=0)  # a quiet microphone
     async with live_server(config, stt=ScriptedStt([])) as server, async_playwright() as playwright:
-        browser = await playwright.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=chromium_flags(wav))
-        try:
-            page = browser.pages[0] if browser.pages else await browser.new_page()
+        async with browser_page(playwright, tmp_path, wav) as page:
             await page.goto(server.url + "/")
             await page.get_by_label("Sign in as").fill("alice")
             await page.get_by_role("button", name="Sign in").click()
@@ -121,9 +126,6 @@ async def test_dev_sign_in_then_a_reload_resumes_the_same_conversation(
             await wait_until(lambda: session.conversation.turns == 2, what="the second turn")
             ARTIFACTS.mkdir(exist_ok=True)
             await page.screenshot(path=str(ARTIFACTS / "webrtc-page-resumed.png"), full_page=True)
-        finally:
-            await browser.close()
-            shutil.rmtree(tmp_path / "profile", ignore_errors=True)
 
 
 async def test_the_page_on_the_offline_defaults_understands_a_neural_voice(
@@ -144,10 +146,7 @@ async def test_the_page_on_the_offline_defaults_understands_a_neural_voice(
     try:
         async with live_server(config, stt=whisper) as server, async_playwright() as playwright:
             assert server.gateway.tts is not None and server.gateway.tts.name == "piper"
-            browser = await playwright.chromium.launch_persistent_context(
-                str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=chromium_flags(wav))
-            try:
-                page = browser.pages[0] if browser.pages else await browser.new_page()
+            async with browser_page(playwright, tmp_path, wav) as page:
                 await page.goto(server.url + "/")
                 await page.get_by_role("button", name="Call").click()
                 transcript = page.locator("#transcript")
@@ -160,8 +159,5 @@ async def test_the_page_on_the_offline_defaults_understands_a_neural_voice(
                 await agent.wait_for(timeout=UI_TIMEOUT_MS)
                 await page.get_by_role("button", name="Hang up").click()
                 await wait_until(lambda: len(server.sessions) == 0, what="the DELETE to end the session")
-            finally:
-                await browser.close()
-                shutil.rmtree(tmp_path / "profile", ignore_errors=True)
     finally:
         await whisper.aclose()
