@@ -16,6 +16,8 @@ BENCHMARKS = [
     ["rtp_media.py", "--calls", "400,800,1200", "--seconds", "10", "--bare"],
     ["webrtc_sessions.py", "--sessions", "4,8,10,12,16,20", "--seconds", "15", "--profile"],
     ["api_memory.py", "--clients", "20", "--seconds", "20"],
+    ["voice_to_voice.py", "--turns", "12", "--calls", "3"],
+    ["denoise.py", "--seconds", "10", "--repeat", "5"],
 ]
 
 

@@ -1,23 +1,31 @@
-"""Turn-taking: does a caller who pauses mid-sentence get answered half-way, and how long does a caller who
-has finished wait for the turn to be released?
+"""Turn-taking: is a caller who pauses mid-sentence answered half-way, how long does a caller who has
+finished wait, and does the agent stop for a real interruption but not for "mm-hm"?
 
-    .venv/bin/python bench/turns.py [--stt whisper|pocketsphinx] [--vad energy|webrtc] [--noise none,white]
+    .venv/bin/python bench/turns.py [--stt whisper|pocketsphinx] [--configs energy,silero,smart_turn,rnnoise]
+                                    [--noise none,white,babble] [--parallel 3] [--set pipeline.key=value]
 
 It builds its own dialogues, spoken by Piper's neural voice and delivered as a phone delivers them (8 kHz
-through G.711): support-line sentences with a pause of 0.5, 1.0 or 1.5 s spliced in where a person
-would pause (inside a phone number, an address, a list), and complete questions. The pause is cut into
-the whole sentence between two words (Whisper's word timestamps; the quietest point near the mark
-where they cannot place it), so the words before it keep
-the prosody of a sentence that goes on (synthesising the first half on its own gives it a final fall,
-which no caller's half-sentence has). Each dialogue runs through the real pipeline (VAD, recogniser,
-turn buffer, the local agent) on a 20 ms clock, clean and with white noise at 10 dB SNR.
+through G.711):
+- paused: support-line sentences with a pause of 0.5, 1.0 or 1.5 s spliced in where a person would pause
+  (inside a phone number, an address, a list). The pause is cut into the whole sentence between two words
+  (Whisper's word timestamps; the quietest point near the mark where they cannot place it), so the words
+  before it keep the prosody of a sentence that goes on (synthesising the first half on its own gives it a
+  final fall, which no caller's half-sentence has);
+- complete: whole questions and statements;
+- backchannel: a question, then while the agent's (long) reply plays, "mm-hm", "yeah", "okay" ...;
+- interruption: the same, with "wait, stop, ..." or "sorry, I need to change the date".
+Each dialogue runs through the real pipeline (VAD, recogniser, end-of-turn model, turn buffer) on a 20 ms
+clock, clean, with white noise and with babble (six other Piper sentences on top of each other) at 10 dB
+SNR. The agent is a stub that answers at once (what it says is not measured), spoken by espeak-ng.
 
-- Premature end of turn: a paused sentence answered as more than one turn.
-- Turn released: from the end of the caller's speech to the turn's release (the agent starts thinking),
-  for complete questions.
-This is the baseline for issue 16 (a neural VAD and an end-of-turn model); barge-in cases, babble noise
-and the other configurations come with it. Known weakness: where the timestamps cannot place the mark, the
-quietest point near it is sometimes inside a word (a stop consonant).
+Per configuration (energy VAD; Silero VAD; Silero + Smart Turn; the same with RNNoise):
+- premature end of turn: a paused sentence answered as more than one turn;
+- turn released: from the end of the caller's speech to the turn's release (the agent starts thinking),
+  for complete questions (p50/p95);
+- false barge-in: the agent's reply interrupted by a backchannel (or by the noise);
+- missed barge-in: a real interruption that did not stop the agent within 2.5 s.
+Known weakness: where the timestamps cannot place the mark, the quietest point near it is sometimes inside
+a word (a stop consonant).
 """
 
 from __future__ import annotations
@@ -64,9 +72,39 @@ COMPLETE = [
     "Is there a branch near the station?",
     "Thank you, that's all.",
 ]
+BACKCHANNELS = ["Mm-hm.", "Yeah.", "Okay.", "Right.", "Uh-huh.", "I see."]
+INTERRUPTIONS = [
+    "Wait, stop, that is not what I asked.",
+    "Sorry, I need to change the date.",
+    "No, I meant the other account.",
+    "Hold on, can you repeat the price?",
+    "Actually, cancel that order please.",
+    "Stop, I want to speak to a person.",
+]
+BARGE_QUESTION = "Can you tell me about your opening hours?"
+BABBLE = [
+    "The weather was lovely on the coast this weekend.",
+    "We should pick up some bread and milk on the way home.",
+    "Did you see the match last night, it went to penalties.",
+    "The meeting moved to Thursday afternoon at three.",
+    "My sister is visiting from Canada next month.",
+    "They are painting the kitchen a pale shade of green.",
+]
+LONG_REPLY = ("Our opening hours are nine in the morning to six in the evening on weekdays, and ten to four on "
+              "Saturdays. On Sundays and public holidays we are closed, but the phone line stays open for "
+              "urgent questions, and you can always write to us through the website, where most answers "
+              "come back within one working day.")
 PAUSES_S = (0.5, 1.0, 1.5)
 SNR_DB = 10.0
 TAIL_S = 4.0  # silence after the last word: longer than any turn policy waits
+BARGE_AT_S = 3.0  # the backchannel / interruption starts this long after the question ends
+BARGE_WINDOW_S = 2.5  # an interruption must stop the agent within this long
+CONFIGS: dict[str, dict[str, Any]] = {
+    "energy": {"vad": "energy", "end_of_turn": "off"},
+    "silero": {"vad": "silero", "end_of_turn": "off"},
+    "smart_turn": {"vad": "silero", "end_of_turn": "smart_turn"},
+    "rnnoise": {"vad": "silero", "end_of_turn": "smart_turn", "noise_suppression": "rnnoise"},
+}
 
 
 @dataclass
@@ -77,6 +115,7 @@ class Dialogue:
     speech_end_s: float  # where the caller's last word ends, from the start of `pcm`
     pause_s: float = 0.0
     cut_by: str = ""  # "timestamps" or "energy": how the pause was placed
+    barge_s: float = 0.0  # backchannel / interruption: where it starts in `pcm`
 
 
 def g711(pcm16k: bytes) -> bytes:
@@ -126,7 +165,8 @@ def cut_point(pcm: bytes, rate: int, fraction: float) -> int:
     return (best * (window // 3) + window // 2) * 2
 
 
-async def build_dialogues() -> list[Dialogue]:
+async def build_dialogues() -> tuple[list[Dialogue], bytes]:
+    """The dialogues, and a babble track (8 kHz) to mix under them."""
     from faster_whisper import WhisperModel
 
     from internal.stt.whisper_models import resolve_model
@@ -138,11 +178,17 @@ async def build_dialogues() -> list[Dialogue]:
     dialogues: list[Dialogue] = []
     lead = bytes(RATE * 2 // 2)  # 0.5 s before the caller speaks
     tail = bytes(int(RATE * TAIL_S) * 2)
+
+    async def speak(text: str) -> bytes:
+        return b"".join([chunk async for chunk in piper.synthesize(text, 16000)])
+
     try:
         texts = PAUSED + COMPLETE
-        for index, marked in enumerate(texts):
+        steps = len(texts) + len(BACKCHANNELS) + len(INTERRUPTIONS) + len(BABBLE)
+        done = 0
+        for marked in texts:
             text = marked.replace(" | ", " ")
-            pcm = b"".join([chunk async for chunk in piper.synthesize(text, 16000)])
+            pcm = await speak(text)
             if "|" not in marked:
                 audio = g711(pcm)
                 dialogues.append(Dialogue("complete", text, lead + audio + tail,
@@ -159,33 +205,120 @@ async def build_dialogues() -> list[Dialogue]:
                     audio = g711(spliced)
                     dialogues.append(Dialogue("paused", text, lead + audio + tail,
                                               0.5 + last_speech_end(audio, RATE), pause, cut_by))
-            progress("dialogues", index + 1, len(texts))
+            done += 1
+            progress("dialogues", done, steps)
+        question = g711(await speak(BARGE_QUESTION))
+        question_end = 0.5 + last_speech_end(question, RATE)
+        gap = bytes(int(RATE * (question_end + BARGE_AT_S)) * 2 - len(lead) - len(question))
+        for kind, lines in (("backchannel", BACKCHANNELS), ("interruption", INTERRUPTIONS)):
+            for line in lines:
+                said = g711(await speak(line))
+                start = question_end + BARGE_AT_S
+                dialogues.append(Dialogue(kind, line, lead + question + gap + said + tail + tail,
+                                          start + last_speech_end(said, RATE), barge_s=start))
+                done += 1
+                progress("dialogues", done, steps)
+        voices = []
+        for line in BABBLE:
+            voices.append(np.frombuffer(g711(await speak(line)), dtype=np.int16).astype(np.float64))
+            done += 1
+            progress("dialogues", done, steps)
     finally:
         await piper.aclose()
-    return dialogues
+    return dialogues, babble_track(voices)
 
 
-def with_noise(pcm: bytes, seed: int) -> bytes:
-    samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float64)
+async def cached_dialogues() -> tuple[list[Dialogue], bytes]:
+    """build_dialogues(), kept in the temp directory between runs (keyed on every text and the rate)."""
+    import hashlib
+    import pickle
+
+    key = hashlib.sha256(repr((PAUSED, COMPLETE, BACKCHANNELS, INTERRUPTIONS, BARGE_QUESTION, BABBLE, PAUSES_S,
+                               TAIL_S, BARGE_AT_S, RATE)).encode()).hexdigest()[:16]
+    path = Path(tempfile.gettempdir()) / f"voicegate-bench-turns-{key}.pickle"
+    if path.is_file():
+        with path.open("rb") as handle:
+            cached: tuple[list[Dialogue], bytes] = pickle.load(handle)
+        return cached
+    built = await build_dialogues()
+    with path.open("wb") as handle:
+        pickle.dump(built, handle)
+    return built
+
+
+def babble_track(voices: list[np.ndarray], seconds: float = 40.0) -> bytes:
+    """Several talkers at once: each sentence looped from its own offset, summed, at a common level."""
+    length = int(RATE * seconds)
+    mix = np.zeros(length)
+    for index, voice in enumerate(voices):
+        looped = np.resize(np.concatenate((voice, np.zeros(RATE // 4))), length + index * RATE)
+        mix += looped[index * RATE // 2: index * RATE // 2 + length]
+    mix *= 8000.0 / max(1.0, float(np.sqrt(np.mean(mix**2))))
+    return np.clip(mix, -32768, 32767).astype(np.int16).tobytes()
+
+
+def speech_rms(samples: np.ndarray) -> float:
     speech = samples[np.abs(samples) > 300]
-    rms = float(np.sqrt(np.mean(speech**2))) if speech.size else 1000.0
-    noise = np.random.default_rng(seed).normal(0.0, rms / 10 ** (SNR_DB / 20), samples.size)
+    return float(np.sqrt(np.mean(speech**2))) if speech.size else 1000.0
+
+
+def with_noise(pcm: bytes, kind: str, seed: int, babble: bytes) -> bytes:
+    """The caller's audio with white noise or babble at SNR_DB under the caller's speech level."""
+    if kind == "none":
+        return pcm
+    samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float64)
+    rng = np.random.default_rng(seed)
+    if kind == "white":
+        noise = rng.normal(0.0, 1.0, samples.size)
+    else:
+        track = np.frombuffer(babble, dtype=np.int16).astype(np.float64)
+        start = int(rng.integers(0, max(1, track.size - samples.size)))
+        noise = np.resize(track[start:], samples.size)
+    noise *= speech_rms(samples) / 10 ** (SNR_DB / 20) / max(1e-9, float(np.sqrt(np.mean(noise**2))))
     return np.clip(samples + noise, -32768, 32767).astype(np.int16).tobytes()
+
+
+class StubModel:
+    """An agent that answers at once with a fixed reply: what it says is not what this measures."""
+
+    name = "stub"
+
+    def __init__(self, reply: str) -> None:
+        self.reply = reply
+
+    async def stream(self, request: Any) -> Any:
+        from internal.llm.base import ReplyDelta
+
+        for word in self.reply.split(" "):
+            yield ReplyDelta(word + " ")
+
+    async def complete(self, system: str, user: str, timeout_s: float) -> str:
+        return ""
+
+    async def aclose(self) -> None:
+        return None
 
 
 class TimedSink:
     def __init__(self) -> None:
         self.released: list[float] = []
+        self.speaking: list[float] = []
+        self.interrupted: list[float] = []
         self.heard: list[str] = []
 
     def emit(self, event: Any) -> None:
+        now = time.monotonic()
         if event.type == "state" and event.state == "thinking":
-            self.released.append(time.monotonic())
+            self.released.append(now)
+        elif event.type == "state" and event.state == "speaking":
+            self.speaking.append(now)
+        elif event.type == "response" and getattr(event, "interrupted", False):
+            self.interrupted.append(now)
         elif event.type == "transcript" and event.role == "user" and event.final:
             self.heard.append(event.text)
 
 
-async def run_dialogue(config: Any, services: Any, dialogue: Dialogue, pcm: bytes) -> dict[str, Any]:
+async def run_dialogue(services: Any, dialogue: Dialogue, pcm: bytes) -> dict[str, Any]:
     from internal.identity import CallerIdentity
     from internal.pipeline.localcall import LocalCall
     from internal.pipeline.pipeline import VoicePipeline
@@ -200,66 +333,129 @@ async def run_dialogue(config: Any, services: Any, dialogue: Dialogue, pcm: byte
         started = time.monotonic()
         call.say(pcm)
         await call.wait_caller_done()
-        await call.wait_agent_quiet(300, timeout_s=30)
-    speech_end = started + dialogue.speech_end_s
-    first = sink.released[0] - speech_end if sink.released else float("nan")
-    return {"turns": len(sink.released), "released_after_s": first, "heard": sink.heard}
+        await call.wait_agent_quiet(300, timeout_s=40)
+    outcome: dict[str, Any] = {"turns": len(sink.released), "heard": sink.heard}
+    if dialogue.kind in ("paused", "complete"):
+        speech_end = started + dialogue.speech_end_s
+        outcome["released_after_s"] = sink.released[0] - speech_end if sink.released else float("nan")
+    else:
+        barge = started + dialogue.barge_s
+        outcome["agent_speaking"] = bool(sink.speaking) and sink.speaking[0] < barge
+        outcome["interrupted"] = any(barge - BARGE_AT_S < t < barge + BARGE_WINDOW_S for t in sink.interrupted)
+    return outcome
 
 
-async def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stt", default="whisper", choices=["whisper", "pocketsphinx"])
-    parser.add_argument("--vad", default="energy")
-    parser.add_argument("--noise", default="none,white")
-    args = parser.parse_args()
-    from server.providers import build_model, build_services, build_stt
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    paused = [r for r in rows if r["kind"] == "paused"]
+    complete = [r for r in rows if r["kind"] == "complete" and r["turns"] >= 1]
+    by_pause = {str(p): round(100 * sum(r["turns"] > 1 for r in paused if r["pause_s"] == p)
+                              / max(1, sum(r["pause_s"] == p for r in paused)), 1) for p in PAUSES_S}
+    waits = [r["released_after_s"] for r in complete]
+    backchannels = [r for r in rows if r["kind"] == "backchannel" and r["agent_speaking"]]
+    interruptions = [r for r in rows if r["kind"] == "interruption" and r["agent_speaking"]]
+    return {
+        "premature_pct": round(100 * sum(r["turns"] > 1 for r in paused) / max(1, len(paused)), 1),
+        "premature_pct_by_pause": by_pause,
+        "released_ms": {k: round(v * 1000) for k, v in percentiles(waits, (50, 95)).items()},
+        "false_barge_in_pct": round(100 * sum(r["interrupted"] for r in backchannels) / max(1, len(backchannels)), 1),
+        "missed_barge_in_pct": round(100 * sum(not r["interrupted"] for r in interruptions)
+                                     / max(1, len(interruptions)), 1),
+        "barge_cases": len(backchannels) + len(interruptions),
+        "unanswered": sum(r["turns"] == 0 for r in rows if r["kind"] in ("paused", "complete")),
+        "dialogues": rows,
+    }
 
-    dialogues = await build_dialogues()
+
+def overrides(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if not key.startswith("pipeline.") or not value:
+            raise SystemExit(f"--set takes pipeline.KEY=VALUE, not {pair!r}")
+        out[key.removeprefix("pipeline.")] = value
+    return out
+
+
+async def run_config(name: str, args: argparse.Namespace, dialogues: list[Dialogue], babble: bytes,
+                     extra: dict[str, str]) -> dict[str, Any]:
+    from server.providers import build_services, build_stt, build_tts
+
     with tempfile.TemporaryDirectory(prefix="voicegate-bench-turns-") as work:
         config = load_config(None)
         config.server.data_dir = work
         config.stt.provider = args.stt
         config.tts.provider = "espeak"  # the agent's voice does not matter here; espeak-ng is the cheapest
-        config.pipeline.sample_rate = 8000
+        config.pipeline.sample_rate = RATE
         config.pipeline.greeting = ""
-        config.pipeline.vad = args.vad
-        from server.providers import build_tts
-
-        stt, tts, model = build_stt(config), build_tts(config), build_model(config)
+        for key, value in {**CONFIGS[name], **extra}.items():
+            current = getattr(config.pipeline, key)
+            setattr(config.pipeline, key, type(current)(value) if not isinstance(current, bool)
+                    else str(value).lower() in ("1", "true", "yes"))
+        stt, tts = build_stt(config), build_tts(config)
         warm_up = getattr(stt, "warm_up", None)
         if warm_up is not None:
             await warm_up()
-        services = build_services(config, stt, tts, model)
+        short = build_services(config, stt, tts, StubModel("Okay."))  # type: ignore[arg-type]
+        long = build_services(config, stt, tts, StubModel(LONG_REPLY))  # type: ignore[arg-type]
         results: dict[str, Any] = {}
+        gate = asyncio.Semaphore(args.parallel)
         try:
             for noise in args.noise.split(","):
-                rows: list[dict[str, Any]] = []
-                for index, dialogue in enumerate(dialogues):
-                    pcm = dialogue.pcm if noise == "none" else with_noise(dialogue.pcm, index)
-                    outcome = await run_dialogue(config, services, dialogue, pcm)
-                    rows.append({"kind": dialogue.kind, "pause_s": dialogue.pause_s, "text": dialogue.text,
-                                 "cut_by": dialogue.cut_by, **outcome})
-                    progress(f"noise {noise}", index + 1, len(dialogues))
-                paused = [r for r in rows if r["kind"] == "paused"]
-                complete = [r for r in rows if r["kind"] == "complete" and r["turns"] >= 1]
-                by_pause = {str(p): round(100 * sum(r["turns"] > 1 for r in paused if r["pause_s"] == p)
-                                          / max(1, sum(r["pause_s"] == p for r in paused)), 1) for p in PAUSES_S}
-                waits = [r["released_after_s"] for r in complete]
-                results[noise] = {
-                    "premature_pct": round(100 * sum(r["turns"] > 1 for r in paused) / len(paused), 1),
-                    "premature_pct_by_pause": by_pause,
-                    "released_ms": {k: round(v * 1000) for k, v in percentiles(waits, (50, 95)).items()},
-                    "unanswered": sum(r["turns"] == 0 for r in rows),
-                    "dialogues": rows,
-                }
+                done = 0
+
+                async def one(index: int, dialogue: Dialogue, noise: str = noise) -> dict[str, Any]:
+                    nonlocal done
+                    async with gate:
+                        services = long if dialogue.kind in ("backchannel", "interruption") else short
+                        outcome = await run_dialogue(services, dialogue, with_noise(dialogue.pcm, noise, index, babble))
+                    done += 1
+                    progress(f"{name} / {noise}", done, len(dialogues))
+                    return {"kind": dialogue.kind, "pause_s": dialogue.pause_s, "text": dialogue.text,
+                            "cut_by": dialogue.cut_by, **outcome}
+
+                rows = await asyncio.gather(*(one(i, d) for i, d in enumerate(dialogues)))
+                results[noise] = summarise(list(rows))
         finally:
-            await asyncio.gather(stt.aclose(), tts.aclose(), model.aclose(), return_exceptions=True)
-    print(table([[noise, f"{r['premature_pct']} %", " / ".join(f"{v} %" for v in r["premature_pct_by_pause"].values()),
-                  str(r["released_ms"]["p50"]), str(r["released_ms"]["p95"]), str(r["unanswered"])]
-                 for noise, r in results.items()],
-                ["noise", "premature", "by pause 0.5/1.0/1.5 s", "released p50 ms", "p95 ms", "unanswered"]))
-    label = f"turns-{args.stt}-{args.vad}"
-    print(f"\nresults: {save(label, {'stt': args.stt, 'vad': args.vad, 'results': results})}")
+            await asyncio.gather(stt.aclose(), tts.aclose(), return_exceptions=True)
+        return {"pipeline": {**CONFIGS[name], **extra}, "results": results}
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stt", default="whisper", choices=["whisper", "pocketsphinx"])
+    parser.add_argument("--configs", default="energy,silero,smart_turn,rnnoise")
+    parser.add_argument("--noise", default="none,white,babble")
+    parser.add_argument("--parallel", type=int, default=3, help="dialogues run at once (as concurrent calls)")
+    parser.add_argument("--set", action="append", default=[], metavar="pipeline.KEY=VALUE")
+    parser.add_argument("--label", default="")
+    args = parser.parse_args()
+    extra = overrides(args.set)
+    names = [n for n in args.configs.split(",") if n]
+    unknown = [n for n in names if n not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"--configs: unknown {unknown}; choose from {sorted(CONFIGS)}")
+    if "rnnoise" in names:
+        from internal.audio.denoise import rnnoise_available
+
+        reason = rnnoise_available()
+        if reason:
+            print(f"rnnoise skipped: {reason}", file=sys.stderr)
+            names.remove("rnnoise")
+    dialogues, babble = await cached_dialogues()
+    report: dict[str, Any] = {}
+    for name in names:
+        report[name] = await run_config(name, args, dialogues, babble, extra)
+    rows = []
+    for name, outcome in report.items():
+        for noise, r in outcome["results"].items():
+            by_pause = " / ".join(f"{v} %" for v in r["premature_pct_by_pause"].values())
+            rows.append([name, noise, f"{r['premature_pct']} %", by_pause,
+                         str(r["released_ms"]["p50"]), str(r["released_ms"]["p95"]), f"{r['false_barge_in_pct']} %",
+                         f"{r['missed_barge_in_pct']} %", str(r["unanswered"])])
+    print(table(rows, ["config", "noise", "premature", "by pause 0.5/1.0/1.5 s", "released p50 ms", "p95 ms",
+                       "false barge-in", "missed barge-in", "unanswered"]))
+    label = args.label or f"turns-{args.stt}"
+    print(f"\nresults: {save(label, {'stt': args.stt, 'set': extra, 'configs': report})}")
     return 0
 
 

@@ -41,3 +41,6 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.voicegate-installed-"${mode}"-*
   touch "$stamp"
 fi
+
+# The end-of-turn model (Smart Turn v3.2) from its pinned PyPI wheel, SHA-256-checked (skipped when present).
+.venv/bin/python -m internal.turn.weights

@@ -113,7 +113,8 @@ class Gateway:
             warm_up = getattr(engine, "warm_up", None)
             if warm_up is not None:
                 await warm_up()
-        self.services = build_services(config, self.stt, self.tts, self.model, self.tools)
+        # Off the loop: the turn-taking models are verified, loaded and (first time only) fetched here.
+        self.services = await asyncio.to_thread(build_services, config, self.stt, self.tts, self.model, self.tools)
         self.services.tracer = self.telemetry.tracer
         self.services.telemetry = self.telemetry
         self.sessions = SessionManager(max_sessions=config.server.max_sessions,
@@ -330,6 +331,8 @@ class Gateway:
                 describe = getattr(engine, "describe", None)
                 if describe is not None:
                     components[kind].update(describe())
+        if self.services is not None:
+            components["turn_taking"] = {"ok": True, **self.services.describe_turn_taking()}
         if self.sessions is not None:
             components["sessions"] = {"ok": True, "live": len(self.sessions),
                                       "max": self.config.server.max_sessions}

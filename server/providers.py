@@ -14,6 +14,7 @@ from internal.pipeline.tools import ToolRegistry, register_end_call
 from internal.session.session import Conversation
 from internal.stt.base import SpeechToText
 from internal.tts.base import TextToSpeech
+from internal.turn.weights import TurnModelError
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +133,11 @@ def build_services(config: Config, stt: SpeechToText, tts: TextToSpeech, model: 
     if "end_call" not in registry:
         register_end_call(registry)
     persona = config.openai.system_prompt if config.effective_llm_provider in ("openai", "ollama") else ""
-    return PipelineServices(stt=stt, tts=tts, model=model, config=config.pipeline, tools=registry, persona=persona)
+    try:
+        return PipelineServices(stt=stt, tts=tts, model=model, config=config.pipeline, tools=registry,
+                                persona=persona)
+    except TurnModelError as exc:
+        raise ConfigError([str(exc)]) from exc
 
 
 def new_conversation_factory(config: Config, model: ChatModel) -> Callable[[], Conversation]:

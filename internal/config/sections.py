@@ -172,8 +172,15 @@ class PipelineConfig(Section):
     user_speech_quiet_ms: int = Field(600, ge=0)
     turn_merge_ms: int = Field(350, ge=0)
     rag_prefetch: bool = False
-    vad: Literal["energy", "webrtc"] = "energy"
+    vad: Literal["energy", "webrtc", "silero"] = "silero"
     vad_threshold_db: float = Field(9.0, gt=0)
+    vad_silero_threshold: float = Field(0.5, gt=0, lt=1)
+    end_of_turn: Literal["off", "smart_turn"] = "smart_turn"
+    end_of_turn_threshold: float = Field(0.5, gt=0, lt=1)
+    end_of_turn_model: str = ""
+    end_of_turn_download: bool = True
+    max_turn_wait_ms: int = Field(2000, ge=0)
+    noise_suppression: Literal["off", "rnnoise"] = "off"
     vad_onset_ms: int = Field(60, ge=20)
     vad_offset_ms: int = Field(300, ge=20)
     barge_in_onset_ms: int = Field(40, ge=20)

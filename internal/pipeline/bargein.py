@@ -26,6 +26,13 @@ INCOMPLETE_TAIL = frozenset(
     "your this to of for with at on in by from about into onto over under is are was were be been being am do "
     "does did have has had will would can could shall should may might must i you he she we they it".split()
 )
+# Words no English sentence ends on (articles, prepositions, possessives, conjunctions, fillers): a turn
+# whose words end here goes on, however finished it sounds. "it", "is", "you" are not here: "what time is
+# it", "where is it", "thank you" end sentences all the time.
+DANGLING_TAIL = frozenset(
+    "um uh er erm like and or but so because if when while as that which the a an my your our their his her its "
+    "this these those to of for with at on in by from about into onto over under than then whether".split()
+)
 DICTATION_TAIL = frozenset("dot dash hyphen underscore plus slash period point gmail hotmail outlook yahoo icloud "
                            "mail".split())
 
@@ -60,9 +67,22 @@ def ends_terminal(text: str) -> bool:
     return trimmed.endswith((".", "!", "?"))
 
 
+def ends_question(text: str) -> bool:
+    return text.strip().rstrip("'\")]}").endswith("?")
+
+
 def ends_incomplete(text: str) -> bool:
     tokens = words(text)
     return bool(tokens) and tokens[-1] in INCOMPLETE_TAIL and not ends_terminal(text)
+
+
+def ends_unfinished(text: str) -> bool:
+    """The words themselves say the sentence goes on: a dangling function word or a number being dictated.
+
+    Punctuation is ignored: a recogniser that punctuates (Whisper) puts a full stop after fragments too.
+    """
+    tokens = words(text)
+    return bool(tokens) and (tokens[-1] in DANGLING_TAIL or ends_dictation(text))
 
 
 def ends_dictation(text: str) -> bool:

@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 PRE_ROLL_MS = 300  # audio kept from before the VAD decided speech began, so first syllables survive
 DTMF_GAP_S = 1.5  # keypad digits separated by less than this form one entry ("#" ends it at once)
+TURN_AUDIO_FRAMES = 400  # 8 s of 20 ms frames: what Smart Turn hears
+END_OF_TURN_SILENCE_MS = 100  # the silence after the last word that Smart Turn hears
 __all__ = ["APOLOGY", "VoicePipeline"]
 
 
@@ -51,6 +53,7 @@ class VoicePipeline:
         self._normal_vad = VadProfile(self.config.vad_onset_ms, self.config.vad_offset_ms)
         self._barge_vad = VadProfile(self.config.barge_in_onset_ms, self.config.vad_offset_ms)
         self.vad = services.make_vad(sample_rate, self._normal_vad)
+        self._denoiser = services.make_denoiser(sample_rate)
         self._backchannels = frozenset(self.config.backchannels)
         self._pre_roll: deque[bytes] = deque(maxlen=max(1, PRE_ROLL_MS // 20))
         self._stt: SttStream | None = None
@@ -58,7 +61,10 @@ class VoicePipeline:
         self._dtmf_digits = ""
         self._dtmf_timer: asyncio.TimerHandle | None = None
         self._turns = TurnBuffer(self.config.turn_merge_ms, self.config.user_speech_quiet_ms, self._on_turn,
-                                 clock=clock)
+                                 clock=clock, max_turn_wait_ms=self.config.max_turn_wait_ms)
+        # The caller's audio of the turn in progress (at most the 8 s the end-of-turn model hears).
+        self._turn_audio: deque[bytes] = deque(maxlen=TURN_AUDIO_FRAMES)
+        self._verdict_task: asyncio.Task[None] | None = None
         self._utterance_over_agent = False
         self._speech_frames = 0
         self._speech_ended_at = 0.0
@@ -86,6 +92,8 @@ class VoicePipeline:
             return
         self._closed = True
         self._turns.close()
+        if self._verdict_task is not None:
+            self._verdict_task.cancel()
         for deadline in self._stt_deadlines:
             deadline.cancel()
         if self._dtmf_timer is not None:
@@ -122,8 +130,12 @@ class VoicePipeline:
     def push_audio(self, pcm: bytes) -> None:
         if self._closed or len(pcm) != self._frame_bytes:
             return
+        if self._denoiser is not None:
+            pcm = self._denoiser.process(pcm)
         self.vad.profile = self._barge_vad if self.agent_active and self.config.barge_in else self._normal_vad
         event = self.vad.process(pcm)
+        if self.services.turn_model is not None:
+            self._turn_audio.append(pcm)
         stt = self._stt
         if stt is not None and stt.continuous:
             stt.push(pcm)
@@ -147,6 +159,11 @@ class VoicePipeline:
     def _on_speech_start(self, stt: SttStream | None) -> None:
         self._speech_frames = 0
         self._utterance_over_agent = self.agent_active
+        if self._turns.pending is None and not self._awaiting_finals:
+            # A new turn: forget the audio of earlier ones (keep the pre-roll and the onset frames).
+            keep = len(self._pre_roll) + self.vad.profile.onset_frames
+            while len(self._turn_audio) > keep:
+                self._turn_audio.popleft()
         self._turns.caller_started_speaking()
         if stt is not None and not stt.continuous:
             for earlier in self._pre_roll:
@@ -165,7 +182,33 @@ class VoicePipeline:
                 self._stt_deadlines.append(asyncio.get_running_loop().call_later(
                     self.config.turn_timeout_s, self._stt_timed_out))
             stt.end_of_speech()
-        self._turns.caller_stopped_speaking()
+        model = self.services.turn_model
+        silence = self._turns.caller_stopped_speaking(verdict_expected=model is not None)
+        if model is not None:
+            if self._verdict_task is not None:
+                self._verdict_task.cancel()
+            # Measured on a neural voice: past ~150 ms of silence, unfinished sentences start to sound "complete".
+            extra = max(0, self.vad.profile.offset_frames - END_OF_TURN_SILENCE_MS // 20)
+            frames = list(self._turn_audio)
+            audio = b"".join(frames[:len(frames) - extra] if extra else frames)
+            self._verdict_task = asyncio.create_task(self._ask_end_of_turn(silence, audio), name="end-of-turn")
+
+    async def _ask_end_of_turn(self, silence: int, audio: bytes) -> None:
+        """Smart Turn's verdict on the audio up to this silence, handed to the turn buffer."""
+        model = self.services.turn_model
+        assert model is not None
+        asked = self._clock()
+        try:
+            probability = await model.predict(audio, self.sample_rate)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("end-of-turn model failed; the silence and text rules decide this turn")
+            self._turns.set_verdict(silence, None)
+            return
+        self.responder.timing("end_of_turn_model", (self._clock() - asked) * 1000.0,
+                              self.session.conversation.turns + 1)
+        self._turns.set_verdict(silence, probability >= self.config.end_of_turn_threshold)
 
     def _check_barge_in(self) -> None:
         if not (self._utterance_over_agent and self.config.barge_in and self.agent_active):
@@ -241,6 +284,10 @@ class VoicePipeline:
 
     def _on_turn(self, pending: PendingTurn) -> None:
         times = TurnTimes(self._speech_ended_at, self._final_at, self._clock())
+        if self._speech_ended_at:
+            # From the caller's last sound (the VAD's offset before its decision) to the release.
+            self.responder.timing("end_of_turn", (times.released - self._speech_ended_at) * 1000.0
+                                  + self.config.vad_offset_ms, self.session.conversation.turns + 1)
         self.responder.start(lambda: self.responder.respond(Turn(text=pending.text), pending.confidence, times))
 
     def submit_text(self, text: str) -> None:

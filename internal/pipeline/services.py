@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from opentelemetry import trace
 
@@ -26,10 +26,17 @@ from internal.pipeline.vad import (
 )
 from internal.stt.base import SpeechToText
 from internal.tts.base import TextToSpeech
+from internal.turn.weights import TurnModelError
 
 if TYPE_CHECKING:
     from internal.session.session import Session
     from internal.telemetry.otel import Telemetry
+    from internal.turn.silero import SileroModel
+    from internal.turn.smart_turn import SmartTurnModel
+
+class Denoiser(Protocol):
+    def process(self, pcm: bytes) -> bytes: ...
+
 
 # Below this STT confidence a turn is "probably garbled" (when the engine reports confidence at all).
 LOW_CONFIDENCE_DIRECTIVES = (
@@ -86,8 +93,26 @@ class PipelineServices:
     assistant_profile: str = ""
     tracer: trace.Tracer = field(default_factory=trace.NoOpTracer)
     telemetry: Telemetry | None = None
+    # Shared neural models (one ONNX session per process), loaded here when the config asks for them.
+    silero: SileroModel | None = None
+    turn_model: SmartTurnModel | None = None
 
     def __post_init__(self) -> None:
+        if self.config.vad == "silero" and self.silero is None:
+            from internal.turn.silero import shared_silero
+
+            self.silero = shared_silero()
+        if self.config.end_of_turn == "smart_turn" and self.turn_model is None:
+            from internal.turn.smart_turn import shared_smart_turn
+
+            self.turn_model = shared_smart_turn(self.config.end_of_turn_model, self.config.end_of_turn_download)
+        if self.config.noise_suppression == "rnnoise":
+            from internal.audio.denoise import rnnoise_available
+
+            reason = rnnoise_available()
+            if reason is not None:
+                raise TurnModelError(f"pipeline.noise_suppression: rnnoise cannot run: {reason} "
+                                     "(pip install -e '.[denoise]', or set it to \"off\")")
         if not self.policy:
             self.policy = load_text(self.config.prompt_file, BUILTIN_PROMPT)
         if not self.skills:
@@ -115,9 +140,33 @@ class PipelineServices:
             return self.greeter(session)
         return self.config.greeting
 
+    def describe_turn_taking(self) -> dict[str, object]:
+        """For /health: which VAD, end-of-turn model and noise suppression the calls use."""
+        out: dict[str, object] = {"vad": self.config.vad if self.silero is not None or self.config.vad != "silero"
+                                  else "energy", "end_of_turn": "off", "noise_suppression":
+                                  self.config.noise_suppression}
+        if self.turn_model is not None:
+            out["end_of_turn"] = "smart_turn"
+            out["end_of_turn_model"] = str(self.turn_model.path)
+            out["end_of_turn_inferences"] = self.turn_model.inferences
+        return out
+
+    def make_denoiser(self, sample_rate: int) -> Denoiser | None:
+        """Per-call noise suppression before VAD and recognition (None when off)."""
+        if self.config.noise_suppression != "rnnoise":
+            return None
+        from internal.audio.denoise import RnnoiseDenoiser
+
+        return RnnoiseDenoiser(sample_rate)
+
     def make_vad(self, sample_rate: int, profile: VadProfile) -> VoiceActivityDetector:
         classifier: FrameClassifier
-        if self.config.vad == "webrtc":
+        if self.config.vad == "silero" and self.silero is not None:
+            from internal.turn.silero import SileroClassifier
+
+            classifier = SileroClassifier(sample_rate, self.silero, self.config.vad_silero_threshold,
+                                          gate=AdaptiveEnergyClassifier(self.config.vad_threshold_db))
+        elif self.config.vad == "webrtc":
             classifier = WebRtcClassifier(sample_rate)
         else:
             classifier = AdaptiveEnergyClassifier(self.config.vad_threshold_db)

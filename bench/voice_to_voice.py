@@ -1,0 +1,542 @@
+"""Benchmark: the wait a caller hears, on the wire, between the end of a question and the first sound of
+the answer, over real SIP (not a test).
+
+A real `voicegate serve` process takes the calls: free ports, a temporary config file (memory off, the
+local agent, no greeting, `pipeline.debug` on so that it logs each turn's "sip call timing"), and
+whatever `--set` adds. sipp is the caller, with the SIP tests' scenario (tests/sip_calls/scenarios/
+uac_talk.xml and its fragments). Each call streams, once, a few complete questions spoken by Piper's
+neural voice through 8 kHz G.711 mu-law, each followed by `--gap` seconds of silence so that the reply
+can finish before the next question.
+
+Both directions are read on the wire by a tap between the two, on 127.0.0.1, with no root and no packet
+capture. The caller's SDP names the tap's media port, so voicegate sends its RTP there; the INVITE goes
+through the tap (rport in Via brings the answers back through it), which rewrites the m= port of
+voicegate's SDP answer to the same media port, so sipp streams its RTP to the tap too, and the tap passes
+it on. Every packet's time is the kernel's receive time on the tap's socket (SO_TIMESTAMPNS, wall clock).
+
+For each caller turn, the wait is from the caller's last speech packet (the last packet of a question
+whose decoded audio is louder than -45 dBFS; a question's packets less than 1.5 s apart belong to it) to
+voicegate's first reply speech packet (the first packet it sent after that moment louder than -45 dBFS,
+before the caller speaks again). A turn the agent was still speaking at (it had not finished the previous
+reply) has no clean wait and is counted apart, as is a question nobody answered. The table gives p50, p95
+and the maximum of the waits, and the p50 of every stage voicegate logged for its turns (stt, end_of_turn,
+llm_first_token, tts_first_audio, first_audio, ...), with the words it heard against the words said.
+
+    .venv/bin/python bench/voice_to_voice.py [--stt pocketsphinx|whisper] [--turns 12] [--calls 3]
+        [--tts piper|espeak] [--set pipeline.vad=webrtc --set pipeline.vad_offset_ms=200] [--gap 6]
+
+Without --stt it measures pocketsphinx, then Whisper. Figures go to bench/results/voice_to_voice*.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import percentiles, progress, save, table, word_errors
+from internal.audio.g711 import ulaw_decode, ulaw_encode
+from internal.audio.rtp import RtpError, RtpPacket
+from tests.sip_calls.conftest import caller_bye, free_port, render, run_sipp, stream
+from tests.speech import neural
+
+REPO = Path(__file__).resolve().parents[1]
+RATE = 8000
+SPEECH_DBFS = -45.0  # a 20 ms packet louder than this is speech (comfort silence is digital zero)
+SAME_TURN_S = 1.5  # loud caller packets closer than this are one question (a comma's pause is shorter)
+TALKING_OVER_S = 0.3  # agent speech this close before the caller's end: it had not finished its last reply
+LEAD_S = 1.0  # silence before the first question: the call's media settles first
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python does not export the constant
+READY = "voicegate: SIP at"  # the banner `serve` prints once it listens
+STAGE_ORDER = ["stt", "end_of_turn", "llm_first_token", "tts_first_audio", "first_audio"]
+
+# Questions the local agent answers in a sentence ("who are you" or an unknown request would get a speech
+# that runs into the next question), none of them ending the call.
+QUESTIONS = [
+    "What time is it?",
+    "Please repeat after me, the parcel arrived on Monday.",
+    "What is the date today?",
+    "Thank you very much.",
+    "Hello, can you hear me?",
+    "Can you tell me the time please?",
+    "Repeat after me, the meeting starts at noon.",
+    "What day is it today?",
+    "Good morning.",
+    "What is my name?",
+    "Say the blue car is parked outside.",
+    "Thanks a lot.",
+]
+
+Address = tuple[str, int]
+
+
+# ---- what the caller says ------------------------------------------------------------------------------
+
+
+def caller_stream(path: Path, texts: list[str], gap_s: float) -> float:
+    """Write the questions, each followed by `gap_s` of silence, as RAW mu-law for sipp's rtp_stream;
+    returns how many seconds it lasts."""
+    pause = bytes(int(RATE * gap_s) * 2)
+    pcm = bytes(int(RATE * LEAD_S) * 2) + b"".join(clip + pause for clip in neural(texts, RATE))
+    path.write_bytes(ulaw_encode(pcm))
+    return len(pcm) / 2 / RATE
+
+
+# ---- the tap between sipp and voicegate ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Heard:
+    at: float  # kernel receive time, seconds since the epoch
+    data: bytes
+
+
+def timestamped_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(0.2)
+    return sock
+
+
+def receive(sock: socket.socket) -> tuple[bytes, Address, float]:
+    data, ancillary, _, source = sock.recvmsg(65536, socket.CMSG_SPACE(16))
+    for level, kind, value in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+            seconds, nanoseconds = struct.unpack("qq", value[:16])
+            return data, source, seconds + nanoseconds / 1e9
+    return data, source, time.time()
+
+
+def answer_through(message: bytes, media_port: int) -> tuple[bytes, Address | None]:
+    """A SIP message with its SDP's audio port changed to `media_port` (Content-Length to match), and
+    the media address the SDP gave, if it has one."""
+    head, separator, body = message.partition(b"\r\n\r\n")
+    port = re.search(rb"^m=audio (\d+)", body, re.M)
+    host = re.search(rb"^c=IN IP4 (\S+)", body, re.M)
+    if not separator or port is None or host is None:
+        return message, None
+    body = body[:port.start(1)] + str(media_port).encode() + body[port.end(1):]
+    head = re.sub(rb"(?im)^(content-length|l)[ \t]*:[ \t]*\d+", rb"\1: " + str(len(body)).encode(), head)
+    return head + separator + body, (host.group(1).decode(), int(port.group(1)))
+
+
+class WireTap:
+    """Relays SIP and the caller's RTP to voicegate and receives voicegate's RTP, keeping every audio
+    packet of both directions with the time it arrived."""
+
+    def __init__(self, server: Address) -> None:
+        self.server = server
+        self.caller: list[Heard] = []
+        self.reply: list[Heard] = []
+        self.call_id = ""
+        self._sip, self._media = timestamped_socket(), timestamped_socket()
+        self._sipp: Address | None = None
+        self._server_media: Address | None = None
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._pump, args=(self._sip, self._on_sip), daemon=True),
+                         threading.Thread(target=self._pump, args=(self._media, self._on_media), daemon=True)]
+
+    @property
+    def sip_port(self) -> int:
+        return int(self._sip.getsockname()[1])
+
+    @property
+    def media_port(self) -> int:
+        return int(self._media.getsockname()[1])
+
+    def __enter__(self) -> WireTap:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+        self._sip.close()
+        self._media.close()
+
+    def _pump(self, sock: socket.socket, handle: Callable[[bytes, Address, float], None]) -> None:
+        while not self._stop.is_set():
+            try:
+                handle(*receive(sock))
+            except TimeoutError:
+                continue
+            except OSError:  # ICMP from a peer that has gone (sipp after its BYE)
+                continue
+
+    def _on_sip(self, data: bytes, source: Address, _at: float) -> None:
+        if source == self.server:
+            data, media = answer_through(data, self.media_port)
+            self._server_media = media or self._server_media
+            if self._sipp is not None:
+                self._sip.sendto(data, self._sipp)
+            return
+        self._sipp = source
+        found = re.search(rb"(?im)^(?:call-id|i)[ \t]*:[ \t]*(\S+)", data)
+        self.call_id = self.call_id or (found.group(1).decode() if found else "")
+        self._sip.sendto(data, self.server)
+
+    def _on_media(self, data: bytes, source: Address, at: float) -> None:
+        if source == self._server_media:
+            self.reply.append(Heard(at, data))
+        elif self._server_media is not None:
+            self.caller.append(Heard(at, data))
+            self._media.sendto(data, self._server_media)
+
+
+# ---- turns on the wire ---------------------------------------------------------------------------------
+
+
+def levels(packets: list[Heard]) -> list[tuple[float, float]]:
+    """(arrival, dBFS of the decoded audio) of every PCMU packet."""
+    out = []
+    for heard in packets:
+        try:
+            packet = RtpPacket.parse(heard.data)
+        except RtpError:
+            continue
+        if packet.payload_type != 0 or not packet.payload:
+            continue
+        samples = np.frombuffer(ulaw_decode(packet.payload), dtype=np.int16).astype(np.float64)
+        power = float(np.mean(samples**2)) / 32768**2
+        out.append((heard.at, 10 * math.log10(power) if power > 0 else -120.0))
+    return out
+
+
+def spoken(caller: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(first, last) speech packet of each question the caller asked."""
+    runs: list[tuple[float, float]] = []
+    for at, level in caller:
+        if level < SPEECH_DBFS:
+            continue
+        if runs and at - runs[-1][1] < SAME_TURN_S:
+            runs[-1] = (runs[-1][0], at)
+        else:
+            runs.append((at, at))
+    return runs
+
+
+@dataclass
+class TurnWait:
+    question: str
+    spoke_until: float  # the caller's last speech packet
+    wait_ms: float | None  # to the first reply speech packet; None: no reply before the caller spoke again
+    reply_ms: float  # from that packet to the reply's last speech packet
+    talked_over: bool  # the agent was still speaking when the caller finished: no clean wait
+    server: dict[str, float] = field(default_factory=dict)  # this turn's logged stages, ms
+
+
+def measure(caller: list[tuple[float, float]], reply: list[tuple[float, float]], texts: list[str]) -> list[TurnWait]:
+    runs = spoken(caller)
+    loud = [at for at, level in reply if level >= SPEECH_DBFS]
+    turns = []
+    for index, (_, end) in enumerate(runs):
+        horizon = runs[index + 1][0] if index + 1 < len(runs) else math.inf
+        answer = [at for at in loud if end < at < horizon]
+        over = any(end - TALKING_OVER_S <= at <= end for at in loud)
+        turns.append(TurnWait(texts[index] if index < len(texts) else "?", end,
+                              (answer[0] - end) * 1000 if answer else None,
+                              (answer[-1] - answer[0]) * 1000 if answer else 0.0, over))
+    return turns
+
+
+# ---- the server ----------------------------------------------------------------------------------------
+
+
+def parse_setting(text: str) -> tuple[str, str, Any]:
+    """`section.key=value` (`sip.auth.enabled=true`: the section is everything before the last dot); the
+    value is read as TOML when it is TOML (200, true, ["a"]) and taken as a string otherwise (silero)."""
+    dotted, equals, raw = text.partition("=")
+    section, dot, key = dotted.strip().rpartition(".")
+    if not equals or not dot or not section:
+        raise argparse.ArgumentTypeError(f"expected SECTION.KEY=VALUE, got {text!r}")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return section, key, value
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
+    return json.dumps(str(value))  # a JSON string is a TOML basic string
+
+
+def server_settings(data_dir: Path, stt: str, tts: str | None,
+                    overrides: list[tuple[str, str, Any]]) -> dict[str, dict[str, Any]]:
+    settings: dict[str, dict[str, Any]] = {
+        "server": {"host": "127.0.0.1", "port": free_port(), "data_dir": str(data_dir)},
+        "sip": {"bind": f"127.0.0.1:{free_port()}", "transports": ["udp"], "invite_rate_per_min": 0},
+        "webrtc": {"enabled": False},
+        "memory": {"enabled": False},
+        "llm": {"provider": "local"},
+        "stt": {"provider": stt},
+        "pipeline": {"debug": True, "greeting": ""},
+        "telemetry": {"log_content": True},  # what the server heard and said, to judge the recogniser
+    }
+    if tts:
+        settings["tts"] = {"provider": tts}
+    for section, key, value in overrides:
+        settings.setdefault(section, {})[key] = value
+    return settings
+
+
+def config_toml(settings: dict[str, dict[str, Any]]) -> str:
+    return "".join(f"[{section}]\n" + "".join(f"{key} = {toml_value(value)}\n" for key, value in values.items())
+                   for section, values in settings.items())
+
+
+@dataclass
+class Voicegate:
+    process: subprocess.Popen[bytes]
+    sip: Address
+    log: Path  # its stdout: JSON lines
+    errors: Path
+
+
+@contextlib.contextmanager
+def voicegate(work: Path, settings: dict[str, dict[str, Any]]) -> Iterator[Voicegate]:
+    config = work / "config.toml"
+    config.write_text(config_toml(settings))
+    log, errors = work / "voicegate.log", work / "voicegate.err"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("VOICEGATE_") and k not in ("OPENAI_API_KEY", "DEEPGRAM_API_KEY")}
+    host, port = settings["sip"]["bind"].rsplit(":", 1)
+    with log.open("wb") as out, errors.open("wb") as err:
+        process = subprocess.Popen([sys.executable, "-m", "server.cli", "--config", str(config), "serve"],
+                                   cwd=REPO, env=env, stdout=out, stderr=err)
+    server = Voicegate(process, (host, int(port)), log, errors)
+    try:
+        wait_ready(server)
+        yield server
+    finally:
+        stop(process)
+
+
+def wait_ready(server: Voicegate, timeout_s: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while READY not in server.errors.read_text(errors="replace"):
+        if server.process.poll() is not None or time.monotonic() > deadline:
+            tail = server.errors.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"voicegate did not start (rc {server.process.poll()}):\n{tail}")
+        time.sleep(0.2)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def server_log(path: Path) -> tuple[dict[str, dict[int, dict[str, float]]], dict[str, list[list[str]]]]:
+    """Per call: each turn's logged stages (ms), and the transcript ([role, text], in order)."""
+    stages: dict[str, dict[int, dict[str, float]]] = {}
+    said: dict[str, list[list[str]]] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        call = str(entry.get("call_id", ""))
+        if entry.get("message") == "sip call timing":
+            turn = stages.setdefault(call, {}).setdefault(int(entry.get("turn", 0)), {})
+            turn.setdefault(str(entry["stage"]), float(entry["ms"]))
+        elif entry.get("message") == "sip call transcript":
+            said.setdefault(call, []).append([str(entry.get("role", "")), str(entry.get("text", ""))])
+    return stages, said
+
+
+# ---- one configuration ---------------------------------------------------------------------------------
+
+
+async def place_call(server: Voicegate, texts: list[str], work: Path, gap_s: float) -> tuple[WireTap, int]:
+    audio = work / "caller.pcmu"
+    seconds = caller_stream(audio, texts, gap_s)
+    with WireTap(server.sip) as tap:
+        scenario = render(work, media=stream(audio), ending=caller_bye(int((seconds + 1.5) * 1000)),
+                          media_port=tap.media_port)
+        through_tap(scenario)
+        result = await run_sipp(work, scenario, f"127.0.0.1:{tap.sip_port}", timeout=seconds + 45)
+        await asyncio.sleep(0.5)  # the reply to the last question may still be arriving
+    if result.returncode != 0:
+        print(f"sipp failed (rc {result.returncode}): {result.output[-1500:]}", file=sys.stderr)
+    return tap, result.returncode
+
+
+def through_tap(scenario: Path) -> None:
+    """rport in every Via (RFC 3581): voicegate then answers the INVITE to where it came from, the tap,
+    not to sipp's own port, so the tap sees the SDP answer it has to rewrite."""
+    text = scenario.read_text()
+    if ";branch=[branch]" not in text:
+        raise RuntimeError(f"{scenario.name}: no Via with ;branch=[branch] to add rport to")
+    scenario.write_text(text.replace(";branch=[branch]", ";branch=[branch];rport"))
+
+
+def call_plan(turns: int, calls: int) -> list[list[str]]:
+    """The questions of each call: `turns` of them over `calls` calls, as evenly as they go."""
+    questions = [QUESTIONS[i % len(QUESTIONS)] for i in range(turns)]
+    calls = max(1, min(calls, turns))
+    size, extra = divmod(turns, calls)
+    bounds = [i * size + min(i, extra) for i in range(calls + 1)]
+    return [questions[bounds[i]:bounds[i + 1]] for i in range(calls)]
+
+
+def run_configuration(stt: str, args: argparse.Namespace) -> dict[str, Any]:
+    plan = call_plan(args.turns, args.calls)
+    with tempfile.TemporaryDirectory(prefix="voicegate-bench-v2v-") as tmp:
+        work = Path(tmp)
+        settings = server_settings(work / "data", stt, args.tts, args.set)
+        calls: list[dict[str, Any]] = []
+        with voicegate(work, settings) as server:
+            for index, texts in enumerate(plan):
+                call_dir = work / f"call-{index}"
+                call_dir.mkdir()
+                tap, rc = asyncio.run(place_call(server, texts, call_dir, args.gap))
+                turns = measure(levels(tap.caller), levels(tap.reply), texts)
+                calls.append({"call_id": tap.call_id, "sipp_rc": rc, "questions": texts, "turns": turns,
+                              "caller_packets": len(tap.caller), "reply_packets": len(tap.reply)})
+                progress(f"{stt}: calls", index + 1, len(plan))
+                print(f"  call {index + 1}: waits {', '.join(ms(t.wait_ms) for t in turns)} ms", flush=True)
+        stages, said = server_log(server.log)
+    for call in calls:
+        attach_server(call, stages.get(call["call_id"], {}), said.get(call["call_id"], []))
+    return summarise(stt, settings, calls)
+
+
+def attach_server(call: dict[str, Any], stages: dict[int, dict[str, float]], said: list[list[str]]) -> None:
+    """The server's numbered turns onto the caller's questions, in order (turn 1 is the first question)."""
+    for number, turn in enumerate(call["turns"], start=1):
+        turn.server = stages.get(number, {})
+    call["server_turns"] = len([n for n in stages if n > 0])
+    call["transcript"] = said
+    heard = " ".join(text for role, text in said if role == "user")
+    call["word_errors"] = word_errors(" ".join(call["questions"]), heard)
+
+
+def summarise(stt: str, settings: dict[str, dict[str, Any]], calls: list[dict[str, Any]]) -> dict[str, Any]:
+    turns: list[TurnWait] = [t for c in calls for t in c["turns"]]
+    clean = [t.wait_ms for t in turns if t.wait_ms is not None and not t.talked_over]
+    by_stage: dict[str, list[float]] = {}
+    for turn in turns:
+        for stage, value in turn.server.items():
+            by_stage.setdefault(stage, []).append(value)
+    edits, words = (sum(c["word_errors"][i] for c in calls) for i in (0, 1))
+    return {
+        "stt": stt,
+        "config": settings,
+        "questions": sum(len(c["questions"]) for c in calls),
+        "turns_on_wire": len(turns),
+        "clean_turns": len(clean),
+        "talked_over": sum(t.talked_over for t in turns),
+        "unanswered": sum(t.wait_ms is None for t in turns),
+        "wait_ms": {**percentiles(clean, (50, 95)), "max": max(clean, default=math.nan)},
+        "stage_p50_ms": {stage: percentiles(values, (50,))["p50"] for stage, values in by_stage.items()},
+        "word_error_pct": 100 * edits / max(words, 1),
+        "calls": [{**c, "turns": [asdict(t) for t in c["turns"]]} for c in calls],
+    }
+
+
+# ---- report --------------------------------------------------------------------------------------------
+
+
+def ms(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.0f}"
+
+
+def turn_rows(result: dict[str, Any], stages: list[str]) -> list[list[str]]:
+    rows = []
+    for n, call in enumerate(result["calls"], start=1):
+        # A server that made more (or fewer) turns than there were questions: stages matched by number.
+        label = f"{n}" if call["server_turns"] == len(call["questions"]) else f"{n}*"
+        for i, turn in enumerate(call["turns"], start=1):
+            wait = ms(turn["wait_ms"]) + (" over" if turn["talked_over"] else "")
+            rows.append([label, str(i), turn["question"][:34], wait, ms(turn["reply_ms"]),
+                         *(ms(turn["server"].get(s)) for s in stages)])
+    return rows
+
+
+def report(results: list[dict[str, Any]]) -> None:
+    found = {stage for r in results for stage in r["stage_p50_ms"]}
+    stages = [s for s in STAGE_ORDER if s in found] + sorted(found - set(STAGE_ORDER))
+    for result in results:
+        print(f"\n{result['stt']}: every turn (ms)")
+        rows = turn_rows(result, stages)
+        print(table(rows, ["call", "turn", "question", "wait", "reply", *stages]))
+        if any(row[0].endswith("*") for row in rows):
+            print("* the server counted another number of turns than questions: stages matched by turn number")
+    rows = [[r["stt"], f"{r['clean_turns']}/{r['questions']}", str(r["unanswered"]), str(r["talked_over"]),
+             ms(r["wait_ms"]["p50"]), ms(r["wait_ms"]["p95"]), ms(r["wait_ms"]["max"]),
+             *(ms(r["stage_p50_ms"].get(s)) for s in stages), f"{r['word_error_pct']:.0f} %"] for r in results]
+    print("\nvoice-to-voice wait on the wire (ms), and the p50 of the server's logged stages (ms)")
+    print(table(rows, ["stt", "clean/asked", "unanswered", "talked over", "wait p50", "p95", "max",
+                       *(f"{s} p50" for s in stages), "word errors"]))
+
+
+def result_name(args: argparse.Namespace) -> str:
+    """voice_to_voice, plus what differs from the default run, so that one run does not overwrite another."""
+    parts = [*(args.stt or []), *([f"tts-{args.tts}"] if args.tts else []), *(f"{k}-{v}" for _, k, v in args.set)]
+    return "-".join(["voice_to_voice", *(re.sub(r"[^A-Za-z0-9.]+", "_", str(part)) for part in parts)])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stt", action="append", choices=["pocketsphinx", "whisper"],
+                        help="recogniser to measure (repeatable; default: pocketsphinx, then whisper)")
+    parser.add_argument("--turns", type=int, default=12, help="caller turns (questions) per recogniser")
+    parser.add_argument("--calls", type=int, default=3, help="calls the turns are spread over")
+    parser.add_argument("--tts", help="tts.provider for the server (default: the pipeline's, auto)")
+    parser.add_argument("--set", action="append", type=parse_setting, default=[], metavar="SECTION.KEY=VALUE",
+                        help="any config key for the server, e.g. pipeline.vad_offset_ms=200 (repeatable)")
+    parser.add_argument("--gap", type=float, default=6.0, help="seconds of caller silence after each question")
+    args = parser.parse_args()
+    stts = args.stt or ["pocketsphinx", "whisper"]
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"voice-to-voice over SIP: {args.turns} turns over {args.calls} calls per recogniser, {args.gap:g} s "
+          f"after each question; load average before: {load}", flush=True)
+    started = time.monotonic()
+    results = [run_configuration(stt, args) for stt in stts]
+    report(results)
+    settings = {"turns": args.turns, "calls": args.calls, "gap_s": args.gap, "tts": args.tts,
+                "overrides": [f"{s}.{k}={v!r}" for s, k, v in args.set], "speech_dbfs": SPEECH_DBFS,
+                "seconds": round(time.monotonic() - started)}
+    path = save(result_name(args), {"settings": settings, "results": results})
+    print(f"\nwrote {path} ({time.monotonic() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Smart Turn v3.2: has the caller finished their turn, judged from the sound of it?
+
+A person who pauses mid-sentence ("my number is five five five ...") sounds unfinished: the pitch stays up,
+the last word is stretched. Smart Turn (Daily, BSD-2) is a small Whisper-encoder classifier trained on that:
+it hears the last 8 s of the caller's audio at 16 kHz and gives the probability that the turn is complete.
+
+The features are Whisper's 80-bin log-mel spectrogram of exactly 8 s (shorter audio is zero-padded at the
+start, the waveform normalised to zero mean and unit variance first, as the model was trained). One ONNX
+session per process, shared by every call; each inference (~15-90 ms of CPU) runs on a small thread pool
+so the event loop never waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+MODEL_RATE = 16000
+WINDOW_S = 8
+WINDOW_SAMPLES = MODEL_RATE * WINDOW_S
+FRAMES = 800  # 10 ms hops over 8 s
+
+
+def upsample_8k(samples: np.ndarray) -> np.ndarray:
+    """8 -> 16 kHz by linear interpolation (the model's input is band-limited speech anyway)."""
+    if samples.size == 0:
+        return samples
+    out = np.empty(samples.size * 2, dtype=np.float32)
+    out[0::2] = samples
+    out[1:-1:2] = (samples[:-1] + samples[1:]) * 0.5
+    out[-1] = samples[-1]
+    return out
+
+
+def last_window(samples: np.ndarray) -> np.ndarray:
+    """The last 8 s, zero-padded at the start when shorter."""
+    if samples.size >= WINDOW_SAMPLES:
+        return samples[-WINDOW_SAMPLES:]
+    return np.concatenate((np.zeros(WINDOW_SAMPLES - samples.size, dtype=np.float32), samples))
+
+
+class SmartTurnModel:
+    def __init__(self, path: Path, threads: int = 1, workers: int = 2) -> None:
+        import onnxruntime
+        from faster_whisper.feature_extractor import FeatureExtractor
+
+        options = onnxruntime.SessionOptions()
+        options.inter_op_num_threads = 1
+        options.intra_op_num_threads = threads
+        options.log_severity_level = 4
+        self.path = path
+        self._session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"],
+                                                     sess_options=options)
+        self._features = FeatureExtractor(feature_size=80, chunk_length=WINDOW_S)
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="smart-turn")
+        self._lock = threading.Lock()
+        self.inferences = 0
+
+    def features(self, samples16k: np.ndarray) -> np.ndarray:
+        """(1, 80, 800) log-mel features of the last 8 s of float32 samples at 16 kHz."""
+        window = last_window(samples16k.astype(np.float32, copy=False))
+        window = (window - window.mean()) / np.sqrt(window.var() + 1e-7)
+        mel = self._features(window, padding=0)[:, :FRAMES]
+        return mel[np.newaxis].astype(np.float32)
+
+    def probability(self, pcm: bytes, sample_rate: int) -> float:
+        """P(turn complete) for PCM16 audio ending where the caller fell silent (blocking)."""
+        samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float32) * (1.0 / 32768.0)
+        if sample_rate == 8000:
+            samples = upsample_8k(samples)
+        elif sample_rate != MODEL_RATE:
+            raise ValueError(f"Smart Turn takes 8000 or 16000 Hz audio, not {sample_rate}")
+        output = self._session.run(None, {"input_features": self.features(samples)})
+        with self._lock:
+            self.inferences += 1
+        return float(np.asarray(output[0]).reshape(-1)[0])
+
+    async def predict(self, pcm: bytes, sample_rate: int) -> float:
+        """`probability` on the model's thread pool."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self.probability, pcm, sample_rate)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+@lru_cache(maxsize=4)
+def shared_smart_turn(configured: str = "", download: bool = True) -> SmartTurnModel:
+    """The process's one Smart Turn session (weights found, fetched if allowed, and verified first)."""
+    from internal.turn.weights import smart_turn_path
+
+    return SmartTurnModel(smart_turn_path(configured, download=download))

@@ -1,0 +1,133 @@
+"""Turn-taking on the defaults (Silero VAD, Smart Turn, Whisper) with a neural voice over the phone.
+
+A finished question is released on the model's verdict, not after the silence rules' wait; a caller who
+pauses inside a phone number is one turn; "okay" over the agent in noise does not cut it off, while a
+real interruption in the same noise does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pytest_asyncio
+
+from internal.config.providers import WhisperConfig
+from internal.llm.base import ChatRequest, ReplyDelta
+from internal.pipeline.events import ResponseEvent, TimingEvent, TranscriptEvent
+from internal.pipeline.localcall import LocalCall
+from internal.pipeline.turns import Verdict
+from internal.stt.whisper import WhisperSpeechToText
+from tests.pipeline.conftest import PipelineFactory
+from tests.pipeline.test_turn_models import fragment_before_comma, phone
+from tests.speech import neural, neural_telephone, silence
+
+pytestmark = pytest.mark.slow
+RATE = 8000
+LONG_REPLY = ("Our opening hours are nine in the morning to six in the evening on weekdays, and ten to four on "
+              "Saturdays. On Sundays we are closed, but you can always write to us through the website.")
+
+
+class FixedReply:
+    name = "fixed"
+
+    def __init__(self, reply: str) -> None:
+        self.reply = reply
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ReplyDelta]:
+        for word in self.reply.split(" "):
+            yield ReplyDelta(word + " ")
+
+    async def complete(self, system: str, user: str, timeout_s: float) -> str:
+        return ""
+
+    async def aclose(self) -> None:
+        return None
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def whisper(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[WhisperSpeechToText]:
+    engine = WhisperSpeechToText(WhisperConfig(workers=1), tmp_path_factory.mktemp("models"))
+    await engine.warm_up()
+    yield engine
+    await engine.aclose()
+
+
+def noisy(pcm: bytes, snr_db: float = 10.0, seed: int = 7) -> bytes:
+    samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float64)
+    speech = samples[np.abs(samples) > 300]
+    level = float(np.sqrt(np.mean(speech**2))) / 10 ** (snr_db / 20)
+    noise = np.random.default_rng(seed).normal(0.0, level, samples.size)
+    return np.clip(samples + noise, -32768, 32767).astype(np.int16).tobytes()
+
+
+def user_finals(events: list[object]) -> list[str]:
+    return [e.text for e in events if isinstance(e, TranscriptEvent) and e.role == "user" and e.final]
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_finished_question_is_released_on_the_models_verdict(
+        make_pipeline: PipelineFactory, whisper: WhisperSpeechToText) -> None:
+    pipeline, sink = make_pipeline(stt=whisper, model=FixedReply("Okay."), rate=RATE,
+                                   user_speech_quiet_ms=5000)  # the silence rules alone would wait 5 s
+    async with LocalCall(pipeline) as call:
+        call.say(silence(300, RATE) + neural_telephone("Where is my parcel?") + silence(3000, RATE))
+        await call.wait_caller_done()
+        await call.wait_agent_quiet(300, timeout_s=30)
+    assert user_finals(sink.events) == ["Where is my parcel?"]
+    assert pipeline._turns.verdict is Verdict.COMPLETE
+    waits = [e.ms for e in sink.events if isinstance(e, TimingEvent) and e.stage == "end_of_turn"]
+    assert len(waits) == 1 and waits[0] < 3000, waits  # well inside the 5 s quiet window and max_turn_wait
+    assert [e for e in sink.events if isinstance(e, TimingEvent) and e.stage == "end_of_turn_model"]
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_pause_inside_a_phone_number_is_one_turn(
+        make_pipeline: PipelineFactory, whisper: WhisperSpeechToText) -> None:
+    (number,) = neural(["My phone number is five five five, one two three, four five six seven."])
+    first = fragment_before_comma(number)
+    paused = phone(first + silence(1000, 16000) + number[len(first):])
+    pipeline, sink = make_pipeline(stt=whisper, model=FixedReply("Thank you."), rate=RATE)
+    async with LocalCall(pipeline) as call:
+        call.say(silence(300, RATE) + paused + silence(4000, RATE))
+        await call.wait_caller_done()
+        await call.wait_agent_quiet(300, timeout_s=30)
+    turns = [e for e in sink.events if isinstance(e, ResponseEvent)]
+    assert len(turns) == 1, user_finals(sink.events)
+    assert len(user_finals(sink.events)) >= 2  # more than one utterance, merged into the one turn
+
+
+async def agent_speaking_then(make_pipeline: PipelineFactory, whisper: WhisperSpeechToText,
+                              caller_line: str) -> list[object]:
+    """Ask a question; 3 s after it, while the long reply plays, say `caller_line`; all in white noise."""
+    pipeline, sink = make_pipeline(stt=whisper, model=FixedReply(LONG_REPLY), rate=RATE)
+    question = neural_telephone("Can you tell me about your opening hours?")
+    stream = silence(300, RATE) + question + silence(3000, RATE) + neural_telephone(caller_line) + silence(4000, RATE)
+    async with LocalCall(pipeline) as call:
+        call.say(noisy(stream))
+        await call.wait_caller_done()
+        await call.wait_agent_quiet(300, timeout_s=40)
+    return sink.events
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_backchannel_in_noise_does_not_interrupt_the_agent(
+        make_pipeline: PipelineFactory, whisper: WhisperSpeechToText) -> None:
+    events = await agent_speaking_then(make_pipeline, whisper, "Okay.")
+    replies = [e for e in events if isinstance(e, ResponseEvent)]
+    assert replies and not any(e.interrupted for e in replies), [(e.text, e.interrupted) for e in replies]
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_real_interruption_in_the_same_noise_does(
+        make_pipeline: PipelineFactory, whisper: WhisperSpeechToText) -> None:
+    events = await agent_speaking_then(make_pipeline, whisper, "Wait, stop, I need to change the date.")
+    assert any(isinstance(e, ResponseEvent) and e.interrupted for e in events)
+
+
+def test_fragment_helper_cuts_before_the_first_pause(tmp_path: Path) -> None:
+    (number,) = neural(["My phone number is five five five, one two three."])
+    first = fragment_before_comma(number)
+    assert 0.25 * len(number) < len(first) < 0.75 * len(number)
