@@ -109,3 +109,16 @@ def word_errors(reference: str, heard: str) -> tuple[int, int]:
         for j in range(1, len(hyp) + 1):
             diagonal, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diagonal + (ref[i - 1] != hyp[j - 1]))
     return row[len(hyp)], len(ref)
+
+
+def pipeline_settings(pairs: list[str]) -> dict[str, Any]:
+    """`pipeline.KEY=VALUE` pairs, each value of the key's own type (checked by the config model)."""
+    from internal.config.sections import PipelineConfig
+
+    values: dict[str, str] = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if not key.startswith("pipeline.") or not value:
+            raise SystemExit(f"--set takes pipeline.KEY=VALUE, not {pair!r}")
+        values[key.removeprefix("pipeline.")] = value
+    return PipelineConfig.model_validate(values).model_dump(include=set(values))

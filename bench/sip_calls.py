@@ -43,7 +43,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import cpu_busy_seconds, percentiles, pin, progress, raise_fd_limit, resident_kib, save, table
+from bench.common import (
+    cpu_busy_seconds,
+    percentiles,
+    pin,
+    pipeline_settings,
+    progress,
+    raise_fd_limit,
+    resident_kib,
+    save,
+    table,
+)
 from internal.audio.g711 import ulaw_encode
 from internal.audio.rtp_session import RtpStats
 from internal.config import Config, load_config
@@ -328,6 +338,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     try:
         audio = caller_audio(work)
         config = server_config(work / "data", max(args.calls))
+        for key, value in args.pipeline.items():
+            setattr(config.pipeline, key, value)
         gateway = Gateway(config, stt=DeafStt())
         await gateway.start()
         rows: list[dict[str, Any]] = []
@@ -390,8 +402,12 @@ def main() -> int:
                         help="attempts per N; the one least disturbed by other work on the core is reported")
     parser.add_argument("--no-pin", action="store_true", help="let the OS place the server and sipp")
     parser.add_argument("--profile", action="store_true", help="then profile the largest N with cProfile")
+    parser.add_argument("--set", action="append", default=[], metavar="pipeline.KEY=VALUE",
+                        help="a pipeline setting (e.g. pipeline.vad=energy pipeline.end_of_turn=off)")
+    parser.add_argument("--label", default="sip_calls", help="name of the results file")
     args = parser.parse_args()
     args.calls = [int(c) for c in args.calls.split(",") if c.strip()]
+    args.pipeline = pipeline_settings(args.set)
     if shutil.which("sipp") is None:
         print("sip_calls: sipp is not installed (apt: sip-tester)", file=sys.stderr)
         return 1
@@ -402,7 +418,8 @@ def main() -> int:
           f"{args.seconds:g} s measured per step; load average before: {load}", flush=True)
     result = asyncio.run(main_async(args))
     report(result, args)
-    path = save("sip_calls", {"settings": {"calls": args.calls, "rate": args.rate, "seconds": args.seconds,
+    path = save(args.label, {"settings": {"calls": args.calls, "rate": args.rate, "seconds": args.seconds,
+                                          "pipeline": args.pipeline,
                                            "repeat": args.repeat,
                                            "warmup": args.warmup, "pinned": args.pinned,
                                            "load_average_before": os.getloadavg()},

@@ -44,7 +44,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import percentiles, progress, save, table
+from bench.common import percentiles, pipeline_settings, progress, save, table
 from internal.audio.g711 import ulaw_decode, ulaw_encode
 from internal.audio.resample import resample
 from internal.config import load_config
@@ -366,18 +366,8 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def overrides(pairs: list[str]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        key, _, value = pair.partition("=")
-        if not key.startswith("pipeline.") or not value:
-            raise SystemExit(f"--set takes pipeline.KEY=VALUE, not {pair!r}")
-        out[key.removeprefix("pipeline.")] = value
-    return out
-
-
 async def run_config(name: str, args: argparse.Namespace, dialogues: list[Dialogue], babble: bytes,
-                     extra: dict[str, str]) -> dict[str, Any]:
+                     extra: dict[str, Any]) -> dict[str, Any]:
     from server.providers import build_services, build_stt, build_tts
 
     with tempfile.TemporaryDirectory(prefix="voicegate-bench-turns-") as work:
@@ -385,12 +375,10 @@ async def run_config(name: str, args: argparse.Namespace, dialogues: list[Dialog
         config.server.data_dir = work
         config.stt.provider = args.stt
         config.tts.provider = "espeak"  # the agent's voice does not matter here; espeak-ng is the cheapest
-        config.pipeline.sample_rate = RATE
+        config.pipeline.sample_rate = 8000  # RATE
         config.pipeline.greeting = ""
         for key, value in {**CONFIGS[name], **extra}.items():
-            current = getattr(config.pipeline, key)
-            setattr(config.pipeline, key, type(current)(value) if not isinstance(current, bool)
-                    else str(value).lower() in ("1", "true", "yes"))
+            setattr(config.pipeline, key, value)
         stt, tts = build_stt(config), build_tts(config)
         warm_up = getattr(stt, "warm_up", None)
         if warm_up is not None:
@@ -429,7 +417,7 @@ async def main() -> int:
     parser.add_argument("--set", action="append", default=[], metavar="pipeline.KEY=VALUE")
     parser.add_argument("--label", default="")
     args = parser.parse_args()
-    extra = overrides(args.set)
+    extra = pipeline_settings(args.set)
     names = [n for n in args.configs.split(",") if n]
     unknown = [n for n in names if n not in CONFIGS]
     if unknown:

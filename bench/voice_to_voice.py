@@ -38,15 +38,12 @@ import math
 import os
 import re
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +53,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import percentiles, progress, save, table, word_errors
+from bench.wire_tap import Address, Heard, WireTap
 from internal.audio.g711 import ulaw_decode, ulaw_encode
 from internal.audio.rtp import RtpError, RtpPacket
 from tests.sip_calls.conftest import caller_bye, free_port, render, run_sipp, stream
@@ -67,7 +65,6 @@ SPEECH_DBFS = -45.0  # a 20 ms packet louder than this is speech (comfort silenc
 SAME_TURN_S = 1.5  # loud caller packets closer than this are one question (a comma's pause is shorter)
 TALKING_OVER_S = 0.3  # agent speech this close before the caller's end: it had not finished its last reply
 LEAD_S = 1.0  # silence before the first question: the call's media settles first
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python does not export the constant
 READY = "voicegate: SIP at"  # the banner `serve` prints once it listens
 STAGE_ORDER = ["stt", "end_of_turn", "llm_first_token", "tts_first_audio", "first_audio"]
 
@@ -88,7 +85,6 @@ QUESTIONS = [
     "Thanks a lot.",
 ]
 
-Address = tuple[str, int]
 
 
 # ---- what the caller says ------------------------------------------------------------------------------
@@ -104,110 +100,6 @@ def caller_stream(path: Path, texts: list[str], gap_s: float) -> float:
 
 
 # ---- the tap between sipp and voicegate ----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Heard:
-    at: float  # kernel receive time, seconds since the epoch
-    data: bytes
-
-
-def timestamped_socket() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.settimeout(0.2)
-    return sock
-
-
-def receive(sock: socket.socket) -> tuple[bytes, Address, float]:
-    data, ancillary, _, source = sock.recvmsg(65536, socket.CMSG_SPACE(16))
-    for level, kind, value in ancillary:
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
-            seconds, nanoseconds = struct.unpack("qq", value[:16])
-            return data, source, seconds + nanoseconds / 1e9
-    return data, source, time.time()
-
-
-def answer_through(message: bytes, media_port: int) -> tuple[bytes, Address | None]:
-    """A SIP message with its SDP's audio port changed to `media_port` (Content-Length to match), and
-    the media address the SDP gave, if it has one."""
-    head, separator, body = message.partition(b"\r\n\r\n")
-    port = re.search(rb"^m=audio (\d+)", body, re.M)
-    host = re.search(rb"^c=IN IP4 (\S+)", body, re.M)
-    if not separator or port is None or host is None:
-        return message, None
-    body = body[:port.start(1)] + str(media_port).encode() + body[port.end(1):]
-    head = re.sub(rb"(?im)^(content-length|l)[ \t]*:[ \t]*\d+", rb"\1: " + str(len(body)).encode(), head)
-    return head + separator + body, (host.group(1).decode(), int(port.group(1)))
-
-
-class WireTap:
-    """Relays SIP and the caller's RTP to voicegate and receives voicegate's RTP, keeping every audio
-    packet of both directions with the time it arrived."""
-
-    def __init__(self, server: Address) -> None:
-        self.server = server
-        self.caller: list[Heard] = []
-        self.reply: list[Heard] = []
-        self.call_id = ""
-        self._sip, self._media = timestamped_socket(), timestamped_socket()
-        self._sipp: Address | None = None
-        self._server_media: Address | None = None
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._pump, args=(self._sip, self._on_sip), daemon=True),
-                         threading.Thread(target=self._pump, args=(self._media, self._on_media), daemon=True)]
-
-    @property
-    def sip_port(self) -> int:
-        return int(self._sip.getsockname()[1])
-
-    @property
-    def media_port(self) -> int:
-        return int(self._media.getsockname()[1])
-
-    def __enter__(self) -> WireTap:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join()
-        self._sip.close()
-        self._media.close()
-
-    def _pump(self, sock: socket.socket, handle: Callable[[bytes, Address, float], None]) -> None:
-        while not self._stop.is_set():
-            try:
-                handle(*receive(sock))
-            except TimeoutError:
-                continue
-            except OSError:  # ICMP from a peer that has gone (sipp after its BYE)
-                continue
-
-    def _on_sip(self, data: bytes, source: Address, _at: float) -> None:
-        if source == self.server:
-            data, media = answer_through(data, self.media_port)
-            self._server_media = media or self._server_media
-            if self._sipp is not None:
-                self._sip.sendto(data, self._sipp)
-            return
-        self._sipp = source
-        found = re.search(rb"(?im)^(?:call-id|i)[ \t]*:[ \t]*(\S+)", data)
-        self.call_id = self.call_id or (found.group(1).decode() if found else "")
-        self._sip.sendto(data, self.server)
-
-    def _on_media(self, data: bytes, source: Address, at: float) -> None:
-        if source == self._server_media:
-            self.reply.append(Heard(at, data))
-        elif self._server_media is not None:
-            self.caller.append(Heard(at, data))
-            self._media.sendto(data, self._server_media)
-
-
-# ---- turns on the wire ---------------------------------------------------------------------------------
 
 
 def levels(packets: list[Heard]) -> list[tuple[float, float]]:

@@ -480,6 +480,8 @@ async def main() -> None:
     parser.add_argument("--audio", choices=["speech", "tone"], default="speech")
     parser.add_argument("--threshold-ms", type=float, default=20.0)
     parser.add_argument("--profile", action="store_true", help="rerun the largest N under cProfile")
+    parser.add_argument("--label", default="webrtc_sessions",
+                        help="name of the results file (pipeline settings come from VOICEGATE_PIPELINE__* variables)")
     args = parser.parse_args()
     from internal.peer.ice import configure_ice_hosts
 
@@ -512,7 +514,8 @@ async def main() -> None:
                     ["package", "own s", "own %"]))
         print(table([[p["function"], str(p["calls"]), f"{p['own_s']:.2f}", f"{p['own_pct']:.1f}", f"{p['cum_s']:.2f}"]
                      for p in top["functions"]], ["function", "calls", "own s", "own %", "cum s"]))
-    print(f"results: {save('webrtc_sessions', results)}")
+    results["pipeline"] = {k: v for k, v in os.environ.items() if k.startswith("VOICEGATE_PIPELINE__")}
+    print(f"results: {save(args.label, results)}")
 
 
 if __name__ == "__main__":

@@ -55,3 +55,22 @@ def test_the_talk_example_in_the_docs_runs_as_written(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "agent : Hello world." in done.stdout.splitlines(), done.stdout
     assert (tmp_path / "agent.wav").stat().st_size > 20000
+
+
+def test_a_one_second_pause_inside_a_phone_number_is_one_turn(tmp_path: Path) -> None:
+    """The end-of-turn model hears that "my phone number is five five five ..." goes on."""
+    from tests.pipeline.test_turn_models import fragment_before_comma
+
+    (number,) = neural(["My phone number is five five five, one two three, four five six seven."], 16000)
+    first = fragment_before_comma(number)
+    paused = write_wav(tmp_path / "number.wav", first + silence(1000, 16000) + number[len(first):], 16000)
+    env = {"VOICEGATE_WHISPER__WORKERS": "1", "VOICEGATE_PIPER__WORKERS": "1",
+           "VOICEGATE_SERVER__DATA_DIR": str(tmp_path / "data"), "VOICEGATE_PIPELINE__GREETING": ""}
+    result = run_cli("talk", str(paused), env=env, cwd=tmp_path, timeout=180)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    heard = [line for line in lines if line.startswith("caller:")]
+    replies = [line for line in lines if line.startswith("agent :")]
+    assert len(replies) == 1, lines  # one answer, to the whole number
+    assert any("7" in line or "seven" in line for line in heard), heard  # the end of the number was heard
+    assert sum(1 for line in lines if "end_of_turn" in line) == 1, lines  # one turn's timings

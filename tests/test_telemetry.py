@@ -18,6 +18,7 @@ from internal.telemetry import configure_logging
 from internal.telemetry.otel import Telemetry
 from server.app import create_gateway_application
 from server.gateway import Gateway
+from tests.conftest import tone_driven
 from tests.pipeline.conftest import ScriptedStt
 from tests.speech import silence, tone
 
@@ -33,7 +34,7 @@ def config_for(tmp_path: Path):  # type: ignore[no-untyped-def]
     config.memory.enabled = True
     config.memory.provider = "memory"
     config.pipeline.greeting = ""
-    return config
+    return tone_driven(config)
 
 
 async def run_call(gateway: Gateway) -> None:

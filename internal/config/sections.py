@@ -184,7 +184,7 @@ class PipelineConfig(Section):
     vad_onset_ms: int = Field(60, ge=20)
     vad_offset_ms: int = Field(300, ge=20)
     barge_in_onset_ms: int = Field(40, ge=20)
-    barge_in_confirm_ms: int = Field(400, ge=20)
+    barge_in_confirm_ms: int = Field(700, ge=20)
     duck_gain: float = Field(0.25, ge=0, le=1)
     backchannels: list[str] = Field(
         default_factory=lambda: [

@@ -60,13 +60,14 @@ def release_wait_ms(text: str, verdict: Verdict, *, merge_ms: int, quiet_ms: int
 
     `since_speech_end_ms` is None when the caller has not spoken in this call (a typed or replayed final).
     """
-    if verdict is Verdict.COMPLETE and ends_unfinished(text):
-        verdict = Verdict.INCOMPLETE  # it sounds finished, but "... for" or "... five five five" goes on
-    if verdict is Verdict.COMPLETE:
-        return 0.0
     quiet_since = since_speech_end_ms if since_speech_end_ms is not None else 0.0
-    if verdict is Verdict.INCOMPLETE and not ends_question(text):
-        return max(0.0, max_turn_wait_ms - quiet_since)
+    if verdict in (Verdict.COMPLETE, Verdict.INCOMPLETE):
+        if ends_unfinished(text):  # however it sounds, "... for" or "... five five five" goes on
+            return max(0.0, max_turn_wait_ms - quiet_since)
+        if verdict is Verdict.COMPLETE:
+            return 0.0
+        if not ends_question(text):
+            return max(0.0, max_turn_wait_ms - quiet_since)
     # An "unfinished" question ("What is my name?") is left to the text rules: a recogniser puts "?" only
     # where it heard a question's shape, unlike the full stop it adds after fragments too.
     wait = float(merge_wait_ms(text, merge_ms))

@@ -17,6 +17,7 @@ from internal.memory.providers.inmemory import InMemoryProvider
 from internal.memory.providers.markdown import MarkdownProvider
 from internal.memory.providers.pgvector import PgvectorProvider
 from internal.memory.runtime import DAY_S, FrontendMemoryRuntime
+from tests.conftest import tone_driven
 
 RETENTION_S = 90 * DAY_S
 
@@ -63,4 +64,4 @@ def runtime(provider: Any, tmp_path: Path) -> FrontendMemoryRuntime:
 def base_config(tmp_path: Path) -> Any:
     config = load_config(None)
     config.server.data_dir = str(tmp_path / "data")
-    return config
+    return tone_driven(config)

@@ -20,6 +20,7 @@ from internal.pipeline.tools import ToolRegistry, register_end_call
 from internal.session import Conversation, Session
 from internal.stt.base import SpeechToText, Transcript
 from internal.tts.espeak import EspeakTextToSpeech
+from tests.conftest import tone_driven
 
 
 class ScriptedStt:
@@ -78,7 +79,7 @@ class ScriptedStream:
 def config() -> Config:
     cfg = load_config(None)
     cfg.pipeline.debug = True
-    return cfg
+    return tone_driven(cfg)  # tones and espeak-ng drive these pipelines
 
 
 PipelineFactory = Callable[..., tuple[VoicePipeline, CollectingSink]]

@@ -117,7 +117,7 @@ def test_a_configured_model_file_must_be_the_pinned_one(tmp_path: Path) -> None:
     with tampered.open("r+b") as handle:
         handle.seek(1000)
         handle.write(b"\x00\x01\x02")
-    with pytest.raises(TurnModelError, match="not Smart Turn v3.2"):
+    with pytest.raises(TurnModelError, match=r"not Smart Turn v3\.2"):
         smart_turn_path(str(tampered))
 
 
@@ -155,7 +155,7 @@ def offline_pip_env(tmp_path: Path) -> dict[str, str]:
 def test_an_unreachable_index_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for key, value in offline_pip_env(tmp_path).items():
         monkeypatch.setenv(key, value)
-    with pytest.raises(TurnModelError, match="pip download pipecat-ai==1.14.0 failed"):
+    with pytest.raises(TurnModelError, match=r"pip download pipecat-ai==1\.14\.0 failed"):
         fetch_smart_turn(tmp_path / "models")
     assert not (tmp_path / "models" / SMART_TURN_FILE).exists()
 

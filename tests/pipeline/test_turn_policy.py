@@ -40,6 +40,7 @@ def test_the_words_can_overrule_the_sound_both_ways() -> None:
     assert wait("My phone number is 555.", Verdict.COMPLETE, since_end=300.0) == 2700.0
     # It sounds unfinished, but the recogniser heard a question: the text rules' short wait.
     assert wait("What is my name?", Verdict.INCOMPLETE, since_end=300.0) == 350.0
+    assert wait("Can you send it to my?", Verdict.INCOMPLETE, since_end=300.0) == 2700.0  # "?" after "my"
 
 
 def test_without_a_verdict_the_text_rules_decide() -> None:
@@ -97,7 +98,8 @@ async def test_an_unfinished_sentence_waits_and_merges_with_what_follows() -> No
     assert turns.verdict is Verdict.PENDING
     turns.set_verdict(second, True)
     await asyncio.wait_for(released.event.wait(), 2.0)
-    assert [t.text for t in released.turns] == ["My phone number is five five five. One two three, four five six seven."]
+    assert [t.text for t in released.turns] == [
+        "My phone number is five five five. One two three, four five six seven."]
 
 
 async def test_an_unfinished_sentence_is_answered_after_max_turn_wait() -> None:

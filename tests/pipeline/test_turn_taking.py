@@ -24,6 +24,8 @@ from tests.pipeline.conftest import PipelineFactory
 from tests.pipeline.test_turn_models import fragment_before_comma, phone
 from tests.speech import neural, neural_telephone, silence
 
+DEFAULTS = {"vad": "silero", "end_of_turn": "smart_turn"}  # the pipeline fixture pins the older ones
+
 pytestmark = pytest.mark.slow
 RATE = 8000
 LONG_REPLY = ("Our opening hours are nine in the morning to six in the evening on weekdays, and ten to four on "
@@ -71,7 +73,7 @@ def user_finals(events: list[object]) -> list[str]:
 async def test_a_finished_question_is_released_on_the_models_verdict(
         make_pipeline: PipelineFactory, whisper: WhisperSpeechToText) -> None:
     pipeline, sink = make_pipeline(stt=whisper, model=FixedReply("Okay."), rate=RATE,
-                                   user_speech_quiet_ms=5000)  # the silence rules alone would wait 5 s
+                                   user_speech_quiet_ms=5000, **DEFAULTS)  # the silence rules alone would wait 5 s
     async with LocalCall(pipeline) as call:
         call.say(silence(300, RATE) + neural_telephone("Where is my parcel?") + silence(3000, RATE))
         await call.wait_caller_done()
@@ -89,7 +91,7 @@ async def test_a_pause_inside_a_phone_number_is_one_turn(
     (number,) = neural(["My phone number is five five five, one two three, four five six seven."])
     first = fragment_before_comma(number)
     paused = phone(first + silence(1000, 16000) + number[len(first):])
-    pipeline, sink = make_pipeline(stt=whisper, model=FixedReply("Thank you."), rate=RATE)
+    pipeline, sink = make_pipeline(stt=whisper, model=FixedReply("Thank you."), rate=RATE, **DEFAULTS)
     async with LocalCall(pipeline) as call:
         call.say(silence(300, RATE) + paused + silence(4000, RATE))
         await call.wait_caller_done()
@@ -102,7 +104,7 @@ async def test_a_pause_inside_a_phone_number_is_one_turn(
 async def agent_speaking_then(make_pipeline: PipelineFactory, whisper: WhisperSpeechToText,
                               caller_line: str) -> list[object]:
     """Ask a question; 3 s after it, while the long reply plays, say `caller_line`; all in white noise."""
-    pipeline, sink = make_pipeline(stt=whisper, model=FixedReply(LONG_REPLY), rate=RATE)
+    pipeline, sink = make_pipeline(stt=whisper, model=FixedReply(LONG_REPLY), rate=RATE, **DEFAULTS)
     question = neural_telephone("Can you tell me about your opening hours?")
     stream = silence(300, RATE) + question + silence(3000, RATE) + neural_telephone(caller_line) + silence(4000, RATE)
     async with LocalCall(pipeline) as call:

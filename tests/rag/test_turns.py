@@ -14,6 +14,7 @@ from internal.pipeline.events import CollectingSink
 from internal.pipeline.localcall import LocalCall
 from internal.rag import build_store, ingest_files
 from server.gateway import Gateway
+from tests.conftest import tone_driven
 from tests.fakes.openai_fake import FakeOpenAI
 from tests.pipeline.conftest import ScriptedStt
 from tests.rag.conftest import CORPUS
@@ -28,6 +29,7 @@ async def rag_gateway(tmp_path: Path, db: str, fake_url: str, stt: Any, prefetch
     config.sip.enabled = False
     config.pipeline.greeting = ""
     config.pipeline.rag_prefetch = prefetch
+    tone_driven(config)
     config.rag.provider = "pgvector"
     config.pgvector.connection_string = db
     model = OpenAIChatModel(config.openai, base_url=fake_url + "/v1", api_key="k")

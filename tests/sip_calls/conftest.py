@@ -32,6 +32,7 @@ from internal.stt.base import SpeechToText
 from internal.stt.pocketsphinx import PocketsphinxSpeechToText
 from internal.tts.base import TextToSpeech
 from server.gateway import Gateway
+from tests.conftest import tone_driven
 from tests.sip.conftest import SippResult, eventually, free_port, run_sipp
 from tests.speech import speak, transcribe
 
@@ -230,6 +231,7 @@ def sip_calls_config(tmp_path: Path, **sip: Any) -> Config:
     config.pipeline.greeting = ""
     config.pipeline.debug = True
     config.pocketsphinx.phrases = CALLER_PHRASES
+    tone_driven(config)
     # These tests check the reply's words with pocketsphinx grammars made for espeak-ng's voice, and give
     # the server a pocketsphinx of their own; test_whisper_calls.py runs the offline defaults end to end.
     config.stt.provider = "pocketsphinx"
