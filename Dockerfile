@@ -16,7 +16,9 @@ COPY pyproject.toml README.md config.toml ./
 COPY server ./server
 COPY internal ./internal
 COPY migrations ./migrations
-RUN pip install .
+RUN pip install . \
+    && python -m internal.turn.weights
+# ^ the end-of-turn model (Smart Turn v3.2) from its pinned PyPI wheel, SHA-256-checked, into the image.
 
 # Never run a network service as root.
 RUN useradd --system --create-home --home-dir /var/lib/voicegate voicegate

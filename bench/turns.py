@@ -49,6 +49,7 @@ from internal.audio.g711 import ulaw_decode, ulaw_encode
 from internal.audio.resample import resample
 from internal.config import load_config
 from internal.config.providers import PiperConfig
+from tests.fakes.models import RecordingModel
 
 RATE = 8000
 # "|" marks where the caller pauses.
@@ -103,6 +104,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "energy": {"vad": "energy", "end_of_turn": "off"},
     "silero": {"vad": "silero", "end_of_turn": "off"},
     "smart_turn": {"vad": "silero", "end_of_turn": "smart_turn"},
+    "energy_smart_turn": {"vad": "energy", "end_of_turn": "smart_turn"},
     "rnnoise": {"vad": "silero", "end_of_turn": "smart_turn", "noise_suppression": "rnnoise"},
 }
 
@@ -278,27 +280,6 @@ def with_noise(pcm: bytes, kind: str, seed: int, babble: bytes) -> bytes:
     return np.clip(samples + noise, -32768, 32767).astype(np.int16).tobytes()
 
 
-class StubModel:
-    """An agent that answers at once with a fixed reply: what it says is not what this measures."""
-
-    name = "stub"
-
-    def __init__(self, reply: str) -> None:
-        self.reply = reply
-
-    async def stream(self, request: Any) -> Any:
-        from internal.llm.base import ReplyDelta
-
-        for word in self.reply.split(" "):
-            yield ReplyDelta(word + " ")
-
-    async def complete(self, system: str, user: str, timeout_s: float) -> str:
-        return ""
-
-    async def aclose(self) -> None:
-        return None
-
-
 class TimedSink:
     def __init__(self) -> None:
         self.released: list[float] = []
@@ -383,8 +364,8 @@ async def run_config(name: str, args: argparse.Namespace, dialogues: list[Dialog
         warm_up = getattr(stt, "warm_up", None)
         if warm_up is not None:
             await warm_up()
-        short = build_services(config, stt, tts, StubModel("Okay."))  # type: ignore[arg-type]
-        long = build_services(config, stt, tts, StubModel(LONG_REPLY))  # type: ignore[arg-type]
+        short = build_services(config, stt, tts, RecordingModel("Okay."))  # type: ignore[arg-type]
+        long = build_services(config, stt, tts, RecordingModel(LONG_REPLY))  # type: ignore[arg-type]
         results: dict[str, Any] = {}
         gate = asyncio.Semaphore(args.parallel)
         try:

@@ -12,8 +12,11 @@ from typing import Any
 
 import psycopg
 import pytest
+import pytest_asyncio
 
+from internal.config.providers import WhisperConfig
 from internal.db import EmbeddedPostgres
+from internal.stt.whisper import WhisperSpeechToText
 
 REPO = Path(__file__).resolve().parents[1]
 VOICEGATE = [sys.executable, "-m", "server.cli"]
@@ -60,6 +63,15 @@ def free_port(kind: int = socket.SOCK_STREAM) -> int:
     with socket.socket(socket.AF_INET, kind) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def whisper(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[WhisperSpeechToText]:
+    """A real Whisper engine (one worker), shared by a module's tests."""
+    engine = WhisperSpeechToText(WhisperConfig(workers=1), tmp_path_factory.mktemp("models"))
+    await engine.warm_up()
+    yield engine
+    await engine.aclose()
 
 
 def tone_driven(config: Any) -> Any:

@@ -19,6 +19,7 @@ from internal.pipeline.events import ResponseEvent, StateEvent, TimingEvent, Tra
 from internal.pipeline.localcall import LocalCall
 from internal.pipeline.pipeline import APOLOGY
 from internal.stt.pocketsphinx import PocketsphinxSpeechToText
+from tests.fakes.models import RecordingModel
 from tests.fakes.openai_fake import FakeOpenAI
 from tests.pipeline.conftest import PipelineFactory, ScriptedStt
 from tests.speech import active_ms, silence, speak, telephone, tone, transcribe
@@ -26,30 +27,6 @@ from tests.speech import active_ms, silence, speak, telephone, tone, transcribe
 pytestmark = pytest.mark.slow
 
 CALLER_PHRASES = ["my name is sam", "what time is it", "say hello world", "goodbye", "i want to book a table"]
-
-
-class RecordingModel:
-    """A chat model that answers from a function and records every request (for pipeline logic)."""
-
-    name = "recording"
-
-    def __init__(self, reply: str = "Okay.", delay_s: float = 0.0) -> None:
-        self.reply = reply
-        self.delay_s = delay_s
-        self.requests: list[ChatRequest] = []
-
-    async def stream(self, request: ChatRequest) -> AsyncIterator[ReplyDelta | ToolCall]:
-        self.requests.append(request)
-        if self.delay_s:
-            await asyncio.sleep(self.delay_s)
-        for word in self.reply.split(" "):
-            yield ReplyDelta(word + " ")
-
-    async def complete(self, system: str, user: str, timeout_s: float) -> str:
-        return ""
-
-    async def aclose(self) -> None:
-        return None
 
 
 class FailingModel(RecordingModel):

@@ -7,19 +7,17 @@ real interruption in the same noise does.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
-import pytest_asyncio
 
-from internal.config.providers import WhisperConfig
-from internal.llm.base import ChatRequest, ReplyDelta
 from internal.pipeline.events import ResponseEvent, TimingEvent, TranscriptEvent
 from internal.pipeline.localcall import LocalCall
 from internal.pipeline.turns import Verdict
 from internal.stt.whisper import WhisperSpeechToText
+from tests.fakes.models import RecordingModel
 from tests.pipeline.conftest import PipelineFactory
 from tests.pipeline.test_turn_models import fragment_before_comma, phone
 from tests.speech import neural, neural_telephone, silence
@@ -32,31 +30,6 @@ LONG_REPLY = ("Our opening hours are nine in the morning to six in the evening o
               "Saturdays. On Sundays we are closed, but you can always write to us through the website.")
 
 
-class FixedReply:
-    name = "fixed"
-
-    def __init__(self, reply: str) -> None:
-        self.reply = reply
-
-    async def stream(self, request: ChatRequest) -> AsyncIterator[ReplyDelta]:
-        for word in self.reply.split(" "):
-            yield ReplyDelta(word + " ")
-
-    async def complete(self, system: str, user: str, timeout_s: float) -> str:
-        return ""
-
-    async def aclose(self) -> None:
-        return None
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def whisper(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[WhisperSpeechToText]:
-    engine = WhisperSpeechToText(WhisperConfig(workers=1), tmp_path_factory.mktemp("models"))
-    await engine.warm_up()
-    yield engine
-    await engine.aclose()
-
-
 def noisy(pcm: bytes, snr_db: float = 10.0, seed: int = 7) -> bytes:
     samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float64)
     speech = samples[np.abs(samples) > 300]
@@ -65,14 +38,14 @@ def noisy(pcm: bytes, snr_db: float = 10.0, seed: int = 7) -> bytes:
     return np.clip(samples + noise, -32768, 32767).astype(np.int16).tobytes()
 
 
-def user_finals(events: list[object]) -> list[str]:
+def user_finals(events: Sequence[object]) -> list[str]:
     return [e.text for e in events if isinstance(e, TranscriptEvent) and e.role == "user" and e.final]
 
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_a_finished_question_is_released_on_the_models_verdict(
         make_pipeline: PipelineFactory, whisper: WhisperSpeechToText) -> None:
-    pipeline, sink = make_pipeline(stt=whisper, model=FixedReply("Okay."), rate=RATE,
+    pipeline, sink = make_pipeline(stt=whisper, model=RecordingModel("Okay."), rate=RATE,
                                    user_speech_quiet_ms=5000, **DEFAULTS)  # the silence rules alone would wait 5 s
     async with LocalCall(pipeline) as call:
         call.say(silence(300, RATE) + neural_telephone("Where is my parcel?") + silence(3000, RATE))
@@ -91,7 +64,7 @@ async def test_a_pause_inside_a_phone_number_is_one_turn(
     (number,) = neural(["My phone number is five five five, one two three, four five six seven."])
     first = fragment_before_comma(number)
     paused = phone(first + silence(1000, 16000) + number[len(first):])
-    pipeline, sink = make_pipeline(stt=whisper, model=FixedReply("Thank you."), rate=RATE, **DEFAULTS)
+    pipeline, sink = make_pipeline(stt=whisper, model=RecordingModel("Thank you."), rate=RATE, **DEFAULTS)
     async with LocalCall(pipeline) as call:
         call.say(silence(300, RATE) + paused + silence(4000, RATE))
         await call.wait_caller_done()
@@ -102,9 +75,9 @@ async def test_a_pause_inside_a_phone_number_is_one_turn(
 
 
 async def agent_speaking_then(make_pipeline: PipelineFactory, whisper: WhisperSpeechToText,
-                              caller_line: str) -> list[object]:
+                              caller_line: str) -> Sequence[object]:
     """Ask a question; 3 s after it, while the long reply plays, say `caller_line`; all in white noise."""
-    pipeline, sink = make_pipeline(stt=whisper, model=FixedReply(LONG_REPLY), rate=RATE, **DEFAULTS)
+    pipeline, sink = make_pipeline(stt=whisper, model=RecordingModel(LONG_REPLY), rate=RATE, **DEFAULTS)
     question = neural_telephone("Can you tell me about your opening hours?")
     stream = silence(300, RATE) + question + silence(3000, RATE) + neural_telephone(caller_line) + silence(4000, RATE)
     async with LocalCall(pipeline) as call:

@@ -12,11 +12,9 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 
 from bench.common import word_errors
 from internal.config import Config
@@ -49,14 +47,6 @@ SENTENCES = [
     "Why was I charged twice this month?",
     "I am calling about the job advertised on your website.",
 ]
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def whisper(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[WhisperSpeechToText]:
-    engine = WhisperSpeechToText(WhisperConfig(workers=1), tmp_path_factory.mktemp("models"))
-    await engine.warm_up()
-    yield engine
-    await engine.aclose()
 
 
 def padded(pcm: bytes, rate: int) -> bytes:
