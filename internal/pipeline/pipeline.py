@@ -35,6 +35,7 @@ PRE_ROLL_MS = 300  # audio kept from before the VAD decided speech began, so fir
 DTMF_GAP_S = 1.5  # keypad digits separated by less than this form one entry ("#" ends it at once)
 TURN_AUDIO_FRAMES = 400  # 8 s of 20 ms frames: what Smart Turn hears
 END_OF_TURN_SILENCE_MS = 100  # the silence after the last word that Smart Turn hears
+MIN_ASKED_SPEECH_MS = 240  # shorter utterances (a cough, a click, "mm") are left to the text rules
 __all__ = ["APOLOGY", "VoicePipeline"]
 
 
@@ -183,8 +184,12 @@ class VoicePipeline:
                     self.config.turn_timeout_s, self._stt_timed_out))
             stt.end_of_speech()
         model = self.services.turn_model
-        silence = self._turns.caller_stopped_speaking(verdict_expected=model is not None)
-        if model is not None:
+        # Ask the model only about an utterance that can end the caller's turn: long enough to hold words
+        # (not a cough or a click) and not spoken over the agent (a backchannel or a barge-in).
+        ask = (model is not None and self._speech_frames * 20 >= MIN_ASKED_SPEECH_MS
+               and not self._utterance_over_agent)
+        silence = self._turns.caller_stopped_speaking(verdict_expected=ask)
+        if ask:
             if self._verdict_task is not None:
                 self._verdict_task.cancel()
             # Measured on a neural voice: past ~150 ms of silence, unfinished sentences start to sound "complete".
@@ -204,6 +209,8 @@ class VoicePipeline:
             raise
         except Exception:
             log.exception("end-of-turn model failed; the silence and text rules decide this turn")
+            probability = None
+        if probability is None:  # failed, or the model's pool was full
             self._turns.set_verdict(silence, None)
             return
         self.responder.timing("end_of_turn_model", (self._clock() - asked) * 1000.0,

@@ -149,6 +149,7 @@ class PipelineServices:
             out["end_of_turn"] = "smart_turn"
             out["end_of_turn_model"] = str(self.turn_model.path)
             out["end_of_turn_inferences"] = self.turn_model.inferences
+            out["end_of_turn_skipped"] = self.turn_model.skipped
         return out
 
     def make_denoiser(self, sample_rate: int) -> Denoiser | None:

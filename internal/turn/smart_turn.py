@@ -45,7 +45,7 @@ def last_window(samples: np.ndarray) -> np.ndarray:
 
 
 class SmartTurnModel:
-    def __init__(self, path: Path, threads: int = 1, workers: int = 2) -> None:
+    def __init__(self, path: Path, threads: int = 1, workers: int = 1) -> None:
         import onnxruntime
         from faster_whisper.feature_extractor import FeatureExtractor
 
@@ -60,6 +60,9 @@ class SmartTurnModel:
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="smart-turn")
         self._lock = threading.Lock()
         self.inferences = 0
+        self.skipped = 0  # asked while the pool was full: the text rules decided those turns
+        self._inflight = 0
+        self._max_inflight = workers + 1  # one running per worker, one waiting
 
     def features(self, samples16k: np.ndarray) -> np.ndarray:
         """(1, 80, 800) log-mel features of the last 8 s of float32 samples at 16 kHz."""
@@ -80,10 +83,22 @@ class SmartTurnModel:
             self.inferences += 1
         return float(np.asarray(output[0]).reshape(-1)[0])
 
-    async def predict(self, pcm: bytes, sample_rate: int) -> float:
-        """`probability` on the model's thread pool."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.probability, pcm, sample_rate)
+    async def predict(self, pcm: bytes, sample_rate: int) -> float | None:
+        """`probability` on the model's thread pool; None, at once, when the pool is already full.
+
+        An inference costs ~90 ms of CPU on a core without int8 dot-product instructions, so under load the
+        model runs on one worker with one turn waiting, and the rest fall back to the text rules: the
+        CPU it takes stays bounded however many callers pause at once.
+        """
+        if self._inflight >= self._max_inflight:
+            self.skipped += 1
+            return None
+        self._inflight += 1
+        try:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._executor, self.probability, pcm, sample_rate)
+        finally:
+            self._inflight -= 1
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -182,3 +183,13 @@ def test_the_models_load_from_the_set_ups_files_with_no_network(tmp_path: Path) 
     assert done.returncode == 0, done.stderr[-2000:]
     assert "'vad': 'silero'" in done.stdout and "'end_of_turn': 'smart_turn'" in done.stdout
     assert str(setup_models_dir() / SMART_TURN_FILE) in done.stdout
+
+
+async def test_a_full_model_pool_answers_none_at_once_and_counts_it() -> None:
+    """Under load the text rules decide instead of a queue of 90 ms inferences growing behind the callers."""
+    (question,) = neural(["Where is my parcel?"])
+    model = shared_smart_turn()
+    before, waiting = model.skipped, [model.predict(question, 16000) for _ in range(6)]
+    results = await asyncio.gather(*waiting)
+    assert results.count(None) >= 6 - 2 and model.skipped - before == results.count(None)
+    assert all(r is None or 0.0 <= r <= 1.0 for r in results)
