@@ -50,6 +50,12 @@ def banner(config: Config) -> list[str]:
     return lines
 
 
+# Idle HTTP connections are kept this long. uvicorn's 5 s default races clients that reuse a pooled
+# connection a moment after the server closed it (httpx and browsers keep them far longer): the request
+# then fails with a read error. 75 s outlasts the usual client pools' 60 s.
+HTTP_KEEP_ALIVE_S = 75
+
+
 async def serve(config: Config) -> int:
     app = create_gateway_application(config)
     server = _Server(
@@ -61,6 +67,7 @@ async def serve(config: Config) -> int:
             access_log=False,
             lifespan="on",
             timeout_graceful_shutdown=int(config.server.shutdown_timeout_s),
+            timeout_keep_alive=HTTP_KEEP_ALIVE_S,
         )
     )
     loop = asyncio.get_running_loop()

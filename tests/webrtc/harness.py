@@ -27,6 +27,7 @@ from internal.config import Config, load_config
 from internal.session import Session, SessionManager
 from server.app import create_gateway_application
 from server.gateway import Gateway
+from server.serve import HTTP_KEEP_ALIVE_S
 from tests.conftest import free_port
 
 EVENT_TIMEOUT_S = 60.0
@@ -63,7 +64,8 @@ class LiveServer:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self._server = _InLoopServer(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None,
-                                                    access_log=False, lifespan="on"))
+                                                    access_log=False, lifespan="on",
+                                                    timeout_keep_alive=HTTP_KEEP_ALIVE_S))
         self._task: asyncio.Task[None] | None = None
 
     @property
