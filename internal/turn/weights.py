@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -19,6 +18,8 @@ import zipfile
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
+
+from internal.stt.whisper_models import sha256_of
 
 SILERO_SHA256 = "4cbf549b8326f60f80f2536d9eefeb450a9abe83365a098031c89719f1be17d2"
 SMART_TURN_FILE = "smart-turn-v3.2-cpu.onnx"
@@ -34,14 +35,6 @@ Progress = Callable[[str], None]
 
 class TurnModelError(Exception):
     """A model file is missing or not the pinned one; the message says where we looked and what to run."""
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @lru_cache(maxsize=16)
