@@ -48,6 +48,11 @@ class LocalCall:
     def caller_busy(self) -> bool:
         return bool(self._caller)
 
+    @property
+    def queued_ms(self) -> int:
+        """Caller audio still to play."""
+        return len(self._caller) * 20
+
     async def ticks_later(self, count: int) -> None:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._tick_waiters.append((self.ticks + count, future))

@@ -118,7 +118,9 @@ class TurnBuffer:
     @awaiting_final.setter
     def awaiting_final(self, value: bool) -> None:
         self._awaiting_final = value
-        if not value and self._pending is not None:
+        if value:
+            self._cancel_timer()
+        elif self._pending is not None:
             self._arm()
 
     @property
@@ -200,9 +202,11 @@ class TurnBuffer:
             since_speech_end_ms=(now - self._last_speech_end) * 1000.0 if self._last_speech_end else None,
             since_first_final_ms=elapsed_ms)
         if self._awaiting_final:
-            # Hold for the decode in flight, but never past the merge ceiling (a lost final must not
-            # leave the caller unanswered).
-            wait_ms = max(wait_ms, TURN_MERGE_MAX_MS - elapsed_ms)
+            # The caller said more than the pending text holds: a decision now would answer half of what
+            # was said (on a loaded machine recognition runs seconds behind the caller, and a 2.5 s ceiling
+            # here split a dictated phone number in two). The pipeline's recognition deadline
+            # (`turn_timeout_s`) clears `awaiting_final` when a final never comes, which re-arms this.
+            return
         loop = asyncio.get_running_loop()
         self._timer = loop.call_later(wait_ms / 1000.0, self.flush)
 

@@ -124,3 +124,33 @@ async def test_a_failed_or_missing_verdict_leaves_the_text_rules_in_charge(verdi
     else:  # the model never answered: released when the verdict wait runs out
         await asyncio.wait_for(released.event.wait(), 2.0 + VERDICT_WAIT_MS / 1000)
     assert [t.text for t in released.turns] == ["Where is my parcel?"]
+
+
+async def test_a_turn_waits_for_the_words_the_caller_already_said_however_late_they_come() -> None:
+    # On a loaded machine recognition runs seconds behind: the first half's text is in, the second
+    # half is still being decoded. Answering now would answer half the phone number.
+    released = Released()
+    turns = TurnBuffer(50, 100, released, max_turn_wait_ms=300)
+    turns.caller_stopped_speaking(verdict_expected=False)
+    turns.add_final("My phone number is five five five.")
+    turns.awaiting_final = True  # the caller spoke again and stopped; that decode is still running
+    await settle((TURN_MERGE_MAX_MS + 500) / 1000)  # past every window and the old ceiling
+    assert not released.turns
+    turns.add_final("One two three, four five six seven.")
+    turns.awaiting_final = False  # the pipeline clears it when the final (or its deadline) arrives
+    await asyncio.wait_for(released.event.wait(), 3.0)
+    assert [t.text for t in released.turns] == [
+        "My phone number is five five five. One two three, four five six seven."]
+
+
+async def test_a_final_that_never_comes_releases_the_turn_when_its_deadline_clears_the_wait() -> None:
+    released = Released()
+    turns = TurnBuffer(50, 100, released, max_turn_wait_ms=300)
+    turns.caller_stopped_speaking()
+    turns.add_final("Where is my parcel?")
+    turns.awaiting_final = True
+    await settle(0.5)
+    assert not released.turns
+    turns.awaiting_final = False  # what VoicePipeline._stt_timed_out does after turn_timeout_s
+    await asyncio.wait_for(released.event.wait(), 2.0)
+    assert [t.text for t in released.turns] == ["Where is my parcel?"]

@@ -30,11 +30,14 @@ LONG_REPLY = ("Our opening hours are nine in the morning to six in the evening o
               "Saturdays. On Sundays we are closed, but you can always write to us through the website.")
 
 
-def noisy(pcm: bytes, snr_db: float = 10.0, seed: int = 7) -> bytes:
+def noise_level(pcm: bytes, snr_db: float = 10.0) -> float:
     samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float64)
-    speech = samples[np.abs(samples) > 300]
-    level = float(np.sqrt(np.mean(speech**2))) / 10 ** (snr_db / 20)
-    noise = np.random.default_rng(seed).normal(0.0, level, samples.size)
+    return float(np.sqrt(np.mean(samples[np.abs(samples) > 300] ** 2))) / 10 ** (snr_db / 20)
+
+
+def noisy(pcm: bytes, level: float, rng: np.random.Generator) -> bytes:
+    samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float64)
+    noise = rng.normal(0.0, level, samples.size)
     return np.clip(samples + noise, -32768, 32767).astype(np.int16).tobytes()
 
 
@@ -76,12 +79,25 @@ async def test_a_pause_inside_a_phone_number_is_one_turn(
 
 async def agent_speaking_then(make_pipeline: PipelineFactory, whisper: WhisperSpeechToText,
                               caller_line: str) -> Sequence[object]:
-    """Ask a question; 3 s after it, while the long reply plays, say `caller_line`; all in white noise."""
+    """Ask a question; one second into the long reply, say `caller_line`; all in white noise (10 dB SNR).
+
+    The line waits for the reply to be heard rather than for a fixed time: on a loaded machine the
+    reply can start seconds late, and a line said before it would be a new turn, not a backchannel.
+    """
     pipeline, sink = make_pipeline(stt=whisper, model=RecordingModel(LONG_REPLY), rate=RATE, **DEFAULTS)
     question = neural_telephone("Can you tell me about your opening hours?")
-    stream = silence(300, RATE) + question + silence(3000, RATE) + neural_telephone(caller_line) + silence(4000, RATE)
+    level, rng = noise_level(question), np.random.default_rng(7)
     async with LocalCall(pipeline) as call:
-        call.say(noisy(stream))
+        call.say(noisy(silence(300, RATE) + question, level, rng))
+        waited = 0
+        while call.agent_frames < 50:  # the noise goes on until the agent has spoken for a second
+            if waited > 40 * 50:
+                raise TimeoutError("the agent did not answer the question")
+            if call.queued_ms < 60:  # never a gap of digital silence in the noise
+                call.say(noisy(silence(100, RATE), level, rng))
+            await call.ticks_later(1)
+            waited += 1
+        call.say(noisy(neural_telephone(caller_line) + silence(4000, RATE), level, rng))
         await call.wait_caller_done()
         await call.wait_agent_quiet(300, timeout_s=40)
     return sink.events
