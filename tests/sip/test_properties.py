@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from internal.sip import Headers, NameAddr, SipParseError, SipRequest, SipResponse, SipUri, StreamFramer, parse
 from internal.sip.framer import FramingError, KeepAlive
-from internal.sip.message import salvage_request
+from internal.sip.salvage import salvage_request
 
 ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 tokens = st.text(ALNUM + "-.!%*_+`'~", min_size=1, max_size=12)
