@@ -10,10 +10,12 @@ client could not match any response to its transaction.
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections.abc import Iterable
 
 from internal.sip.headers import Headers, canonical_name
-from internal.sip.message import SipRequest
+from internal.sip.message import SipRequest, SipResponse, make_response
 from internal.sip.syntax import is_token
 
 # Lenient on purpose: several SP, SP at the end, <> or LWS in the URI are all still a request line.
@@ -21,6 +23,7 @@ _START_RE = re.compile(r"^([^\s]+)[ \t]+(.*?)[ \t]+(SIP/[^\s]*)[ \t]*$", re.I)
 # The headers a response copies; From, To, Call-ID and CSeq only once (RFC 4475 3.3.8 repeats them).
 _COPIED = ("Via", "From", "To", "Call-ID", "CSeq")
 _ONCE = ("From", "To", "Call-ID", "CSeq")
+_TAG_RE = re.compile(r";\s*tag\s*=", re.I)
 
 
 def salvage_request(data: bytes) -> SipRequest | None:
@@ -68,3 +71,18 @@ def _copied_headers(lines: list[str]) -> list[tuple[str, str]]:
         else:
             unfolded.append(("", ""))  # a broken line ends any fold before it
     return [(name, value) for name, value in unfolded if name in _COPIED]
+
+
+def refusal(request: SipRequest, status: int, reason: str, headers: Iterable[tuple[str, str]] = ()) -> SipResponse:
+    """The stateless error response to a salvaged request, with a To tag when it had none.
+
+    RFC 3261 8.2.6.2 wants a To tag on every final response and 8.2.7 the same tag for the same
+    request from a stateless UAS, so it is derived from the request instead of drawn at random.
+    The To value may be malformed (it is why we refuse), so the tag is appended, not parsed in.
+    """
+    response = make_response(request, status, reason, list(headers))
+    to = response.headers.get("To")
+    if to is not None and not _TAG_RE.search(to):
+        seed = "\n".join(request.headers.get(name) or "" for name in ("Call-ID", "From", "CSeq", "Via"))
+        response.headers.replace_first("To", f"{to};tag={hashlib.sha256(seed.encode()).hexdigest()[:12]}")
+    return response

@@ -25,11 +25,10 @@ from internal.sip.message import (
     SipParseError,
     SipRequest,
     SipResponse,
-    make_response,
     parse,
 )
 from internal.sip.methods import KNOWN_METHODS
-from internal.sip.salvage import salvage_request
+from internal.sip.salvage import refusal, salvage_request
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +244,7 @@ class TransportLayer:
             # RFC 4475 3.1.2.18: a method we would refuse anyway is better answered 501 than 400.
             status, reason = 501, "Not Implemented"
             extra = [("Allow", ", ".join(self._allow))] if self._allow else []
-        reply(make_response(request, status, reason, extra).serialise())
+        reply(refusal(request, status, reason, extra).serialise())
 
     def _udp_received(self, data: bytes, addr: tuple[str, int]) -> None:
         source = Address(addr[0], addr[1], "udp")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from internal.sip import Headers, SipParseError, SipRequest, SipResponse, make_response, parse, salvage_request
+from internal.sip.salvage import refusal
 
 
 def msg(*lines: str, body: str = "") -> bytes:
@@ -327,3 +328,14 @@ def test_salvage_reads_request_lines_the_parser_refuses(start: str) -> None:
 )
 def test_salvage_gives_up_only_when_nothing_could_be_addressed(data: bytes) -> None:
     assert salvage_request(data) is None
+
+
+def test_a_stateless_refusal_tags_to_the_same_way_for_the_same_request() -> None:
+    data = msg(*BASIC, "Content-Length: 9999", body="short")
+    salvaged = salvage_request(data)
+    assert salvaged is not None
+    first = refusal(salvaged, 400, "Bad Request (x)")
+    again = refusal(salvage_request(data) or salvaged, 400, "Bad Request (x)")
+    assert first.to_tag and first.to_tag == again.to_tag  # RFC 3261 8.2.7: retransmissions match
+    tagged = salvage_request(data.replace(b"biloxi.example.com>", b"biloxi.example.com>;tag=abc", 1))
+    assert tagged is not None and refusal(tagged, 400, "x").headers.get_all("To")[0].endswith(";tag=abc")
