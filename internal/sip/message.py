@@ -283,9 +283,6 @@ def _check_other_headers(message: SipMessage) -> None:
     max_forwards = headers.get("Max-Forwards")
     if max_forwards is not None and not (max_forwards.isdigit() and int(max_forwards) <= 255):
         raise SipParseError("bad Max-Forwards")
-    date = headers.get("Date")
-    if date is not None and not date.endswith(" GMT"):
-        raise SipParseError("Date not in GMT")  # RFC 3261 20.17, RFC 4475 3.1.2.12
     for name in _ADDRESS_LISTS:
         try:
             for value in headers.get_list(name):
