@@ -13,6 +13,7 @@ go out exactly as the RFC prints them.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,6 +148,13 @@ def status_of(response: bytes) -> int:
     return int(response.split(b"\r\n", 1)[0].split(b" ")[1])
 
 
+def header_value(message: bytes, name: str) -> str:
+    """The first `name` header's value, unfolded and with runs of whitespace made one space."""
+    head = message.split(b"\r\n\r\n", 1)[0].decode("utf-8", errors="replace")
+    found = re.search(rf"^{re.escape(name)}[ \t]*:([^\r\n]*(?:\r\n[ \t][^\r\n]*)*)", head, re.I | re.M)
+    return " ".join(found.group(1).split()) if found else ""
+
+
 def final_status(responses: list[bytes]) -> int | None:
     finals = [r for r in responses if status_of(r) >= 200]
     return status_of(finals[0]) if finals else None
@@ -230,7 +238,7 @@ def test_every_message_file_has_an_expected_outcome() -> None:
 @pytest.mark.parametrize("transport", ["udp", "tcp"])
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 async def test_torture_message_gets_the_answer_its_rfc_asks_for(
-    make_ua: UaFactory, name: str, transport: str
+    make_ua: UaFactory, name: str, transport: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     expected = EXPECTED[name]
     status = expected.udp if transport == "udp" else expected.tcp
@@ -247,7 +255,12 @@ async def test_torture_message_gets_the_answer_its_rfc_asks_for(
         line = re.search(rb"^" + re.escape(name_part.encode()) + rb"[ \t]*:[ \t]*(.*)\r$", final, re.I | re.M)
         assert line is not None, f"{name}: no {name_part} in {final!r}"
         assert value_part.strip().encode() in line.group(1)
+    if status is not None:
+        final = next(r for r in responses if status_of(r) >= 200)
+        assert header_value(final, "CSeq") == header_value(data, "CSeq"), f"{name}: answer for another request"
     assert await still_answers_options(ua), f"the UA stopped answering after {name} over {transport}"
+    # The transport survives any exception, so a crash would only show in the log.
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 def test_aim_top_via_rewrites_only_the_first_sent_by() -> None:
