@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from internal.config.sections import SipConfig, split_host_port
+from internal.sip.capabilities import KNOWN_METHODS
 from internal.sip.framer import FramingError, KeepAlive, StreamFramer
 from internal.sip.message import (
     SipMessage,
@@ -27,7 +28,6 @@ from internal.sip.message import (
     SipResponse,
     parse,
 )
-from internal.sip.methods import KNOWN_METHODS
 from internal.sip.salvage import refusal, salvage_request
 
 log = logging.getLogger(__name__)

@@ -24,6 +24,7 @@ from internal.config.sections import SipConfig
 from internal.identity.sip_caller import shared_number_set
 from internal.session.limits import TokenBucketLimiter
 from internal.sip.calls import CallLeg, CallRegistry
+from internal.sip.capabilities import accepts, method_refusal
 from internal.sip.dialog import Dialog
 from internal.sip.digest import SERVER_ALGORITHMS, DigestAuthenticator
 from internal.sip.handler import (
@@ -35,7 +36,6 @@ from internal.sip.handler import (
     Rejection,
 )
 from internal.sip.message import SipRequest, SipResponse
-from internal.sip.methods import accepts, method_refusal
 from internal.sip.sdp import SessionDescription
 from internal.sip.stack import ALLOWED_METHODS, SUPPORTED_OPTIONS, HeaderItems, SipStack
 from internal.sip.timers import TimerSettings

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from internal.sip import TimerSettings
+from internal.sip.capabilities import KNOWN_METHODS, accepts, method_refusal
 from internal.sip.headers import Headers
-from internal.sip.methods import KNOWN_METHODS, accepts, method_refusal
 from internal.sip.stack import ALLOWED_METHODS
 from tests.sip.conftest import OFFER, RawPeer, RecordingHandler, UaFactory, eventually, sip_text
 

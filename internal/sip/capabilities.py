@@ -1,4 +1,5 @@
-"""Which answer a request method gets, and whether a request accepts the body we would send.
+"""What we can answer: which methods (405 or 501 otherwise), and whether a request's Accept lets
+our answer carry the body it must (406 otherwise).
 
 RFC 3261 8.2.1 separates two refusals that look alike: 405 for a method the UAS understands but
 does not allow here (a REGISTER sent to a UA that is no registrar), 501 for a method it does not
