@@ -17,8 +17,8 @@ from internal.sip.message import (
     SipResponse,
     make_response,
     parse,
-    salvage_request,
 )
+from internal.sip.salvage import salvage_request
 from internal.sip.sdp import (
     Negotiated,
     NoCommonCodec,

@@ -60,11 +60,12 @@ class CallRegistry:
         return leg if leg is not None and leg.dialog is dialog else None
 
     def for_request(self, request: SipRequest) -> CallLeg | None:
-        """The leg an in-dialog request belongs to (its To tag is ours, its From tag theirs)."""
-        to_tag, from_tag = request.to_tag, request.from_tag
-        if not to_tag or not from_tag:
+        """The leg an in-dialog request belongs to (its To tag is ours, its From tag theirs; an
+        RFC 2543 peer's missing From tag is the null tag "")."""
+        to_tag = request.to_tag
+        if not to_tag:
             return None
-        return self._legs.get((request.call_id, to_tag, from_tag))
+        return self._legs.get((request.call_id, to_tag, request.from_tag or ""))
 
     def for_response(self, response: SipResponse) -> CallLeg | None:
         to_tag, from_tag = response.to_tag, response.from_tag

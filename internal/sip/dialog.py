@@ -70,16 +70,20 @@ class Dialog:
     @staticmethod
     def for_uas(request: SipRequest, local_tag: str, source: Address) -> Dialog:
         """12.1.1: the dialog our 1xx/2xx to `request` creates."""
-        remote_tag = request.from_tag
-        if not remote_tag:
-            raise DialogError("INVITE without a From tag")
+        # RFC 3261 12.1.1: an RFC 2543 peer sends no From tag; its tag is then null (""), and we
+        # invent none for it (our own To tag is still added).
+        remote_tag = request.from_tag or ""
+        if request.from_tag is None and not request.headers.get_list("Contact"):
+            target = request.from_addr.uri  # RFC 2543 made Contact optional: requests went to From
+        else:
+            target = _contact_uri(request)
         return Dialog(
             call_id=request.call_id,
             local_tag=local_tag,
             remote_tag=remote_tag,
             local_uri=_without_tag(request.to_addr),
             remote_uri=_without_tag(request.from_addr),
-            remote_target=_contact_uri(request),
+            remote_target=target,
             route_set=[NameAddr.parse(v) for v in request.headers.get_list("Record-Route")],
             local_cseq=0,
             remote_cseq=request.cseq[0],
@@ -114,7 +118,7 @@ class Dialog:
         )
 
     def matches_request(self, request: SipRequest) -> bool:
-        return (request.call_id, request.to_tag, request.from_tag) == self.id
+        return (request.call_id, request.to_tag, request.from_tag or "") == self.id
 
     def accept_remote_cseq(self, request: SipRequest) -> bool:
         """12.2.2: a request with a lower CSeq than the last is out of order (answer 500)."""
@@ -152,7 +156,7 @@ class Dialog:
         headers = Headers()
         headers.add("Max-Forwards", "70")
         headers.add("From", str(self.local_uri.with_tag(self.local_tag)))
-        headers.add("To", str(self.remote_uri.with_tag(self.remote_tag)))
+        headers.add("To", str(self.remote_uri.with_tag(self.remote_tag) if self.remote_tag else self.remote_uri))
         headers.add("Call-ID", self.call_id)
         headers.add("CSeq", f"{cseq} {method}")
         for route in routes:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from internal.sip.headers import Headers, canonical_name
-from internal.sip.syntax import SyntaxProblem, is_token, split_list
+from internal.sip.syntax import SyntaxProblem, has_bare_nul, is_token, split_list
 from internal.sip.uri import NameAddr, SipUri, UriError
 from internal.sip.via import Via, ViaError
 
@@ -156,7 +156,7 @@ class SipResponse(SipMessage):
 def parse(data: bytes) -> SipMessage:
     """A request or response from one datagram or one framed stream message."""
     try:
-        return _parse(data, strict=True)
+        return _parse(data)
     except SipParseError:
         raise
     except (UriError, ViaError, SyntaxProblem) as exc:
@@ -165,30 +165,16 @@ def parse(data: bytes) -> SipMessage:
         raise SipParseError(f"unreadable message ({type(exc).__name__})") from exc
 
 
-def salvage_request(data: bytes) -> SipRequest | None:
-    """Enough of a malformed request to address an error response (400/513), or None.
-
-    Only the start line and the headers RFC 3261 8.2.6 copies are checked; the body is dropped.
-    """
-    try:
-        message = _parse(data, strict=False)
-    except Exception:
-        return None
-    return message if isinstance(message, SipRequest) else None
-
-
-def _split_head(data: bytes, strict: bool) -> tuple[bytes, bytes]:
+def _split_head(data: bytes) -> tuple[bytes, bytes]:
     candidates = [(i, n) for i, n in ((data.find(b"\r\n\r\n"), 4), (data.find(b"\n\n"), 2)) if i >= 0]
     if not candidates:
-        if strict:
-            raise SipParseError("no blank line after the headers")
-        return data, b""
+        raise SipParseError("no blank line after the headers")
     index, length = min(candidates)
     return data[:index], data[index + length :]
 
 
 def _header_lines(head: bytes) -> list[str]:
-    if b"\x00" in head:
+    if b"\x00" in head and has_bare_nul(head):
         raise SipParseError("NUL byte in headers")
     try:
         text = head.decode("utf-8")
@@ -222,19 +208,17 @@ def _unfold(lines: list[str]) -> list[tuple[str, str]]:
     return headers
 
 
-def _parse(data: bytes, strict: bool) -> SipMessage:
+def _parse(data: bytes) -> SipMessage:
     data = data.lstrip(b"\r\n")  # RFC 3261 7.5: ignore CRLFs before the start line
     if not data:
         raise SipParseError("empty message")
-    head, rest = _split_head(data, strict)
+    head, rest = _split_head(data)
     lines = _header_lines(head)
     start, headers = lines[0], Headers(_unfold(lines[1:]))
     # Read the body before building the message: construction rewrites Content-Length.
-    body = _body(headers, rest) if strict else b""
+    body = _body(headers, rest)
     message: SipMessage
     if start.startswith("SIP/"):
-        if not strict:
-            raise SipParseError("not a request")
         status_match = _STATUS_LINE_RE.match(start)
         if not status_match:
             raise SipParseError("bad status line")
@@ -245,26 +229,37 @@ def _parse(data: bytes, strict: bool) -> SipMessage:
         if not request_match:
             raise SipParseError("bad request line")
         method, uri, version = request_match.groups()
-        if not _SCHEME_RE.match(uri):
-            raise SipParseError("bad Request-URI")
+        _check_request_uri(uri)
         message = SipRequest(method, uri, headers, body, version)
-    _check_core_headers(message, strict)
-    if strict:
-        _check_other_headers(message)
+    _check_core_headers(message)
+    _check_other_headers(message)
     return message
 
 
-def _check_core_headers(message: SipMessage, strict: bool) -> None:
+def _check_request_uri(uri: str) -> None:
+    """SIP URIs are read here; other schemes are kept as text for the UA's 416 (RFC 4475 3.3.2)."""
+    if not _SCHEME_RE.match(uri):
+        raise SipParseError("bad Request-URI")
+    if uri.split(":", 1)[0].lower() in ("sip", "sips"):
+        try:
+            parsed = SipUri.parse(uri)
+        except UriError as exc:
+            raise SipParseError(f"bad Request-URI: {exc}") from exc
+        if parsed.headers:
+            # RFC 3261 19.1.5 / RFC 4475 3.1.2.11: headers belong in a URI we send to, not in ours.
+            raise SipParseError("headers in the Request-URI")
+
+
+def _check_core_headers(message: SipMessage) -> None:
     headers = message.headers
     for name in _MANDATORY:
         if not headers.get(name):
             raise SipParseError(f"missing {name}")
-    if strict:
-        for name in _SINGLE:
-            if len(headers.get_all(name)) > 1:
-                raise SipParseError(f"more than one {name}")
+    for name in _SINGLE:
+        if len(headers.get_all(name)) > 1:
+            raise SipParseError(f"more than one {name}")
     try:
-        vias = message.vias if strict else [message.top_via]
+        vias = message.vias
     except (ViaError, SyntaxProblem) as exc:
         raise SipParseError(f"bad Via: {exc}") from exc
     if not vias:
@@ -279,7 +274,7 @@ def _check_core_headers(message: SipMessage, strict: bool) -> None:
     number, method = message.cseq
     if number > MAX_CSEQ or not is_token(method):
         raise SipParseError("bad CSeq")
-    if strict and isinstance(message, SipRequest) and method != message.method.upper():
+    if isinstance(message, SipRequest) and method != message.method.upper():
         raise SipParseError("CSeq method does not match the request")
 
 

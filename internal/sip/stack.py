@@ -45,7 +45,7 @@ class SipStack:
                  bind: tuple[str, int] | None = None) -> None:
         self.config = config
         self.timers = timers or TimerSettings()
-        self.transport = TransportLayer(config, self._on_message, bind=bind)
+        self.transport = TransportLayer(config, self._on_message, bind=bind, allow=ALLOWED_METHODS)
         self.transactions = TransactionLayer(self.transport, user, self.timers)
 
     async def start(self) -> None:

@@ -23,6 +23,27 @@ def is_token(text: str) -> bool:
     return bool(_TOKEN_RE.match(text))
 
 
+def has_bare_nul(head: bytes) -> bool:
+    """Whether a NUL byte appears anywhere but as a quoted-pair ("\\" NUL) inside a quoted string.
+
+    RFC 3261 25.1 lets a quoted-pair escape any octet but CR and LF, NUL included (RFC 4475 3.1.1.2
+    sends one in a display name); a NUL anywhere else is not SIP.
+    """
+    in_quotes = escaped = False
+    for byte in head:
+        if escaped:
+            escaped = False
+        elif byte == 0:
+            return True
+        elif byte in (0x0A, 0x0D):
+            in_quotes = False  # a quoted string never spans lines (a fold is LWS, outside quotes)
+        elif in_quotes and byte == 0x5C:
+            escaped = True
+        elif byte == 0x22:
+            in_quotes = not in_quotes
+    return False
+
+
 def split_outside(text: str, separator: str) -> list[str]:
     """Split on `separator` except inside "quoted strings" (with \\ escapes) and <angle brackets>.
 

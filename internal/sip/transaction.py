@@ -45,8 +45,9 @@ def server_key(request: SipRequest) -> Hashable:
     """17.2.3: branch + sent-by + method, with ACK folded onto INVITE; RFC 2543 fallback otherwise."""
     via = request.top_via
     method = "INVITE" if request.method == "ACK" else request.method
-    if via.branch and via.branch.startswith(MAGIC_COOKIE):
+    if via.branch and via.branch.startswith(MAGIC_COOKIE) and via.branch != MAGIC_COOKIE:
         return (via.branch, via.sent_by, method)
+    # A bare cookie names no transaction (RFC 4475 3.2.1): matched the old way, like a pre-3261 peer.
     # A pre-3261 peer: the To tag differs between INVITE and its ACK, so it is left out.
     return ("rfc2543", request.uri, request.from_tag, request.call_id, request.cseq[0], via.sent_by, method)
 

@@ -19,16 +19,16 @@ from dataclasses import dataclass
 from typing import cast
 
 from internal.config.sections import SipConfig, split_host_port
+from internal.sip.capabilities import KNOWN_METHODS
 from internal.sip.framer import FramingError, KeepAlive, StreamFramer
 from internal.sip.message import (
     SipMessage,
     SipParseError,
     SipRequest,
     SipResponse,
-    make_response,
     parse,
-    salvage_request,
 )
+from internal.sip.salvage import refusal, salvage_request
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +63,10 @@ class TransportLayer:
         bind: tuple[str, int] | None = None,
         tcp_idle_timeout_s: float = 600.0,
         connect_timeout_s: float = 5.0,
+        allow: tuple[str, ...] = (),
     ) -> None:
-        """`bind` overrides `config.bind` (the config refuses port 0, which tests need)."""
+        """`bind` overrides `config.bind` (the config refuses port 0, which tests need); `allow` is
+        the Allow of our stateless 501 to a malformed request with an unknown method."""
         self._config = config
         self._bind = bind or (config.bind_host, config.bind_port)
         self._on_message = on_message
@@ -76,6 +78,7 @@ class TransportLayer:
         self._connections: dict[tuple[str, int], _TcpConnection] = {}
         self._connecting: dict[tuple[str, int], asyncio.Task[_TcpConnection]] = {}
         self._ports: dict[str, tuple[str, int]] = {}
+        self._allow = allow
         self._reaper: asyncio.Task[None] | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -236,7 +239,12 @@ class TransportLayer:
         request = salvage_request(data)
         if request is None or request.method == "ACK":
             return  # nothing to address a response with (and ACK is never answered)
-        reply(make_response(request, status, reason).serialise())
+        extra: list[tuple[str, str]] = []
+        if status == 400 and request.method not in KNOWN_METHODS:
+            # RFC 4475 3.1.2.18: a method we would refuse anyway is better answered 501 than 400.
+            status, reason = 501, "Not Implemented"
+            extra = [("Allow", ", ".join(self._allow))] if self._allow else []
+        reply(refusal(request, status, reason, extra).serialise())
 
     def _udp_received(self, data: bytes, addr: tuple[str, int]) -> None:
         source = Address(addr[0], addr[1], "udp")
@@ -270,7 +278,8 @@ class TransportLayer:
 def _stamp_via(request: SipRequest, source: Address) -> None:
     """RFC 3261 18.2.1 received, RFC 3581 rport: remember where the request really came from."""
     via = request.top_via
-    if via.host != source.host or via.has_rport:
+    # A received the client put on its own Via says nothing true: the source address replaces it.
+    if via.host != source.host or via.has_rport or "received" in via.params:
         via.params["received"] = source.host
     if via.has_rport:
         via.params["rport"] = str(source.port)

@@ -6,8 +6,8 @@
     await ua.hangup(call.dialog)
     await ua.shutdown()              # hangs up every call, stops the transports
 
-Requests are checked in RFC 3261 8.2 order (method 405, Request-URI scheme 416, Require 420,
-Content-Type 415) before being routed to the inbound call flow (`uas.py`), an existing dialog
+Requests are checked in RFC 3261 8.2 order (method 405/501, Request-URI scheme 416, Require 420,
+Content-Type 415, Accept 406) before being routed to the inbound call flow (`uas.py`), an existing dialog
 (BYE, re-INVITE, INFO, ACK) or answered here (OPTIONS, CANCEL). Anything addressed to a dialog we
 do not know gets 481, except ACK, which is never answered.
 """
@@ -24,6 +24,7 @@ from internal.config.sections import SipConfig
 from internal.identity.sip_caller import shared_number_set
 from internal.session.limits import TokenBucketLimiter
 from internal.sip.calls import CallLeg, CallRegistry
+from internal.sip.capabilities import accepts, method_refusal
 from internal.sip.dialog import Dialog
 from internal.sip.digest import SERVER_ALGORITHMS, DigestAuthenticator
 from internal.sip.handler import (
@@ -219,8 +220,9 @@ class UserAgent:
         if request.version.upper() != "SIP/2.0":
             self._respond(txn, 505, "Version Not Supported")
             return
-        if method not in ALLOWED_METHODS:
-            self._respond(txn, 405, "Method Not Allowed", {"Allow": ", ".join(ALLOWED_METHODS)})
+        refusal = method_refusal(method, ALLOWED_METHODS)  # 405 known, 501 unknown (RFC 3261 8.2.1)
+        if refusal is not None:
+            self._respond(txn, *refusal, {"Allow": ", ".join(ALLOWED_METHODS)})
             return
         try:
             uri = request.request_uri
@@ -237,6 +239,10 @@ class UserAgent:
                 return
         if method == "INVITE" and request.body and request.content_type != "application/sdp":
             self._respond(txn, 415, "Unsupported Media Type", {"Accept": "application/sdp"})
+            return
+        if method == "INVITE" and not accepts(request.headers, "application/sdp"):
+            # 21.4.7 / RFC 4475 3.3.15: our 2xx must carry SDP, which this Accept refuses.
+            self._respond(txn, 406, "Not Acceptable", {"Warning": '399 voicegate "answers carry application/sdp"'})
             return
         if method == "OPTIONS":
             self._respond(txn, 200, "OK", {**capability_headers(), "Accept": "application/sdp"})
@@ -268,7 +274,7 @@ class UserAgent:
         self.calls.spawn(InboundInvite(self, request, txn, source).run())
 
     def _is_merged(self, request: SipRequest) -> bool:
-        key = (request.call_id, request.from_tag, request.cseq[0])
+        key = (request.call_id, request.from_tag or "", request.cseq[0])
         return any(
             (leg.dialog.call_id, leg.dialog.remote_tag, leg.dialog.invite_cseq) == key and not leg.dialog.is_caller
             for leg in self.calls.legs()

@@ -138,10 +138,7 @@ def parse_hostport(text: str) -> tuple[str, int | None]:
         host, bracket, port_text = text[1:].partition("]")
         if not bracket:
             raise UriError("unterminated IPv6 reference")
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError as exc:
-            raise UriError("bad IPv6 address") from exc
+        host = _ipv6_reference(host)
         if port_text and not port_text.startswith(":"):
             raise UriError("junk after IPv6 reference")
         port_text = port_text[1:] if port_text else ""
@@ -157,6 +154,18 @@ def parse_hostport(text: str) -> tuple[str, int | None]:
             raise UriError("bad port")
         port = int(port_text)
     return host, port
+
+
+def _ipv6_reference(text: str) -> str:
+    """The address inside [...]; the one extra colon of RFC 3261's IPv6reference ABNF bug is
+    tolerated and dropped (RFC 5118 4.10: `[2001:db8:::192.0.2.1]` means `[2001:db8::192.0.2.1]`)."""
+    for candidate in (text, text.replace(":::", "::", 1)):
+        try:
+            ipaddress.IPv6Address(candidate)
+            return candidate
+        except ValueError:
+            continue
+    raise UriError("bad IPv6 address")
 
 
 def _parse_tel(rest: str) -> SipUri:
@@ -200,6 +209,9 @@ class NameAddr:
         uri_text = uri_text.strip()
         if any(char.isspace() for char in uri_text):
             raise UriError("spaces in a bare URI")
+        if "?" in uri_text:
+            # RFC 3261 20: a URI with headers (or , or ;) must be in <>; RFC 4475 3.1.2.13.
+            raise UriError("a URI with headers outside <>")
         return NameAddr(SipUri.parse(uri_text), None, params)
 
     def __str__(self) -> str:
@@ -236,7 +248,10 @@ def _parse_name_addr(text: str) -> NameAddr:
         if not all(is_token(word) for word in display_text.split()):
             raise UriError("bad display name")
         display = " ".join(display_text.split())
-    uri = SipUri.parse(text[start + 1 : end])
+    inner = text[start + 1 : end]
+    if inner != inner.strip():
+        raise UriError("spaces inside <uri>")  # LAQUOT/RAQUOT allow LWS outside only (RFC 4475 3.1.2.14)
+    uri = SipUri.parse(inner)
     rest = text[end + 1 :].strip()
     params: Params = {}
     if rest:

@@ -38,7 +38,9 @@ class Via:
 
     @property
     def received(self) -> str | None:
-        return self.params.get("received")
+        value = self.params.get("received")
+        # RFC 5118 4.5: "received=[2001:db8::9:255]" is wrong but common; the address is the same.
+        return value[1:-1] if value and value.startswith("[") and value.endswith("]") else value
 
     @property
     def has_rport(self) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from internal.sip import Headers, SipParseError, SipRequest, SipResponse, make_response, parse, salvage_request
+from internal.sip.salvage import refusal
 
 
 def msg(*lines: str, body: str = "") -> bytes:
@@ -243,3 +244,97 @@ def test_serialise_fixes_content_length_after_a_body_change() -> None:
     again = parse(request.serialise())
     assert again.body == b"hello" and again.headers.get("Content-Length") == "5"
     assert again.content_type == "text/plain"
+
+
+def test_an_escaped_nul_inside_a_quoted_display_name_is_legal() -> None:
+    # RFC 4475 3.1.1.2: quoted-pair may escape any octet but CR and LF, NUL included.
+    data = msg(*BASIC[:3], 'To: "BEL:\\\x07 NUL:\\\x00 DEL:\\\x7f" <sip:bob@biloxi.example.com>', *BASIC[4:],
+               "Content-Length: 0")
+    request = parse(data)
+    assert request.to_addr.display_name == "BEL:\x07 NUL:\x00 DEL:\x7f"
+
+
+@pytest.mark.parametrize(
+    "to",
+    ["To: Bob\x00 <sip:bob@biloxi.example.com>", 'To: "Bob\x00" <sip:bob@biloxi.example.com>'],
+)
+def test_a_nul_that_is_not_escaped_inside_quotes_is_refused(to: str) -> None:
+    with pytest.raises(SipParseError, match="NUL byte in headers"):
+        parse(msg(*BASIC[:3], to, *BASIC[4:], "Content-Length: 0"))
+
+
+@pytest.mark.parametrize(
+    ("uri", "reason"),
+    [
+        ("sip:user@example.com?Route=%3Csip:example.com%3E", "headers in the Request-URI"),  # 4475 3.1.2.11
+        ("sip:2001:db8::10", "bad Request-URI: bad port"),  # RFC 5118 4.2
+        ("<sip:user@example.com>", "bad Request-URI"),  # RFC 4475 3.1.2.7
+    ],
+)
+def test_a_sip_request_uri_is_read_by_the_parser(uri: str, reason: str) -> None:
+    with pytest.raises(SipParseError) as raised:
+        parse(msg(f"INVITE {uri} SIP/2.0", *BASIC[1:], "Content-Length: 0"))
+    assert raised.value.reason == reason
+
+
+def test_other_request_uri_schemes_are_left_to_the_ua() -> None:
+    request = parse(msg("INVITE nobodyKnowsThisScheme:totallyopaquecontent SIP/2.0", *BASIC[1:], "Content-Length: 0"))
+    assert isinstance(request, SipRequest) and request.uri.startswith("nobodyKnowsThisScheme:")
+
+
+def test_a_date_outside_gmt_is_kept_as_text() -> None:
+    # RFC 4475 3.1.2.12: invalid, but an element that never uses Date should not refuse over it.
+    request = parse(msg(*BASIC, "Date: Fri, 01 Jan 2010 16:00:00 EST", "Content-Length: 0"))
+    assert request.headers.get("Date") == "Fri, 01 Jan 2010 16:00:00 EST"
+
+
+def test_salvage_answers_a_request_missing_from_to_and_call_id() -> None:
+    # RFC 4475 3.3.1: the Via and CSeq are enough to address a 400.
+    data = msg("INVITE sip:user@example.com SIP/2.0", "CSeq: 193942 INVITE", BASIC[1], "l: 0")
+    salvaged = salvage_request(data)
+    assert salvaged is not None
+    response = make_response(salvaged, 400, "Bad Request (missing From)")
+    assert [name for name, _ in response.headers] == ["CSeq", "Via", "Content-Length"]
+
+
+def test_salvage_copies_each_single_valued_header_once() -> None:
+    # RFC 4475 3.3.8 repeats Call-ID, From, To and CSeq; a response with two of each would be unreadable.
+    data = msg(*BASIC, "Call-ID: second@x", "From: <sip:x@y>;tag=2", "CSeq: 59 INVITE", "Content-Length: 0")
+    salvaged = salvage_request(data)
+    assert salvaged is not None
+    assert salvaged.headers.get_all("Call-ID") == ["a84b4c76e66710@pc33.atlanta.example.com"]
+    assert salvaged.headers.get_all("CSeq") == ["314159 INVITE"]
+
+
+@pytest.mark.parametrize(
+    "start",
+    ["INVITE  sip:user@example.com  SIP/2.0", "OPTIONS sip:user@example.com SIP/2.0  ",
+     "INVITE sip:user@example.com; lr SIP/2.0", "INVITE <sip:user@example.com> SIP/2.0"],
+)
+def test_salvage_reads_request_lines_the_parser_refuses(start: str) -> None:
+    # RFC 4475 3.1.2.7 to 3.1.2.10: still requests, still answered.
+    data = msg(start, *BASIC[1:], "Content-Length: 0")
+    with pytest.raises(SipParseError):
+        parse(data)
+    salvaged = salvage_request(data)
+    assert salvaged is not None and salvaged.method in ("INVITE", "OPTIONS")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [msg(*[line for line in BASIC if not line.startswith("Via")], "Content-Length: 0"),
+     msg("SIP/2.0 200 OK", *BASIC[1:]), b"\x00\x01garbage\r\n\r\n"],
+)
+def test_salvage_gives_up_only_when_nothing_could_be_addressed(data: bytes) -> None:
+    assert salvage_request(data) is None
+
+
+def test_a_stateless_refusal_tags_to_the_same_way_for_the_same_request() -> None:
+    data = msg(*BASIC, "Content-Length: 9999", body="short")
+    salvaged = salvage_request(data)
+    assert salvaged is not None
+    first = refusal(salvaged, 400, "Bad Request (x)")
+    again = refusal(salvage_request(data) or salvaged, 400, "Bad Request (x)")
+    assert first.to_tag and first.to_tag == again.to_tag  # RFC 3261 8.2.7: retransmissions match
+    tagged = salvage_request(data.replace(b"biloxi.example.com>", b"biloxi.example.com>;tag=abc", 1))
+    assert tagged is not None and refusal(tagged, 400, "x").headers.get_all("To")[0].endswith(";tag=abc")

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from internal.sip import Headers, NameAddr, SipParseError, SipRequest, SipResponse, SipUri, StreamFramer, parse
 from internal.sip.framer import FramingError, KeepAlive
-from internal.sip.message import salvage_request
+from internal.sip.salvage import refusal, salvage_request
 
 ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 tokens = st.text(ALNUM + "-.!%*_+`'~", min_size=1, max_size=12)
@@ -131,3 +131,18 @@ def test_framer_raises_only_framing_error(data: bytes) -> None:
         framer.feed(data)
     except FramingError:
         pass
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(messages(), st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 3), st.binary(max_size=4)), max_size=6))
+def test_a_salvaged_request_always_gets_a_refusal_that_serialises(
+    message: SipRequest | SipResponse, edits: list[tuple[int, int, bytes]]
+) -> None:
+    data = bytearray(message.serialise())
+    for position, delete, insert in edits:
+        at = position % (len(data) + 1)
+        data[at : at + delete] = insert
+    salvaged = salvage_request(bytes(data))
+    if salvaged is not None:
+        answer = refusal(salvaged, 400, "Bad Request (x)").serialise()
+        assert answer.startswith(b"SIP/2.0 400 ") and b"\r\nVia: " in answer

@@ -247,3 +247,16 @@ async def test_rfc_2543_peers_are_matched_without_a_magic_cookie(branch: str) ->
     transactions.receive(request(branch=branch), UDP)
     transactions.receive(request(branch=branch), UDP)
     assert len(user.requests) == 1 and sender.statuses() == [100, 100]
+
+
+async def test_a_bare_magic_cookie_branch_names_no_transaction() -> None:
+    # RFC 4475 3.2.1: "branch=z9hG4bK" alone; matched the RFC 2543 way, so a different request with
+    # the same empty identifier is a request of its own, and a real retransmission is still absorbed.
+    transactions, _, user = layer()
+    first = request(method="OPTIONS", branch="z9hG4bK")
+    transactions.receive(first, UDP)
+    transactions.receive(request(method="OPTIONS", branch="z9hG4bK"), UDP)
+    other = request(method="OPTIONS", branch="z9hG4bK")
+    other.headers.set("CSeq", "8 OPTIONS")
+    transactions.receive(other, UDP)
+    assert [r.cseq[0] for r, _ in user.requests] == [7, 8]

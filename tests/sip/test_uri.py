@@ -96,3 +96,51 @@ def test_via_parse_and_serialise() -> None:
     assert via.has_rport and via.rport is None
     assert str(via) == "SIP/2.0/UDP 10.0.0.1:5062;branch=z9hG4bKx;rport;received=1.2.3.4"
     assert Via.parse(str(via)) == via
+
+
+def test_the_extra_colon_of_the_rfc_3261_ipv6_abnf_bug_is_tolerated() -> None:
+    # RFC 5118 4.10: "[2001:db8:::192.0.2.1]" is read as the two-colon address it was meant to be.
+    uri = SipUri.parse("sip:user@[2001:db8:::192.0.2.1]:5070")
+    assert (uri.host, uri.port) == ("2001:db8::192.0.2.1", 5070)
+    assert str(uri) == "sip:user@[2001:db8::192.0.2.1]:5070"
+    with pytest.raises(UriError):
+        SipUri.parse("sip:user@[2001::db8:::1]")  # still two "::" once the extra colon is gone
+
+
+def test_an_ipv6_reference_without_brackets_is_not_a_host() -> None:
+    with pytest.raises(UriError):
+        SipUri.parse("sip:2001:db8::10")  # RFC 5118 4.2
+
+
+def test_an_ipv6_reference_with_its_last_group_looking_like_a_port_has_no_port() -> None:
+    uri = SipUri.parse("sip:[2001:db8::10:5070]")  # RFC 5118 4.3
+    assert (uri.host, uri.port) == ("2001:db8::10:5070", None)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('"Watson, Thomas" < sip:t.watson@example.org >', "spaces inside <uri>"),  # RFC 4475 3.1.2.14
+        ("sip:user@example.com?Route=%3Csip:sip.example.com%3E", "a URI with headers outside <>"),  # 3.1.2.13
+        ("Watson, Thomas <sip:t.watson@example.org>", "bad display name"),  # 3.1.2.15
+    ],
+)
+def test_name_addr_forms_rfc_4475_calls_invalid_are_refused(text: str, problem: str) -> None:
+    with pytest.raises(UriError, match=problem):
+        NameAddr.parse(text)
+
+
+def test_escaped_headers_inside_angle_brackets_are_legal() -> None:
+    address = NameAddr.parse("<sip:user@example.com?Route=%3Csip:sip.example.com%3E>")  # RFC 4475 3.3.14
+    assert address.uri.headers == [("Route", "%3Csip:sip.example.com%3E")]
+
+
+def test_escaped_nul_in_a_user_part_is_kept_as_received() -> None:
+    uri = SipUri.parse("sip:null-%00-null@example.com")  # RFC 4475 3.1.1.4
+    assert uri.user == "null-%00-null" and uri.decoded_user == "null-\x00-null"
+
+
+def test_via_received_with_brackets_is_read_as_the_address() -> None:
+    via = Via.parse("SIP/2.0/UDP [2001:db8::9:1];received=[2001:db8::9:255];branch=z9hG4bKas3-111")
+    assert via.received == "2001:db8::9:255"  # RFC 5118 4.5 asks robust parsers to take it
+    assert Via.parse("SIP/2.0/UDP [2001:db8::9:1];received=2001:db8::9:255").received == "2001:db8::9:255"
