@@ -86,6 +86,14 @@ async def test_refresh_answered_481_makes_us_hang_up(make_ua: UaFactory, tmp_pat
     await eventually(lambda: handler.reasons == ["session refresh failed"], what="ended(session refresh failed)")
 
 
+async def test_refresh_nobody_answers_makes_us_hang_up(make_ua: UaFactory, tmp_path: Path) -> None:
+    handler = RecordingHandler()
+    fast = TimerSettings(t1=0.05, t2=0.4, t4=0.5, timer_d=1.0)  # the UPDATE transaction times out in 3.2 s
+    ua = await make_ua(handler, timers=fast, **SHORT_TIMERS)
+    (await run_sipp(tmp_path, "uac_timer_refresh_unanswered.xml", target(ua))).check()
+    await eventually(lambda: handler.reasons == ["session refresh failed"], what="ended(session refresh failed)")
+
+
 async def test_caller_that_never_refreshes_is_hung_up_before_the_interval_ends(
     make_ua: UaFactory, tmp_path: Path
 ) -> None:
