@@ -8,8 +8,8 @@
 
 Requests are checked in RFC 3261 8.2 order (method 405, Request-URI scheme 416, Require 420,
 Content-Type 415) before being routed to the inbound call flow (`uas.py`), an existing dialog
-(BYE, re-INVITE, INFO, UPDATE, PRACK, ACK) or answered here (OPTIONS, CANCEL). Anything addressed to a dialog we
-do not know gets 481, except ACK, which is never answered.
+(BYE, re-INVITE, INFO, UPDATE and PRACK in `update.py`, ACK) or answered here (OPTIONS, CANCEL).
+Anything addressed to a dialog we do not know gets 481, except ACK, which is never answered.
 """
 
 from __future__ import annotations

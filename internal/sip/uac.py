@@ -254,7 +254,6 @@ class OutboundInvite:
         self.ua.stack.transactions.send_request(make_cancel(self.invite), self.dest)
 
 
-
 def _agreed_timer(response: SipResponse) -> SessionTimer | None:
     try:
         return timer_from_uac_response(response.headers)

@@ -192,7 +192,6 @@ class InboundInvite:
             except Exception:
                 log.exception("sip handler.confirmed failed")
 
-
     async def _provisional(self, leg: CallLeg, status: int, reason: str, contact: str,
                            sdp: bytes = b"") -> ProvisionalOutcome:
         """A 1xx, reliable when the caller asked for 100rel; "unacknowledged" (and a 500 sent) when
