@@ -1,4 +1,4 @@
-"""sip.early_media through the whole server: the caller hears the greeting before the call is answered."""
+"""Dialog features through the whole server: early media, the offerless re-INVITE, session-timer expiry."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from tests.sip_calls.conftest import (
     ServerFactory,
     caller_bye,
     eventually,
+    fragment,
     loud_part,
     render,
     run_sipp,
@@ -58,3 +59,30 @@ async def test_early_media_plays_the_greeting_before_the_200(
     speech = loud_part(early)
     assert len(speech) > 8000 * 2 // 2, "less than half a second of audible audio before the 200"
     assert "hello world" in transcribe(speech, 8000, REPLY_PHRASES)
+
+
+async def test_offerless_reinvite_moves_our_audio_to_the_port_the_ack_answers_with(
+        make_server: ServerFactory, capture: RtpCapture, tmp_path: Path) -> None:
+    config = sip_calls_config(tmp_path, symmetric_rtp=False)
+    config.pipeline.greeting = "Hello world."
+    server = await make_server(config=config)
+    # The INVITE offers sipp's own media port; only the ACK's answer names the port we listen on.
+    media = fragment("offerless_reinvite", ANSWER_PORT=capture.port)
+    scenario = render(tmp_path, media=media, ending=caller_bye(2500))
+    (await run_sipp(tmp_path, scenario, server.target)).check()  # the 200 offered SDP
+    (session,) = await server.wait_ended()
+    assert session.end_reason == "sip bye"
+    speech = loud_part(capture.pcm())
+    assert len(speech) > 8000 * 2 * 3 // 10, "the greeting did not follow the answer in the ACK"
+
+
+async def test_caller_that_never_refreshes_its_session_timer_is_hung_up(
+        make_server: ServerFactory, tmp_path: Path) -> None:
+    server = await make_server(min_se_s=2)
+    scenario = render(tmp_path, ending="wait_for_bye",
+                      extra_header="Supported: timer\n      Session-Expires: 3;refresher=uac")
+    started = asyncio.get_running_loop().time()
+    (await run_sipp(tmp_path, scenario, server.target)).check()  # our BYE came and was answered
+    (session,) = await server.wait_ended()
+    assert session.end_reason == "sip session expired"
+    assert asyncio.get_running_loop().time() - started >= 1.5  # 3 s - min(32, 3/3): not at once
