@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class Section(BaseModel):
@@ -118,6 +118,9 @@ class SipConfig(Section):
     rtp_timeout_s: float = Field(30.0, gt=0)
     jitter_ms: int = Field(40, ge=0, le=500)
     ring_ms: int = Field(0, ge=0)
+    early_media: bool = False
+    session_expires_s: int = Field(1800, ge=0)
+    min_se_s: int = Field(90, ge=1)
     max_message_bytes: int = Field(65536, gt=512)
     invite_rate_per_min: int = Field(120, ge=0)
     user_agent: str = "voicegate"
@@ -139,6 +142,14 @@ class SipConfig(Section):
         if not value:
             raise ValueError("must name at least one")
         return value
+
+    @model_validator(mode="after")
+    def _session_expires_not_below_min_se(self) -> SipConfig:
+        if 0 < self.session_expires_s < self.min_se_s:
+            raise ValueError(
+                f"session_expires_s ({self.session_expires_s}) must be 0 (off) or at least min_se_s ({self.min_se_s})"
+            )
+        return self
 
     @property
     def bind_host(self) -> str:

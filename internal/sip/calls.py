@@ -11,13 +11,17 @@ import asyncio
 import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from internal.sip.dialog import Dialog, DialogId
 from internal.sip.handler import CallHandler
 from internal.sip.message import SipRequest, SipResponse
 from internal.sip.transaction import InviteServerTransaction
 from internal.sip.transport import Address
+
+if TYPE_CHECKING:
+    from internal.sip.reliable import ReliableProvisionals
+    from internal.sip.session_refresh import SessionRefresh
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +38,9 @@ class CallLeg:
     reinvite_busy: bool = False
     last_ack: SipRequest | None = None  # outbound: re-sent when the callee retransmits its 2xx
     ack_dest: Address | None = None
+    ack_request: SipRequest | None = None  # the ACK that ended the last wait (its body: an answer to our offer)
+    session_timer: SessionRefresh | None = None  # RFC 4028 refresh/expiry (session_refresh.py)
+    reliable: ReliableProvisionals | None = None  # inbound: our reliable 1xx awaiting PRACK (reliable.py)
 
 
 class CallRegistry:
@@ -83,6 +90,8 @@ class CallRegistry:
         leg.ended = True
         leg.dialog.state = "terminated"
         leg.ack_event.set()
+        if leg.session_timer is not None:
+            leg.session_timer.stop()
         self.remove(leg)
         if not leg.announced:
             return

@@ -6,6 +6,10 @@ flows (`uas.py`, `uac.py`) can use these types without importing the user agent 
 Lifecycle promise: once `answer` has been called for a dialog, `ended` is called exactly once for
 it, whatever happens next (rejection raised from `answer`, CANCEL, BYE, ACK timeout, our hangup,
 shutdown), so everything `answer` allocates can be released in `ended`.
+
+Optional methods a handler may add (the UA looks them up, like `dtmf`): `early_media(dialog)` when
+our 183 with the answer went out (sip.early_media: start media before the 200), and
+`answer_in_ack(dialog, answer)` when the ACK to an offerless re-INVITE answers the SDP our 200 offered.
 """
 
 from __future__ import annotations
@@ -64,7 +68,8 @@ class CallHandler(Protocol):
 
     async def ended(self, dialog: Dialog, reason: str) -> None:
         """The call is over: "bye", "cancelled", "ack timeout", "hangup", "shutdown", "rejected",
-        "no common codec" or "error"."""
+        "no common codec", "error", "session expired" / "session refresh failed" (RFC 4028 timers)
+        or "no prack" (a reliable 1xx was never acknowledged)."""
         ...
 
 

@@ -22,9 +22,9 @@ from internal.sip.uri import SipUri
 from internal.sip.via import MAGIC_COOKIE
 
 # Methods we implement, for Allow (405 responses, OPTIONS, INVITE/200).
-ALLOWED_METHODS = ("INVITE", "ACK", "BYE", "CANCEL", "OPTIONS", "INFO")
-# Extensions we implement (none of the optional ones yet): a Require naming any other gets 420.
-SUPPORTED_OPTIONS: tuple[str, ...] = ()
+ALLOWED_METHODS = ("INVITE", "ACK", "BYE", "CANCEL", "OPTIONS", "INFO", "UPDATE", "PRACK")
+# Extensions we implement (RFC 4028 session timers, RFC 3262 reliable 1xx): a Require naming any other gets 420.
+SUPPORTED_OPTIONS: tuple[str, ...] = ("timer", "100rel")
 HeaderItems = Mapping[str, str] | Iterable[tuple[str, str]]
 
 

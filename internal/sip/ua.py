@@ -8,8 +8,8 @@
 
 Requests are checked in RFC 3261 8.2 order (method 405/501, Request-URI scheme 416, Require 420,
 Content-Type 415, Accept 406) before being routed to the inbound call flow (`uas.py`), an existing dialog
-(BYE, re-INVITE, INFO, ACK) or answered here (OPTIONS, CANCEL). Anything addressed to a dialog we
-do not know gets 481, except ACK, which is never answered.
+(BYE, re-INVITE, INFO, UPDATE and PRACK in `update.py`, ACK) or answered here (OPTIONS, CANCEL).
+Anything addressed to a dialog we do not know gets 481, except ACK, which is never answered.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from internal.sip.transaction import InviteServerTransaction, ServerTransaction
 from internal.sip.transport import Address
 from internal.sip.uac import OutboundInvite, parse_target
 from internal.sip.uas import InboundInvite, capability_headers, handle_reinvite, on_ack
+from internal.sip.update import handle_prack, handle_update
 from internal.sip.uri import SipUri, UriError
 
 __all__ = [
@@ -250,8 +251,8 @@ class UserAgent:
             self._on_cancel(request, txn)
         elif method == "INVITE":
             self._on_invite(request, txn, source)
-        else:  # BYE, INFO: only inside a dialog
-            self._on_in_dialog(request, txn)
+        else:  # BYE, INFO, UPDATE, PRACK: only inside a dialog
+            self._on_in_dialog(request, txn, source)
 
     def _on_invite(self, request: SipRequest, txn: ServerTransaction, source: Address) -> None:
         assert isinstance(txn, InviteServerTransaction)
@@ -280,13 +281,19 @@ class UserAgent:
             for leg in self.calls.legs()
         )
 
-    def _on_in_dialog(self, request: SipRequest, txn: ServerTransaction) -> None:
+    def _on_in_dialog(self, request: SipRequest, txn: ServerTransaction, source: Address) -> None:
         leg = self.calls.for_request(request)
         if leg is None or leg.ended:
             self._respond(txn, 481, "Call/Transaction Does Not Exist")
             return
         if not leg.dialog.accept_remote_cseq(request):
             self._respond(txn, 500, "Server Internal Error (CSeq out of order)")
+            return
+        if request.method == "UPDATE":
+            self.calls.spawn(handle_update(self, leg, request, txn, source))
+            return
+        if request.method == "PRACK":
+            handle_prack(self, leg, request, txn)
             return
         self._respond(txn, 200, "OK")
         if request.method == "BYE":

@@ -1,5 +1,8 @@
 """The calling side (RFC 3261 sections 13.2 and 9.1): INVITE, digest retry, ACK for 2xx, CANCEL.
 
+The INVITE asks for a session timer (RFC 4028, sip.session_expires_s); a 422 makes us ask again with
+the Min-SE it names, and the 2xx arms the refresh or expiry (session_refresh.py).
+
 A call that times out or is abandoned by the caller's code is not simply forgotten: a background
 task CANCELs it once the callee has sent a provisional response (9.1 forbids it earlier), and if a
 200 still slips through it is ACKed and hung up with BYE, so the callee never keeps a ghost call.
@@ -18,6 +21,15 @@ from internal.sip.handler import CallFailed, OutboundCall
 from internal.sip.headers import Headers
 from internal.sip.message import SipRequest, SipResponse
 from internal.sip.sdp import SdpError, SessionDescription
+from internal.sip.session_refresh import SessionRefresh
+from internal.sip.session_timer import (
+    SessionTimer,
+    SessionTimerError,
+    peer_allows_update,
+    retry_after_422,
+    timer_from_uac_response,
+    uac_request_headers,
+)
 from internal.sip.stack import ALLOWED_METHODS, RoutingError, new_tag
 from internal.sip.transaction import ClientTransaction
 from internal.sip.transport import Address
@@ -27,6 +39,7 @@ if TYPE_CHECKING:
     from internal.sip.ua import UserAgent
 
 log = logging.getLogger(__name__)
+MAX_422_RETRIES = 2  # RFC 4028 7.1: each 422 raises the interval; a third one means a peer that loops
 
 
 def make_cancel(invite: SipRequest) -> SipRequest:
@@ -67,6 +80,9 @@ class OutboundInvite:
         self.dest: Address | None = None
         self.invite: SipRequest | None = None
         self.txn: ClientTransaction | None = None
+        self.auth: tuple[str, str] | None = None
+        self.session_expires_s = ua.config.session_expires_s
+        self.min_se_s = ua.config.min_se_s
 
     def _build(self, cseq: int, dest: Address, auth: tuple[str, str] | None = None) -> SipRequest:
         stack = self.ua.stack
@@ -82,6 +98,9 @@ class OutboundInvite:
         if self.proxy is not None:
             headers.add("Route", f"<{self.proxy}>")
         headers.add("Allow", ", ".join(ALLOWED_METHODS))
+        headers.add("Supported", "timer")
+        for name, value in uac_request_headers(self.session_expires_s, self.min_se_s).items():
+            headers.add(name, value)
         if auth is not None:
             headers.add(*auth)
         request = SipRequest("INVITE", str(self.target.without_headers()), headers)
@@ -99,6 +118,7 @@ class OutboundInvite:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         retried_auth = False
+        retries_422 = 0
         try:
             while True:
                 remaining = deadline - loop.time()
@@ -112,6 +132,8 @@ class OutboundInvite:
                 elif response.status in (401, 407) and self.credentials and not retried_auth:
                     retried_auth = True
                     self._retry_with_credentials(response)
+                elif response.status == 422 and retries_422 < MAX_422_RETRIES and self._retry_longer(response):
+                    retries_422 += 1
                 else:
                     raise CallFailed(response.status, response.reason)
         except TimeoutError:
@@ -120,6 +142,18 @@ class OutboundInvite:
         except asyncio.CancelledError:
             self._abandon()
             raise
+
+    def _retry_longer(self, response: SipResponse) -> bool:
+        """RFC 4028 7.1: after 422, the same INVITE (new CSeq) asking for the Min-SE the 422 names."""
+        assert self.invite is not None and self.dest is not None
+        interval = retry_after_422(response.headers, self.session_expires_s)
+        if interval is None:
+            return False
+        self.session_expires_s = self.min_se_s = interval
+        self.invite = self._build(self.invite.cseq[0] + 1, self.dest, self.auth)
+        self.provisional = False
+        self.txn = self.ua.stack.send_request(self.invite, self.dest)
+        return True
 
     def _retry_with_credentials(self, response: SipResponse) -> None:
         assert self.invite is not None and self.dest is not None and self.credentials is not None
@@ -134,7 +168,8 @@ class OutboundInvite:
             challenge, method="INVITE", uri=self.invite.uri, username=username, password=password
         )
         name = "Proxy-Authorization" if proxy_auth else "Authorization"
-        self.invite = self._build(self.invite.cseq[0] + 1, self.dest, (name, value))
+        self.auth = (name, value)
+        self.invite = self._build(self.invite.cseq[0] + 1, self.dest, self.auth)
         self.provisional = False
         self.txn = self.ua.stack.send_request(self.invite, self.dest)
 
@@ -151,6 +186,8 @@ class OutboundInvite:
             raise CallFailed(488, "no usable SDP answer")
         dialog.local_sdp, dialog.remote_sdp = self.offer, answer
         leg = CallLeg(dialog, announced=True, last_ack=ack, ack_dest=ack_dest)
+        leg.session_timer = SessionRefresh(self.ua, leg, peer_allows_update=peer_allows_update(response.headers))
+        leg.session_timer.arm(_agreed_timer(response))
         self.ua.calls.add(leg)
         self.txn.on_response = lambda late: self._late_2xx(leg, late)
         return OutboundCall(dialog, answer, response)
@@ -216,3 +253,10 @@ class OutboundInvite:
         assert self.invite is not None and self.dest is not None
         self.ua.stack.transactions.send_request(make_cancel(self.invite), self.dest)
 
+
+def _agreed_timer(response: SipResponse) -> SessionTimer | None:
+    try:
+        return timer_from_uac_response(response.headers)
+    except SessionTimerError:
+        log.info("sip unreadable Session-Expires in 2xx: no session timer", extra={"sip_call_id": response.call_id})
+        return None

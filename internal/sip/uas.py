@@ -1,9 +1,11 @@
 """The answering side of a call (RFC 3261 section 13.3): from INVITE to confirmed, and re-INVITEs.
 
 Order of an inbound INVITE, cheapest refusal first:
-  rate limit (503) -> digest auth (401/403) -> SDP readable (400/415) -> 180 + ring_ms ->
-  handler.admit (its Rejection) -> handler.answer (488 / CallRejected / 500) -> 200 OK ->
-  wait for ACK (retransmit the 200; none in 64*T1 -> BYE) -> handler.confirmed.
+  rate limit (503) -> digest auth (401/403) -> SDP readable (400/415) -> session timer (422) ->
+  180 + ring_ms -> handler.admit (its Rejection) -> handler.answer (488 / CallRejected / 500) ->
+  [sip.early_media: 183 with our answer, handler.early_media, ring_ms] -> 200 OK ->
+  wait for ACK (retransmit the 200; none in 64*T1 -> BYE) -> session timer armed -> handler.confirmed.
+A 1xx goes reliably (RFC 3262, reliable.py) when the caller asks for 100rel; the flow waits for its PRACK.
 Wrong credentials get 403 (not another 401): a client that answered a challenge wrongly will not do
 better with a new nonce, and 403 ends its retries.
 """
@@ -14,24 +16,29 @@ import asyncio
 import logging
 import random
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from internal.identity.sip_caller import is_trusted, resolve_sip_identity
 from internal.sip.calls import CallLeg
 from internal.sip.dialog import Dialog, DialogError
 from internal.sip.handler import CallRejected, IncomingCall
 from internal.sip.message import SipRequest, SipResponse
+from internal.sip.reliable import ReliableProvisionals, caller_supports, should_send_reliably
 from internal.sip.sdp import SdpError, SessionDescription
+from internal.sip.session_refresh import SessionRefresh
+from internal.sip.session_timer import TooSmall, UasDecision, peer_allows_update
 from internal.sip.stack import ALLOWED_METHODS, SUPPORTED_OPTIONS, HeaderItems, new_tag
 from internal.sip.syntax import quote
 from internal.sip.transaction import InviteServerTransaction, ServerTransaction
 from internal.sip.transport import Address
+from internal.sip.update import apply_refresh, negotiate_refresh
 
 if TYPE_CHECKING:
     from internal.sip.ua import UserAgent
 
 log = logging.getLogger(__name__)
 SDP = "application/sdp"
+ProvisionalOutcome = Literal["sent", "acknowledged", "unacknowledged"]
 
 
 def capability_headers() -> dict[str, str]:
@@ -54,6 +61,7 @@ class InboundInvite:
         self.txn = txn
         self.source = source
         self.tag = new_tag()
+        self.timer: UasDecision = UasDecision(None, {})
 
     def _respond(self, status: int, reason: str, headers: HeaderItems | None = None,
                  body: bytes = b"", content_type: str | None = None) -> SipResponse:
@@ -102,9 +110,14 @@ class InboundInvite:
         try:
             offer = _offer_of(request)
             dialog = Dialog.for_uas(request, self.tag, self.source)
+            timer = negotiate_refresh(ua, request)  # SessionTimerError is a ValueError
         except (SdpError, DialogError, ValueError) as exc:
             self._respond(400, f"Bad Request ({exc})")
             return
+        if isinstance(timer, TooSmall):
+            self._respond(422, "Session Interval Too Small", timer.headers())
+            return
+        self.timer = timer
         identity = resolve_sip_identity(
             request, self.source.host, trusted_peers=ua.config.trusted_peers,
             authenticated_user=username, region=ua.config.default_region, shared_numbers=ua.shared_numbers,
@@ -113,6 +126,9 @@ class InboundInvite:
         call = IncomingCall(request.call_id, request, self.source, identity, offer)
         dialog.remote_sdp = offer
         leg = CallLeg(dialog, invite_txn=self.txn, task=asyncio.current_task())  # type: ignore[arg-type]
+        leg.session_timer = SessionRefresh(ua, leg, peer_allows_update=peer_allows_update(request.headers))
+        if caller_supports(request):
+            leg.reliable = ReliableProvisionals(self.txn, ua.stack.timers)
         ua.calls.add(leg)
         try:
             await self._answer(call, leg)
@@ -124,8 +140,10 @@ class InboundInvite:
     async def _answer(self, call: IncomingCall, leg: CallLeg) -> None:
         ua, dialog = self.ua, leg.dialog
         contact = ua.stack.contact(self.source.transport, self.source.host)
-        if ua.config.ring_ms > 0:
-            self._respond(180, "Ringing", {"Contact": contact})
+        early = ua.config.early_media and call.offer is not None  # an offerless INVITE has nothing to answer yet
+        if ua.config.ring_ms > 0 and not early:
+            if await self._provisional(leg, 180, "Ringing", contact) == "unacknowledged":
+                return
             await asyncio.sleep(ua.config.ring_ms / 1000)
         try:
             rejection = ua.handler.admit(call)
@@ -153,16 +171,55 @@ class InboundInvite:
             await ua.calls.end(leg, "error")
             return
         dialog.local_sdp = answer
+        body = answer.serialise()
+        if early:
+            outcome = await self._provisional(leg, 183, "Session Progress", contact, body)
+            if outcome == "unacknowledged":
+                await ua.calls.end(leg, "no prack")
+                return
+            if outcome == "acknowledged":
+                body = b""  # RFC 6337 3.1: the answer went reliably in the 183; the 2xx repeats no SDP
+            await _start_early_media(ua, dialog)
+            await asyncio.sleep(ua.config.ring_ms / 1000)
         dialog.state = "confirmed"  # 12.1.1: a 2xx confirms the dialog on our side
-        response = self._respond(
-            200, "OK", {"Contact": contact, **capability_headers()}, answer.serialise(), content_type=SDP
-        )
+        headers = {"Contact": contact, **capability_headers(), **self.timer.response_headers}
+        response = self._respond(200, "OK", headers, body, content_type=SDP if body else None)
         if await await_ack(ua, leg, response, self.source, self.request.cseq[0]):
             leg.task = None  # the INVITE is done: a re-INVITE may come while confirmed() runs
+            apply_refresh(leg, self.timer)
             try:
                 await ua.handler.confirmed(dialog)
             except Exception:
                 log.exception("sip handler.confirmed failed")
+
+    async def _provisional(self, leg: CallLeg, status: int, reason: str, contact: str,
+                           sdp: bytes = b"") -> ProvisionalOutcome:
+        """A 1xx, reliable when the caller asked for 100rel; "unacknowledged" (and a 500 sent) when
+        its PRACK never came."""
+        headers = {"Contact": contact}
+        reliable = leg.reliable if should_send_reliably(self.request, carries_sdp=bool(sdp)) else None
+        if reliable is not None:
+            headers.update(reliable.headers())
+        response = self._respond(status, reason, headers, sdp, content_type=SDP if sdp else None)
+        if reliable is None:
+            return "sent"
+        if await reliable.deliver(response):
+            return "acknowledged"
+        if not self.txn.final_sent:
+            log.info("sip no PRACK for a reliable provisional", extra={"sip_call_id": self.request.call_id})
+            self._respond(500, "Server Internal Error (no PRACK)")
+        return "unacknowledged"
+
+
+async def _start_early_media(ua: UserAgent, dialog: Dialog) -> None:
+    """The handler's optional `early_media(dialog)`: media (and the greeting) before the 200."""
+    start = getattr(ua.handler, "early_media", None)
+    if start is None:
+        return
+    try:
+        await start(dialog)
+    except Exception:
+        log.exception("sip handler.early_media failed")
 
 
 def _warning(exc: Exception) -> dict[str, str]:
@@ -211,6 +268,7 @@ def on_ack(leg: CallLeg, request: SipRequest) -> None:
             leg.dialog.remote_sdp = SessionDescription.parse(request.body)
         except SdpError:
             log.info("sip unreadable SDP in ACK", extra={"sip_call_id": request.call_id})
+    leg.ack_request = request
     leg.awaiting_ack = None
     leg.ack_event.set()
 
@@ -230,11 +288,23 @@ async def handle_reinvite(ua: UserAgent, leg: CallLeg, request: SipRequest, txn:
         # 14.2: an INVITE while another is unfinished gets 500 with a random Retry-After (0-10 s).
         respond(500, "Server Internal Error", {"Retry-After": str(random.randint(0, 10))})
         return
+    try:
+        timer = negotiate_refresh(ua, request)
+    except ValueError as exc:
+        respond(400, f"Bad Request ({exc})")
+        return
+    if isinstance(timer, TooSmall):
+        respond(422, "Session Interval Too Small", timer.headers())
+        return
     leg.reinvite_busy = True
     try:
         try:
             offer = _offer_of(request)
-            sdp = await ua.handler.reinvite(dialog, offer)
+            # An offerless re-INVITE (often a session refresh) gets our current SDP as the offer;
+            # the answer comes in the ACK. Our media does not change, so the handler is not asked.
+            sdp = dialog.local_sdp if offer is None and dialog.local_sdp is not None else None
+            if sdp is None:
+                sdp = await ua.handler.reinvite(dialog, offer)
         except SdpError as exc:
             respond(488, "Not Acceptable Here", _warning(exc))
             return
@@ -247,9 +317,37 @@ async def handle_reinvite(ua: UserAgent, leg: CallLeg, request: SipRequest, txn:
             return
         dialog.refresh_target(request)
         dialog.invite_cseq = request.cseq[0]
-        dialog.local_sdp, dialog.remote_sdp = sdp, offer
+        dialog.local_sdp = sdp
+        if offer is not None:
+            dialog.remote_sdp = offer
         contact = ua.stack.contact(source.transport, source.host)
-        response = respond(200, "OK", {"Contact": contact, **capability_headers()}, sdp.serialise())
+        headers = {"Contact": contact, **capability_headers(), **timer.response_headers}
+        response = respond(200, "OK", headers, sdp.serialise())
     finally:
         leg.reinvite_busy = False
-    await await_ack(ua, leg, response, source, request.cseq[0])
+    if not await await_ack(ua, leg, response, source, request.cseq[0]):
+        return
+    apply_refresh(leg, timer)
+    if offer is None:
+        await _apply_answer_in_ack(ua, leg)
+
+
+async def _apply_answer_in_ack(ua: UserAgent, leg: CallLeg) -> None:
+    """RFC 3264 5/6: our 200 offered, the ACK answers; the handler's optional `answer_in_ack` applies it."""
+    ack = leg.ack_request
+    if ack is None or not ack.body:
+        log.info("sip ACK to an offerless re-INVITE carried no answer", extra={"sip_call_id": leg.dialog.call_id})
+        return
+    try:
+        answer = SessionDescription.parse(ack.body)
+    except SdpError:
+        log.info("sip unreadable SDP answer in ACK", extra={"sip_call_id": leg.dialog.call_id})
+        return
+    leg.dialog.remote_sdp = answer
+    apply = getattr(ua.handler, "answer_in_ack", None)
+    if apply is None:
+        return
+    try:
+        await apply(leg.dialog, answer)
+    except Exception:
+        log.exception("sip handler.answer_in_ack failed")

@@ -175,10 +175,31 @@ class VoiceCallHandler:
             self._release(voice)
             raise CallRejected(503, "Service Unavailable", {"Retry-After": RETRY_AFTER_S}) from None
 
-    async def confirmed(self, dialog: Dialog) -> None:
+    async def early_media(self, dialog: Dialog) -> None:
+        """sip.early_media: our 183 carried the answer, so media and the greeting start before the 200."""
+        voice = self.calls.get(dialog.call_id)
+        if voice is not None and not voice.ended and voice.negotiated is not None:
+            await self._start_media(voice, dialog)
+
+    async def answer_in_ack(self, dialog: Dialog, answer: SessionDescription) -> None:
+        """An offerless re-INVITE: our 200 offered our current SDP and the ACK carried the caller's answer."""
         voice = self.calls.get(dialog.call_id)
         if voice is None or voice.ended:
             return
+        try:
+            negotiated = negotiate(answer, self._codecs)
+        except SdpError as exc:
+            log.info("sip unusable answer in ACK: media unchanged", extra={"call_id": dialog.call_id,
+                                                                           "sip_reason": str(exc)})
+            return
+        voice.negotiated = negotiated
+        voice.rtp.update((negotiated.remote_host, negotiated.remote_port), negotiated.payload_type,
+                         negotiated.dtmf_payload_type, _direction(negotiated.direction))
+
+    async def confirmed(self, dialog: Dialog) -> None:
+        voice = self.calls.get(dialog.call_id)
+        if voice is None or voice.ended or "pipeline" in voice.route:
+            return  # gone, or media already running since the 183 (early media)
         if voice.negotiated is None:
             # Offerless INVITE: the caller's answer came in the ACK; without a usable one there is no call.
             try:

@@ -101,7 +101,7 @@ async def test_ack_for_an_unknown_dialog_is_never_answered(make_ua: UaFactory, p
         ({"uri": "mailto:agent@example.com"}, 416, None),
         ({"version": "SIP/3.0"}, 505, None),
         ({"body": "hello", "content_type": "text/plain"}, 415, ("Accept", "application/sdp")),
-        ({"extra": ("Require: timer",)}, 420, ("Unsupported", "timer")),
+        ({"extra": ("Require: precondition",)}, 420, ("Unsupported", "precondition")),
         ({"to_tag": "unknown", "body": OFFER}, 481, None),
     ],
 )
