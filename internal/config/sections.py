@@ -9,7 +9,9 @@ from __future__ import annotations
 import ipaddress
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from internal.config.sip_registration import SipRegistration, check_registration_transports
 
 
 class Section(BaseModel):
@@ -124,8 +126,14 @@ class SipConfig(Section):
     outbound_memory: Literal["none", "dialled"] = "none"
     auth: SipAuthConfig = Field(default_factory=SipAuthConfig)
     outbound: SipOutboundConfig = Field(default_factory=SipOutboundConfig)
+    registrations: list[SipRegistration] = Field(default_factory=list)
 
     _cidrs = field_validator("trusted_peers")(_check_cidrs)
+
+    @model_validator(mode="after")
+    def _registration_transports_enabled(self) -> SipConfig:
+        check_registration_transports(self.registrations, self.transports)
+        return self
 
     @field_validator("bind")
     @classmethod
