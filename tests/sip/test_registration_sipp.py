@@ -37,10 +37,10 @@ async def start_ua() -> AsyncIterator[StartUa]:
         await ua.shutdown(timeout_s=2)
 
 
-def registrar(tmp_path: Path, rounds: list[str]) -> tuple[int, asyncio.Task[SippResult]]:
+def registrar(tmp_path: Path, rounds: list[str], transport: str = "u1") -> tuple[int, asyncio.Task[SippResult]]:
     port = free_port()
     task = asyncio.create_task(run_sipp(tmp_path, write_scenario(tmp_path, rounds), None, local_port=port,
-                                        timeout=60))
+                                        transport=transport, timeout=60))
     return port, task
 
 
@@ -49,14 +49,15 @@ def received_registers(output: str) -> list[str]:
     return re.findall(r"REGISTER sip:.*?\n\n", output.replace("\r", ""), flags=re.S)
 
 
+@pytest.mark.parametrize("transport", ["udp", "tcp"])
 async def test_correct_password_registers_refreshes_and_unregisters_on_shutdown(
-        start_ua: StartUa, tmp_path: Path) -> None:
+        start_ua: StartUa, tmp_path: Path, transport: str) -> None:
     port, sipp = registrar(tmp_path, [
         challenge_round(0, "s3cret", grant=10, expires="3600"),
         challenge_round(1, "s3cret", grant=10, expires="3600"),
         challenge_round(2, "s3cret", grant=10, expires="0"),
-    ])
-    ua = await start_ua(RecordingHandler(), port, "s3cret")
+    ], transport="u1" if transport == "udp" else "t1")
+    ua = await start_ua(RecordingHandler(), port, "s3cret", transport=transport)
     status = ua.registrations.statuses()[0]
     await eventually(lambda: status.state == "registered", what="registered")
     assert status.last_status == 200 and status.failures == 0
@@ -74,6 +75,7 @@ async def test_correct_password_registers_refreshes_and_unregisters_on_shutdown(
     cseqs = [int(re.search(r"CSeq: (\d+) REGISTER", text).group(1)) for text in registers]  # type: ignore[union-attr]
     assert cseqs == sorted(cseqs) and len(set(cseqs)) == 6
     assert "Expires: 0" in registers[-1] and "Authorization: Digest" in registers[-1]
+    assert all(f"SIP/2.0/{transport.upper()} " in text for text in registers)
     assert "s3cret" not in result.output
 
 
