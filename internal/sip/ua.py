@@ -116,7 +116,8 @@ class UserAgent:
         self.registrations.start()
 
     async def shutdown(self, timeout_s: float = 5.0) -> None:
-        """Refuse new calls, end every call (BYE for answered ones), stop the transports."""
+        """Refuse new calls, end every call (BYE for answered ones), remove our registrations, stop the
+        transports."""
         self._closing = True
         endings = [self.calls.spawn(self._hangup(leg, "shutdown")) for leg in self.calls.legs()]
         if endings:
