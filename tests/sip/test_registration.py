@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from internal.config import ConfigError, load_config, masked, render_toml, secret_values
 from internal.config.sections import SipConfig
@@ -183,3 +185,18 @@ def test_registration_password_is_masked_redacted_and_kept_out_of_repr(tmp_path:
     assert masked(config)["sip"]["registrations"][0]["password"] == "********"
     assert "very-secret-pw" in secret_values(config)
     assert "very-secret-pw" not in repr(config.sip.registrations[0]) + str(config.sip)
+
+
+@given(st.floats(min_value=0, max_value=1e6, allow_nan=False))
+def test_refresh_is_never_sooner_than_the_floor_nor_after_the_grant_ends(granted: float) -> None:
+    delay = refresh_delay(granted)
+    assert delay >= 5
+    if granted >= 10:
+        assert delay <= granted / 2
+
+
+@given(st.integers(min_value=1, max_value=1000), st.floats(min_value=0, max_value=1))
+def test_backoff_is_between_half_and_all_of_a_capped_doubling(failures: int, fraction: float) -> None:
+    delay = backoff_delay(failures, uniform=lambda low, high: low + (high - low) * fraction)
+    ceiling = min(BACKOFF_CAP_S, 2.0 ** failures)
+    assert ceiling / 2 <= delay <= ceiling

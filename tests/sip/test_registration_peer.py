@@ -101,3 +101,20 @@ async def test_sips_registrar_without_tls_fails_for_good(peer: RawPeer) -> None:
         assert "TLS" in status.last_reason
     finally:
         await ua.shutdown(timeout_s=1)
+
+
+async def test_a_second_challenge_after_our_credentials_ends_the_attempt(peer: RawPeer) -> None:
+    authenticator = DigestAuthenticator("voicegate.test", {"alice": "other"}, 300)
+    ua = await start({"registrar": f"sip:127.0.0.1:{peer.port}"})
+    try:
+        for _ in range(2):  # the challenge, and the same again for credentials it does not accept
+            request = await peer.request("REGISTER")
+            peer.send(make_response(request, 401, "Unauthorized",
+                                    [("WWW-Authenticate", value) for value in authenticator.challenges()]),
+                      ua.local_address().port)
+        status = ua.registrations.statuses()[0]
+        await eventually(lambda: status.state == "backing-off", what="backing off")
+        assert status.last_status == 401 and status.failures == 1
+        assert peer.queue.empty(), "no third REGISTER in the same attempt: a wrong password is not retried at once"
+    finally:
+        await ua.shutdown(timeout_s=1)
