@@ -16,28 +16,41 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 BEGIN = "<!-- BEGIN GENERATED KEY TABLES (scripts/config_reference.py) -->"
 END = "<!-- END GENERATED KEY TABLES -->"
+_ARRAY_HEADER = re.compile(r"^#\s*\[\[([a-z_.]+)\]\]")
 _KEY = re.compile(r"^([a-z_]+)\s*=\s*(.*?)\s*(?:#\s*(.*))?$")
 
 
 def tables(config_text: str) -> str:
     out: list[str] = []
     section = ""
+    in_array = False  # inside a commented `# [[a.b]]` example: its keys are documented, not defaults
     for raw in config_text.splitlines():
         line = raw.strip()
         header = re.match(r"^\[([a-z_.]+)\]", line)
-        if header:
-            section = header.group(1)
-            out += ["", f"### [{section}]", "", "| key | default | environment | meaning |", "|---|---|---|---|"]
+        array = _ARRAY_HEADER.match(line)
+        if header or array:
+            section = (header or array).group(1)  # type: ignore[union-attr]
+            in_array = array is not None
+            title = f"[[{section}]]" if in_array else f"[{section}]"
+            out += ["", f"### {title}", "", "| key | default | environment | meaning |", "|---|---|---|---|"]
             continue
-        if not section or not line or line.startswith("#"):
+        if in_array:
+            if not line.startswith("#"):
+                in_array, section = False, ""
+                continue
+            line = line.lstrip("#").strip()
+        elif not section or not line or line.startswith("#"):
             continue
         match = _KEY.match(line)
         if not match:
             continue
         key, default, comment = match.group(1), match.group(2), match.group(3) or ""
-        env = "VOICEGATE_" + "__".join(part.upper() for part in [*section.split("."), key])
+        # An element of an array of tables has no VOICEGATE_ variable of its own (pydantic-settings
+        # cannot address one); the whole array can still be set as JSON.
+        env = "(none)" if in_array else "VOICEGATE_" + "__".join(part.upper() for part in [*section.split("."), key])
         default = default.replace("|", "\\|")
-        out.append(f"| `{key}` | `{default}` | `{env}` | {comment.replace('|', '/')} |")
+        env_cell = env if in_array else f"`{env}`"
+        out.append(f"| `{key}` | `{default}` | {env_cell} | {comment.replace('|', '/')} |")
     return "\n".join(out).strip() + "\n"
 
 

@@ -47,6 +47,9 @@ def run_call(args: argparse.Namespace, config: Config) -> int:
             return EXIT_USAGE
         config.sip.outbound.timeout_s = args.timeout
     config.sip.enabled = True  # this command is a SIP call, whatever `serve` is configured to do
+    # One outbound call needs no binding at a PBX, and un-registering on exit would remove the one
+    # `serve` holds when both use the same sip.bind address.
+    config.sip.registrations = []
     configure_tool_logging(config)
     try:
         return asyncio.run(place_and_follow(config, args.target, args.greeting, sys.stdout))

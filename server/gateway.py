@@ -234,6 +234,10 @@ class Gateway:
         self.sip_calls.ua = self.sip
         self.sip_calls.on_media_stats = lambda stats: self.telemetry.rtp_lost.add(stats.lost)
         await self.sip.start()
+        registrations = self.sip.registrations
+        self.telemetry.watch_registrations(lambda: [
+            ({"registrar": status.registrar, "username": status.username}, status.up)
+            for status in registrations.statuses()])
         self._stack.callback(scheduler.close)
         self._stack.push_async_callback(self.sip.shutdown, config.server.shutdown_timeout_s)
 
@@ -336,5 +340,10 @@ class Gateway:
         if self.sessions is not None:
             components["sessions"] = {"ok": True, "live": len(self.sessions),
                                       "max": self.config.server.max_sessions}
+        if self.sip is not None and self.sip.registrations.items:
+            # Not registered means the PBX cannot route calls to us: degraded, like a failing database.
+            described = self.sip.registrations.describe()
+            components["sip_registrations"] = {"ok": all(item["state"] == "registered" for item in described),
+                                               "registrations": described}
         ok = all(component.get("ok") for component in components.values())
         return {"status": "ok" if ok else "degraded", "components": components}

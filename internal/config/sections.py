@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from internal.config.sip_registration import SipRegistration, check_registration_transports
+
 
 class Section(BaseModel):
     """Base for every section: unknown keys are an error, never silently ignored."""
@@ -127,8 +129,14 @@ class SipConfig(Section):
     outbound_memory: Literal["none", "dialled"] = "none"
     auth: SipAuthConfig = Field(default_factory=SipAuthConfig)
     outbound: SipOutboundConfig = Field(default_factory=SipOutboundConfig)
+    registrations: list[SipRegistration] = Field(default_factory=list)
 
     _cidrs = field_validator("trusted_peers")(_check_cidrs)
+
+    @model_validator(mode="after")
+    def _registration_transports_enabled(self) -> SipConfig:
+        check_registration_transports(self.registrations, self.transports)
+        return self
 
     @field_validator("bind")
     @classmethod

@@ -36,6 +36,7 @@ from internal.sip.handler import (
     Rejection,
 )
 from internal.sip.message import SipRequest, SipResponse
+from internal.sip.registration import Registrations
 from internal.sip.sdp import SessionDescription
 from internal.sip.stack import ALLOWED_METHODS, SUPPORTED_OPTIONS, HeaderItems, SipStack
 from internal.sip.timers import TimerSettings
@@ -107,25 +108,34 @@ class UserAgent:
             self.authenticator = DigestAuthenticator(
                 auth.realm, auth.users, auth.nonce_ttl_s, secret=nonce_secret, algorithms=digest_algorithms
             )
+        self.registrations = Registrations(self.stack, config.registrations)
         self._closing = False
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
         await self.stack.start()
+        self.registrations.start()
 
     async def shutdown(self, timeout_s: float = 5.0) -> None:
-        """Refuse new calls, end every call (BYE for answered ones), stop the transports."""
+        """Refuse new calls, end every call (BYE for answered ones), remove our registrations, stop the
+        transports."""
         self._closing = True
         endings = [self.calls.spawn(self._hangup(leg, "shutdown")) for leg in self.calls.legs()]
         if endings:
             await asyncio.wait(endings, timeout=timeout_s)
         await self.calls.cancel_all()
+        await self.registrations.stop(min(timeout_s, 5.0))  # Expires: 0 needs the transports still up
         await self.stack.stop()
 
     def local_address(self, transport: str = "udp") -> Address:
         """Where we listen (the real port when sip.bind asked for port 0)."""
         return self.stack.transport.local_address(transport)
+
+    @property
+    def trusted_peers(self) -> list[str]:
+        """sip.trusted_peers plus the registrars we are registered with (docs/sip.md "Registration")."""
+        return [*self.config.trusted_peers, *self.registrations.trusted_sources()]
 
     @property
     def dialogs(self) -> list[Dialog]:

@@ -91,9 +91,19 @@ class Telemetry:
         self._live: Callable[[], dict[str, int]] = dict
         meter.create_observable_gauge("voicegate_live_sessions", callbacks=[self._observe_live],
                                       description="Live sessions on this node, by transport")
+        self._registrations: Callable[[], list[tuple[dict[str, str], bool]]] = list
+        meter.create_observable_gauge("voicegate_sip_registration_up", callbacks=[self._observe_registrations],
+                                      description="1 while a [[sip.registrations]] account is registered, else 0")
 
     def watch_live_sessions(self, count: Callable[[], dict[str, int]]) -> None:
         self._live = count
+
+    def watch_registrations(self, states: Callable[[], list[tuple[dict[str, str], bool]]]) -> None:
+        """`states` gives (labels, registered) per SIP registration, read at each scrape."""
+        self._registrations = states
+
+    def _observe_registrations(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(1 if up else 0, labels) for labels, up in self._registrations()]
 
     def _observe_live(self, options: CallbackOptions) -> Iterable[Observation]:
         counts = self._live() or {"sip": 0, "webrtc": 0}
