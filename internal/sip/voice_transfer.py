@@ -175,10 +175,11 @@ class CallTransfers:
     async def _tell_caller(self, session: Session, text: str) -> None:
         # Let the agent finish its sentence ("putting you through...") rather than cut it off. Polled: the
         # pipeline has no "quiet" event, and this runs once per failed transfer, not per frame.
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + ANNOUNCE_WAIT_S
-        while (pipeline := session.pipeline) is not None and pipeline.agent_active and loop.time() < deadline:
-            await asyncio.sleep(ANNOUNCE_POLL_S)  # noqa: ASYNC110
+        for _ in range(int(ANNOUNCE_WAIT_S / ANNOUNCE_POLL_S)):
+            pipeline = session.pipeline
+            if pipeline is None or not pipeline.agent_active:
+                break
+            await asyncio.sleep(ANNOUNCE_POLL_S)
         if session.pipeline is not None and not session.ended:
             session.pipeline.announce(text)
 
