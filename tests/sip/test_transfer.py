@@ -31,7 +31,13 @@ from internal.sip.transfer import (
     subscription_terminated,
 )
 from internal.sip.uri import NameAddr, SipUri
-from internal.sip.voice_transfer import CallTransfers, TargetNotAllowed, register_transfer_tool, resolve_target
+from internal.sip.voice_transfer import (
+    TRANSFERRED,
+    CallTransfers,
+    TargetNotAllowed,
+    register_transfer_tool,
+    resolve_target,
+)
 
 TARGETS = {"sales": "sip:sales@pbx.example", "front desk": "tel:+15550001111"}
 
@@ -262,3 +268,10 @@ async def test_the_local_agent_confirms_or_apologises_after_the_tool() -> None:
         reply = "".join(d.text for d in await agent_turn("transfer me to sales", registry(), history)
                         if isinstance(d, ReplyDelta))
         assert reply == expected
+
+
+def test_a_transferred_call_has_its_own_outcome_label() -> None:
+    from server.gateway import call_outcome
+
+    assert call_outcome(TRANSFERRED) == "transferred"
+    assert call_outcome("sip bye") == "caller_hangup"

@@ -13,6 +13,8 @@ import pytest
 
 from internal.config import Config
 from internal.identity import CallerIdentity
+from internal.session import Session
+from internal.sip.voice import SIP_CALL_ID
 from internal.sip.voice_transfer import TRANSFER_STATE, TRANSFERRED, failure_message
 from server.app import create_gateway_application
 from tests.pipeline.conftest import ScriptedStt
@@ -46,8 +48,12 @@ def transfer_config(tmp_path: Path, targets: dict[str, str] | None = None, **sip
     return config
 
 
-def notify(cseq: int, frag: str, state: str) -> str:
-    return fragment("notify", NOTIFY_CSEQ=cseq, FRAG_LINE=frag, SUB_STATE=state)
+FROM_REFER = "To:[$voicegate]"  # the From of voicegate's REFER, captured by fragments/refer_accept.xml
+FROM_ANSWER = "To: <sip:agent@[remote_ip]:[remote_port]>[peer_tag_param]"  # voicegate's tag from its 200
+
+
+def notify(cseq: int, frag: str, state: str, *, to: str = FROM_REFER, answer: int = 200) -> str:
+    return fragment("notify", NOTIFY_CSEQ=cseq, FRAG_LINE=frag, SUB_STATE=state, NOTIFY_TO=to, NOTIFY_ANSWER=answer)
 
 
 def transferred_caller(directory: Path, *, final: str, media: str = "", ending: str = WAIT_FOR_BYE) -> Path:
@@ -55,6 +61,13 @@ def transferred_caller(directory: Path, *, final: str, media: str = "", ending: 
     steps = (fragment("refer_accept", REFER_TO_REGEXP=f"Refer-To: &lt;{SALES}&gt;")
              + notify(2, TRYING, ACTIVE) + notify(3, final, TERMINATED))
     return render(directory, media=media + steps, ending=ending)
+
+
+async def established(server: SipServer) -> Session:
+    """The one call, once ACKed and its media started (from then on it can be transferred)."""
+    (session,) = await server.wait_live()
+    await eventually(lambda: SIP_CALL_ID in session.data, what="the call's media to start")
+    return session
 
 
 @pytest.fixture
@@ -86,10 +99,10 @@ async def http_server(tmp_path: Path) -> AsyncIterator[Any]:
 async def test_a_transfer_the_phone_completes_ends_our_leg_with_bye(http_server: Any, tmp_path: Path) -> None:
     server, client = await http_server(transfer_config(tmp_path))
     caller = asyncio.create_task(run_sipp(tmp_path, transferred_caller(tmp_path, final=OK), server.target))
-    (session,) = await server.wait_live()
+    session = await established(server)
     response = await client.post(f"/calls/{session.id}/transfer", json={"target": "Sales"}, headers=AUTH)
     assert response.status_code == 202, response.text
-    assert response.json() == {"session_id": session.id, "call_id": session.data["sip.call_id"],
+    assert response.json() == {"session_id": session.id, "call_id": session.data[SIP_CALL_ID],
                                "target": "sales", "status": "accepted"}
     # sipp saw the REFER (Refer-To sales, a Referred-By), our 200 to each NOTIFY, then our BYE.
     (await caller).check()
@@ -103,8 +116,8 @@ async def test_a_busy_target_is_announced_and_the_call_carries_on(http_server: A
     server, client = await http_server(transfer_config(tmp_path))
     scenario = transferred_caller(tmp_path, final=BUSY, ending=caller_bye(8000))
     caller = asyncio.create_task(run_sipp(tmp_path, scenario, server.target))
-    (session,) = await server.wait_live()
-    response = await client.post(f"/calls/{session.data['sip.call_id']}/transfer", json={"target": SALES},
+    session = await established(server)
+    response = await client.post(f"/calls/{session.data[SIP_CALL_ID]}/transfer", json={"target": SALES},
                                  headers=AUTH)
     assert response.status_code == 202, response.text
     await agent_said(session, failure_message("sales"))
@@ -119,7 +132,7 @@ async def test_a_refused_refer_is_502_and_the_caller_is_told(http_server: Any, t
     server, client = await http_server(transfer_config(tmp_path))
     scenario = render(tmp_path, media=fragment("refer_refuse", REFUSE_STATUS="403 Forbidden"), ending=caller_bye(8000))
     caller = asyncio.create_task(run_sipp(tmp_path, scenario, server.target))
-    (session,) = await server.wait_live()
+    session = await established(server)
     response = await client.post(f"/calls/{session.id}/transfer", json={"target": "sales"}, headers=AUTH)
     assert response.status_code == 502, response.text
     error = response.json()["error"]
@@ -158,8 +171,11 @@ async def test_transfer_requests_voicegate_cannot_honour_get_clear_errors(http_s
 
 async def test_transfers_are_off_without_targets(http_server: Any, tmp_path: Path) -> None:
     server, client = await http_server(transfer_config(tmp_path, targets={}))
-    caller = asyncio.create_task(run_sipp(tmp_path, render(tmp_path, ending=caller_bye(3000)), server.target))
-    (session,) = await server.wait_live()
+    # A NOTIFY about a transfer nobody asked for is answered 481, and the call goes on.
+    stray = notify(2, OK, TERMINATED, to=FROM_ANSWER, answer=481)
+    caller = asyncio.create_task(run_sipp(tmp_path, render(tmp_path, media=stray, ending=caller_bye(3000)),
+                                          server.target))
+    session = await established(server)
     response = await client.post(f"/calls/{session.id}/transfer", json={"target": "sales"}, headers=AUTH)
     assert response.status_code == 403 and response.json()["error"]["code"] == "transfer_disabled"
     assert "transfer_call" not in server.gateway.tools
@@ -171,10 +187,12 @@ async def test_caller_asking_the_local_agent_for_sales_is_transferred(http_serve
     media = stream(caller_audio(tmp_path, "transfer me to sales"))
     caller = asyncio.create_task(run_sipp(tmp_path, transferred_caller(tmp_path, final=OK, media=media),
                                           server.target))
-    (session,) = await server.wait_live()
+    session = await established(server)
     (await caller).check()  # the agent's tool sent the REFER; the phone reported 200; we sent BYE
     (ended,) = await server.wait_ended()
     assert ended.end_reason == TRANSFERRED
     said = [(e.role, e.text) for e in session.conversation.transcript.entries()]
     assert ("user", "transfer me to sales") in said
+    calls = [c for m in session.conversation.history for c in m.tool_calls]
+    assert [(c.name, c.arguments) for c in calls] == [("transfer_call", {"target": "sales"})]
     assert session.data[TRANSFER_STATE].target == "sales"
