@@ -37,7 +37,9 @@ def failure_message(name: str) -> str:
 
 
 EndSession = Callable[[Session, str], Awaitable[None]]
-TransferPhase = Literal["referring", "accepted", "succeeded", "failed"]
+# "ended": the call ended (the phone hung up on us) before a final NOTIFY, so the outcome is unknown;
+# many phones hang up the transferring leg as soon as the new call is answered.
+TransferPhase = Literal["referring", "accepted", "succeeded", "failed", "ended"]
 
 
 class TransferError(Exception):
@@ -166,7 +168,7 @@ class CallTransfers:
             await self._tell_caller(session, failure_message(state.target))
 
     def _finish(self, session: Session, state: TransferState, outcome: TransferOutcome) -> None:
-        state.phase = "succeeded" if outcome.succeeded else "failed"
+        state.phase = "succeeded" if outcome.succeeded else "ended" if outcome.stage == "ended" else "failed"
         state.status, state.reason = outcome.status, outcome.reason
         log.info("sip transfer %s", state.phase, extra={
             "call_id": session.data.get(SIP_CALL_ID), "transfer_target": state.target, "stage": outcome.stage,

@@ -196,3 +196,18 @@ async def test_caller_asking_the_local_agent_for_sales_is_transferred(http_serve
     calls = [c for m in session.conversation.history for c in m.tool_calls]
     assert [(c.name, c.arguments) for c in calls] == [("transfer_call", {"target": "sales"})]
     assert session.data[TRANSFER_STATE].target == "sales"
+
+
+async def test_a_phone_hanging_up_mid_transfer_just_ends_the_call(http_server: Any, tmp_path: Path) -> None:
+    server, client = await http_server(transfer_config(tmp_path))
+    steps = fragment("refer_accept", REFER_TO_REGEXP=f"Refer-To: &lt;{SALES}&gt;") + notify(2, TRYING, ACTIVE)
+    caller = asyncio.create_task(run_sipp(tmp_path, render(tmp_path, media=steps, ending=caller_bye(500)),
+                                          server.target))
+    session = await established(server)
+    response = await client.post(f"/calls/{session.id}/transfer", json={"target": "sales"}, headers=AUTH)
+    assert response.status_code == 202, response.text
+    (await caller).check()  # 202, NOTIFY 100 answered, then the phone's own BYE
+    (ended,) = await server.wait_ended()
+    assert ended.end_reason == "sip bye"
+    await eventually(lambda: session.data[TRANSFER_STATE].phase == "ended", what="the transfer to give up")
+    assert not any(failure_message("sales") in e.text for e in session.conversation.transcript.entries())
