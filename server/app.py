@@ -21,6 +21,7 @@ from server.errors import install_error_handlers
 from server.gateway import Gateway
 from server.routes_calls import install_call_routes
 from server.routes_memory import install_memory_routes
+from server.routes_transfer import install_transfer_routes
 from server.routes_webrtc import install_webrtc_routes
 from server.version import package_version
 
@@ -72,4 +73,5 @@ def create_gateway_application(config: Config | None = None, *, tools: ToolRegis
     install_webrtc_routes(app, gateway)
     install_memory_routes(app, gateway)
     install_call_routes(app, gateway)
+    install_transfer_routes(app, gateway)
     return app

@@ -48,7 +48,7 @@ RAG_KEY = "rag.turn"  # session.data key of the session's TurnRetrieval
 def call_outcome(reason: str) -> str:
     """A small, bounded label for why a call ended (metrics must not carry free text)."""
     lowered = reason.lower()
-    for label in ("timeout", "shutdown", "cancel", "error", "agent", "grace"):
+    for label in ("timeout", "shutdown", "cancel", "error", "agent", "grace", "transferred"):
         if label in lowered:
             return {"agent": "agent_hangup", "cancel": "cancelled", "grace": "abandoned"}.get(label, label)
     return "caller_hangup" if any(word in lowered for word in ("bye", "hung up", "hangup", "delete")) else "other"
@@ -78,6 +78,7 @@ class Gateway:
         self.memory_bus: Any = None  # internal.memory.notify.MemoryChangeBus with a shared PostgreSQL
         self.sip: Any = None  # internal.sip.ua.UserAgent when SIP is enabled
         self.sip_calls: Any = None  # internal.sip.voice.VoiceCallHandler
+        self.sip_transfers: Any = None  # internal.sip.voice_transfer.CallTransfers with sip.transfer_targets
         self.tools = tools if tools is not None else ToolRegistry()
         self._given = {"stt": stt, "tts": tts, "model": model}
         self.stt: SpeechToText | None = stt
@@ -233,6 +234,11 @@ class Gateway:
                              shared_numbers=config.memory.shared_numbers)
         self.sip_calls.ua = self.sip
         self.sip_calls.on_media_stats = lambda stats: self.telemetry.rtp_lost.add(stats.lost)
+        if config.sip.transfer_targets:
+            from internal.sip.voice_transfer import CallTransfers, register_transfer_tool
+
+            self.sip_transfers = CallTransfers(config.sip, self.sip, sessions.end)
+            register_transfer_tool(self.tools, self.sip_transfers)
         await self.sip.start()
         registrations = self.sip.registrations
         self.telemetry.watch_registrations(lambda: [

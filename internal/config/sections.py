@@ -7,6 +7,7 @@ added here without both is a key an operator cannot find.
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -106,6 +107,29 @@ def _default_codecs() -> list[Codec]:
     return ["PCMU", "PCMA"]
 
 
+# A transfer target's name is something a caller says and a model writes: short, lower case, no punctuation.
+_TARGET_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9 _-]{0,39}$")
+_TARGET_URI_RE = re.compile(r"^(?:sips?:[^@\s<>]+@[^@\s<>;?]+|sips?:[^@\s<>;?]+|tel:\+?[0-9][0-9().-]*)"
+                            r"(?:;[^\s<>]*)?$", re.IGNORECASE)
+
+
+def _check_transfer_targets(targets: dict[str, str]) -> dict[str, str]:
+    """Names are matched without case, so they are stored lower case; each URI must be one a phone can
+    dial (sip:, sips: or tel:), since it goes into Refer-To as given."""
+    checked: dict[str, str] = {}
+    for name, uri in targets.items():
+        key = " ".join(name.split()).lower()
+        if not _TARGET_NAME_RE.match(key):
+            raise ValueError(f"transfer target name {name!r}: use 1-40 letters, digits, spaces, '-' or '_'")
+        if key in checked:
+            raise ValueError(f"transfer target name {name!r} is given twice (names ignore case)")
+        uri = uri.strip()
+        if not _TARGET_URI_RE.match(uri):
+            raise ValueError(f"transfer target {name!r}: {uri!r} is not a sip:, sips: or tel: URI")
+        checked[key] = uri
+    return checked
+
+
 class SipConfig(Section):
     enabled: bool = True
     bind: str = "0.0.0.0:5060"
@@ -127,6 +151,9 @@ class SipConfig(Section):
     invite_rate_per_min: int = Field(120, ge=0)
     user_agent: str = "voicegate"
     outbound_memory: Literal["none", "dialled"] = "none"
+    # Where a call may be transferred (REFER): a name the agent and the API use -> the URI it stands for.
+    transfer_targets: dict[str, str] = Field(default_factory=dict)
+    transfer_timeout_s: float = Field(30.0, gt=0)
     auth: SipAuthConfig = Field(default_factory=SipAuthConfig)
     outbound: SipOutboundConfig = Field(default_factory=SipOutboundConfig)
     registrations: list[SipRegistration] = Field(default_factory=list)
@@ -158,6 +185,11 @@ class SipConfig(Section):
                 f"session_expires_s ({self.session_expires_s}) must be 0 (off) or at least min_se_s ({self.min_se_s})"
             )
         return self
+
+    @field_validator("transfer_targets")
+    @classmethod
+    def _transfer_targets(cls, value: dict[str, str]) -> dict[str, str]:
+        return _check_transfer_targets(value)
 
     @property
     def bind_host(self) -> str:

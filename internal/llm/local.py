@@ -3,7 +3,8 @@
 It greets, tells the time, repeats what it is asked to, ends the call on "goodbye", and handles
 "my name is ...", "I'm on the ... plan", "call me ...", "keep your answers short", "remember that ...",
 "forget ..." and "what do you remember about me" through the same tools a language model would call
-(`memory`, `end_call`): several memory calls in one turn, then one spoken reply. Deterministic: the same
+(`memory`, `end_call`, and on a phone call `transfer_call`: "put me through to sales"): several memory
+calls in one turn, then one spoken reply. Deterministic: the same
 request always gets the same answer.
 """
 
@@ -16,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from internal.llm.base import ChatMessage, ChatRequest, ReplyDelta, ToolCall
+from internal.llm.base import ChatMessage, ChatRequest, ReplyDelta, ToolCall, ToolSpec
 
 WHO_I_AM = ("I'm the simple offline assistant built into voicegate, not a full language model. I can tell you "
             "the time, repeat what you say, and remember things you ask me to.")
@@ -40,6 +41,9 @@ _WRITES: list[tuple[str, re.Pattern[str]]] = [
 # current turn only).
 _TEMPORARY = re.compile(r"\b(?:this once|just (?:for )?now|for now|this time|for this (?:answer|question|reply|"
                         r"one|call)|just for (?:today|this call))\b")
+# "transfer me to sales", "put me through to the front desk", "can I speak to support".
+_TRANSFER = re.compile(r"\b(?:(?:transfer|put|connect|forward) me (?:through |over )?to|(?:talk|speak) (?:to|with))"
+                       r" (?:the |your |someone (?:in|from) |somebody (?:in|from) )?(?P<what>.+)")
 _QUESTIONS: list[tuple[str, re.Pattern[str]]] = [
     ("goodbye", re.compile(r"\b(good ?bye|bye|hang up|that's all|that is all)\b")),
     ("forget", re.compile(r"\bforget (?:that |about |my )?(?P<what>.+)")),
@@ -122,6 +126,28 @@ def classify(text: str) -> tuple[str, re.Match[str] | None]:
     return "unknown", None
 
 
+def transfer_names(tools: list[ToolSpec]) -> list[str]:
+    """The names `transfer_call` accepts (its `target` enum), when the tool is offered on this call."""
+    for spec in tools:
+        if spec.name == "transfer_call":
+            return [str(n) for n in spec.parameters.get("properties", {}).get("target", {}).get("enum", [])]
+    return []
+
+
+def transfer_request(text: str, names: list[str]) -> str | None:
+    """The target of "put me through to <name>": "" when asked for someone not in `names`, None when
+    the caller asked for no transfer at all."""
+    match = _TRANSFER.search(normalise(text))
+    if match is None:
+        return None
+    wanted = f" {match.group('what')} "
+    found = [name for name in names if f" {normalise(name)} " in wanted]
+    if found:
+        return max(found, key=len)
+    # "I want to talk to you about my bill" is no transfer request; "put me through to Bob" is one.
+    return None if match.group(0).startswith(("talk", "speak")) else ""
+
+
 def name_in_memory(memory: str) -> str:
     match = re.search(r"(?:caller's name is|call the caller) ([A-Z][\w'-]*)", memory, re.IGNORECASE)
     return _title(match.group(1)) if match else ""
@@ -170,6 +196,11 @@ class LocalAgent:
         if writes and "memory" in tools:
             return [ToolCall(f"{base}-{i}", "memory", {"action": "append", "document": w.document,
                                                         "content": w.content}) for i, w in enumerate(writes)]
+        names = transfer_names(request.tools)
+        if names and (target := transfer_request(turn.text, names)) is not None:
+            if target:
+                return [ToolCall(base, "transfer_call", {"target": target})]
+            return f"I can put you through to {' or '.join(names)}."
         intent, match = classify(turn.text)
         if intent == "goodbye":
             return [ToolCall(base, "end_call", {})] if "end_call" in tools else "Goodbye, thanks for calling."
@@ -212,6 +243,8 @@ class LocalAgent:
         if errors:
             return f"Sorry, I couldn't do that: {errors[0]}"
         text = request.turn.text
+        if results[-1][0].name == "transfer_call":
+            return f"Putting you through to {results[-1][0].arguments.get('target')}."
         writes = memory_writes(text)
         if writes and all(call.arguments.get("action") == "append" for call, _ in results):
             return " ".join(w.confirmation for w in writes)

@@ -126,6 +126,12 @@ class VoicePipeline:
     def interrupt(self, reason: str) -> None:
         self.responder.interrupt(reason)
 
+    def announce(self, text: str) -> None:
+        """Say `text` as the agent, outside any turn (news from the transport, e.g. a failed transfer);
+        it is recorded in the transcript like a reply."""
+        if not self._closed:
+            self.responder.start(lambda: self.responder.announce(text))
+
     # ---- audio in (hot path: called every 20 ms by the transport) ----------------------------------
 
     def push_audio(self, pcm: bytes) -> None:

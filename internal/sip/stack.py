@@ -21,8 +21,9 @@ from internal.sip.transport import Address, TransportLayer
 from internal.sip.uri import SipUri
 from internal.sip.via import MAGIC_COOKIE
 
-# Methods we implement, for Allow (405 responses, OPTIONS, INVITE/200).
-ALLOWED_METHODS = ("INVITE", "ACK", "BYE", "CANCEL", "OPTIONS", "INFO", "UPDATE", "PRACK")
+# Methods we implement, for Allow (405 responses, OPTIONS, INVITE/200). NOTIFY only in a dialog we sent
+# REFER in (transfer.py); we send REFER but do not accept one, so it is not listed.
+ALLOWED_METHODS = ("INVITE", "ACK", "BYE", "CANCEL", "OPTIONS", "INFO", "UPDATE", "PRACK", "NOTIFY")
 # Extensions we implement (RFC 4028 session timers, RFC 3262 reliable 1xx): a Require naming any other gets 420.
 SUPPORTED_OPTIONS: tuple[str, ...] = ("timer", "100rel")
 HeaderItems = Mapping[str, str] | Iterable[tuple[str, str]]

@@ -8,8 +8,8 @@
 
 Requests are checked in RFC 3261 8.2 order (method 405/501, Request-URI scheme 416, Require 420,
 Content-Type 415, Accept 406) before being routed to the inbound call flow (`uas.py`), an existing dialog
-(BYE, re-INVITE, INFO, UPDATE and PRACK in `update.py`, ACK) or answered here (OPTIONS, CANCEL).
-Anything addressed to a dialog we do not know gets 481, except ACK, which is never answered.
+(BYE, re-INVITE, INFO, UPDATE and PRACK in `update.py`, NOTIFY in `transfer.py`, ACK) or answered here
+(OPTIONS, CANCEL). Anything addressed to a dialog we do not know gets 481, except ACK, which is never answered.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from internal.sip.sdp import SessionDescription
 from internal.sip.stack import ALLOWED_METHODS, SUPPORTED_OPTIONS, HeaderItems, SipStack
 from internal.sip.timers import TimerSettings
 from internal.sip.transaction import InviteServerTransaction, ServerTransaction
+from internal.sip.transfer import TransferSubscriptions
 from internal.sip.transport import Address
 from internal.sip.uac import OutboundInvite, parse_target
 from internal.sip.uas import InboundInvite, capability_headers, handle_reinvite, on_ack
@@ -109,6 +110,7 @@ class UserAgent:
                 auth.realm, auth.users, auth.nonce_ttl_s, secret=nonce_secret, algorithms=digest_algorithms
             )
         self.registrations = Registrations(self.stack, config.registrations)
+        self.transfers = TransferSubscriptions()  # REFERs we sent, waiting for their NOTIFYs
         self._closing = False
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -261,7 +263,7 @@ class UserAgent:
             self._on_cancel(request, txn)
         elif method == "INVITE":
             self._on_invite(request, txn, source)
-        else:  # BYE, INFO, UPDATE, PRACK: only inside a dialog
+        else:  # BYE, INFO, UPDATE, PRACK, NOTIFY: only inside a dialog
             self._on_in_dialog(request, txn, source)
 
     def _on_invite(self, request: SipRequest, txn: ServerTransaction, source: Address) -> None:
@@ -304,6 +306,9 @@ class UserAgent:
             return
         if request.method == "PRACK":
             handle_prack(self, leg, request, txn)
+            return
+        if request.method == "NOTIFY":  # news of a transfer we asked for (transfer.py)
+            self._respond(txn, *self.transfers.on_notify(leg.dialog, request))
             return
         self._respond(txn, 200, "OK")
         if request.method == "BYE":

@@ -89,7 +89,8 @@ async def test_options_lists_what_we_support(make_ua: UaFactory, tmp_path: Path)
     ua = await make_ua(RecordingHandler())
     scenario = render(
         tmp_path, "out_of_dialog.xml", METHOD="OPTIONS", CSEQ_LINE="CSeq: 1 OPTIONS", EXPECTED_STATUS="200",
-        EXPECTED_REGEXP="Allow: INVITE, ACK, BYE, CANCEL, OPTIONS, INFO.*Accept: application/sdp",
+        EXPECTED_REGEXP="Allow: INVITE, ACK, BYE, CANCEL, OPTIONS, INFO, UPDATE, PRACK, NOTIFY"
+                        ".*Accept: application/sdp",
     )
     (await run_sipp(tmp_path, scenario, target(ua))).check()
 
