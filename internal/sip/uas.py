@@ -123,7 +123,7 @@ class InboundInvite:
 
     async def _answer(self, call: IncomingCall, leg: CallLeg) -> None:
         ua, dialog = self.ua, leg.dialog
-        contact = ua.stack.contact(self.source.transport, self.source.host)
+        contact = ua.stack.contact(self.source.transport, self.source.host, secure=dialog.secure)
         if ua.config.ring_ms > 0:
             self._respond(180, "Ringing", {"Contact": contact})
             await asyncio.sleep(ua.config.ring_ms / 1000)
@@ -248,7 +248,7 @@ async def handle_reinvite(ua: UserAgent, leg: CallLeg, request: SipRequest, txn:
         dialog.refresh_target(request)
         dialog.invite_cseq = request.cseq[0]
         dialog.local_sdp, dialog.remote_sdp = sdp, offer
-        contact = ua.stack.contact(source.transport, source.host)
+        contact = ua.stack.contact(source.transport, source.host, secure=dialog.secure)
         response = respond(200, "OK", {"Contact": contact, **capability_headers()}, sdp.serialise())
     finally:
         leg.reinvite_busy = False
