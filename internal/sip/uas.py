@@ -166,8 +166,9 @@ class InboundInvite:
 
 
 def _warning(exc: Exception) -> dict[str, str]:
-    """RFC 3261 20.43 code 304 ("media type not available") with our reason, for 488 responses."""
-    return {"Warning": f"304 voicegate {quote(str(exc))}"}
+    """RFC 3261 20.43 code 304 ("media type not available") with our reason, for 488 responses; SRTP
+    refusals carry their own code (302 incompatible transport protocol, 399 SRTP required)."""
+    return {"Warning": f"{getattr(exc, 'warning_code', 304)} voicegate {quote(str(exc))}"}
 
 
 def _challenge_headers(challenges: list[str]) -> list[tuple[str, str]]:
