@@ -1,0 +1,129 @@
+"""Real peers over TLS and SRTP: baresip calls in over sips-style TLS and with SRTP (srtp.so,
+mediaenc=srtp-mand) and hears the agent's reply; sipp's plain offer meets sip.srtp = "required"."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from internal.audio.g711 import ulaw_decode, ulaw_encode
+from tests.sip.certs import ThrowawayCa
+from tests.sip_calls.conftest import (
+    REPLY_PHRASES,
+    ServerFactory,
+    SipServer,
+    best_match,
+    free_port,
+    loud_part,
+    render,
+    run_sipp,
+    sip_calls_config,
+)
+from tests.sip_calls.test_baresip import baresip_home, recording
+from tests.speech import active_ms, speak, transcribe, write_wav
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _baresip_installed() -> None:
+    assert shutil.which("baresip") is not None, "baresip is not installed (apt: baresip-core; make test installs it)"
+    assert Path("/usr/lib/baresip/modules/srtp.so").exists(), "baresip's srtp.so module is missing"
+
+
+async def tls_server(make_server: ServerFactory, tmp_path: Path, ca: ThrowawayCa, **sip: Any) -> SipServer:
+    leaf = ca.issue("voicegate")
+    config = sip_calls_config(tmp_path, **sip)
+    config.sip.tls_cert, config.sip.tls_key = str(leaf.cert), str(leaf.key)
+    config.sip.tls_bind = f"127.0.0.1:{free_port()}"
+    config.sip.transports = ["udp", "tcp", "tls"]  # after the files: the config checks them now
+    return await make_server(config=config)
+
+
+async def baresip_call(home: Path, target: str) -> str:
+    """Dial `target`, let the call run until we hang up (or 40 s), return baresip's output."""
+    baresip = await asyncio.create_subprocess_exec(
+        "baresip", "-f", str(home), "-e", f"/dial {target}", "-t", "40",
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    try:
+        output, _ = await asyncio.wait_for(baresip.communicate(), 60)
+    finally:
+        if baresip.returncode is None:
+            baresip.kill()
+            await baresip.wait()
+    return output.decode(errors="replace")
+
+
+def secure_baresip(tmp_path: Path, ca: ThrowawayCa, account_params: str) -> Path:
+    """A baresip that trusts our CA (sip_cafile), has a certificate of its own (sip_certificate, which
+    it needs to enable TLS at all) and loads srtp.so; `account_params` go on its account line."""
+    speech = bytes(16000) + speak("say hello world", 8000) + bytes(16000 * 4) + speak("okay goodbye", 8000) \
+        + bytes(16000 * 8)
+    home = baresip_home(tmp_path, write_wav(tmp_path / "caller.wav", speech, 8000))
+    client = ca.combined(ca.issue("baresip"))
+    with (home / "config").open("a") as config:
+        config.write(f"sip_certificate {client}\nsip_cafile {ca.cert}\nmodule srtp.so\n")
+    (home / "accounts").write_text(f"<sip:+15551234567@127.0.0.1>;regint=0{account_params}\n")
+    return home
+
+
+async def live_call_security(server: SipServer) -> tuple[str, str | None]:
+    """(transport of the live call's signalling, its SRTP suite or None), read while it runs."""
+    await server.wait_live(timeout=30)
+    assert server.gateway.sip is not None and server.gateway.sip_calls is not None
+    (dialog,) = server.gateway.sip.dialogs
+    (voice,) = server.gateway.sip_calls.calls.values()
+    assert dialog.peer is not None
+    return dialog.peer.transport, voice.srtp_keys.suite if voice.srtp_keys else None
+
+
+async def assert_heard_the_replies(server: SipServer, home: Path, output: str) -> None:
+    (session,) = await server.wait_ended(timeout=60)
+    assert "Call established" in output, output
+    entries = [(e.role, e.text) for e in session.conversation.transcript.entries()]
+    assert entries == [("user", "say hello world"), ("agent", "Hello world."),
+                       ("user", "okay goodbye"), ("agent", "Goodbye. Thanks for calling.")], output
+    assert session.end_reason == "agent ended the call"
+    heard, rate = recording(home, "dec")
+    assert active_ms(heard, rate) > 1000, output
+    assert "hello world" in transcribe(loud_part(heard, rate)[: rate * 2 * 3], rate, REPLY_PHRASES)
+    reference = ulaw_decode(ulaw_encode(b"".join([c async for c in server.tts.synthesize("Hello world.", rate)])))
+    assert best_match(heard, loud_part(reference, rate, margin_ms=0)) > 0.9
+
+
+async def test_baresip_over_tls_is_understood_and_hears_the_reply(make_server: ServerFactory, tmp_path: Path) -> None:
+    ca = ThrowawayCa(tmp_path / "ca")
+    server = await tls_server(make_server, tmp_path, ca)
+    tls_port = server.gateway.sip.local_address("tls").port  # type: ignore[union-attr]
+    home = secure_baresip(tmp_path, ca, "")
+    call = asyncio.create_task(baresip_call(home, f"sip:agent@127.0.0.1:{tls_port};transport=tls"))
+    assert await live_call_security(server) == ("tls", None)
+    await assert_heard_the_replies(server, home, await call)
+
+
+async def test_baresip_requiring_srtp_over_tls_gets_srtp_and_hears_the_reply(
+        make_server: ServerFactory, tmp_path: Path) -> None:
+    ca = ThrowawayCa(tmp_path / "ca")
+    server = await tls_server(make_server, tmp_path, ca, srtp="optional")
+    tls_port = server.gateway.sip.local_address("tls").port  # type: ignore[union-attr]
+    home = secure_baresip(tmp_path, ca, ";mediaenc=srtp-mand")
+    call = asyncio.create_task(baresip_call(home, f"sip:agent@127.0.0.1:{tls_port};transport=tls"))
+    assert await live_call_security(server) == ("tls", "AES_CM_128_HMAC_SHA1_80")
+    output = await call
+    await assert_heard_the_replies(server, home, output)
+    # baresip decrypted our audio (it would hear nothing from plain RTP with srtp-mand) and said so:
+    assert "SRTP is Enabled" in output, output
+
+
+async def test_plain_offer_is_refused_with_488_and_a_warning_when_srtp_is_required(
+        make_server: ServerFactory, tmp_path: Path) -> None:
+    server = await make_server(srtp="required")
+    # sipp fails the call unless the 488 carries the Warning (check_it on the regexp).
+    scenario = render(tmp_path, "uac_refused.xml", EXPECTED_STATUS="488",
+                      EXPECTED_REGEXP="Warning: 399 voicegate .SRTP required .sip.srtp = required.")
+    (await run_sipp(tmp_path, scenario, server.target)).check()
+    assert server.ended == [] and len(server.sessions) == 0
