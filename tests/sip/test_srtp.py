@@ -8,6 +8,7 @@ import pytest
 
 from internal.audio.rtp import RtpPacket, rtp_header
 from internal.audio.srtp import SrtpContext
+from internal.config import load_config, security_warnings
 from internal.sip.sdes import (
     CryptoAttribute,
     SrtpPolicyError,
@@ -173,3 +174,12 @@ def test_srtcp_round_trip_and_a_wrong_key_is_refused() -> None:
     assert receiver.unprotect_rtcp(sender.protect_rtcp(report)) == report
     stranger = SrtpContext("AES_CM_128_HMAC_SHA1_80", new_key(), new_key())
     assert stranger.unprotect_rtcp(sender.protect_rtcp(report)) is None and stranger.rejected == 1
+
+
+def test_srtp_without_tls_is_warned_about_by_config_check() -> None:
+    config = load_config(None)
+    config.sip.srtp = "optional"
+    (warning,) = [w for w in security_warnings(config) if w.startswith("sip.srtp")]
+    assert 'sip.transports has no "tls"' in warning
+    config.sip.srtp = "off"
+    assert not [w for w in security_warnings(config) if w.startswith("sip.srtp")]
