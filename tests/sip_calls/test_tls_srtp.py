@@ -88,6 +88,7 @@ async def assert_heard_the_replies(server: SipServer, home: Path, output: str) -
     assert entries == [("user", "say hello world"), ("agent", "Hello world."),
                        ("user", "okay goodbye"), ("agent", "Goodbye. Thanks for calling.")], output
     assert session.end_reason == "agent ended the call"
+    assert "terminated" in output, output  # baresip took our BYE (sent back over its TLS connection)
     heard, rate = recording(home, "dec")
     assert active_ms(heard, rate) > 1000, output
     assert "hello world" in transcribe(loud_part(heard, rate)[: rate * 2 * 3], rate, REPLY_PHRASES)
