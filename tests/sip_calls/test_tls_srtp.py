@@ -4,7 +4,9 @@ mediaenc=srtp-mand) and hears the agent's reply; sipp's plain offer meets sip.sr
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,9 @@ from tests.sip_calls.conftest import (
     REPLY_PHRASES,
     ServerFactory,
     SipServer,
+    agent_said,
     best_match,
+    eventually,
     free_port,
     loud_part,
     render,
@@ -27,6 +31,7 @@ from tests.sip_calls.test_baresip import baresip_home, recording
 from tests.speech import active_ms, speak, transcribe, write_wav
 
 pytestmark = pytest.mark.slow
+GREETING = "This is an outgoing call."
 
 
 @pytest.fixture(autouse=True)
@@ -38,7 +43,7 @@ def _baresip_installed() -> None:
 async def tls_server(make_server: ServerFactory, tmp_path: Path, ca: ThrowawayCa, **sip: Any) -> SipServer:
     leaf = ca.issue("voicegate")
     config = sip_calls_config(tmp_path, **sip)
-    config.sip.tls_cert, config.sip.tls_key = str(leaf.cert), str(leaf.key)
+    config.sip.tls_cert, config.sip.tls_key, config.sip.tls_ca = str(leaf.cert), str(leaf.key), str(ca.cert)
     config.sip.tls_bind = f"127.0.0.1:{free_port()}"
     config.sip.transports = ["udp", "tcp", "tls"]  # after the files: the config checks them now
     return await make_server(config=config)
@@ -58,11 +63,12 @@ async def baresip_call(home: Path, target: str) -> str:
     return output.decode(errors="replace")
 
 
-def secure_baresip(tmp_path: Path, ca: ThrowawayCa, account_params: str) -> Path:
+def secure_baresip(tmp_path: Path, ca: ThrowawayCa, account_params: str, *, talk: bool = True) -> Path:
     """A baresip that trusts our CA (sip_cafile), has a certificate of its own (sip_certificate, which
-    it needs to enable TLS at all) and loads srtp.so; `account_params` go on its account line."""
+    it needs to enable TLS at all) and loads srtp.so; `account_params` go on its account line. With
+    `talk` it asks for "hello world" and then says "okay goodbye", else it stays silent."""
     speech = bytes(16000) + speak("say hello world", 8000) + bytes(16000 * 4) + speak("okay goodbye", 8000) \
-        + bytes(16000 * 8)
+        + bytes(16000 * 8) if talk else bytes(16000 * 20)
     home = baresip_home(tmp_path, write_wav(tmp_path / "caller.wav", speech, 8000))
     client = ca.combined(ca.issue("baresip"))
     with (home / "config").open("a") as config:
@@ -118,6 +124,62 @@ async def test_baresip_requiring_srtp_over_tls_gets_srtp_and_hears_the_reply(
     await assert_heard_the_replies(server, home, output)
     # baresip decrypted our audio (it would hear nothing from plain RTP with srtp-mand) and said so:
     assert "SRTP is Enabled" in output, output
+
+
+async def test_outbound_call_to_baresip_over_verified_tls_with_srtp_is_heard(
+        make_server: ServerFactory, tmp_path: Path) -> None:
+    ca = ThrowawayCa(tmp_path / "ca")
+    server = await tls_server(make_server, tmp_path, ca, srtp="required")
+    # Silent: a callee talking over the greeting would duck it (barge-in), and we compare its samples.
+    home = secure_baresip(tmp_path, ca, ";answermode=auto;mediaenc=srtp-mand", talk=False)
+    listen = int(re.search(r"^sip_listen 127\.0\.0\.1:(\d+)$", (home / "config").read_text(), re.M).group(1))  # type: ignore[union-attr]
+    tls_port = listen + 1  # baresip puts TLS next to its UDP/TCP port
+    baresip = await asyncio.create_subprocess_exec(
+        "baresip", "-f", str(home), "-t", "40", stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    lines: list[str] = []
+
+    async def read() -> None:
+        assert baresip.stdout is not None
+        async for line in baresip.stdout:
+            lines.append(line.decode(errors="replace"))
+
+    reader = asyncio.create_task(read())
+
+    def output_so_far() -> str:
+        return "".join(lines)
+
+    try:
+        await eventually(lambda: not tcp_port_free(tls_port), 20, "baresip to listen for TLS")
+        assert server.gateway.sip_calls is not None
+        session = await server.gateway.sip_calls.place_call(f"sips:+15551234567@127.0.0.1:{tls_port}",
+                                                            greeting=GREETING)
+        assert server.gateway.sip is not None
+        (dialog,) = server.gateway.sip.dialogs
+        assert dialog.secure and dialog.peer is not None and dialog.peer.transport == "tls"
+        (voice,) = server.gateway.sip_calls.calls.values()
+        assert voice.srtp_keys is not None and voice.srtp_keys.suite == "AES_CM_128_HMAC_SHA1_80"
+        await agent_said(session, "outgoing call")
+        await asyncio.sleep(1.0)  # "said" means sent: let baresip's jitter buffer play out the last words
+        await server.hang_up(session)
+        await server.wait_ended()
+        await eventually(lambda: "terminated" in output_so_far(), 20, "baresip to take our BYE")
+    finally:
+        if baresip.returncode is None:
+            baresip.terminate()
+        await baresip.wait()
+        await reader
+    output = output_so_far()
+    assert "SRTP is Enabled" in output, output
+    heard, rate = recording(home, "dec")
+    # pocketsphinx hears this espeak sentence poorly (see RtpCapture.played), so its samples are compared.
+    reference = ulaw_decode(ulaw_encode(b"".join([c async for c in server.tts.synthesize(GREETING, rate)])))
+    assert best_match(heard, loud_part(reference, rate, margin_ms=0)) > 0.9, output
+
+
+def tcp_port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        return probe.connect_ex(("127.0.0.1", port)) != 0
 
 
 async def test_plain_offer_is_refused_with_488_and_a_warning_when_srtp_is_required(
