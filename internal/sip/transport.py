@@ -30,7 +30,7 @@ from internal.sip.message import (
     parse,
     salvage_request,
 )
-from internal.sip.tls import client_context, server_context, tls_listen_address
+from internal.sip.tls import client_context, default_port, server_context, tls_listen_address
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,9 @@ class TransportLayer:
         """The host:port a peer should use to reach us (Via sent-by, Contact)."""
         port = self._ports[transport][1]
         if self._config.public_address:
-            return split_host_port(self._config.public_address, port)
+            public_host, public_port = split_host_port(self._config.public_address, port)
+            # A port in public_address is the UDP/TCP one; TLS keeps its own (5061 by default).
+            return public_host, port if transport == "tls" else public_port
         host = self._ports[transport][0]
         if ipaddress.ip_address(host).is_unspecified:
             host = _route_source(remote_host)
@@ -179,7 +181,7 @@ class TransportLayer:
         except Exception:
             return
         host = via.received or via.host
-        port = via.rport if via.has_rport and via.rport else via.port or 5060
+        port = via.rport if via.has_rport and via.rport else via.port or default_port(source.transport)
         self._send(data, Address(host, port, source.transport), None)
 
     def send_raw(self, data: bytes, dest: Address) -> None:

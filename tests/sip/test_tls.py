@@ -56,6 +56,14 @@ def test_tls_port_is_5061_on_the_bind_host_unless_tls_bind_says_otherwise() -> N
     assert tls_listen_address(SipConfig(tls_bind="0.0.0.0:5071"), ("127.0.0.1", 5060)) == ("0.0.0.0", 5071)
 
 
+async def test_public_address_port_is_the_udp_one_and_tls_keeps_its_own(make_ua: UaFactory, ca: ThrowawayCa) -> None:
+    ua = await make_ua(RecordingHandler(), public_address="203.0.113.7:5999", **tls_keys(ca))
+    tls_port = ua.local_address("tls").port
+    assert ua.stack.transport.advertised("tls", "127.0.0.1") == ("203.0.113.7", tls_port)
+    assert ua.stack.transport.advertised("udp", "127.0.0.1") == ("203.0.113.7", 5999)
+    assert ua.stack.contact("tls", "127.0.0.1", secure=True) == f"<sips:voicegate@203.0.113.7:{tls_port}>"
+
+
 # ---- a real TLS client --------------------------------------------------------------------------------
 
 
@@ -93,6 +101,18 @@ async def test_options_over_tls_is_answered_on_the_same_connection(make_ua: UaFa
     response = await tls_exchange(port, ca.cert, over_tls(sip_text("OPTIONS", 5999, port, body="")))
     assert response.status == 200
     assert response.top_via.transport.upper() == "TLS"
+
+
+async def test_plain_bytes_on_the_tls_port_are_dropped_and_tls_still_works(
+        make_ua: UaFactory, ca: ThrowawayCa) -> None:
+    ua = await make_ua(RecordingHandler(), **tls_keys(ca))
+    port = ua.local_address("tls").port
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(sip_text("OPTIONS", 5999, port, body=""))  # SIP in the clear, where a handshake belongs
+    assert await asyncio.wait_for(reader.read(4096), 10) == b""  # closed, never answered in the clear
+    writer.close()
+    response = await tls_exchange(port, ca.cert, over_tls(sip_text("OPTIONS", 5999, port, body="")))
+    assert response.status == 200
 
 
 async def test_sips_invite_over_tls_is_answered_with_a_sips_contact(make_ua: UaFactory, ca: ThrowawayCa) -> None:
