@@ -11,6 +11,7 @@ from internal.audio.srtp import SrtpContext
 from internal.config import load_config, security_warnings
 from internal.sip.sdes import (
     CryptoAttribute,
+    SrtpMode,
     SrtpPolicyError,
     crypto_of,
     negotiate_media,
@@ -31,8 +32,8 @@ def offer(proto: str = "RTP/SAVP", *cryptos: str) -> SessionDescription:
     return SessionDescription.parse("\r\n".join(lines) + "\r\n")
 
 
-def answer_for(sdp: SessionDescription, mode: str) -> tuple[SessionDescription, bytes | None]:
-    negotiated, keys = negotiate_media(sdp, ["PCMU"], mode)  # type: ignore[arg-type]
+def answer_for(sdp: SessionDescription, mode: SrtpMode) -> tuple[SessionDescription, bytes | None]:
+    negotiated, keys = negotiate_media(sdp, ["PCMU"], mode)
     built = build_answer(negotiated, "127.0.0.1", 40000, 7, offer=sdp)
     return SessionDescription.parse(secure_answer(built, sdp, negotiated, keys).serialise()), \
         keys.local if keys else None
@@ -75,7 +76,8 @@ def test_mki_and_session_parameters_are_not_used_and_the_80_bit_tag_is_preferred
 
 def test_srtp_offer_gets_an_srtp_answer_with_our_own_key() -> None:
     sdp = offer("RTP/SAVP", f"1 AES_CM_128_HMAC_SHA1_80 inline:{INLINE}")
-    for mode in ("optional", "required"):
+    modes: tuple[SrtpMode, ...] = ("optional", "required")
+    for mode in modes:
         answer, local = answer_for(sdp, mode)
         media = answer.media[0]
         assert media.proto == "RTP/SAVP" and media.port == 40000
@@ -115,15 +117,16 @@ def test_srtp_offer_with_only_suites_we_lack_is_refused() -> None:
 
 
 def test_our_offer_and_the_answer_to_it_give_both_sides_mirrored_keys() -> None:
-    for mode, proto in (("optional", "RTP/AVP"), ("required", "RTP/SAVP")):
+    cases: tuple[tuple[SrtpMode, str], ...] = (("optional", "RTP/AVP"), ("required", "RTP/SAVP"))
+    for mode, proto in cases:
         ours = build_offer("127.0.0.1", 40000, ["PCMU"])
-        our_key = secure_offer(ours, mode)  # type: ignore[arg-type]
+        our_key = secure_offer(ours, mode)
         assert ours.media[0].proto == proto and our_key is not None
         theirs = SessionDescription.parse(ours.serialise())
         their_negotiated, their_keys = negotiate_media(theirs, ["PCMU"], "required")
         reply = secure_answer(build_answer(their_negotiated, "127.0.0.1", 6000, 1, offer=theirs), theirs,
                               their_negotiated, their_keys)
-        _, our_keys = negotiate_media(SessionDescription.parse(reply.serialise()), ["PCMU"], mode, our_key)  # type: ignore[arg-type]
+        _, our_keys = negotiate_media(SessionDescription.parse(reply.serialise()), ["PCMU"], mode, our_key)
         assert their_keys is not None and our_keys is not None
         assert (our_keys.local, our_keys.remote) == (their_keys.remote, their_keys.local)
 

@@ -132,7 +132,9 @@ async def test_outbound_call_to_baresip_over_verified_tls_with_srtp_is_heard(
     server = await tls_server(make_server, tmp_path, ca, srtp="required")
     # Silent: a callee talking over the greeting would duck it (barge-in), and we compare its samples.
     home = secure_baresip(tmp_path, ca, ";answermode=auto;mediaenc=srtp-mand", talk=False)
-    listen = int(re.search(r"^sip_listen 127\.0\.0\.1:(\d+)$", (home / "config").read_text(), re.M).group(1))  # type: ignore[union-attr]
+    listening = re.search(r"^sip_listen 127\.0\.0\.1:(\d+)$", (home / "config").read_text(), re.M)
+    assert listening is not None
+    listen = int(listening.group(1))
     tls_port = listen + 1  # baresip puts TLS next to its UDP/TCP port
     baresip = await asyncio.create_subprocess_exec(
         "baresip", "-f", str(home), "-t", "40", stdin=asyncio.subprocess.DEVNULL,
