@@ -25,7 +25,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Literal
 
-from internal.sip.sdp import MediaDescription, Negotiated, SdpError, SessionDescription, negotiate
+from internal.sip.sdp import MediaDescription, Negotiated, NoCommonCodec, SdpError, SessionDescription, negotiate
 
 SrtpMode = Literal["off", "optional", "required"]
 # Suites we can run with pylibsrtp, in order of preference; both take a 30-byte key || salt.
@@ -143,18 +143,30 @@ def negotiate_media(sdp: SessionDescription, codecs: list[str] | tuple[str, ...]
             usable.append(crypto is not None)
     if not any(usable):
         raise _refusal(sdp, mode)
-    # sdp.negotiate knows codecs, addresses and directions; hand it only the streams the policy allows.
-    allowed = copy.deepcopy(sdp)
-    for index, media in enumerate(allowed.media):
-        if not usable[index]:
-            media.port = 0
-        elif media.proto.upper() in SECURE_PROTOS:
-            media.proto = media.proto.upper().replace("SAVP", "AVP")
-    negotiated = negotiate(allowed, codecs)
+    secure = [ok and key is not None for ok, key in zip(usable, keys, strict=True)]
+    if mode == "optional" and any(secure) and secure != usable:
+        # An SRTP stream and a plain alternative (two m= lines): take the secure one when we can.
+        try:
+            negotiated = _negotiate_among(sdp, codecs, secure)
+        except NoCommonCodec:
+            negotiated = _negotiate_among(sdp, codecs, usable)
+    else:
+        negotiated = _negotiate_among(sdp, codecs, usable)
     crypto = keys[negotiated.media_index]
     if crypto is None:
         return negotiated, None
     return negotiated, SrtpKeys(crypto.suite, local_key or new_key(), crypto.key_salt, crypto.tag)
+
+
+def _negotiate_among(sdp: SessionDescription, codecs: list[str] | tuple[str, ...], allowed: list[bool]) -> Negotiated:
+    """sdp.negotiate knows codecs, addresses and directions: hand it only the streams the policy allows."""
+    copied = copy.deepcopy(sdp)
+    for index, media in enumerate(copied.media):
+        if not allowed[index]:
+            media.port = 0
+        elif media.proto.upper() in SECURE_PROTOS:
+            media.proto = media.proto.upper().replace("SAVP", "AVP")
+    return negotiate(copied, codecs)
 
 
 def _refusal(sdp: SessionDescription, mode: SrtpMode) -> SdpError:

@@ -100,6 +100,15 @@ def test_best_effort_crypto_on_plain_rtp_is_ignored_when_off_and_taken_when_opti
     assert secured.media[0].proto == "RTP/AVP" and key is not None and secured.media[0].attribute("crypto")
 
 
+def test_srtp_stream_is_preferred_over_its_plain_alternative_when_optional() -> None:
+    text = offer("RTP/AVP").serialise().decode() + (
+        f"m=audio 6002 RTP/SAVP 0\r\na=rtpmap:0 PCMU/8000\r\na=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:{INLINE}\r\n")
+    answer, key = answer_for(SessionDescription.parse(text), "optional")
+    assert [m.port for m in answer.media] == [0, 40000] and answer.media[1].proto == "RTP/SAVP" and key
+    plain, no_key = answer_for(SessionDescription.parse(text), "off")
+    assert [m.port for m in plain.media] == [40000, 0] and no_key is None
+
+
 def test_plain_offer_gets_plain_rtp_when_optional() -> None:
     answer, key = answer_for(offer("RTP/AVP"), "optional")
     assert key is None and answer.media[0].attribute("crypto") is None
