@@ -13,7 +13,11 @@ from typing import Any
 import pytest
 
 from internal.audio.g711 import ulaw_decode, ulaw_encode
+from internal.sip.message import make_response
+from internal.sip.sdes import CryptoAttribute, crypto_line, new_key
+from internal.sip.sdp import SessionDescription
 from tests.sip.certs import ThrowawayCa
+from tests.sip.conftest import RawPeer, sip_text
 from tests.sip_calls.conftest import (
     REPLY_PHRASES,
     ServerFactory,
@@ -192,3 +196,31 @@ async def test_plain_offer_is_refused_with_488_and_a_warning_when_srtp_is_requir
                       EXPECTED_REGEXP="Warning: 399 voicegate .SRTP required .sip.srtp = required.")
     (await run_sipp(tmp_path, scenario, server.target)).check()
     assert server.ended == [] and len(server.sessions) == 0
+
+
+async def test_offerless_invite_gets_our_srtp_offer_and_the_ack_answer_sets_the_keys(
+        make_server: ServerFactory) -> None:
+    server = await make_server(srtp="required")
+    peer = await RawPeer.open()
+    try:
+        peer.send(sip_text("INVITE", peer.port, server.port), server.port)  # no SDP: we offer in the 200
+        ok = await peer.response(200)
+        ours = SessionDescription.parse(ok.body).media[0]
+        assert ours.proto == "RTP/SAVP"
+        our_crypto = CryptoAttribute.parse(ours.attribute("crypto") or "")
+        their_key = new_key()
+        answer = (f"v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
+                  f"m=audio 6000 RTP/SAVP 0\r\na=rtpmap:0 PCMU/8000\r\n"
+                  f"a=crypto:{crypto_line(our_crypto.tag, our_crypto.suite, their_key)}\r\n")
+        peer.send(sip_text("ACK", peer.port, server.port, to_tag=ok.to_tag or "", branch="z9hG4bK-ack",
+                           body=answer), server.port)
+        await server.wait_live()
+        assert server.gateway.sip_calls is not None
+        (voice,) = server.gateway.sip_calls.calls.values()
+        assert voice.srtp_keys is not None
+        assert (voice.srtp_keys.local, voice.srtp_keys.remote) == (our_crypto.key_salt, their_key)
+        hanging_up = asyncio.create_task(server.hang_up(server.live()))
+        peer.send(make_response(await peer.request("BYE"), 200, "OK"), server.port)
+        await hanging_up
+    finally:
+        peer.close()
