@@ -4,6 +4,8 @@ mediaenc=srtp-mand) and hears the agent's reply; sipp's plain offer meets sip.sr
 from __future__ import annotations
 
 import asyncio
+import base64
+import logging
 import re
 import shutil
 import socket
@@ -198,8 +200,9 @@ async def test_plain_offer_is_refused_with_488_and_a_warning_when_srtp_is_requir
     assert server.ended == [] and len(server.sessions) == 0
 
 
-async def test_offerless_invite_gets_our_srtp_offer_and_the_ack_answer_sets_the_keys(
-        make_server: ServerFactory) -> None:
+async def test_offerless_invite_gets_our_srtp_offer_and_the_ack_answer_sets_keys_never_logged(
+        make_server: ServerFactory, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
     server = await make_server(srtp="required")
     peer = await RawPeer.open()
     try:
@@ -224,3 +227,7 @@ async def test_offerless_invite_gets_our_srtp_offer_and_the_ack_answer_sets_the_
         await hanging_up
     finally:
         peer.close()
+    logged = " ".join(str(record.__dict__) for record in caplog.records)
+    assert "sip call media security" in logged  # the suite is logged, never a key:
+    for key in (our_crypto.key_salt, their_key):
+        assert base64.b64encode(key).decode() not in logged and key.hex() not in logged
