@@ -21,6 +21,7 @@ from internal.audio.rtcp import (
     parse_rtcp,
     serialize_compound,
 )
+from internal.audio.srtp import SrtpContext
 
 Address = tuple[str, int]
 _MAX_DATAGRAM = 2048
@@ -44,6 +45,7 @@ class RtcpChannel:
         self.learn_remote = False  # symmetric RTP: answer where the peer's reports come from
         self.accept_host: str | None = None  # once RTP latched: reports from other hosts are ignored
         self.round_trip_s: float | None = None
+        self.srtp: SrtpContext | None = None  # set with the RTP side's: SRTCP once the call has keys
         self._sock = sock
         self._ssrc = ssrc
         self._cname = cname
@@ -63,8 +65,9 @@ class RtcpChannel:
             )
         else:
             report = ReceiverReport(self._ssrc, blocks)
+        data = serialize_compound([report, SourceDescription(self._ssrc, self._cname)])
         try:
-            self._sock.sendto(serialize_compound([report, SourceDescription(self._ssrc, self._cname)]), self.remote)
+            self._sock.sendto(data if self.srtp is None else self.srtp.protect_rtcp(data), self.remote)
         except OSError:
             pass  # RTCP is advisory; the next report is 5 s away
 
@@ -74,6 +77,11 @@ class RtcpChannel:
                 data, addr = self._sock.recvfrom(_MAX_DATAGRAM)
             except OSError:  # drained (BlockingIOError), or an ICMP error: nothing more to read now
                 return
+            if self.srtp is not None:
+                clear = self.srtp.unprotect_rtcp(data)
+                if clear is None:
+                    continue  # failed authentication: counted by the context, never read
+                data = clear
             try:
                 self._on_report(data, (addr[0], addr[1]))
             except (RtcpError, ValueError):

@@ -32,6 +32,7 @@ from internal.audio.rtcp_channel import RtcpChannel, SenderInfo
 from internal.audio.rtp import RtpError, RtpPacket, rtp_header
 from internal.audio.rtp_ports import RtpPortAllocator, RtpPortsExhausted, RtpSocketPair
 from internal.audio.scheduler import PacedScheduler, PacedStream
+from internal.audio.srtp import SrtpContext
 
 __all__ = ["MediaDirection", "RtpPortAllocator", "RtpPortsExhausted", "RtpSession", "RtpStats"]
 
@@ -70,6 +71,7 @@ class RtpStats:
     jitter_ms: float  # interarrival jitter of the incoming stream (RFC 3550)
     send_jitter_p99_ms: float  # p99 of |send interval - 20 ms| over the last 10 s
     round_trip_ms: float | None  # from the peer's RTCP receiver reports, when it sends them
+    srtp_rejected: int = 0  # SRTP/SRTCP packets that failed authentication or the replay check
 
 
 class RtpSession:
@@ -145,6 +147,7 @@ class RtpSession:
         self._last_send = 0.0
         self._send_deviation_ms: deque[float] = deque(maxlen=SEND_JITTER_WINDOW)
         self._sent_since_report = False
+        self._srtp: SrtpContext | None = None
 
     # -- control ---------------------------------------------------------------------------------
 
@@ -187,6 +190,10 @@ class RtpSession:
             self._last_rx = self._scheduler.time()  # the timeout starts over when media is due again
         self._expect_rtp = expect
 
+    def secure(self, context: SrtpContext | None) -> None:
+        """Encrypt and authenticate from now on (SDES keys from the SDP), or stop (None)."""
+        self._srtp = self._rtcp.srtp = context
+
     def send_dtmf(self, digit: str) -> None:
         """Queue RFC 4733 events for one or more keys; sent instead of audio, 20 ms per packet."""
         for key in digit:
@@ -212,6 +219,7 @@ class RtpSession:
             jitter_ms=self._rx.jitter * 1000 / CLOCK_RATE,
             send_jitter_p99_ms=float(np.percentile(deviations, 99)) if deviations.size else 0.0,
             round_trip_ms=None if self._rtcp.round_trip_s is None else self._rtcp.round_trip_s * 1000,
+            srtp_rejected=self._srtp.rejected if self._srtp is not None else 0,
         )
 
     def close(self) -> None:
@@ -278,7 +286,8 @@ class RtpSession:
         self._seq = (self._seq + 1) & 0xFFFF
         sent_at = time.monotonic()
         try:
-            self._rtp_sock.sendto(header + payload, self._remote)
+            packet = header + payload if self._srtp is None else self._srtp.protect(header + payload)
+            self._rtp_sock.sendto(packet, self._remote)
         except OSError:
             return  # a full socket buffer or an unreachable peer: this frame is lost, the next may go
         if not self._gap:
@@ -343,6 +352,12 @@ class RtpSession:
         if self._locked is not None and source != self._locked:
             self._ignored += 1
             return
+        if self._srtp is not None:
+            # Before anything trusts the packet (the symmetric-RTP latch included): forged ones count only here.
+            clear = self._srtp.unprotect(data)
+            if clear is None:
+                return
+            data = clear
         try:
             packet = RtpPacket.parse(data)
         except RtpError:

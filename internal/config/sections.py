@@ -7,7 +7,9 @@ added here without both is a key an operator cannot find.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
+import ssl
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -95,7 +97,7 @@ class SipOutboundConfig(Section):
     timeout_s: float = Field(30.0, gt=0)
 
 
-Transport = Literal["udp", "tcp"]
+Transport = Literal["udp", "tcp", "tls"]
 Codec = Literal["PCMU", "PCMA"]
 
 
@@ -130,6 +132,26 @@ def _check_transfer_targets(targets: dict[str, str]) -> dict[str, str]:
     return checked
 
 
+def _check_tls_files(cert: str, key: str, ca: str) -> None:
+    """Load the PEM files once now, so a wrong path or a key that does not match its certificate is a
+    config error naming the key, not a failed handshake on the first call."""
+    for name, path in (("tls_cert", cert), ("tls_key", key)):
+        if not path:
+            raise ValueError(f'{name} is required when transports include "tls" (a PEM file path)')
+    for name, path in (("tls_cert", cert), ("tls_key", key), ("tls_ca", ca)):
+        if path and not os.access(path, os.R_OK):
+            raise ValueError(f"{name}: cannot read {path!r}")
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
+    except (ssl.SSLError, OSError) as exc:
+        raise ValueError(f"tls_cert/tls_key: not a PEM certificate and its private key ({exc})") from None
+    if ca:
+        try:
+            ssl.create_default_context(cafile=ca)
+        except (ssl.SSLError, OSError) as exc:
+            raise ValueError(f"tls_ca: not a PEM CA bundle ({exc})") from None
+
+
 class SipConfig(Section):
     enabled: bool = True
     bind: str = "0.0.0.0:5060"
@@ -154,6 +176,12 @@ class SipConfig(Section):
     # Where a call may be transferred (REFER): a name the agent and the API use -> the URI it stands for.
     transfer_targets: dict[str, str] = Field(default_factory=dict)
     transfer_timeout_s: float = Field(30.0, gt=0)
+    # TLS (internal/sip/tls.py) and SRTP with SDES keys (internal/sip/sdes.py); docs/sip.md "TLS", "SRTP".
+    tls_bind: str = ""  # "" = the host of `bind`, port 5061 (a free port when bind's port is 0)
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
+    srtp: Literal["off", "optional", "required"] = "off"
     auth: SipAuthConfig = Field(default_factory=SipAuthConfig)
     outbound: SipOutboundConfig = Field(default_factory=SipOutboundConfig)
     registrations: list[SipRegistration] = Field(default_factory=list)
@@ -165,11 +193,18 @@ class SipConfig(Section):
         check_registration_transports(self.registrations, self.transports)
         return self
 
-    @field_validator("bind")
+    @field_validator("bind", "tls_bind")
     @classmethod
     def _bind_is_host_port(cls, value: str) -> str:
-        split_host_port(value, 5060)
+        if value:
+            split_host_port(value, 5060)
         return value
+
+    @model_validator(mode="after")
+    def _tls_has_its_files(self) -> SipConfig:
+        if "tls" in self.transports:
+            _check_tls_files(self.tls_cert, self.tls_key, self.tls_ca)
+        return self
 
     @field_validator("transports", "codecs")
     @classmethod

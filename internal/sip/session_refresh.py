@@ -100,7 +100,7 @@ class SessionRefresh:
         method = "UPDATE" if use_update else "INVITE"
         config = self.ua.config
         headers = {
-            "Contact": stack.contact(dialog.transport, dialog.next_hop().host),
+            "Contact": stack.contact(dialog.transport, dialog.next_hop().host, secure=dialog.secure),
             "Supported": "timer",
             # We send this request, so we are its "uac": asking to stay the refresher.
             **uac_request_headers(interval, min(interval, config.min_se_s), refresher="uac"),

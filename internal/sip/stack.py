@@ -16,6 +16,7 @@ from internal.config.sections import SipConfig
 from internal.sip.dialog import Dialog
 from internal.sip.message import SipMessage, SipRequest, SipResponse, make_response
 from internal.sip.timers import TimerSettings
+from internal.sip.tls import default_port
 from internal.sip.transaction import ClientTransaction, TransactionLayer, TransactionUser
 from internal.sip.transport import Address, TransportLayer
 from internal.sip.uri import SipUri
@@ -70,8 +71,12 @@ class SipStack:
         # rport (RFC 3581) so a peer behind NAT answers to where we really sent from.
         return f"SIP/2.0/{dest.transport.upper()} {wire_host}:{port};branch={new_branch()};rport"
 
-    def contact(self, transport: str, remote_host: str, user: str = "voicegate") -> str:
+    def contact(self, transport: str, remote_host: str, user: str = "voicegate", *, secure: bool = False) -> str:
+        """`secure` (a sips: dialog) gives a sips: Contact, as RFC 3261 12.1.1 requires; other TLS
+        dialogs keep sip: with transport=tls, which RFC 5630 deprecates but phones still send."""
         host, port = self.transport.advertised(transport, remote_host)
+        if secure and transport == "tls":
+            return f"<{SipUri('sips', user, None, host, port)}>"
         uri = SipUri("sip", user, None, host, port, {"transport": transport} if transport != "udp" else {})
         return f"<{uri}>"
 
@@ -95,9 +100,7 @@ class SipStack:
     # ---- routing ----------------------------------------------------------------------------------
 
     def transport_for(self, uri: SipUri) -> str:
-        wanted = uri.transport
-        if uri.scheme == "sips" or wanted == "tls":
-            raise RoutingError("TLS is not supported")
+        wanted = "tls" if uri.scheme == "sips" else uri.transport  # sips: means TLS on every hop
         enabled = self.transport.transports
         if wanted:
             if wanted not in enabled:
@@ -111,10 +114,10 @@ class SipStack:
             raise RoutingError("only sip: URIs can be reached")
         chosen = transport or self.transport_for(uri)
         host = uri.params.get("maddr") or uri.host
-        port = uri.port or 5060
+        port = uri.port or default_port(chosen)
         try:
             ipaddress.ip_address(host)
-            return Address(host, port, chosen)
+            return Address(host, port, chosen, host)
         except ValueError:
             pass
         bound = self.transport.local_address(chosen).host
@@ -125,7 +128,7 @@ class SipStack:
             raise RoutingError(f"cannot resolve {host}") from exc
         if not infos:
             raise RoutingError(f"cannot resolve {host}")
-        return Address(str(infos[0][4][0]), port, chosen)
+        return Address(str(infos[0][4][0]), port, chosen, host)
 
     async def dialog_destination(self, dialog: Dialog) -> Address:
         """Where an in-dialog request goes; an open connection to the peer is reused if routing allows."""

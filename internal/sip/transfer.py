@@ -136,7 +136,7 @@ def refer_request(stack: SipStack, dialog: Dialog, target: str, dest_transport: 
     headers = {
         "Refer-To": f"<{target}>",
         "Referred-By": f"<{dialog.local_uri.uri}>",
-        "Contact": stack.contact(dest_transport, dest_host),
+        "Contact": stack.contact(dest_transport, dest_host, secure=dialog.secure),
     }
     return dialog.create_request("REFER", headers=headers)
 

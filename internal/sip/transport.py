@@ -1,4 +1,4 @@
-"""UDP and TCP transports (RFC 3261 section 18, RFC 3581 rport, RFC 5626 keep-alives).
+"""UDP, TCP and TLS transports (RFC 3261 section 18, RFC 3581 rport, RFC 5626 keep-alives).
 
 The transport turns bytes into messages and back, and shields everything above it from the network:
 nothing raised by a peer's bytes or by the message handler escapes a protocol callback. Errors that
@@ -13,9 +13,10 @@ import contextlib
 import ipaddress
 import logging
 import socket
+import ssl
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 from internal.config.sections import SipConfig, split_host_port
@@ -29,6 +30,7 @@ from internal.sip.message import (
     parse,
 )
 from internal.sip.salvage import refusal, salvage_request
+from internal.sip.tls import client_context, default_port, server_context, tls_listen_address
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +39,9 @@ log = logging.getLogger(__name__)
 class Address:
     host: str
     port: int
-    transport: str = "udp"  # lower case: "udp" or "tcp"
+    transport: str = "udp"  # lower case: "udp", "tcp" or "tls"
+    # TLS: the name the peer's certificate must carry (the URI's host), when we connect out.
+    server_name: str = field(default="", compare=False)
 
     @property
     def reliable(self) -> bool:
@@ -75,6 +79,8 @@ class TransportLayer:
         self._connect_timeout = connect_timeout_s
         self._udp: asyncio.DatagramTransport | None = None
         self._server: asyncio.Server | None = None
+        self._tls_server: asyncio.Server | None = None
+        self._tls_client: ssl.SSLContext | None = None
         self._connections: dict[tuple[str, int], _TcpConnection] = {}
         self._connecting: dict[tuple[str, int], asyncio.Task[_TcpConnection]] = {}
         self._ports: dict[str, tuple[str, int]] = {}
@@ -99,6 +105,14 @@ class TransportLayer:
                         lambda: _TcpConnection(self, None), host, tcp_port, reuse_address=True
                     )
                     self._ports["tcp"] = self._server.sockets[0].getsockname()[:2]
+                if "tls" in self._config.transports:
+                    tls_host, tls_port = tls_listen_address(self._config, (host, port))
+                    self._tls_client = client_context(self._config)
+                    self._tls_server = await loop.create_server(
+                        lambda: _TcpConnection(self, None, "tls"), tls_host, tls_port, reuse_address=True,
+                        ssl=server_context(self._config), ssl_handshake_timeout=self._connect_timeout,
+                    )
+                    self._ports["tls"] = self._tls_server.sockets[0].getsockname()[:2]
                 break
             except OSError:
                 await self._close_listeners()
@@ -120,11 +134,12 @@ class TransportLayer:
         if self._udp:
             self._udp.close()
             self._udp = None
-        if self._server:
-            self._server.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
-            self._server = None
+        for server in (self._server, self._tls_server):
+            if server:
+                server.close()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(server.wait_closed(), 2)
+        self._server = self._tls_server = None
         self._ports.clear()
 
     # ---- addresses -------------------------------------------------------------------------------
@@ -141,7 +156,9 @@ class TransportLayer:
         """The host:port a peer should use to reach us (Via sent-by, Contact)."""
         port = self._ports[transport][1]
         if self._config.public_address:
-            return split_host_port(self._config.public_address, port)
+            public_host, public_port = split_host_port(self._config.public_address, port)
+            # A port in public_address is the UDP/TCP one; TLS keeps its own (5061 by default).
+            return public_host, port if transport == "tls" else public_port
         host = self._ports[transport][0]
         if ipaddress.ip_address(host).is_unspecified:
             host = _route_source(remote_host)
@@ -167,7 +184,7 @@ class TransportLayer:
         except Exception:
             return
         host = via.received or via.host
-        port = via.rport if via.has_rport and via.rport else via.port or 5060
+        port = via.rport if via.has_rport and via.rport else via.port or default_port(source.transport)
         self._send(data, Address(host, port, source.transport), None)
 
     def send_raw(self, data: bytes, dest: Address) -> None:
@@ -184,8 +201,8 @@ class TransportLayer:
             if connection is not None and not connection.closing:
                 connection.write(data)
                 return
-            if "tcp" not in self._ports:
-                raise OSError("TCP is not enabled")
+            if dest.transport not in self._ports:
+                raise OSError(f"{dest.transport.upper()} is not enabled")
             asyncio.get_running_loop().create_task(self._send_after_connect(data, dest, on_error))
         except Exception as exc:
             log.warning("sip send failed", extra={"sip_error": repr(exc), "sip_dest": f"{dest.host}:{dest.port}"})
@@ -208,9 +225,15 @@ class TransportLayer:
 
     async def _connect(self, dest: Address) -> _TcpConnection:
         loop = asyncio.get_running_loop()
-        _, protocol = await asyncio.wait_for(
-            loop.create_connection(lambda: _TcpConnection(self, dest), dest.host, dest.port), self._connect_timeout
-        )
+        if dest.transport != "tls":
+            connect = loop.create_connection(lambda: _TcpConnection(self, dest), dest.host, dest.port)
+        else:
+            # The certificate must name the URI's host (RFC 5922 7.1), not merely chain to our CA.
+            connect = loop.create_connection(
+                lambda: _TcpConnection(self, dest, "tls"), dest.host, dest.port, ssl=self._tls_client,
+                server_hostname=dest.server_name or dest.host, ssl_handshake_timeout=self._connect_timeout,
+            )
+        _, protocol = await asyncio.wait_for(connect, self._connect_timeout)
         return protocol
 
     # ---- receiving -------------------------------------------------------------------------------
@@ -309,11 +332,12 @@ class _UdpProtocol(asyncio.DatagramProtocol):
 
 
 class _TcpConnection(asyncio.Protocol):
-    """One TCP connection, accepted or opened by us; the key is the peer's address."""
+    """One TCP (or TLS) connection, accepted or opened by us; the key is the peer's address."""
 
-    def __init__(self, layer: TransportLayer, peer: Address | None) -> None:
+    def __init__(self, layer: TransportLayer, peer: Address | None, transport: str = "tcp") -> None:
         self._layer = layer
         self.peer = peer
+        self._kind = transport
         self._framer = StreamFramer(layer._max)
         self._transport: asyncio.Transport | None = None
         self.last_activity = time.monotonic()
@@ -326,7 +350,7 @@ class _TcpConnection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
         if self.peer is None:
             host, port = transport.get_extra_info("peername")[:2]
-            self.peer = Address(str(host), int(port), "tcp")
+            self.peer = Address(str(host), int(port), self._kind)
         self._layer._register(self)
 
     def connection_lost(self, exc: Exception | None) -> None:

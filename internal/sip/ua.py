@@ -245,6 +245,11 @@ class UserAgent:
         if not (uri.is_sip or uri.scheme == "tel"):
             self._respond(txn, 416, "Unsupported URI Scheme")
             return
+        if uri.scheme == "sips" and source.transport != "tls":
+            # RFC 3261 26.2.2: a sips: request must have come over TLS; answering it in the clear would
+            # pretend to a security the caller did not get.
+            self._respond(txn, 416, "Unsupported URI Scheme (sips: only over TLS)")
+            return
         if method != "CANCEL":
             unsupported = [o for o in request.headers.get_list("Require") if o.lower() not in SUPPORTED_OPTIONS]
             if unsupported:

@@ -94,7 +94,8 @@ class OutboundInvite:
         headers.add("To", str(NameAddr(self.target.without_headers())))
         headers.add("Call-ID", self.call_id)
         headers.add("CSeq", f"{cseq} INVITE")
-        headers.add("Contact", stack.contact(dest.transport, dest.host, self.from_user or "voicegate"))
+        headers.add("Contact", stack.contact(dest.transport, dest.host, self.from_user or "voicegate",
+                                             secure=self.target.scheme == "sips"))
         if self.proxy is not None:
             headers.add("Route", f"<{self.proxy}>")
         headers.add("Allow", ", ".join(ALLOWED_METHODS))

@@ -139,7 +139,7 @@ class InboundInvite:
 
     async def _answer(self, call: IncomingCall, leg: CallLeg) -> None:
         ua, dialog = self.ua, leg.dialog
-        contact = ua.stack.contact(self.source.transport, self.source.host)
+        contact = ua.stack.contact(self.source.transport, self.source.host, secure=dialog.secure)
         early = ua.config.early_media and call.offer is not None  # an offerless INVITE has nothing to answer yet
         if ua.config.ring_ms > 0 and not early:
             if await self._provisional(leg, 180, "Ringing", contact) == "unacknowledged":
@@ -223,8 +223,9 @@ async def _start_early_media(ua: UserAgent, dialog: Dialog) -> None:
 
 
 def _warning(exc: Exception) -> dict[str, str]:
-    """RFC 3261 20.43 code 304 ("media type not available") with our reason, for 488 responses."""
-    return {"Warning": f"304 voicegate {quote(str(exc))}"}
+    """RFC 3261 20.43 code 304 ("media type not available") with our reason, for 488 responses; SRTP
+    refusals carry their own code (302 incompatible transport protocol, 399 SRTP required)."""
+    return {"Warning": f"{getattr(exc, 'warning_code', 304)} voicegate {quote(str(exc))}"}
 
 
 def _challenge_headers(challenges: list[str]) -> list[tuple[str, str]]:
@@ -320,7 +321,7 @@ async def handle_reinvite(ua: UserAgent, leg: CallLeg, request: SipRequest, txn:
         dialog.local_sdp = sdp
         if offer is not None:
             dialog.remote_sdp = offer
-        contact = ua.stack.contact(source.transport, source.host)
+        contact = ua.stack.contact(source.transport, source.host, secure=dialog.secure)
         headers = {"Contact": contact, **capability_headers(), **timer.response_headers}
         response = respond(200, "OK", headers, sdp.serialise())
     finally:

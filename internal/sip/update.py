@@ -79,8 +79,9 @@ async def handle_update(ua: UserAgent, leg: CallLeg, request: SipRequest, txn: S
             leg.reinvite_busy = False
         dialog.local_sdp, dialog.remote_sdp = answer, offer
     dialog.refresh_target(request)  # RFC 3311 5.2: UPDATE is a target refresh request
-    headers = {"Contact": ua.stack.contact(source.transport, source.host), "Allow": ", ".join(ALLOWED_METHODS),
-               "Supported": ", ".join(SUPPORTED_OPTIONS), **decision.response_headers}
+    headers = {"Contact": ua.stack.contact(source.transport, source.host, secure=dialog.secure),
+               "Allow": ", ".join(ALLOWED_METHODS), "Supported": ", ".join(SUPPORTED_OPTIONS),
+               **decision.response_headers}
     respond(200, "OK", headers, answer.serialise() if answer is not None else b"")
     apply_refresh(leg, decision)
 

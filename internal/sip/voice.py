@@ -21,6 +21,7 @@ from typing import Any
 from internal.audio.rtp_ports import RtpPortAllocator, RtpPortsExhausted
 from internal.audio.rtp_session import MediaDirection, RtpSession, RtpStats
 from internal.audio.scheduler import PacedScheduler
+from internal.audio.srtp import SrtpContext
 from internal.config.sections import SipConfig, split_host_port
 from internal.identity import CallerIdentity
 from internal.identity.phone import normalise_e164
@@ -30,7 +31,8 @@ from internal.pipeline.pipeline import VoicePipeline
 from internal.session import Session, SessionLimitReached, TransportKind
 from internal.sip.dialog import Dialog
 from internal.sip.handler import CallFailed, CallRejected, IncomingCall, Rejection
-from internal.sip.sdp import Negotiated, SdpError, SessionDescription, build_answer, build_offer, negotiate
+from internal.sip.sdes import SrtpKeys, negotiate_media, secure_answer, secure_offer
+from internal.sip.sdp import Negotiated, SdpError, SessionDescription, build_answer, build_offer
 from internal.sip.uri import SipUri
 
 log = logging.getLogger(__name__)
@@ -68,6 +70,16 @@ def _direction(value: str) -> MediaDirection:
     if value not in ("sendrecv", "sendonly", "recvonly", "inactive"):
         raise ValueError(f"not an SDP direction: {value!r}")
     return value  # type: ignore[return-value]
+
+
+def _secure(voice: SipVoiceCall, keys: SrtpKeys | None) -> None:
+    """SRTP with these keys from now on; the same keys again (a re-INVITE) keep the running context,
+    whose rollover counter and replay window must not start over."""
+    if keys == voice.srtp_keys:
+        return
+    voice.srtp_keys = keys
+    voice.rtp.secure(SrtpContext(keys.suite, keys.local, keys.remote) if keys is not None else None)
+    log.info("sip call media security", extra={"call_id": voice.call_id, "srtp": keys.suite if keys else "off"})
 
 
 def media_address(config: SipConfig, toward: str) -> str:
@@ -112,6 +124,8 @@ class SipVoiceCall:
     # RFC 3264 8: every SDP we send in one call keeps the o= session id and bumps its version by one.
     sdp_session_id: int = field(default_factory=lambda: secrets.randbelow(2**31))
     sdp_version: int = -1
+    srtp_offered: bytes | None = None  # the SRTP key in our own offer (outbound, offerless INVITE)
+    srtp_keys: SrtpKeys | None = None  # what the media runs with, when it is SRTP
 
     def next_sdp_version(self) -> int:
         self.sdp_version = self.sdp_session_id if self.sdp_version < 0 else self.sdp_version + 1
@@ -150,16 +164,21 @@ class VoiceCallHandler:
             voice = self._new_inbound_call(dialog.call_id, call.source.host)
             await self._attach_inbound_session(voice, call.identity)
             voice.next_sdp_version()
-            return build_offer(media_address(self.config, call.source.host), voice.rtp.local_port,
-                               self._codecs, session_id=voice.sdp_session_id)
-        negotiated = negotiate(call.offer, self._codecs)  # NoCommonCodec -> 488, before any allocation
+            offer = build_offer(media_address(self.config, call.source.host), voice.rtp.local_port,
+                                self._codecs, session_id=voice.sdp_session_id)
+            voice.srtp_offered = secure_offer(offer, self.config.srtp)
+            return offer
+        # NoCommonCodec or an SRTP policy refusal -> 488, before any allocation.
+        negotiated, keys = negotiate_media(call.offer, self._codecs, self.config.srtp)
         voice = self._new_inbound_call(dialog.call_id, call.source.host)
         voice.negotiated = negotiated
         await self._attach_inbound_session(voice, call.identity)
         voice.rtp.update((negotiated.remote_host, negotiated.remote_port), negotiated.payload_type,
                          negotiated.dtmf_payload_type, _direction(negotiated.direction))
-        return build_answer(negotiated, media_address(self.config, call.source.host), voice.rtp.local_port,
-                            voice.sdp_session_id, offer=call.offer, session_version=voice.next_sdp_version())
+        _secure(voice, keys)
+        answer = build_answer(negotiated, media_address(self.config, call.source.host), voice.rtp.local_port,
+                              voice.sdp_session_id, offer=call.offer, session_version=voice.next_sdp_version())
+        return secure_answer(answer, call.offer, negotiated, keys)
 
     def _new_inbound_call(self, call_id: str, toward: str) -> SipVoiceCall:
         try:
@@ -186,8 +205,9 @@ class VoiceCallHandler:
         voice = self.calls.get(dialog.call_id)
         if voice is None or voice.ended:
             return
-        try:
-            negotiated = negotiate(answer, self._codecs)
+        try:  # our offer in the 200 was our current SDP, with the SRTP key we already use
+            negotiated, keys = negotiate_media(answer, self._codecs, self.config.srtp,
+                                               voice.srtp_keys.local if voice.srtp_keys else None)
         except SdpError as exc:
             log.info("sip unusable answer in ACK: media unchanged", extra={"call_id": dialog.call_id,
                                                                            "sip_reason": str(exc)})
@@ -195,6 +215,7 @@ class VoiceCallHandler:
         voice.negotiated = negotiated
         voice.rtp.update((negotiated.remote_host, negotiated.remote_port), negotiated.payload_type,
                          negotiated.dtmf_payload_type, _direction(negotiated.direction))
+        _secure(voice, keys)
 
     async def confirmed(self, dialog: Dialog) -> None:
         voice = self.calls.get(dialog.call_id)
@@ -205,7 +226,8 @@ class VoiceCallHandler:
             try:
                 if dialog.remote_sdp is None:
                     raise SdpError("the ACK carried no SDP answer to our offer")
-                negotiated = negotiate(dialog.remote_sdp, self._codecs)
+                negotiated, keys = negotiate_media(dialog.remote_sdp, self._codecs, self.config.srtp,
+                                                   voice.srtp_offered)
             except SdpError as exc:
                 log.info("sip call has no usable media: hanging up", extra={"call_id": dialog.call_id,
                                                                              "sip_reason": str(exc)})
@@ -215,21 +237,25 @@ class VoiceCallHandler:
             voice.negotiated = negotiated
             voice.rtp.update((negotiated.remote_host, negotiated.remote_port), negotiated.payload_type,
                              negotiated.dtmf_payload_type, _direction(negotiated.direction))
+            _secure(voice, keys)
         await self._start_media(voice, dialog)
 
     async def reinvite(self, dialog: Dialog, offer: SessionDescription | None) -> SessionDescription:
         voice = self.calls.get(dialog.call_id)
         if voice is None or offer is None:
             raise CallRejected(488, "Not Acceptable Here")
-        negotiated = negotiate(offer, self._codecs)
+        negotiated, keys = negotiate_media(offer, self._codecs, self.config.srtp,
+                                           voice.srtp_keys.local if voice.srtp_keys else None)
         voice.negotiated = negotiated
         voice.rtp.update((negotiated.remote_host, negotiated.remote_port), negotiated.payload_type,
                          negotiated.dtmf_payload_type, _direction(negotiated.direction))
+        _secure(voice, keys)
         log.info("sip call media updated", extra={"call_id": dialog.call_id, "direction": negotiated.direction,
                                                   "codec": negotiated.codec})
         peer = dialog.peer.host if dialog.peer else negotiated.remote_host
-        return build_answer(negotiated, media_address(self.config, peer), voice.rtp.local_port,
-                            voice.sdp_session_id, offer=offer, session_version=voice.next_sdp_version())
+        answer = build_answer(negotiated, media_address(self.config, peer), voice.rtp.local_port,
+                              voice.sdp_session_id, offer=offer, session_version=voice.next_sdp_version())
+        return secure_answer(answer, offer, negotiated, keys)
 
     def dtmf(self, dialog: Dialog, digit: str) -> None:
         """A key press sent as SIP INFO (phones without RFC 4733 events)."""
@@ -269,6 +295,7 @@ class VoiceCallHandler:
             raise CallFailed(503, str(exc)) from None
         offer = build_offer(media_address(self.config, toward), voice.rtp.local_port, self._codecs,
                             session_id=voice.sdp_session_id)
+        voice.srtp_offered = secure_offer(offer, self.config.srtp)
         voice.next_sdp_version()
         try:
             outbound = await self.ua.call(target, offer)
@@ -291,12 +318,13 @@ class VoiceCallHandler:
                        identity: CallerIdentity, greeting: str | None) -> Session:
         if answer is not None:
             try:
-                negotiated = negotiate(answer, self._codecs)
+                negotiated, keys = negotiate_media(answer, self._codecs, self.config.srtp, voice.srtp_offered)
             except SdpError as exc:
                 raise CallFailed(488, f"the callee's SDP answer is not usable ({exc})") from None
             voice.negotiated = negotiated
             voice.rtp.update((negotiated.remote_host, negotiated.remote_port), negotiated.payload_type,
                              negotiated.dtmf_payload_type, _direction(negotiated.direction))
+            _secure(voice, keys)
         try:
             await self._attach_session(voice, identity, greeting=greeting or self._greeting_outgoing or None)
         except SessionLimitReached:
