@@ -192,8 +192,8 @@ class Registration:
         if self.account.transport:
             if self.account.transport not in self.stack.transport.transports:
                 raise _Permanent(f"transport {self.account.transport} is not enabled")
-            if target.scheme == "sips":
-                raise _Permanent("TLS is not supported")
+            if target.scheme == "sips" and self.account.transport != "tls":
+                raise _Permanent(f"a sips: registrar is reached over tls, not {self.account.transport}")
             return self.account.transport
         try:
             return self.stack.transport_for(target)
