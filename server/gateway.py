@@ -347,9 +347,11 @@ class Gateway:
             components["sessions"] = {"ok": True, "live": len(self.sessions),
                                       "max": self.config.server.max_sessions}
         if self.sip is not None and self.sip.registrations.items:
-            # Not registered means the PBX cannot route calls to us: degraded, like a failing database.
+            # Not registered means that PBX cannot route calls to us, but this node still serves browsers,
+            # trunks and other registrations: advisory, so a PBX outage does not make a load balancer
+            # take every node out of service.
             described = self.sip.registrations.describe()
             components["sip_registrations"] = {"ok": all(item["state"] == "registered" for item in described),
-                                               "registrations": described}
-        ok = all(component.get("ok") for component in components.values())
+                                               "advisory": True, "registrations": described}
+        ok = all(component.get("ok") or component.get("advisory") for component in components.values())
         return {"status": "ok" if ok else "degraded", "components": components}

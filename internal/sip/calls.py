@@ -11,7 +11,7 @@ import asyncio
 import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from internal.sip.dialog import Dialog, DialogId
 from internal.sip.handler import CallHandler
@@ -21,9 +21,17 @@ from internal.sip.transport import Address
 
 if TYPE_CHECKING:
     from internal.sip.reliable import ReliableProvisionals
-    from internal.sip.session_refresh import SessionRefresh
+    from internal.sip.session_timer import SessionTimer
 
 log = logging.getLogger(__name__)
+
+
+class LegTimer(Protocol):
+    """A leg's RFC 4028 timer (session_refresh.SessionRefresh), named here so this module, which that
+    one imports, need not import it back."""
+
+    def arm(self, timer: SessionTimer | None) -> None: ...
+    def stop(self) -> None: ...
 
 
 @dataclass(eq=False)
@@ -39,7 +47,7 @@ class CallLeg:
     last_ack: SipRequest | None = None  # outbound: re-sent when the callee retransmits its 2xx
     ack_dest: Address | None = None
     ack_request: SipRequest | None = None  # the ACK that ended the last wait (its body: an answer to our offer)
-    session_timer: SessionRefresh | None = None  # RFC 4028 refresh/expiry (session_refresh.py)
+    session_timer: LegTimer | None = None  # RFC 4028 refresh/expiry (session_refresh.py)
     reliable: ReliableProvisionals | None = None  # inbound: our reliable 1xx awaiting PRACK (reliable.py)
 
 

@@ -16,15 +16,12 @@ import asyncio
 import contextlib
 import logging
 import random
-from typing import TYPE_CHECKING
 
 from internal.sip.calls import CallLeg
+from internal.sip.core import UaCore
 from internal.sip.message import SipResponse
 from internal.sip.session_timer import SessionTimer, retry_after_422, timer_from_uac_response, uac_request_headers
 from internal.sip.stack import RoutingError
-
-if TYPE_CHECKING:
-    from internal.sip.ua import UserAgent
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +32,7 @@ DIALOG_GONE = (408, 481)  # RFC 4028 10: these answers to a refresh mean the ses
 
 
 class SessionRefresh:
-    def __init__(self, ua: UserAgent, leg: CallLeg, *, peer_allows_update: bool) -> None:
+    def __init__(self, ua: UaCore, leg: CallLeg, *, peer_allows_update: bool) -> None:
         self.ua = ua
         self.leg = leg
         self.peer_allows_update = peer_allows_update

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 from internal.sip.calls import CallLeg
+from internal.sip.core import UaCore
 from internal.sip.dialog import Dialog, DialogError
 from internal.sip.digest import DigestError, authorization_header, choose_challenge
 from internal.sip.handler import CallFailed, OutboundCall
@@ -34,9 +34,6 @@ from internal.sip.stack import ALLOWED_METHODS, RoutingError, new_tag
 from internal.sip.transaction import ClientTransaction
 from internal.sip.transport import Address
 from internal.sip.uri import NameAddr, SipUri, UriError
-
-if TYPE_CHECKING:
-    from internal.sip.ua import UserAgent
 
 log = logging.getLogger(__name__)
 MAX_422_RETRIES = 2  # RFC 4028 7.1: each 422 raises the interval; a third one means a peer that loops
@@ -66,7 +63,7 @@ def parse_target(target: str) -> SipUri:
 
 
 class OutboundInvite:
-    def __init__(self, ua: UserAgent, target: SipUri, offer: SessionDescription, *, from_user: str,
+    def __init__(self, ua: UaCore, target: SipUri, offer: SessionDescription, *, from_user: str,
                  credentials: tuple[str, str] | None, proxy: SipUri | None) -> None:
         self.ua = ua
         self.target = target

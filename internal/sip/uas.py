@@ -16,10 +16,11 @@ import asyncio
 import logging
 import random
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from internal.identity.sip_caller import is_trusted, resolve_sip_identity
 from internal.sip.calls import CallLeg
+from internal.sip.core import UaCore
 from internal.sip.dialog import Dialog, DialogError
 from internal.sip.handler import CallRejected, IncomingCall
 from internal.sip.message import SipRequest, SipResponse
@@ -32,9 +33,6 @@ from internal.sip.syntax import quote
 from internal.sip.transaction import InviteServerTransaction, ServerTransaction
 from internal.sip.transport import Address
 from internal.sip.update import apply_refresh, negotiate_refresh
-
-if TYPE_CHECKING:
-    from internal.sip.ua import UserAgent
 
 log = logging.getLogger(__name__)
 SDP = "application/sdp"
@@ -55,7 +53,7 @@ def _offer_of(request: SipRequest) -> SessionDescription | None:
 class InboundInvite:
     """One new INVITE, driven by a task of its own so slow handlers never block the stack."""
 
-    def __init__(self, ua: UserAgent, request: SipRequest, txn: InviteServerTransaction, source: Address) -> None:
+    def __init__(self, ua: UaCore, request: SipRequest, txn: InviteServerTransaction, source: Address) -> None:
         self.ua = ua
         self.request = request
         self.txn = txn
@@ -211,7 +209,7 @@ class InboundInvite:
         return "unacknowledged"
 
 
-async def _start_early_media(ua: UserAgent, dialog: Dialog) -> None:
+async def _start_early_media(ua: UaCore, dialog: Dialog) -> None:
     """The handler's optional `early_media(dialog)`: media (and the greeting) before the 200."""
     start = getattr(ua.handler, "early_media", None)
     if start is None:
@@ -232,7 +230,7 @@ def _challenge_headers(challenges: list[str]) -> list[tuple[str, str]]:
     return [("WWW-Authenticate", value) for value in challenges]
 
 
-async def await_ack(ua: UserAgent, leg: CallLeg, response: SipResponse, source: Address, cseq: int) -> bool:
+async def await_ack(ua: UaCore, leg: CallLeg, response: SipResponse, source: Address, cseq: int) -> bool:
     """13.3.1.4: retransmit our 2xx (T1 doubling to T2) until the ACK; after 64*T1 send BYE."""
     timers = ua.stack.timers
     leg.awaiting_ack = cseq
@@ -274,7 +272,7 @@ def on_ack(leg: CallLeg, request: SipRequest) -> None:
     leg.ack_event.set()
 
 
-async def handle_reinvite(ua: UserAgent, leg: CallLeg, request: SipRequest, txn: ServerTransaction,
+async def handle_reinvite(ua: UaCore, leg: CallLeg, request: SipRequest, txn: ServerTransaction,
                           source: Address) -> None:
     """14.2: a target refresh / session modification inside an established dialog."""
     dialog = leg.dialog
@@ -333,7 +331,7 @@ async def handle_reinvite(ua: UserAgent, leg: CallLeg, request: SipRequest, txn:
         await _apply_answer_in_ack(ua, leg)
 
 
-async def _apply_answer_in_ack(ua: UserAgent, leg: CallLeg) -> None:
+async def _apply_answer_in_ack(ua: UaCore, leg: CallLeg) -> None:
     """RFC 3264 5/6: our 200 offered, the ACK answers; the handler's optional `answer_in_ack` applies it."""
     ack = leg.ack_request
     if ack is None or not ack.body:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import TYPE_CHECKING
 
 from internal.sip.calls import CallLeg
+from internal.sip.core import UaCore
 from internal.sip.handler import CallRejected
 from internal.sip.message import SipRequest
 from internal.sip.sdp import SdpError, SessionDescription
@@ -21,14 +21,11 @@ from internal.sip.syntax import quote
 from internal.sip.transaction import ServerTransaction
 from internal.sip.transport import Address
 
-if TYPE_CHECKING:
-    from internal.sip.ua import UserAgent
-
 log = logging.getLogger(__name__)
 SDP = "application/sdp"
 
 
-def negotiate_refresh(ua: UserAgent, request: SipRequest) -> UasDecision | TooSmall:
+def negotiate_refresh(ua: UaCore, request: SipRequest) -> UasDecision | TooSmall:
     """The session timer our 2xx to this INVITE/re-INVITE/UPDATE sets (SessionTimerError if unreadable)."""
     return negotiate_as_uas(request.headers, session_expires_s=ua.config.session_expires_s,
                             min_se_s=ua.config.min_se_s)
@@ -40,7 +37,7 @@ def apply_refresh(leg: CallLeg, decision: UasDecision) -> None:
         leg.session_timer.arm(decision.timer)
 
 
-async def handle_update(ua: UserAgent, leg: CallLeg, request: SipRequest, txn: ServerTransaction,
+async def handle_update(ua: UaCore, leg: CallLeg, request: SipRequest, txn: ServerTransaction,
                         source: Address) -> None:
     dialog = leg.dialog
 
@@ -86,7 +83,7 @@ async def handle_update(ua: UserAgent, leg: CallLeg, request: SipRequest, txn: S
     apply_refresh(leg, decision)
 
 
-def handle_prack(ua: UserAgent, leg: CallLeg, request: SipRequest, txn: ServerTransaction) -> None:
+def handle_prack(ua: UaCore, leg: CallLeg, request: SipRequest, txn: ServerTransaction) -> None:
     """RFC 3262 3: 200 for the PRACK of our outstanding reliable 1xx, 481 for any other."""
     if leg.reliable is not None and leg.reliable.on_prack(request):
         txn.respond(ua.stack.response(request, 200, "OK"))
