@@ -29,10 +29,9 @@ from internal.sip.sdp import SdpError, SessionDescription
 from internal.sip.session_refresh import SessionRefresh
 from internal.sip.session_timer import TooSmall, UasDecision, peer_allows_update
 from internal.sip.stack import ALLOWED_METHODS, SUPPORTED_OPTIONS, HeaderItems, new_tag
-from internal.sip.syntax import quote
 from internal.sip.transaction import InviteServerTransaction, ServerTransaction
 from internal.sip.transport import Address
-from internal.sip.update import apply_refresh, negotiate_refresh
+from internal.sip.update import answer_offer, apply_refresh, negotiate_refresh, sdp_warning
 
 log = logging.getLogger(__name__)
 SDP = "application/sdp"
@@ -156,7 +155,7 @@ class InboundInvite:
         try:
             answer = await ua.handler.answer(call, dialog)
         except SdpError as exc:
-            self._respond(488, "Not Acceptable Here", _warning(exc))
+            self._respond(488, "Not Acceptable Here", sdp_warning(exc))
             await ua.calls.end(leg, "no common codec")
             return
         except CallRejected as rejected:
@@ -218,12 +217,6 @@ async def _start_early_media(ua: UaCore, dialog: Dialog) -> None:
         await start(dialog)
     except Exception:
         log.exception("sip handler.early_media failed")
-
-
-def _warning(exc: Exception) -> dict[str, str]:
-    """RFC 3261 20.43 code 304 ("media type not available") with our reason, for 488 responses; SRTP
-    refusals carry their own code (302 incompatible transport protocol, 399 SRTP required)."""
-    return {"Warning": f"{getattr(exc, 'warning_code', 304)} voicegate {quote(str(exc))}"}
 
 
 def _challenge_headers(challenges: list[str]) -> list[tuple[str, str]]:
@@ -299,21 +292,16 @@ async def handle_reinvite(ua: UaCore, leg: CallLeg, request: SipRequest, txn: Se
     try:
         try:
             offer = _offer_of(request)
-            # An offerless re-INVITE (often a session refresh) gets our current SDP as the offer;
-            # the answer comes in the ACK. Our media does not change, so the handler is not asked.
-            sdp = dialog.local_sdp if offer is None and dialog.local_sdp is not None else None
-            if sdp is None:
-                sdp = await ua.handler.reinvite(dialog, offer)
         except SdpError as exc:
-            respond(488, "Not Acceptable Here", _warning(exc))
+            respond(488, "Not Acceptable Here", sdp_warning(exc))
             return
-        except CallRejected as rejected:
-            respond(rejected.status, rejected.reason, rejected.headers)
-            return
-        except Exception:
-            log.exception("sip handler.reinvite failed")
-            respond(500, "Server Internal Error")
-            return
+        # An offerless re-INVITE (often a session refresh) gets our current SDP as the offer;
+        # the answer comes in the ACK. Our media does not change, so the handler is not asked.
+        sdp = dialog.local_sdp if offer is None and dialog.local_sdp is not None else None
+        if sdp is None:
+            sdp = await answer_offer(ua, dialog, offer, respond)
+            if sdp is None:
+                return
         dialog.refresh_target(request)
         dialog.invite_cseq = request.cseq[0]
         dialog.local_sdp = sdp

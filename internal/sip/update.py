@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 
 from internal.sip.calls import CallLeg
 from internal.sip.core import UaCore
+from internal.sip.dialog import Dialog
 from internal.sip.handler import CallRejected
 from internal.sip.message import SipRequest
 from internal.sip.sdp import SdpError, SessionDescription
@@ -35,6 +37,28 @@ def apply_refresh(leg: CallLeg, decision: UasDecision) -> None:
     """A 2xx we sent to a refresh re-arms the timer (whoever refreshes next)."""
     if leg.session_timer is not None:
         leg.session_timer.arm(decision.timer)
+
+
+def sdp_warning(exc: Exception) -> dict[str, str]:
+    """RFC 3261 20.43 code 304 ("media type not available") with our reason, for 488 responses; SRTP
+    refusals carry their own code (302 incompatible transport protocol, 399 SRTP required)."""
+    return {"Warning": f"{getattr(exc, 'warning_code', 304)} voicegate {quote(str(exc))}"}
+
+
+async def answer_offer(ua: UaCore, dialog: Dialog, offer: SessionDescription | None,
+                       respond: Callable[..., object]) -> SessionDescription | None:
+    """The handler's answer to an offer in a dialog (re-INVITE or UPDATE), or None once a refusal
+    has been sent: 488 for media we cannot use, the handler's own rejection, 500 if it failed."""
+    try:
+        return await ua.handler.reinvite(dialog, offer)
+    except SdpError as exc:
+        respond(488, "Not Acceptable Here", sdp_warning(exc))
+    except CallRejected as rejected:
+        respond(rejected.status, rejected.reason, rejected.headers)
+    except Exception:
+        log.exception("sip handler.reinvite failed")
+        respond(500, "Server Internal Error")
+    return None
 
 
 async def handle_update(ua: UaCore, leg: CallLeg, request: SipRequest, txn: ServerTransaction,
@@ -61,19 +85,11 @@ async def handle_update(ua: UaCore, leg: CallLeg, request: SipRequest, txn: Serv
             return
         leg.reinvite_busy = True
         try:
-            answer = await ua.handler.reinvite(dialog, offer)
-        except SdpError as exc:
-            respond(488, "Not Acceptable Here", {"Warning": f"304 voicegate {quote(str(exc))}"})
-            return
-        except CallRejected as rejected:
-            respond(rejected.status, rejected.reason, rejected.headers)
-            return
-        except Exception:
-            log.exception("sip handler.reinvite failed for UPDATE")
-            respond(500, "Server Internal Error")
-            return
+            answer = await answer_offer(ua, dialog, offer, respond)
         finally:
             leg.reinvite_busy = False
+        if answer is None:
+            return
         dialog.local_sdp, dialog.remote_sdp = answer, offer
     dialog.refresh_target(request)  # RFC 3311 5.2: UPDATE is a target refresh request
     headers = {"Contact": ua.stack.contact(source.transport, source.host, secure=dialog.secure),
