@@ -19,6 +19,7 @@ from internal.tts.base import TextToSpeech
 from internal.web import STATIC_DIR
 from server.errors import install_error_handlers
 from server.gateway import Gateway
+from server.routes_agent import install_agent_routes
 from server.routes_calls import install_call_routes
 from server.routes_memory import install_memory_routes
 from server.routes_transfer import install_transfer_routes
@@ -74,4 +75,5 @@ def create_gateway_application(config: Config | None = None, *, tools: ToolRegis
     install_memory_routes(app, gateway)
     install_call_routes(app, gateway)
     install_transfer_routes(app, gateway)
+    install_agent_routes(app, gateway)
     return app

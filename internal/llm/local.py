@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from internal.llm.base import ChatMessage, ChatRequest, ReplyDelta, ToolCall, ToolSpec
+from internal.llm.local_capabilities import Capability, local_capabilities
 
 WHO_I_AM = ("I'm the simple offline assistant built into voicegate, not a full language model. I can tell you "
             "the time, repeat what you say, and remember things you ask me to.")
@@ -168,6 +169,11 @@ class LocalAgent:
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
+
+    def understands(self, *, memory_enabled: bool, transfer_targets: Sequence[str]) -> list[Capability]:
+        """What a caller can ask this agent, with an example each (shown on the page; see
+        local_capabilities.py)."""
+        return local_capabilities(memory_enabled=memory_enabled, transfer_targets=transfer_targets)
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ReplyDelta | ToolCall]:
         tools = {spec.name for spec in request.tools}
