@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -28,6 +29,10 @@ def _chromium_installed() -> None:
 ARTIFACTS = REPO / "test-artifacts"
 CALLER_PHRASES = ["say hello world", "what time is it", "goodbye", "my name is sam"]
 UI_TIMEOUT_MS = 60_000
+# docs/quickstart.md shows this screenshot; `VOICEGATE_UPDATE_SCREENSHOTS=1 pytest ...` rewrites it.
+QUICKSTART_SCREENSHOT = REPO / "docs" / "images" / "quickstart-call.png"
+# Read at import: an autouse fixture hides every VOICEGATE_* variable from the tests themselves.
+UPDATE_SCREENSHOTS = os.environ.get("VOICEGATE_UPDATE_SCREENSHOTS") == "1"
 
 
 def chromium_flags(wav: Path) -> list[str]:
@@ -91,6 +96,65 @@ async def test_the_page_calls_and_shows_what_the_caller_said_and_the_agent_answe
             await page.get_by_role("button", name="Call").wait_for(timeout=UI_TIMEOUT_MS)
             await wait_until(lambda: len(server.sessions) == 0, what="the DELETE to end the session")
             assert problems == []
+
+
+async def test_the_quickstart_call_asks_the_time_and_the_page_lists_what_the_offline_agent_understands(
+        config: Config, speech_wav: Callable[..., Path], pocketsphinx: PocketsphinxSpeechToText,
+        tmp_path: Path) -> None:
+    """docs/quickstart.md, step 3: open the page, press Call, say "what time is it", read the answer."""
+    from playwright.async_api import async_playwright
+
+    from internal.llm.local import LocalAgent
+
+    config.llm.provider = "local"
+    config.pipeline.greeting = "Hello there."
+    wav = speech_wav("what time is it", lead_ms=2500, tail_ms=6000)
+    async with live_server(config, stt=pocketsphinx) as server, async_playwright() as playwright:
+        async with browser_page(playwright, tmp_path, wav) as page:
+            problems: list[str] = []
+            page.on("pageerror", lambda error: problems.append(str(error)))
+            await page.goto(server.url + "/")
+            panel = page.get_by_role("region", name="What this offline agent understands")
+            await panel.wait_for(timeout=UI_TIMEOUT_MS)
+            listed = LocalAgent().understands(memory_enabled=False, transfer_targets=[])
+            shown = await panel.locator("li q").all_inner_texts()
+            assert shown == [capability.example for capability in listed]
+            assert "What time is it?" in shown and "Repeat after me: the parcel arrived on Monday." in shown
+            assert await panel.locator("li[data-intent=recall] .needs").inner_text() == \
+                " (needs memory)"
+
+            await page.get_by_role("button", name="Call").click()
+            transcript = page.locator("#transcript")
+            await transcript.locator(".line.user", has_text="what time is it").wait_for(timeout=UI_TIMEOUT_MS)
+            await transcript.locator(".line.agent", has_text="It's").wait_for(timeout=UI_TIMEOUT_MS)
+            await page.locator("#timings tr").first.wait_for(timeout=UI_TIMEOUT_MS)
+
+            ARTIFACTS.mkdir(exist_ok=True)
+            await page.screenshot(path=str(ARTIFACTS / "quickstart-call.png"), full_page=True)
+            if UPDATE_SCREENSHOTS:
+                QUICKSTART_SCREENSHOT.parent.mkdir(exist_ok=True)
+                shutil.copyfile(ARTIFACTS / "quickstart-call.png", QUICKSTART_SCREENSHOT)
+            await page.get_by_role("button", name="Hang up").click()
+            await wait_until(lambda: len(server.sessions) == 0, what="the DELETE to end the session")
+            assert problems == []
+
+
+async def test_the_page_hides_the_offline_agent_panel_when_another_model_answers(
+        config: Config, speech_wav: Callable[..., Path], tmp_path: Path) -> None:
+    from playwright.async_api import async_playwright
+
+    from tests.pipeline.conftest import ScriptedStt
+
+    config.llm.provider = "openai"
+    config.openai.api_key = "sk-not-a-real-key-for-this-test"
+    wav = speech_wav("goodbye", lead_ms=30_000, tail_ms=0)
+    async with live_server(config, stt=ScriptedStt([])) as server, async_playwright() as playwright:
+        async with browser_page(playwright, tmp_path, wav) as page:
+            async with page.expect_response(lambda response: response.url.endswith("/api/agent")) as answer:
+                await page.goto(server.url + "/")
+            assert (await (await answer.value).json()) == {"llm": "openai"}
+            await page.get_by_role("button", name="Call").wait_for(timeout=UI_TIMEOUT_MS)
+            assert await page.locator("#agent-panel").is_hidden()
 
 
 async def test_dev_sign_in_then_a_reload_resumes_the_same_conversation(

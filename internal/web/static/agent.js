@@ -4,8 +4,8 @@
 
 const $ = (id) => document.getElementById(id);
 const needsNote = {
-  memory: "needs memory on and a signed-in caller",
-  phone: "on a phone call",
+  memory: "needs memory",
+  phone: "phone calls only",
 };
 
 function item(capability) {
