@@ -59,6 +59,8 @@ SKIPPED: dict[str, str] = {
         "its `make serve` is the same command docs/quickstart.md's `make serve` block runs, started and stopped",
 }
 # Servers: started in the background, used, then stopped with Ctrl-C (SIGINT to the process group).
+# `make serve CONFIG=my.toml` is expected to work: the Makefile passes `serve --config`, which the CLI
+# accepts once issue 18's --config rework lands; until then this block fails, saying so.
 SERVERS = ("make serve", "cp config.toml my.toml")
 # Blocks that talk to the server (curl, a SIP call): they run while the first server of their document runs.
 WHILE_SERVING = ("curl -s localhost:8080/health", "sipp -sn uac")

@@ -101,7 +101,7 @@ async def test_the_page_calls_and_shows_what_the_caller_said_and_the_agent_answe
 async def test_the_quickstart_call_asks_the_time_and_the_page_lists_what_the_offline_agent_understands(
         config: Config, speech_wav: Callable[..., Path], pocketsphinx: PocketsphinxSpeechToText,
         tmp_path: Path) -> None:
-    """docs/quickstart.md, step 3: open the page, press Call, say "what time is it", read the answer."""
+    """docs/quickstart.md, step 2: open the page, press Call, say "what time is it", read the answer."""
     from playwright.async_api import async_playwright
 
     from internal.llm.local import LocalAgent
