@@ -148,7 +148,7 @@ def _run_serve(args: argparse.Namespace, config: Config) -> int:
             print(f"  {problem}", file=sys.stderr)
         return EXIT_ERROR
     configure_command_logging(config)
-    return asyncio.run(serve(config))
+    return asyncio.run(serve(config, args.config_path))
 
 
 if __name__ == "__main__":
