@@ -8,6 +8,7 @@ once the server listens.
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,8 @@ from urllib.parse import urlsplit
 
 from internal.config import Config
 from internal.config.sections import split_host_port
+
+log = logging.getLogger(__name__)
 
 ANY_HOSTS = ("0.0.0.0", "::", "")
 # The UAS answers any user part; `agent` reads as what it is for a person typing it into a softphone.
@@ -115,7 +118,11 @@ async def gather_banner_info(config: Config, gateway: Any, http_port: int, confi
         ports: dict[str, int] = {str(transport): int(gateway.sip.local_address(transport).port)
                                  for transport in config.sip.transports}
         uris, local = sip_uris(config, ports, lan)
-    components = (await gateway.health())["components"]
+    try:
+        components = (await gateway.health())["components"]
+    except Exception:  # a banner must not take a listening server down; fall back to what the config says
+        log.warning("the banner could not read the engines from /health", exc_info=True)
+        components = {}
     engines = {"Speech-to-text": str(components.get("stt", {}).get("engine", config.stt.provider)),
                "Text-to-speech": str(components.get("tts", {}).get("engine", config.tts.provider)),
                "Language model": config.effective_llm_provider}

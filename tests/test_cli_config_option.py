@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,13 @@ def test_the_makefile_serve_line_passes_config_where_the_cli_accepts_it(tmp_path
     (line,) = [line for line in dry_run.splitlines() if "bin/voicegate" in line]
     argv = shlex.split(line)[1:]
     assert build_parser().parse_args(argv).config == str(config)
+
+
+def test_the_sub_command_modules_import_without_the_cli_that_registers_them() -> None:
+    """No import circle: server.cli imports the command modules, never the other way round."""
+    probe = ("import sys, server.cli_common, server.cli_logging, server.memory_cli, server.rag_cli, "
+             "server.call_cli; print('server.cli' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
