@@ -75,7 +75,7 @@ def sip_uris(config: Config, ports: dict[str, int], lan: str | None) -> tuple[li
     elif bind_host in (*ANY_HOSTS, "127.0.0.1") and ports:
         first = next(iter(ports))
         local = _uri("127.0.0.1", first, ports[first])
-    return uris, local
+    return uris, ("" if local in uris else local)  # bound to loopback: the URIs already are the local ones
 
 
 def _uri(host: str, transport: str, port: int) -> str:

@@ -90,10 +90,11 @@ async def announce(config: Config, gateway: object, http_port: int, config_path:
 
     A terminal on stdout gets the banner there, beside the console log lines. Otherwise stdout may be a
     stream of JSON lines a collector parses, so the banner goes to stderr as plain lines and stdout gets
-    only the structured "ready" record (page_url, sip_uris, memory) in the log format in use.
+    only the structured "ready" record (page_url, sip_uris, memory_store, engines) in the log format in use.
     """
     info = await gather_banner_info(config, gateway, http_port, config_path)
     out = sys.stdout if sys.stdout.isatty() else sys.stderr
     print(render_banner(info), end="", file=out, flush=True)
+    # memory_store, not memory: `memory` is a content field the log formatter drops (CONTENT_FIELDS).
     log.info("voicegate is ready", extra={"page_url": info.page_urls[0], "sip_uris": info.sip_uris,
-                                          "memory": info.memory, "engines": info.engines})
+                                          "memory_store": info.memory, "engines": info.engines})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -10,8 +11,10 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
+from typing import IO
 
 import httpx
 import pytest
@@ -44,6 +47,9 @@ def test_sip_uris_name_each_transport_and_the_loopback_one_for_a_local_softphone
     public = config_from(tmp_path, '[sip]\nbind = "10.0.0.5:5070"\npublic_address = "203.0.113.9:5070"\n')
     uris, local = sip_uris(public, {"udp": 5070}, None)
     assert uris == ["sip:agent@203.0.113.9:5070"] and local == ""  # not on loopback: no local hint
+    loopback = config_from(tmp_path, '[sip]\nbind = "127.0.0.1:5080"\n')
+    uris, local = sip_uris(loopback, {"udp": 5080}, "192.168.1.20")
+    assert uris == ["sip:agent@127.0.0.1:5080"] and local == ""  # the URI already is the local one
 
 
 def test_memory_says_where_its_data_lives_and_never_the_database_password(tmp_path: Path) -> None:
@@ -92,20 +98,28 @@ def test_banner_without_sip_says_so_and_offers_another_second_thing() -> None:
     assert "microphone only on localhost" not in text  # one URL, localhost: nothing to warn about
 
 
-def read_until(stream: object, marker: str, timeout: float) -> str:
-    """Collect a child's stream in a thread (so a quiet child cannot hang the test) until `marker`."""
-    seen: list[str] = []
-    found = threading.Event()
+class Collector:
+    """A child's stream read in a thread (so a quiet child cannot hang the test)."""
 
-    def pump() -> None:
-        for line in stream:  # type: ignore[attr-defined]
-            seen.append(line)
-            if marker in line:
-                found.set()
+    def __init__(self, stream: IO[str]) -> None:
+        self.lines: list[str] = []
+        self._stream = stream
+        self._thread = threading.Thread(target=self._pump, daemon=True)
+        self._thread.start()
 
-    threading.Thread(target=pump, daemon=True).start()
-    found.wait(timeout)
-    return "".join(seen)
+    def _pump(self) -> None:
+        for line in self._stream:
+            self.lines.append(line)
+
+    def wait_for(self, marker: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while not any(marker in line for line in self.lines) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return "".join(self.lines)
+
+    def rest(self) -> list[str]:
+        self._thread.join(timeout=10)  # the child has exited: its stream ends
+        return list(self.lines)
 
 
 def sip_options(host: str, port: int) -> str:
@@ -136,9 +150,11 @@ def test_make_serve_prints_a_banner_whose_page_and_sip_uri_answer(tmp_path: Path
     (line,) = [line for line in dry_run.splitlines() if "bin/voicegate" in line]
     env = {k: v for k, v in os.environ.items() if not k.startswith("VOICEGATE_")}
     proc = subprocess.Popen([sys.executable, "-m", "server.cli", *shlex.split(line)[1:]], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout and proc.stderr
+    stdout, stderr = Collector(proc.stdout), Collector(proc.stderr)
     try:
-        banner = read_until(proc.stderr, "Ctrl-C stops.", timeout=180)
+        banner = stderr.wait_for("Ctrl-C stops.", timeout=180)
         assert "Ctrl-C stops." in banner, banner
         page = re.search(r"Browser page +(http://\S+)", banner)
         sip = re.search(r"SIP, dial +sip:agent@([\d.]+):(\d+)", banner)
@@ -155,3 +171,8 @@ def test_make_serve_prints_a_banner_whose_page_and_sip_uri_answer(tmp_path: Path
             proc.kill()
             proc.wait(timeout=10)
     assert proc.returncode == 0
+    # stdout is a pipe: JSON lines only (the banner went to stderr), with one record saying it is ready.
+    records = [json.loads(line) for line in stdout.rest() if line.strip()]
+    (ready,) = [r for r in records if r["message"] == "voicegate is ready"]
+    assert ready["page_url"] == page.group(1) and ready["memory_store"].startswith("off")
+    assert ready["sip_uris"] == [f"sip:agent@127.0.0.1:{sip_port}"]
