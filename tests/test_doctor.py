@@ -145,6 +145,17 @@ def test_sip_auth_without_users_fails_and_passwords_are_never_printed(tmp_path: 
     assert "alice-pw-9931" not in users.stdout + users.stderr
 
 
+def test_memory_on_checks_the_embedded_database_and_the_memory_model_key(tmp_path: Path, data_dir: Path) -> None:
+    result = doctor(tmp_path, healthy_toml(data_dir, "[memory]\nenabled = true\nauto = true\n"))
+    assert lines_of(result.stdout, "database") == [
+        f"ok   database: embedded PostgreSQL (pgserver) in {data_dir / 'postgres'}"]
+    assert lines_of(result.stdout, "secret memory owner key")[0].startswith("ok   secret memory owner key: ")
+    [model] = lines_of(result.stdout, "secret memory model")
+    assert model.startswith("FAIL secret memory model: memory.auto is on") and "VOICEGATE_MEMORY__API_KEY" in model
+    assert result.returncode == 1
+    assert not (data_dir / "postgres").exists()  # looked, started nothing
+
+
 def test_empty_models_dir_fails_with_the_set_up_command(tmp_path: Path, data_dir: Path) -> None:
     empty = tmp_path / "models"
     empty.mkdir()
