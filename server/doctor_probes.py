@@ -173,6 +173,10 @@ def check_models(config: Config) -> list[Check]:
         checks.append(Check("model pocketsphinx", True, "pocketsphinx is installed") if found else Check(
             "model pocketsphinx", False, "stt.provider is pocketsphinx but the package is not installed",
             f"{sys.executable} -m pip install pocketsphinx"))
+        grammar = config.pocketsphinx.grammar
+        if grammar and not Path(grammar).is_file():
+            checks.append(Check("model pocketsphinx grammar", False, f"pocketsphinx.grammar: no such file ({grammar})",
+                                "set pocketsphinx.grammar to an existing JSGF file, or empty it"))
     else:
         checks.append(Check("model whisper", None, f"not needed (stt.provider is {config.stt.provider})"))
     checks.append(_check_silero(config))

@@ -14,6 +14,7 @@ import pytest
 from server.doctor import Check, exit_code, format_check, report_json, summary_line
 from server.doctor_probes import check_port, port_holder
 from tests.conftest import free_port, run_cli
+from tests.sip.certs import ThrowawayCa
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +81,22 @@ def test_http_port_held_by_a_listener_fails_with_the_server_port_key(tmp_path: P
     assert result.returncode == 1
     [line] = lines_of(result.stdout, "port http")
     assert f"port {port}/tcp on 127.0.0.1 is used by PID {os.getpid()}" in line and "set server.port" in line
+
+
+def test_tls_port_is_checked_where_tls_bind_puts_it(tmp_path: Path, data_dir: Path) -> None:
+    leaf = ThrowawayCa(tmp_path / "ca").issue("voicegate")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        tls = (f"transports = ['udp', 'tls']\ntls_bind = '127.0.0.1:{port}'\n"
+               f"tls_cert = '{leaf.cert}'\ntls_key = '{leaf.key}'\n")
+        result = doctor(tmp_path, healthy_toml(data_dir).replace("[sip]\n", "[sip]\n" + tls))
+    [line] = lines_of(result.stdout, "port sip tls")
+    assert line.startswith(f"FAIL port sip tls: port {port}/tcp on 127.0.0.1 is used by PID {os.getpid()}")
+    assert "set sip.tls_bind to a free port" in line
+    assert lines_of(result.stdout, "port sip udp")[0].startswith("ok   ")
+    assert not lines_of(result.stdout, "port sip tcp")  # not a configured transport
 
 
 def test_missing_espeak_ng_fails_with_the_apt_command(tmp_path: Path, data_dir: Path) -> None:
