@@ -57,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_call_command(commands)
 
+    from server.doctor_cli import add_doctor_command
+
+    add_doctor_command(commands)
+
     talk = commands.add_parser("talk", help="run one conversation from WAV files through the real pipeline")
     talk.add_argument("files", nargs="*", metavar="FILE.wav", help="the caller's turns, one file each")
     talk.add_argument("--out", help="write the agent's audio to this WAV file")
@@ -73,6 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     path = config_path_from(config_argument(args))
+    if getattr(args, "run_unloaded", None):  # `doctor`: reports a config that does not load
+        return int(args.run_unloaded(args, path))
     try:
         config = load_config(path)
     except ConfigError as exc:
