@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 
 serve:
 	@scripts/bootstrap.sh serve
-	@$(VENV)/bin/voicegate serve $(if $(CONFIG),--config $(CONFIG),)
+	@$(VENV)/bin/voicegate serve $(if $(CONFIG),--config "$(CONFIG)",)
 
 test:
 	@scripts/bootstrap.sh test

@@ -16,6 +16,7 @@ from internal.config import (
     render_toml,
     security_warnings,
 )
+from server.cli_common import CommandParser, config_argument
 from server.cli_logging import configure_command_logging, configure_tool_logging
 
 EXIT_OK = 0
@@ -28,9 +29,9 @@ Command = Callable[[argparse.Namespace, Config], int]
 def build_parser() -> argparse.ArgumentParser:
     from server.version import package_version
 
-    parser = argparse.ArgumentParser(prog="voicegate", description="A voice-agent server for SIP and WebRTC.")
+    # CommandParser gives this parser and every sub-command `--config`: before or after the command.
+    parser = CommandParser(prog="voicegate", description="A voice-agent server for SIP and WebRTC.")
     parser.add_argument("--version", action="version", version=f"voicegate {package_version()}")
-    parser.add_argument("--config", help="path to config.toml (default: $VOICEGATE_CONFIG, else ./config.toml)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="run the server (HTTP, WebRTC, SIP)")
@@ -56,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_call_command(commands)
 
+    from server.doctor_cli import add_doctor_command
+
+    add_doctor_command(commands)
+
     talk = commands.add_parser("talk", help="run one conversation from WAV files through the real pipeline")
     talk.add_argument("files", nargs="*", metavar="FILE.wav", help="the caller's turns, one file each")
     talk.add_argument("--out", help="write the agent's audio to this WAV file")
@@ -71,7 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "run", None):
         parser.print_help()
         return EXIT_USAGE
-    path = config_path_from(args.config)
+    path = config_path_from(config_argument(args))
+    if getattr(args, "run_unloaded", None):  # `doctor`: reports a config that does not load
+        return int(args.run_unloaded(args, path))
     try:
         config = load_config(path)
     except ConfigError as exc:
@@ -147,7 +154,7 @@ def _run_serve(args: argparse.Namespace, config: Config) -> int:
             print(f"  {problem}", file=sys.stderr)
         return EXIT_ERROR
     configure_command_logging(config)
-    return asyncio.run(serve(config))
+    return asyncio.run(serve(config, args.config_path))
 
 
 if __name__ == "__main__":

@@ -25,9 +25,10 @@ def configure_command_logging(config: Config, level: str | None = None, stream: 
         secrets=secret_values(config),
         log_content=config.telemetry.log_content,
         log_file=config.telemetry.log_file,
+        log_format=config.telemetry.log_format,
     )
 
 
 def configure_tool_logging(config: Config) -> None:
-    """For commands whose stdout is their output: warnings and errors only, as JSON lines on stderr."""
+    """For commands whose stdout is their output: warnings and errors only, on stderr (telemetry.log_format)."""
     configure_command_logging(config, level="warning", stream=sys.stderr)

@@ -6,15 +6,15 @@ import asyncio
 import contextlib
 import logging
 import signal
-import socket
 import sys
 from collections.abc import Generator
+from pathlib import Path
 
 import uvicorn
 
 from internal.config import Config
 from server.app import create_gateway_application
-from server.providers import effective_tts_provider
+from server.banner import gather_banner_info, render_banner
 
 log = logging.getLogger(__name__)
 
@@ -27,36 +27,13 @@ class _Server(uvicorn.Server):
         yield
 
 
-def reachable_address(bind_host: str) -> str:
-    """The address a person on this network would dial: the bind host, or this machine's own."""
-    if bind_host not in ("0.0.0.0", "::", ""):
-        return bind_host
-    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.connect(("10.255.255.255", 1))  # no packet is sent; this only picks the outbound interface
-        return str(probe.getsockname()[0])
-    return "127.0.0.1"
-
-
-def banner(config: Config) -> list[str]:
-    http_host = "localhost" if config.server.host in ("0.0.0.0", "::", "127.0.0.1") else config.server.host
-    lines = [f"voicegate: browser page at http://{http_host}:{config.server.port}/"]
-    if config.sip.enabled:
-        sip_host = config.sip.public_address or reachable_address(config.sip.bind_host)
-        transports = ", ".join(config.sip.transports)
-        lines.append(f"voicegate: SIP at sip:voicegate@{sip_host}:{config.sip.bind_port} ({transports})")
-    memory = "on" if config.memory.enabled else "off"
-    lines.append(f"voicegate: memory {memory}; LLM {config.effective_llm_provider}; "
-                 f"STT {config.stt.provider}; TTS {effective_tts_provider(config)}. Ctrl-C stops.")
-    return lines
-
-
 # Idle HTTP connections are kept this long. uvicorn's 5 s default races clients that reuse a pooled
 # connection a moment after the server closed it (httpx and browsers keep them far longer): the request
 # then fails with a read error. 75 s outlasts the usual client pools' 60 s.
 HTTP_KEEP_ALIVE_S = 75
 
 
-async def serve(config: Config) -> int:
+async def serve(config: Config, config_path: Path | None = None) -> int:
     app = create_gateway_application(config)
     server = _Server(
         uvicorn.Config(
@@ -92,11 +69,32 @@ async def serve(config: Config) -> int:
     while not server.started and not task.done():  # noqa: ASYNC110
         await asyncio.sleep(0.05)
     if server.started:
-        for line in banner(config):
-            print(line, file=sys.stderr, flush=True)
-            log.info(line)
+        await announce(config, app.state.gateway, _bound_port(server, config.server.port), config_path)
     await task
     if not server.started:
         log.error("the server did not start (see the errors above)")
         return 1
     return 0
+
+
+def _bound_port(server: uvicorn.Server, configured: int) -> int:
+    """The port uvicorn really listens on (server.port may be 0: the OS picks one)."""
+    for listener in getattr(server, "servers", []):
+        for sock in listener.sockets:
+            return int(sock.getsockname()[1])
+    return configured
+
+
+async def announce(config: Config, gateway: object, http_port: int, config_path: Path | None) -> None:
+    """Print the banner once, for the person who started the server, and log one record for machines.
+
+    A terminal on stdout gets the banner there, beside the console log lines. Otherwise stdout may be a
+    stream of JSON lines a collector parses, so the banner goes to stderr as plain lines and stdout gets
+    only the structured "ready" record (page_url, sip_uris, memory_store, engines) in the log format in use.
+    """
+    info = await gather_banner_info(config, gateway, http_port, config_path)
+    out = sys.stdout if sys.stdout.isatty() else sys.stderr
+    print(render_banner(info), end="", file=out, flush=True)
+    # memory_store, not memory: `memory` is a content field the log formatter drops (CONTENT_FIELDS).
+    log.info("voicegate is ready", extra={"page_url": info.page_urls[0], "sip_uris": info.sip_uris,
+                                          "memory_store": info.memory, "engines": info.engines})

@@ -182,6 +182,7 @@ class MemoryConfig(Section):
 class TelemetryConfig(Section):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_file: str = ""
+    log_format: Literal["auto", "json", "console"] = "auto"
     log_content: bool = False
     service_name: str = "voicegate"
     traces: Literal["none", "console", "otlp", "memory"] = "none"

@@ -1,0 +1,43 @@
+"""`voicegate doctor [--json]`: the checks of server/doctor.py, printed as they run.
+
+The command loads the config itself, so that a config that does not load is one of its answers
+rather than the end of the run. Exit code: 0 when nothing failed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from server.doctor import Check, exit_code, format_check, report_json, run_checks, summary_line
+from server.doctor_probes import check_database, check_models, check_ports
+
+PROBES = (check_ports, check_models, check_database)
+
+
+def add_doctor_command(commands: Any) -> None:
+    doctor = commands.add_parser(
+        "doctor", help="check this machine for the config: tools, models, ports, database, secrets")
+    doctor.add_argument("--json", action="store_true", help="print one JSON document (for scripts)")
+    # The dispatcher calls `run_unloaded` with the config's path before loading it, because a broken
+    # config is one of the doctor's answers; `run` serves a dispatcher that loads first.
+    doctor.set_defaults(run=_run_loaded, run_unloaded=run_doctor)
+
+
+def _run_loaded(args: argparse.Namespace, config: Any) -> int:
+    return run_doctor(args, getattr(args, "config_path", None))
+
+
+def run_doctor(args: argparse.Namespace, path: Path | None) -> int:
+    checks: list[Check] = []
+    for check in run_checks(path, PROBES):
+        checks.append(check)
+        if not args.json:
+            print(format_check(check), flush=True)
+    if args.json:
+        print(report_json(checks))
+    else:
+        print(summary_line(checks))
+    return exit_code(checks)
+
