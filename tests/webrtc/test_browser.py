@@ -153,8 +153,9 @@ async def test_the_page_hides_the_offline_agent_panel_when_another_model_answers
             async with page.expect_response(lambda response: response.url.endswith("/api/agent")) as answer:
                 await page.goto(server.url + "/")
             assert (await (await answer.value).json()) == {"llm": "openai"}
-            await page.get_by_role("button", name="Call").wait_for(timeout=UI_TIMEOUT_MS)
+            await page.wait_for_load_state("networkidle")  # agent.js has had its answer and acted on it
             assert await page.locator("#agent-panel").is_hidden()
+            assert await page.locator("#agent-understands li").count() == 0
 
 
 async def test_dev_sign_in_then_a_reload_resumes_the_same_conversation(
