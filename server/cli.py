@@ -153,6 +153,10 @@ def _run_serve(args: argparse.Namespace, config: Config) -> int:
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
         return EXIT_ERROR
+    from server.node import resolve_node_id
+
+    # Decided once, here, and kept in the config: the logs, the gateway and the memory notices read it.
+    config.server.node_id = resolve_node_id(config.server.node_id)
     configure_command_logging(config)
     return asyncio.run(serve(config, args.config_path))
 

@@ -26,6 +26,7 @@ def configure_command_logging(config: Config, level: str | None = None, stream: 
         log_content=config.telemetry.log_content,
         log_file=config.telemetry.log_file,
         log_format=config.telemetry.log_format,
+        node_id=config.server.node_id,
     )
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -25,10 +24,11 @@ from internal.pipeline.pipeline import VoicePipeline
 from internal.pipeline.responder import SESSION_SPAN
 from internal.pipeline.services import PipelineServices
 from internal.pipeline.tools import ToolRegistry
-from internal.session import Session, SessionManager, TransportKind
+from internal.session import Session, SessionLimitReached, SessionManager, TransportKind
 from internal.stt.base import SpeechToText
 from internal.telemetry.otel import Telemetry
 from internal.tts.base import TextToSpeech
+from server.node import resolve_node_id
 from server.providers import (
     build_model,
     build_services,
@@ -88,7 +88,9 @@ class Gateway:
         self.sessions: SessionManager | None = None
         self._stack = AsyncExitStack()
         self.started = False
-        self.telemetry = Telemetry(config.telemetry, package_version())
+        self.node_id = resolve_node_id(config.server.node_id)  # serve sets it in the config first: one id
+        self.draining = False  # server/drain.py: no new calls, OPTIONS and /health answer 503
+        self.telemetry = Telemetry(config.telemetry, package_version(), node_id=self.node_id)
 
     async def start(self) -> None:
         try:
@@ -145,7 +147,7 @@ class Gateway:
         from internal.memory.tool import register_memory_tools
 
         config = self.config
-        provider = self._memory_provider or build_provider(config, self.database)
+        provider = self._memory_provider or build_provider(config, self.database, self.node_id)
         runtime = build_runtime(config, provider)
         self._stack.push_async_callback(runtime.close)
         await runtime.verify_owner_key()  # refuses a missing or replaced secret while owners are stored
@@ -156,7 +158,7 @@ class Gateway:
 
             node_id = getattr(provider, "node_id", None)
             bus = MemoryChangeBus(self.database, runtime, node_id if isinstance(node_id, str) and node_id
-                                  else secrets.token_hex(6))
+                                  else self.node_id)
             bus.start()
             self._stack.push_async_callback(bus.stop)
             self.memory_bus = bus
@@ -227,7 +229,7 @@ class Gateway:
         self.sip_calls = VoiceCallHandler(
             config.sip, open_session=self.open_session,
             new_pipeline=lambda session, rate, sink, greeting: self.new_pipeline(session, rate, sink, greeting),
-            end_session=sessions.end, at_capacity=sessions.at_capacity,
+            end_session=sessions.end, at_capacity=lambda: self.draining or sessions.at_capacity(),
             allocator=RtpPortAllocator(config.sip.rtp_port_min, config.sip.rtp_port_max), scheduler=scheduler,
             greeting_outgoing=config.pipeline.greeting_outgoing)
         self.sip = UserAgent(config.sip, self.sip_calls, digest_algorithms=tuple(config.sip.auth.algorithms),
@@ -275,6 +277,8 @@ class Gateway:
         Raises SessionLimitReached at `server.max_sessions`.
         """
         assert self.sessions is not None, "the gateway is not started"
+        if self.draining:
+            raise SessionLimitReached(retry_after_s=int(self.config.server.drain_timeout_s))
         session = self.sessions.create(identity, transport)
         span = self.telemetry.tracer.start_span("session", attributes={
             "voicegate.session_id": session.id, "voicegate.transport": transport,
@@ -304,6 +308,19 @@ class Gateway:
             span.set_attribute("voicegate.outcome", outcome)
             span.set_attribute("voicegate.turns", session.conversation.turns)
             span.end()
+
+    def begin_drain(self) -> None:
+        """Take no new call from here on (server/drain.py); the live ones carry on."""
+        self.draining = True
+        if self.sip is not None:
+            self.sip.draining = True
+        log.info("draining: refusing new calls", extra={"live_calls": self.live_calls(),
+                                                         "drain_timeout_s": self.config.server.drain_timeout_s})
+
+    def live_calls(self) -> int:
+        """Sessions (SIP and WebRTC) plus SIP calls still being set up, which have no session yet."""
+        sessions = len(self.sessions) if self.sessions is not None else 0
+        return sessions + (len(self.sip.calls.legs()) if self.sip is not None else 0)
 
     def push_stop(self, callback: Any) -> None:
         """Register an async cleanup to run at shutdown, before the components started earlier."""
@@ -354,4 +371,6 @@ class Gateway:
             components["sip_registrations"] = {"ok": all(item["state"] == "registered" for item in described),
                                                "advisory": True, "registrations": described}
         ok = all(component.get("ok") or component.get("advisory") for component in components.values())
-        return {"status": "ok" if ok else "degraded", "components": components}
+        # Draining answers 503 like a fault, so a balancer stops sending; the status says it is on purpose.
+        status = "draining" if self.draining else "ok" if ok else "degraded"
+        return {"status": status, "node_id": self.node_id, "draining": self.draining, "components": components}

@@ -1,4 +1,9 @@
-"""Run the server in one asyncio process until SIGINT/SIGTERM, then shut down cleanly (exit 0)."""
+"""Run the server in one asyncio process until SIGINT/SIGTERM, then shut down cleanly (exit 0).
+
+SIGTERM (what an orchestrator sends) drains first (server/drain.py): no new calls, the live ones finish
+or reach server.drain_timeout_s, then the shutdown. SIGINT (Ctrl-C at a terminal), or a second signal
+during a drain, shuts down now; the calls still up get our BYE either way. A third signal stops at once.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import uvicorn
 from internal.config import Config
 from server.app import create_gateway_application
 from server.banner import gather_banner_info, render_banner
+from server.drain import drain
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +54,21 @@ async def serve(config: Config, config_path: Path | None = None) -> int:
         )
     )
     loop = asyncio.get_running_loop()
+    gateway = app.state.gateway
+    draining: list[asyncio.Task[None]] = []
+
+    async def drain_then_exit() -> None:
+        await drain(gateway, config.server.drain_timeout_s)
+        server.should_exit = True
 
     def request_exit(signum: int) -> None:
+        if signum == signal.SIGTERM and server.started and not draining and not server.should_exit:
+            log.info("draining", extra={"signal": "SIGTERM"})
+            draining.append(asyncio.create_task(drain_then_exit()))
+            return
         log.info("shutting down", extra={"signal": signal.Signals(signum).name})
+        for task in draining:
+            task.cancel()
         if server.should_exit:
             server.force_exit = True
         server.should_exit = True

@@ -72,6 +72,9 @@ class ServerConfig(Section):
     dev_login: bool = False
     max_body_bytes: int = Field(1_048_576, gt=0)
     shutdown_timeout_s: float = Field(10.0, gt=0)
+    # "" = hostname plus a short random suffix, decided once at start (server/node.py).
+    node_id: str = Field("", max_length=64, pattern=r"^[A-Za-z0-9._-]*$")
+    drain_timeout_s: float = Field(30.0, gt=0)
 
     _cidrs = field_validator("trusted_header_sources")(_check_cidrs)
 

@@ -14,7 +14,8 @@ from internal.memory.runtime import DAY_S, FrontendMemoryRuntime
 from internal.rag.embedding import build_embedder
 
 
-def build_provider(config: Config, database: Database | None) -> Any:
+def build_provider(config: Config, database: Database | None, node_id: str | None = None) -> Any:
+    """`node_id` names this process in the change notices a shared PostgreSQL store sends (server/node.py)."""
     retention_s = config.memory.retention_days * DAY_S
     if config.memory.provider == "memory":
         from internal.memory.providers.inmemory import InMemoryProvider
@@ -29,7 +30,8 @@ def build_provider(config: Config, database: Database | None) -> Any:
 
     if database is None:
         raise ValueError("memory.provider = pgvector needs the database")
-    return PgvectorProvider(database, build_embedder(config.memory.embedding, config.openai), retention_s)
+    return PgvectorProvider(database, build_embedder(config.memory.embedding, config.openai), retention_s,
+                            node_id=node_id)
 
 
 def build_runtime(config: Config, provider: Any) -> FrontendMemoryRuntime:

@@ -60,6 +60,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+# Retry-After on the 503s of a closing or draining node: long enough for a dispatcher to pick another node.
+DRAIN_RETRY_AFTER_S = "30"
+
 
 def info_dtmf(request: SipRequest) -> str:
     """The key of a SIP INFO key press (application/dtmf-relay "Signal=5", or application/dtmf "5").
@@ -112,6 +115,9 @@ class UserAgent:
         self.registrations = Registrations(self.stack, config.registrations)
         self.transfers = TransferSubscriptions()  # REFERs we sent, waiting for their NOTIFYs
         self._closing = False
+        # Set by the composition root on a graceful drain (server/drain.py): new calls and OPTIONS get 503,
+        # so a dispatcher (Kamailio) marks this node down while its live calls carry on.
+        self.draining = False
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -262,7 +268,9 @@ class UserAgent:
             # 21.4.7 / RFC 4475 3.3.15: our 2xx must carry SDP, which this Accept refuses.
             self._respond(txn, 406, "Not Acceptable", {"Warning": '399 voicegate "answers carry application/sdp"'})
             return
-        if method == "OPTIONS":
+        if method == "OPTIONS" and self.draining:
+            self._respond(txn, 503, "Service Unavailable (draining)", {"Retry-After": DRAIN_RETRY_AFTER_S})
+        elif method == "OPTIONS":
             self._respond(txn, 200, "OK", {**capability_headers(), "Accept": "application/sdp"})
         elif method == "CANCEL":
             self._on_cancel(request, txn)
@@ -282,8 +290,8 @@ class UserAgent:
             else:
                 self.calls.spawn(handle_reinvite(self, leg, request, txn, source))
             return
-        if self._closing:
-            self._respond(txn, 503, "Service Unavailable", {"Retry-After": "30"})
+        if self._closing or self.draining:
+            self._respond(txn, 503, "Service Unavailable", {"Retry-After": DRAIN_RETRY_AFTER_S})
             return
         if self._is_merged(request):
             # 8.2.2.2: the same INVITE reached us twice by different paths (a forking proxy).

@@ -105,6 +105,19 @@ def record_fields(record: logging.LogRecord, redact: Redactor, log_content: bool
     return entry
 
 
+class NodeIdFilter(logging.Filter):
+    """Stamps every record with this process's node id, so the lines of several nodes can be told apart."""
+
+    def __init__(self, node_id: str) -> None:
+        super().__init__()
+        self.node_id = node_id
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "node_id"):
+            record.node_id = self.node_id
+        return True
+
+
 class JsonLinesFormatter(logging.Formatter):
     def __init__(self, redactor: Redactor, log_content: bool) -> None:
         super().__init__()
@@ -190,11 +203,12 @@ def configure_logging(
     stream: TextIO | None = None,
     log_file: str = "",
     log_format: str = "json",
+    node_id: str = "",
 ) -> None:
     """Send every logger's output to `stream` (stdout), as JSON lines or console lines, and to a file.
 
     `log_format` is "json", "console" or "auto" (console on a terminal). The file, read by machines,
-    always gets JSON lines.
+    always gets JSON lines. A `node_id` (server/node.py) is added to every record.
     """
     redactor = Redactor(secrets)
     out = stream or sys.stdout
@@ -213,6 +227,8 @@ def configure_logging(
     for handler in list(root.handlers):
         root.removeHandler(handler)
     for handler in handlers:
+        if node_id:
+            handler.addFilter(NodeIdFilter(node_id))
         root.addHandler(handler)
     root.setLevel(level.upper())
     # Libraries that narrate every packet drown the lines that matter.

@@ -58,8 +58,11 @@ def _otlp_span_exporter(endpoint: str) -> SpanExporter | None:
 
 
 class Telemetry:
-    def __init__(self, config: TelemetryConfig, version: str = "") -> None:
-        resource = Resource.create({"service.name": config.service_name, "service.version": version})
+    def __init__(self, config: TelemetryConfig, version: str = "", node_id: str = "") -> None:
+        attributes = {"service.name": config.service_name, "service.version": version}
+        if node_id:  # the OpenTelemetry name for "which process of the service" (server/node.py)
+            attributes["service.instance.id"] = node_id
+        resource = Resource.create(attributes)
         self.spans: InMemorySpanExporter | None = None
         self._tracer_provider: TracerProvider | None = None
         if config.traces != "none":
@@ -92,6 +95,10 @@ class Telemetry:
         meter.create_observable_gauge("voicegate_live_sessions", callbacks=[self._observe_live],
                                       description="Live sessions on this node, by transport")
         self._registrations: Callable[[], list[tuple[dict[str, str], bool]]] = list
+        # An info metric: join it on instance to label any series with the node it came from.
+        node_labels = {"node_id": node_id} if node_id else {}
+        meter.create_observable_gauge("voicegate_node_info", callbacks=[lambda _: [Observation(1, node_labels)]],
+                                      description="Always 1; node_id names this process (server.node_id)")
         meter.create_observable_gauge("voicegate_sip_registration_up", callbacks=[self._observe_registrations],
                                       description="1 while a [[sip.registrations]] account is registered, else 0")
 
