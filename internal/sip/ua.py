@@ -268,7 +268,7 @@ class UserAgent:
             # 21.4.7 / RFC 4475 3.3.15: our 2xx must carry SDP, which this Accept refuses.
             self._respond(txn, 406, "Not Acceptable", {"Warning": '399 voicegate "answers carry application/sdp"'})
             return
-        if method == "OPTIONS" and self.draining:
+        if method == "OPTIONS" and self.draining and not request.to_tag:  # a dispatcher's probe, not a dialog's
             self._respond(txn, 503, "Service Unavailable (draining)", {"Retry-After": DRAIN_RETRY_AFTER_S})
         elif method == "OPTIONS":
             self._respond(txn, 200, "OK", {**capability_headers(), "Accept": "application/sdp"})
