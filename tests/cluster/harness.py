@@ -216,7 +216,8 @@ def scenario(directory: Path, *, talk_ms: int = 300, media: str = "", from_user:
 
 
 @contextlib.contextmanager
-def cluster(directory: Path, db_uri: str, count: int = 2) -> Iterator[tuple[Proxy, list[Node]]]:
+def cluster(directory: Path, db_uri: str, count: int = 2,
+            trunk_nets: str = f"{CALLER_IP}/32") -> Iterator[tuple[Proxy, list[Node]]]:
     nodes = []
     for index in range(count):
         node_dir = directory / f"node-{'ab'[index]}"
@@ -224,7 +225,7 @@ def cluster(directory: Path, db_uri: str, count: int = 2) -> Iterator[tuple[Prox
         nodes.append(Node("ab"[index], node_dir, free_port(), free_port()))
     proxy_dir = directory / "proxy"
     proxy_dir.mkdir()
-    proxy = Proxy(proxy_dir, free_port(), nodes)
+    proxy = Proxy(proxy_dir, free_port(), nodes, trunk_nets)
     try:
         for node in nodes:
             node.start(db_uri)

@@ -140,3 +140,24 @@ async def test_a_caller_remembered_on_node_a_is_remembered_on_node_b(tmp_path: P
     heard = capture.heard(["here's what i remember i like green tea", "i don't remember anything about you yet",
                            "i'll remember that", "nice to meet you"])
     assert heard.startswith("here's what i remember"), heard
+
+
+def memory_decisions(node: Node) -> list[str]:
+    """Per call, how the node's memory saw the caller: "loaded", or why the caller stayed anonymous."""
+    found = []
+    for line in node.log.read_text(errors="replace").splitlines():
+        if line.startswith("{") and ("caller memory" in line or "anonymous caller: no memory" in line):
+            entry = json.loads(line)
+            found.append(entry.get("reason", "loaded"))
+    return found
+
+
+async def test_a_caller_outside_the_trunks_cannot_assert_an_identity(tmp_path: Path, fresh_db: str) -> None:
+    with cluster(tmp_path, fresh_db, count=1, trunk_nets="192.0.2.0/24") as (proxy, (node,)):
+        directory = tmp_path / "forged"
+        directory.mkdir()
+        # The trusted proxy forwards this INVITE; the node must still not believe either number in it.
+        path = scenario(directory, extra_header="P-Asserted-Identity: <tel:+15559876543>")
+        (await run_sipp(directory, path, proxy.target, timeout=60)).check()
+        assert await ended_on([node], 1) == [1]
+    assert memory_decisions(node) == ["anonymous caller"]
