@@ -149,6 +149,7 @@ class Proxy:
     port: int
     nodes: list[Node]
     trunk_nets: str = f"{CALLER_IP}/32"
+    pike_density: int = 2000  # far above what the load tests send from their one source
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -168,7 +169,7 @@ class Proxy:
             KAMAILIO, "-f", str(KAMAILIO_CFG), "-DD", "-E", "-Y", str(rundir), "-P", str(rundir / "kamailio.pid"),
             "-A", f"LISTEN=udp:{self.target}", "-A", f'DISPATCHER_LIST="{listing}"',
             "-A", f'TRUNK_NETS="{self.trunk_nets}"', "-A", f"PROBE_INTERVAL={PROBE_INTERVAL_S}",
-            "-A", "PIKE_DENSITY=2000",
+            "-A", f"PIKE_DENSITY={self.pike_density}",
         ]
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(args, cwd=self.directory, stdout=out, stderr=subprocess.STDOUT)
@@ -180,19 +181,30 @@ class Proxy:
 
     def answers(self) -> bool:
         """Whether Kamailio replies to a request (it refuses a MESSAGE, which is all we need to know)."""
+        return bool(self.send_messages(1, wait=1.0))
+
+    def send_messages(self, count: int, wait: float = 3.0) -> list[str]:
+        """Send `count` MESSAGE requests from the caller's address at once; the status lines that came back."""
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             sock.bind((CALLER_IP, 0))
-            sock.settimeout(1)
             port = sock.getsockname()[1]
-            sock.sendto((f"MESSAGE sip:probe@{self.target} SIP/2.0\r\n"
-                         f"Via: SIP/2.0/UDP {CALLER_IP}:{port};branch=z9hG4bK-{random.randrange(10**9)}\r\n"
-                         f"From: <sip:probe@{CALLER_IP}>;tag=1\r\nTo: <sip:probe@{self.target}>\r\n"
-                         f"Call-ID: probe-{random.randrange(10**9)}\r\nCSeq: 1 MESSAGE\r\nMax-Forwards: 70\r\n"
-                         "Content-Length: 0\r\n\r\n").encode(), (PROXY_IP, self.port))
-            try:
-                return sock.recv(4096).startswith(b"SIP/2.0 ")
-            except OSError:
-                return False
+            for _ in range(count):
+                sock.sendto((f"MESSAGE sip:probe@{self.target} SIP/2.0\r\n"
+                             f"Via: SIP/2.0/UDP {CALLER_IP}:{port};branch=z9hG4bK-{random.randrange(10**9)}\r\n"
+                             f"From: <sip:probe@{CALLER_IP}>;tag=1\r\nTo: <sip:probe@{self.target}>\r\n"
+                             f"Call-ID: probe-{random.randrange(10**9)}\r\nCSeq: 1 MESSAGE\r\n"
+                             "Max-Forwards: 70\r\nContent-Length: 0\r\n\r\n").encode(), (PROXY_IP, self.port))
+            replies: list[str] = []
+            deadline = time.monotonic() + wait
+            while len(replies) < count and time.monotonic() < deadline:
+                sock.settimeout(max(0.05, deadline - time.monotonic()))
+                try:
+                    data = sock.recv(4096)
+                except OSError:
+                    break
+                if data.startswith(b"SIP/2.0 "):
+                    replies.append(data.split(b"\r\n", 1)[0].decode(errors="replace"))
+            return replies
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -216,8 +228,8 @@ def scenario(directory: Path, *, talk_ms: int = 300, media: str = "", from_user:
 
 
 @contextlib.contextmanager
-def cluster(directory: Path, db_uri: str, count: int = 2,
-            trunk_nets: str = f"{CALLER_IP}/32") -> Iterator[tuple[Proxy, list[Node]]]:
+def cluster(directory: Path, db_uri: str, count: int = 2, trunk_nets: str = f"{CALLER_IP}/32",
+            pike_density: int = 2000) -> Iterator[tuple[Proxy, list[Node]]]:
     nodes = []
     for index in range(count):
         node_dir = directory / f"node-{'ab'[index]}"
@@ -225,7 +237,7 @@ def cluster(directory: Path, db_uri: str, count: int = 2,
         nodes.append(Node("ab"[index], node_dir, free_port(), free_port()))
     proxy_dir = directory / "proxy"
     proxy_dir.mkdir()
-    proxy = Proxy(proxy_dir, free_port(), nodes, trunk_nets)
+    proxy = Proxy(proxy_dir, free_port(), nodes, trunk_nets, pike_density)
     try:
         for node in nodes:
             node.start(db_uri)

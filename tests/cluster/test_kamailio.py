@@ -152,12 +152,20 @@ def memory_decisions(node: Node) -> list[str]:
     return found
 
 
-async def test_a_caller_outside_the_trunks_cannot_assert_an_identity(tmp_path: Path, fresh_db: str) -> None:
-    with cluster(tmp_path, fresh_db, count=1, trunk_nets="192.0.2.0/24") as (proxy, (node,)):
+async def test_a_caller_outside_the_trunks_cannot_assert_an_identity_nor_flood(
+        tmp_path: Path, fresh_db: str) -> None:
+    with cluster(tmp_path, fresh_db, count=1, trunk_nets="192.0.2.0/24", pike_density=30) as (proxy, (node,)):
         directory = tmp_path / "forged"
         directory.mkdir()
         # The trusted proxy forwards this INVITE; the node must still not believe either number in it.
         path = scenario(directory, extra_header="P-Asserted-Identity: <tel:+15559876543>")
         (await run_sipp(directory, path, proxy.target, timeout=60)).check()
         assert await ended_on([node], 1) == [1]
+
+        # The same source then sends 200 requests at once: pike lets the first through (Kamailio's own
+        # 405 for a MESSAGE) and refuses the rest of the burst with 503.
+        await asyncio.sleep(5)  # past pike's window, so the call's requests do not count
+        replies = await asyncio.to_thread(proxy.send_messages, 200)
     assert memory_decisions(node) == ["anonymous caller"]
+    assert replies and replies[0].startswith("SIP/2.0 405"), replies[:3]
+    assert sum(r.startswith("SIP/2.0 503") for r in replies) >= 100, replies
