@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 apt_packages=(espeak-ng sox sip-tester)
 if [ "$mode" = "test" ]; then
-  apt_packages+=(chromium baresip-core)
+  apt_packages+=(chromium baresip-core kamailio)
 fi
 
 missing=()

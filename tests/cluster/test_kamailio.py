@@ -1,0 +1,171 @@
+"""Kamailio (deploy/kamailio/kamailio.cfg) in front of two real voicegate nodes sharing one PostgreSQL:
+calls spread over both, a dead node's calls end and new calls go to the survivor, and what a caller
+told one node the other remembers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.cluster.harness import PROBE_INTERVAL_S, Node, Proxy, cluster, scenario
+from tests.sip.conftest import SippResult, run_sipp
+from tests.sip_calls.conftest import RtpCapture, caller_audio, stream
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+
+
+def sipp_counts(directory: Path) -> tuple[int, int]:
+    """(successful, failed) calls by sipp's own account: the last line of its -trace_stat file."""
+    (stats,) = sorted(directory.glob("*_.csv"))
+    rows = stats.read_text().splitlines()
+    header, last = rows[0].split(";"), rows[-1].split(";")
+    return int(last[header.index("SuccessfulCall(C)")]), int(last[header.index("FailedCall(C)")])
+
+
+async def many_calls(directory: Path, proxy: Proxy, calls: int, *, talk_ms: int, rate: int = 4,
+                     limit: int = 10) -> SippResult:
+    directory.mkdir()
+    return await run_sipp(directory, scenario(directory, talk_ms=talk_ms), proxy.target, timeout=240,
+                          extra=["-m", str(calls), "-r", str(rate), "-l", str(limit), "-trace_stat", "-fd", "1"])
+
+
+async def ended_on(nodes: list[Node], total: int) -> list[int]:
+    """Each node's count of ended SIP calls, once together they reach `total` (metrics lag the BYE)."""
+    deadline = time.monotonic() + 60
+    while True:
+        counts = [await asyncio.to_thread(node.sip_calls_ended) for node in nodes]
+        if sum(counts) >= total or time.monotonic() > deadline:
+            return counts
+        await asyncio.sleep(0.5)
+
+
+async def test_forty_calls_through_kamailio_all_succeed_and_both_nodes_take_some(
+        tmp_path: Path, fresh_db: str) -> None:
+    with cluster(tmp_path, fresh_db) as (proxy, nodes):
+        result = await many_calls(tmp_path / "sipp", proxy, 40, talk_ms=500)
+        result.check()
+        assert sipp_counts(tmp_path / "sipp") == (40, 0)
+        a, b = await ended_on(nodes, 40)
+    assert a + b == 40, f"node a ended {a} calls, node b {b}"
+    # Round-robin: each node gets about half; "some" leaves room for retransmissions and probes.
+    assert a >= 10 and b >= 10, f"node a ended {a} calls, node b {b}"
+
+
+async def test_a_killed_node_loses_only_its_calls_and_new_calls_go_to_the_other(
+        tmp_path: Path, fresh_db: str) -> None:
+    with cluster(tmp_path, fresh_db) as (proxy, nodes):
+        node_a, node_b = nodes
+        # Ten long calls, half on each node; node a dies while they are all up.
+        first = asyncio.create_task(many_calls(tmp_path / "during", proxy, 10, talk_ms=12000, rate=5))
+        await asyncio.sleep(6)
+        node_a.kill()
+        await first
+        ok, failed = sipp_counts(tmp_path / "during")
+        (survived,) = await ended_on([node_b], ok)
+        assert ok + failed == 10
+        assert failed >= 1, "node a carried calls, and they cannot have finished"
+        assert ok == survived, f"sipp completed {ok} calls, node b ended {survived}: only a's calls failed"
+
+        # After the probe interval Kamailio knows a is down: every new call is taken by b.
+        await asyncio.sleep(2 * PROBE_INTERVAL_S + 1)
+        result = await many_calls(tmp_path / "after", proxy, 20, talk_ms=300)
+        result.check()
+        assert sipp_counts(tmp_path / "after") == (20, 0)
+        (total,) = await ended_on([node_b], survived + 20)
+        assert total == survived + 20
+
+
+async def one_call(directory: Path, proxy: Proxy, said: str, capture: RtpCapture | None = None,
+                   talk_ms: int = 12000) -> None:
+    """The caller says `said`, then stays on long enough for the whole reply (on a loaded machine too)."""
+    directory.mkdir()
+    audio = caller_audio(directory, said, lead_ms=800)
+    path = scenario(directory, talk_ms=talk_ms, media=stream(audio),
+                    media_port=capture.port if capture is not None else "[media_port]")
+    (await run_sipp(directory, path, proxy.target, timeout=60)).check()
+
+
+def memory_loaded(node: Node) -> list[int]:
+    """The size of the caller memory each of the node's calls started with, from its JSON log."""
+    found = []
+    for line in node.log.read_text(errors="replace").splitlines():
+        if line.startswith("{") and '"caller memory loaded"' in line:
+            found.append(int(json.loads(line)["chars"]))
+    return found
+
+
+def stored_memory(db_uri: str) -> str:
+    with psycopg.connect(db_uri) as conn:
+        rows = conn.execute("SELECT content FROM memories WHERE scope = 'memory'").fetchall()
+    assert len(rows) == 1, f"one caller, one memory: {rows}"
+    return "\n".join(row[0] for row in rows)
+
+
+async def test_a_caller_remembered_on_node_a_is_remembered_on_node_b(tmp_path: Path, fresh_db: str) -> None:
+    with cluster(tmp_path, fresh_db) as (proxy, nodes):
+        node_a, node_b = nodes
+        proxy.stop()
+        # One proxy per call, each listing one node, so the test knows which node answered.
+        only_a = Proxy(tmp_path / "proxy", proxy.port, [node_a])
+        only_a.start()
+        try:
+            await one_call(tmp_path / "on-a", only_a, "remember that i like green tea")
+        finally:
+            only_a.stop()
+        assert await ended_on([node_a], 1) == [1]
+        memory = stored_memory(fresh_db)
+        assert "green tea" in memory, memory  # node a wrote it to the one database
+
+        only_b = Proxy(tmp_path / "proxy", proxy.port, [node_b])
+        only_b.start()
+        capture = await RtpCapture.open()
+        try:
+            await one_call(tmp_path / "on-b", only_b, "what do you remember about me", capture, 25000)
+        finally:
+            capture.close()
+            only_b.stop()
+        assert await ended_on([node_b], 1) == [1]
+        a_loaded, b_loaded = memory_loaded(node_a), memory_loaded(node_b)
+    # Node b started its call with the memory node a wrote (a had nothing when its call began) ...
+    # (the database holds no other caller's memory, so what b loaded is what a wrote).
+    assert a_loaded == [0] and len(b_loaded) == 1 and b_loaded[0] > 0, (a_loaded, b_loaded)
+    # ... and its reply says so: what it remembers, not that it knows nothing yet. pocketsphinx hears
+    # espeak's 8 kHz "here's what i remember" reliably but not the drink, whose words the database check
+    # above pins instead.
+    heard = capture.heard(["here's what i remember i like green tea", "i don't remember anything about you yet",
+                           "i'll remember that", "nice to meet you"])
+    assert heard.startswith("here's what i remember"), heard
+
+
+def memory_decisions(node: Node) -> list[str]:
+    """Per call, how the node's memory saw the caller: "loaded", or why the caller stayed anonymous."""
+    found = []
+    for line in node.log.read_text(errors="replace").splitlines():
+        if line.startswith("{") and ("caller memory" in line or "anonymous caller: no memory" in line):
+            entry = json.loads(line)
+            found.append(entry.get("reason", "loaded"))
+    return found
+
+
+async def test_a_caller_outside_the_trunks_cannot_assert_an_identity_nor_flood(
+        tmp_path: Path, fresh_db: str) -> None:
+    with cluster(tmp_path, fresh_db, count=1, trunk_nets="192.0.2.0/24", pike_density=30) as (proxy, (node,)):
+        directory = tmp_path / "forged"
+        directory.mkdir()
+        # The trusted proxy forwards this INVITE; the node must still not believe either number in it.
+        path = scenario(directory, extra_header="P-Asserted-Identity: <tel:+15559876543>")
+        (await run_sipp(directory, path, proxy.target, timeout=60)).check()
+        assert await ended_on([node], 1) == [1]
+
+        # The same source then sends 200 requests at once: pike lets the first through (Kamailio's own
+        # 405 for a MESSAGE) and refuses the rest of the burst with 503.
+        await asyncio.sleep(5)  # past pike's window, so the call's requests do not count
+        replies = await asyncio.to_thread(proxy.send_messages, 200)
+    assert memory_decisions(node) == ["anonymous caller"]
+    assert replies and replies[0].startswith("SIP/2.0 405"), replies[:3]
+    assert sum(r.startswith("SIP/2.0 503") for r in replies) >= 100, replies
