@@ -118,7 +118,7 @@ def install_memory_routes(app: FastAPI, gateway: Gateway) -> None:
                           422: {"description": "edit not found, ambiguous, too long or refused"},
                           429: {"description": "rate limited"}})
     async def patch_memory(request: Request, edit: MemoryPatch) -> dict[str, Any]:
-        decision = limiter.take(client_address(request))
+        decision = limiter.take(client_address(request, config.server.trusted_proxies))
         if not decision.allowed:
             raise ApiError(429, "rate_limited", "too many memory edits; try again shortly",
                            {"Retry-After": str(decision.retry_after_s)})

@@ -67,6 +67,8 @@ class ServerConfig(Section):
     whip_rate_per_min: int = Field(30, ge=0)
     patch_rate_per_min: int = Field(60, ge=0)
     trusted_header_sources: list[str] = Field(default_factory=list)
+    # Reverse proxies (HAProxy) whose X-Forwarded-For names the client that rate limits count against.
+    trusted_proxies: list[str] = Field(default_factory=list)
     trusted_header_secret: str = ""
     cors_origins: list[str] = Field(default_factory=list)
     dev_login: bool = False
@@ -76,7 +78,7 @@ class ServerConfig(Section):
     node_id: str = Field("", max_length=64, pattern=r"^[A-Za-z0-9._-]*$")
     drain_timeout_s: float = Field(30.0, gt=0)
 
-    _cidrs = field_validator("trusted_header_sources")(_check_cidrs)
+    _cidrs = field_validator("trusted_header_sources", "trusted_proxies")(_check_cidrs)
 
 
 def _default_digest_algorithms() -> list[Literal["MD5", "SHA-256"]]:

@@ -7,7 +7,12 @@ ICE candidates, so it costs sockets and CPU even when auth is off; the bucket ca
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Protocol
+
+from internal.identity.networks import address_in
+
+FORWARDED_FOR = "x-forwarded-for"
 
 
 class _Peer(Protocol):
@@ -19,8 +24,27 @@ class _Request(Protocol):
     @property
     def client(self) -> _Peer | None: ...
 
+    @property
+    def headers(self) -> Mapping[str, str]: ...
 
-def client_address(request: _Request) -> str:
-    """The TCP peer's address. Not X-Forwarded-For: anyone can write that header, and a limit keyed
-    on it is no limit. Behind a reverse proxy every client shares the proxy's bucket."""
-    return request.client.host if request.client is not None else "unknown"
+
+def forwarded_client(peer: str, forwarded_for: str | None, trusted_proxies: Sequence[str]) -> str:
+    """The client behind a chain of trusted proxies: the right-most X-Forwarded-For address that is not
+    itself a trusted proxy. Anyone can write the header, so only entries appended by proxies we trust
+    count, read from the right (each proxy appends the address it saw); a peer outside
+    `trusted_proxies` is the client whatever the header says."""
+    client = peer
+    hops = [hop.strip() for hop in (forwarded_for or "").split(",") if hop.strip()]
+    while address_in(client, trusted_proxies) and hops:
+        client = hops.pop()
+    return client
+
+
+def client_address(request: _Request, trusted_proxies: Sequence[str] = ()) -> str:
+    """The address a limit counts against: the TCP peer, or behind `server.trusted_proxies` (HAProxy)
+    the client their X-Forwarded-For names. Without trusted proxies every client behind a reverse
+    proxy shares the proxy's bucket."""
+    peer = request.client.host if request.client is not None else "unknown"
+    if not trusted_proxies:
+        return peer
+    return forwarded_client(peer, request.headers.get(FORWARDED_FOR), trusted_proxies)

@@ -71,6 +71,7 @@ class WhipEndpoint:
         server = gateway.config.server
         self.post_limiter = TokenBucketLimiter(server.whip_rate_per_min)
         self.patch_limiter = TokenBucketLimiter(server.patch_rate_per_min)
+        self.trusted_proxies = server.trusted_proxies
         self.rtc_config = rtc_configuration(gateway.config.webrtc.ice_servers)
         self.sample_rate = gateway.config.pipeline.sample_rate
         self.tokens = ResumeTokens(lambda session_id: self.sessions.get(session_id))
@@ -91,7 +92,7 @@ class WhipEndpoint:
     # ---- POST ---------------------------------------------------------------------------------------
 
     async def post(self, request: Request) -> Response:
-        decision = self.post_limiter.take(client_address(request))
+        decision = self.post_limiter.take(client_address(request, self.trusted_proxies))
         if not decision.allowed:
             raise rate_limited("calls", decision.retry_after_s)
         caller = await self._caller(request)
@@ -189,7 +190,7 @@ class WhipEndpoint:
         does not know PATCH at all, which is false (the memory API uses it). Accept-Patch is therefore
         never advertised. A client that lost its connection keeps its conversation through resume.
         """
-        decision = self.patch_limiter.take(client_address(request))
+        decision = self.patch_limiter.take(client_address(request, self.trusted_proxies))
         if not decision.allowed:
             raise rate_limited("PATCH requests", decision.retry_after_s)
         await self._owned_session(request, resource)
