@@ -1,5 +1,5 @@
 # The two commands of the README. Both set the machine up first (idempotent, fast on a second run).
-.PHONY: serve test lint typecheck unit bench soak clean
+.PHONY: serve test cluster lint typecheck unit bench soak clean
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -8,6 +8,11 @@ PYTEST_ARGS ?=
 serve:
 	@scripts/bootstrap.sh serve
 	@$(VENV)/bin/voicegate serve $(if $(CONFIG),--config "$(CONFIG)",)
+
+# PostgreSQL, two nodes, Kamailio (SIP) and HAProxy (HTTP) on loopback: scripts/cluster.py, docs/scaling.md.
+cluster:
+	@scripts/bootstrap.sh cluster
+	@$(PY) -m scripts.cluster $(if $(CONFIG),--config "$(CONFIG)",) $(CLUSTER_ARGS)
 
 test:
 	@scripts/bootstrap.sh test

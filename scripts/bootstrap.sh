@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepare this machine for voicegate: system packages from apt, then .venv with the package.
-# Usage: scripts/bootstrap.sh serve|test
+# Usage: scripts/bootstrap.sh serve|test|cluster
 # Idempotent: packages already installed and an unchanged pyproject.toml are skipped.
 set -euo pipefail
 mode="${1:-serve}"
@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 
 apt_packages=(espeak-ng sox sip-tester)
 if [ "$mode" = "test" ]; then
-  apt_packages+=(chromium baresip-core kamailio)
+  apt_packages+=(chromium baresip-core kamailio haproxy)
+elif [ "$mode" = "cluster" ]; then
+  apt_packages+=(kamailio haproxy)
 fi
 
 missing=()
@@ -33,6 +35,7 @@ fi
 
 extras=""
 [ "$mode" = "test" ] && extras="[test]"
+[ "$mode" = "cluster" ] && mode=serve  # the same Python packages as `make serve`
 stamp=".venv/.voicegate-installed-${mode}-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "bootstrap: installing voicegate${extras} into .venv"
