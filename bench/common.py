@@ -110,8 +110,9 @@ def process_tree_cpu_seconds(pid: int) -> float:
 
 
 def machine_busy_seconds() -> float:
-    """Time every CPU together spent doing anything, from /proc/stat's first line."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    """Time every CPU together spent doing anything, from /proc/stat's first line: user, nice, system,
+    irq and softirq; not idle, iowait or steal (the hypervisor running someone else's machine)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
     return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
 
 
