@@ -11,6 +11,9 @@ Two phases on the same processes, after a short idle reading:
   direct    sipp -> node a                      (one node, no front end)
   proxied   sipp -> Kamailio -> nodes a and b   (signalling only through Kamailio; RTP goes straight
                                                  to the node that answered, as deployed without rtpengine)
+Memory is on, as the cluster is deployed (it is why the nodes share PostgreSQL): a deaf caller gives it
+nothing to store, its reads at call start cost the same in both phases, and PostgreSQL's CPU is
+reported on its own, so it does not move the front end's figure.
 Each process's CPU is read from /proc (itself and its descendants): the nodes, Kamailio (its main
 process and children), PostgreSQL, sipp, and what the rest of the machine did ("others").
 
@@ -202,13 +205,18 @@ def run_phase(name: str, target: str, carriers: list[BenchNode], meters: Meters,
     begin = meters.read()
     sipp = subprocess.Popen(command, cwd=phase_dir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             preexec_fn=raise_fd_limit)
-    all_up = wait_for(live, calls, ramp + 60, f"{name}: {calls} calls up", calls)
-    time.sleep(args.warmup)
-    hold_start = meters.read(sipp)
-    time.sleep(args.seconds)
-    hold_end = meters.read(sipp)
-    per_node = [node.live_calls() for node in carriers]
-    _, stderr = sipp.communicate(timeout=hold_ms / 1000 + ramp + 120)
+    try:
+        all_up = wait_for(live, calls, ramp + 60, f"{name}: {calls} calls up", calls)
+        time.sleep(args.warmup)
+        hold_start = meters.read(sipp)
+        time.sleep(args.seconds)
+        hold_end = meters.read(sipp)
+        per_node = [node.live_calls() for node in carriers]
+        _, stderr = sipp.communicate(timeout=hold_ms / 1000 + ramp + 120)
+    finally:  # a node that stopped answering must not leave sipp calling it after we are gone
+        if sipp.poll() is None:
+            sipp.kill()
+            sipp.wait()
     all_ended = wait_for(live, 0, 60, f"{name}: {calls} calls down", calls)
     end = meters.read()
     ok, failed = sipp_counts(phase_dir)
@@ -357,6 +365,9 @@ def main() -> int:
         print("cluster_calls: --calls and --rate must be >= 1, and --calls at most 1400 (RTP port ranges "
               "below the ephemeral ones sipp's media ports come from)", file=sys.stderr)
         return 2
+    if args.seconds <= 0 or args.warmup < 0 or args.idle < 0:
+        print("cluster_calls: --seconds must be > 0, --warmup and --idle >= 0", file=sys.stderr)
+        return 2
     raise_fd_limit()
     load_before = os.getloadavg()
     load = ", ".join(f"{x:.2f}" for x in load_before)
@@ -365,13 +376,18 @@ def main() -> int:
           flush=True)
     result = measure(args)
     report(result)
+    incomplete = [name for name in ("direct", "proxied")
+                  if result[name]["completed"] != args.calls or result[name]["failed"] or not result[name]["all_up"]]
+    if incomplete:
+        print(f"cluster_calls: not every call completed in {', '.join(incomplete)} (see failed and sipp_errors "
+              "in the JSON): those figures do not describe the calls asked for", file=sys.stderr)
     path = save(args.label, {"settings": {"calls": args.calls, "rate": args.rate, "seconds": args.seconds,
                                           "warmup": args.warmup, "idle": args.idle, "pipeline": args.pipeline,
                                           "proxied_first": args.proxied_first,
                                           "load_average_before": load_before,
                                           "load_average_after": os.getloadavg()}, **result})
     print(f"\nwrote {path}")
-    return 0
+    return 1 if incomplete else 0
 
 
 if __name__ == "__main__":
