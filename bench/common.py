@@ -86,6 +86,36 @@ def cpu_busy_seconds(cpu: int) -> float:
     return 0.0
 
 
+def process_tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU of process `pid` and every descendant, alive or already reaped by its parent.
+
+    0.0 once `pid` has gone: a meter read on either side of a window is then a clear zero, not a crash.
+    """
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for process in tree:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:  # a child that exited between listing and reading
+            continue
+        # children_*: children that exited and were waited for, so a worker that came and went counts.
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+def machine_busy_seconds() -> float:
+    """Time every CPU together spent doing anything, from /proc/stat's first line: user, nice, system,
+    irq and softirq; not idle, iowait or steal (the hypervisor running someone else's machine)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def resident_kib() -> int:
     """This process's resident set size, from /proc."""
     for line in Path("/proc/self/status").read_text().splitlines():

@@ -12,6 +12,7 @@ BENCHMARKS = [
     ["speech.py"],
     ["memory.py", "--scales", "10000,100000,1000000", "--samples", "500"],
     ["sip_calls.py", "--calls", "50,100,150,200,250,300", "--seconds", "10", "--repeat", "2", "--profile"],
+    ["cluster_calls.py", "--calls", "100", "--seconds", "20"],
     ["rtp_media.py", "--calls", "100,200,400,800", "--seconds", "10"],
     ["rtp_media.py", "--calls", "400,800,1200", "--seconds", "10", "--bare"],
     ["webrtc_sessions.py", "--sessions", "4,8,10,12,16,20", "--seconds", "15", "--profile"],
