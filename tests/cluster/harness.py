@@ -10,6 +10,7 @@ import contextlib
 import random
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -24,16 +25,29 @@ PROBE_INTERVAL_S = 2
 OWNER_KEY_SECRET = "cluster-test-owner-key-secret-0123456789"
 SCENARIO = Path(__file__).parent / "uac_call.xml"
 MEMORY_PHRASES = ["remember that i like green tea", "what do you remember about me"]
+# The node's speech engines: pocketsphinx (with the test phrases) and espeak-ng, cheap enough for load
+# tests; or the offline defaults, Whisper tiny.en and Piper, one worker each, for tests that listen.
+SPEECH = {
+    "pocketsphinx": '[stt]\nprovider = "pocketsphinx"\n[tts]\nprovider = "espeak"\n',
+    "whisper": '[stt]\nprovider = "whisper"\n[tts]\nprovider = "piper"\n[whisper]\nworkers = 1\n'
+               '[piper]\nworkers = 1\n',
+}
 
 
+@dataclass
 class Node(ServeProcess):
     """A cluster node as scripts/cluster.py starts one, with the offline engines the tests can hear."""
+
+    speech: str = "pocketsphinx"  # a key of SPEECH
+    drain_timeout_s: float = 30.0
 
     def write_config(self, db_uri: str) -> Path:
         """The test's own settings; the cluster's (ports, database, trust) come as variables over them."""
         phrases = ", ".join(f'"{p}"' for p in [*CALLER_PHRASES, *MEMORY_PHRASES])
         config = self.directory / "config.toml"
         config.write_text(f"""
+[server]
+drain_timeout_s = {self.drain_timeout_s}
 [sip]
 invite_rate_per_min = 0
 # The memory test hears replies on a port of its own, not where sipp streams from.
@@ -47,11 +61,7 @@ end_of_turn = "off"
 vad_offset_ms = 500
 [llm]
 provider = "local"
-[stt]
-provider = "pocketsphinx"
-[tts]
-provider = "espeak"
-[pocketsphinx]
+{SPEECH[self.speech]}[pocketsphinx]
 workers = 1
 phrases = [{phrases}]
 [espeak]
@@ -96,12 +106,14 @@ def scenario(directory: Path, *, talk_ms: int = 300, media: str = "", from_user:
 
 @contextlib.contextmanager
 def cluster(directory: Path, db_uri: str, count: int = 2, trunk_nets: str = f"{CALLER_IP}/32",
-            pike_density: int = 2000) -> Iterator[tuple[Proxy, list[Node]]]:
+            pike_density: int = 2000, speech: str = "pocketsphinx",
+            drain_timeout_s: float = 30.0) -> Iterator[tuple[Proxy, list[Node]]]:
     nodes = []
     for index in range(count):
         node_dir = directory / f"node-{'ab'[index]}"
         node_dir.mkdir()
-        nodes.append(Node("ab"[index], node_dir, free_port(), free_port()))
+        nodes.append(Node("ab"[index], node_dir, free_port(), free_port(), speech=speech,
+                          drain_timeout_s=drain_timeout_s))
     proxy_dir = directory / "proxy"
     proxy_dir.mkdir()
     proxy = Proxy(proxy_dir, free_port(), nodes, trunk_nets, pike_density)

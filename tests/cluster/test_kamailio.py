@@ -1,6 +1,6 @@
 """Kamailio (deploy/kamailio/kamailio.cfg) in front of two real voicegate nodes sharing one PostgreSQL:
-calls spread over both, a dead node's calls end and new calls go to the survivor, and what a caller
-told one node the other remembers."""
+calls spread over both, a dead node's calls end and new calls go to the survivor, and a caller outside
+the trunks gets no identity. Memory across nodes, erasure and drain are in test_lifecycle.py."""
 
 from __future__ import annotations
 
@@ -9,12 +9,10 @@ import json
 import time
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from tests.cluster.harness import PROBE_INTERVAL_S, Node, Proxy, cluster, scenario
 from tests.sip.conftest import SippResult, run_sipp
-from tests.sip_calls.conftest import RtpCapture, caller_audio, stream
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -78,68 +76,6 @@ async def test_a_killed_node_loses_only_its_calls_and_new_calls_go_to_the_other(
         assert sipp_counts(tmp_path / "after") == (20, 0)
         (total,) = await ended_on([node_b], survived + 20)
         assert total == survived + 20
-
-
-async def one_call(directory: Path, proxy: Proxy, said: str, capture: RtpCapture | None = None,
-                   talk_ms: int = 12000) -> None:
-    """The caller says `said`, then stays on long enough for the whole reply (on a loaded machine too)."""
-    directory.mkdir()
-    audio = caller_audio(directory, said, lead_ms=800)
-    path = scenario(directory, talk_ms=talk_ms, media=stream(audio),
-                    media_port=capture.port if capture is not None else "[media_port]")
-    (await run_sipp(directory, path, proxy.target, timeout=60)).check()
-
-
-def memory_loaded(node: Node) -> list[int]:
-    """The size of the caller memory each of the node's calls started with, from its JSON log."""
-    found = []
-    for line in node.log.read_text(errors="replace").splitlines():
-        if line.startswith("{") and '"caller memory loaded"' in line:
-            found.append(int(json.loads(line)["chars"]))
-    return found
-
-
-def stored_memory(db_uri: str) -> str:
-    with psycopg.connect(db_uri) as conn:
-        rows = conn.execute("SELECT content FROM memories WHERE scope = 'memory'").fetchall()
-    assert len(rows) == 1, f"one caller, one memory: {rows}"
-    return "\n".join(row[0] for row in rows)
-
-
-async def test_a_caller_remembered_on_node_a_is_remembered_on_node_b(tmp_path: Path, fresh_db: str) -> None:
-    with cluster(tmp_path, fresh_db) as (proxy, nodes):
-        node_a, node_b = nodes
-        proxy.stop()
-        # One proxy per call, each listing one node, so the test knows which node answered.
-        only_a = Proxy(tmp_path / "proxy", proxy.port, [node_a])
-        only_a.start()
-        try:
-            await one_call(tmp_path / "on-a", only_a, "remember that i like green tea")
-        finally:
-            only_a.stop()
-        assert await ended_on([node_a], 1) == [1]
-        memory = stored_memory(fresh_db)
-        assert "green tea" in memory, memory  # node a wrote it to the one database
-
-        only_b = Proxy(tmp_path / "proxy", proxy.port, [node_b])
-        only_b.start()
-        capture = await RtpCapture.open()
-        try:
-            await one_call(tmp_path / "on-b", only_b, "what do you remember about me", capture, 25000)
-        finally:
-            capture.close()
-            only_b.stop()
-        assert await ended_on([node_b], 1) == [1]
-        a_loaded, b_loaded = memory_loaded(node_a), memory_loaded(node_b)
-    # Node b started its call with the memory node a wrote (a had nothing when its call began) ...
-    # (the database holds no other caller's memory, so what b loaded is what a wrote).
-    assert a_loaded == [0] and len(b_loaded) == 1 and b_loaded[0] > 0, (a_loaded, b_loaded)
-    # ... and its reply says so: what it remembers, not that it knows nothing yet. pocketsphinx hears
-    # espeak's 8 kHz "here's what i remember" reliably but not the drink, whose words the database check
-    # above pins instead.
-    heard = capture.heard(["here's what i remember i like green tea", "i don't remember anything about you yet",
-                           "i'll remember that", "nice to meet you"])
-    assert heard.startswith("here's what i remember"), heard
 
 
 def memory_decisions(node: Node) -> list[str]:
