@@ -9,9 +9,10 @@ from __future__ import annotations
 import contextlib
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 
@@ -32,6 +33,9 @@ SPEECH = {
     "whisper": '[stt]\nprovider = "whisper"\n[tts]\nprovider = "piper"\n[whisper]\nworkers = 1\n'
                '[piper]\nworkers = 1\n',
 }
+# The offline engines that start fastest, one worker each, for tests about the topology, not the speech.
+LIGHT_ENGINES = ('[llm]\nprovider = "local"\n' + SPEECH["pocketsphinx"]
+                 + '[espeak]\nworkers = 1\n[memory]\nembedding = "none"\n')
 
 
 @dataclass
@@ -117,14 +121,27 @@ def cluster(directory: Path, db_uri: str, count: int = 2, trunk_nets: str = f"{C
     proxy_dir = directory / "proxy"
     proxy_dir.mkdir()
     proxy = Proxy(proxy_dir, free_port(), nodes, trunk_nets, pike_density)
+    with running(nodes, db_uri, proxy):
+        yield proxy, nodes
+
+
+class FrontEnd(Protocol):
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@contextlib.contextmanager
+def running(nodes: Sequence[Node], db_uri: str, front: FrontEnd) -> Iterator[None]:
+    """Start `nodes` (all at once), wait until each is healthy, then `front`; stop all of them at the end."""
     try:
         for node in nodes:
             node.start(db_uri)
         for node in nodes:
             node.wait_healthy()
-        proxy.start()
-        yield proxy, nodes
+        front.start()
+        yield
     finally:
-        proxy.stop()
+        front.stop()
         for node in nodes:
             node.stop()

@@ -16,7 +16,7 @@ import pytest
 
 from internal.identity.jwt import mint_token
 from scripts.cluster import Haproxy
-from tests.cluster.harness import Node
+from tests.cluster.harness import LIGHT_ENGINES, Node, running
 from tests.conftest import free_port
 from tests.speech import write_wav
 from tests.webrtc.conftest import WAV_RATE, room_noise
@@ -49,19 +49,9 @@ enabled = true
 greeting = ""
 vad = "energy"
 end_of_turn = "off"
-[llm]
-provider = "local"
-[stt]
-provider = "pocketsphinx"
-[tts]
-provider = "espeak"
-[pocketsphinx]
+{LIGHT_ENGINES}[pocketsphinx]
 workers = 1
 phrases = ["say hello world"]
-[espeak]
-workers = 1
-[memory]
-embedding = "none"
 """)
         return config
 
@@ -79,17 +69,8 @@ def web_cluster(directory: Path, db_uri: str, whip_rate_per_min: int = 30,
     balancer_dir = directory / "haproxy"
     balancer_dir.mkdir()
     balancer = Haproxy(balancer_dir, free_port(), [node.http_address for node in nodes])
-    try:
-        for node in nodes:
-            node.start(db_uri)
-        for node in nodes:
-            node.wait_healthy()
-        balancer.start()
+    with running(nodes, db_uri, balancer):
         yield balancer, nodes
-    finally:
-        balancer.stop()
-        for node in nodes:
-            node.stop()
 
 
 def served(balancer: Haproxy, method: str, path: str) -> list[tuple[str, int]]:

@@ -21,15 +21,14 @@ import pytest
 import pytest_asyncio
 
 from bench.common import word_errors
-from internal.audio.g711 import ulaw_decode, ulaw_encode
+from internal.audio.g711 import ulaw_decode
 from internal.config.providers import WhisperConfig
 from internal.stt.whisper import WhisperSpeechToText
 from tests.cluster.harness import OWNER_KEY_SECRET, Node, Proxy, cluster, scenario
 from tests.cluster.test_kamailio import ended_on, many_calls, sipp_counts
 from tests.conftest import REPO, free_port
 from tests.sip.conftest import run_sipp
-from tests.sip_calls.conftest import RtpCapture, loud_part, stream
-from tests.speech import neural, silence
+from tests.sip_calls.conftest import RtpCapture, loud_part, neural_caller, stream
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -48,12 +47,6 @@ async def ears(tmp_path: Path) -> AsyncIterator[WhisperSpeechToText]:
     await engine.aclose()
 
 
-def spoken(directory: Path, text: str) -> Path:
-    """The Piper voice saying `text` as a RAW mu-law file for sipp, with silence around it for the VAD."""
-    pcm = silence(400, 8000) + neural([text], 8000)[0] + silence(1500, 8000)
-    path = directory / f"said-{abs(hash(text)) % 10**8}.pcmu"
-    path.write_bytes(ulaw_encode(pcm))
-    return path
 
 
 def only(directory: Path, node: Node) -> Proxy:
@@ -103,7 +96,7 @@ async def test_a_caller_remembered_on_one_node_is_remembered_on_the_other_by_ear
     with cluster(tmp_path, fresh_db, speech="whisper") as (_, (node_a, node_b)):
         via_a = only(tmp_path / "via-a", node_a)
         try:
-            await call(tmp_path / "on-a", via_a, stream(spoken(tmp_path, REMEMBER)), None, 15000)
+            await call(tmp_path / "on-a", via_a, stream(neural_caller(tmp_path, REMEMBER)), None, 15000)
         finally:
             via_a.stop()
         assert await ended_on([node_a], 1) == [1]
@@ -112,7 +105,7 @@ async def test_a_caller_remembered_on_one_node_is_remembered_on_the_other_by_ear
         via_b = only(tmp_path / "via-b", node_b)
         capture = await RtpCapture.open()
         try:
-            await call(tmp_path / "on-b", via_b, stream(spoken(tmp_path, RECALL)), capture, 20000)
+            await call(tmp_path / "on-b", via_b, stream(neural_caller(tmp_path, RECALL)), capture, 20000)
         finally:
             capture.close()
             via_b.stop()
@@ -200,7 +193,7 @@ async def test_memory_delete_from_the_cli_reaches_both_nodes_caches(
         try:
             # One live call on each node. Each asks what it remembers, which the node answers from the
             # cache its call set up (the memory tool reads only the cache) ...
-            recall = stream(spoken(tmp_path, RECALL))
+            recall = stream(neural_caller(tmp_path, RECALL))
             media = f'{recall}\n  <pause milliseconds="{ASK_AGAIN_MS}"/>\n{recall}'
             calls = [asyncio.create_task(call(tmp_path / f"live-{node.name}", proxy, media, capture, 20000))
                      for node, proxy, capture in zip((node_a, node_b), (via_a, via_b), captures, strict=True)]

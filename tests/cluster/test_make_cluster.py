@@ -15,29 +15,13 @@ import httpx
 import pytest
 
 from scripts.cluster import PROXY_IP
-from tests.cluster.harness import scenario
+from tests.cluster.harness import LIGHT_ENGINES, scenario
 from tests.conftest import REPO, free_port
 from tests.sip.conftest import run_sipp
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-# The offline engines that start fastest: the test is about the topology, not the speech.
-LIGHT_CONFIG = """
-[llm]
-provider = "local"
-[stt]
-provider = "pocketsphinx"
-[tts]
-provider = "espeak"
-[pocketsphinx]
-workers = 1
-[espeak]
-workers = 1
-[pipeline]
-end_of_turn = "off"
-[memory]
-embedding = "none"
-"""
+LIGHT_CONFIG = LIGHT_ENGINES + '[pocketsphinx]\nworkers = 1\n[pipeline]\nend_of_turn = "off"\n'
 
 
 def processes_using(directory: Path) -> list[str]:

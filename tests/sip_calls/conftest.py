@@ -34,7 +34,7 @@ from internal.tts.base import TextToSpeech
 from server.gateway import Gateway
 from tests.conftest import tone_driven
 from tests.sip.conftest import SippResult, eventually, free_port, run_sipp
-from tests.speech import speak, transcribe
+from tests.speech import neural, silence, speak, transcribe
 
 __all__ = ["SippResult", "eventually", "free_port", "run_sipp"]
 
@@ -377,3 +377,12 @@ def udp_port_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def neural_caller(directory: Path, text: str) -> Path:
+    """The Piper voice saying `text` as a RAW mu-law file for sipp, with silence around it for the VAD
+    (speech the offline defaults were not tuned on, unlike espeak-ng's)."""
+    pcm = silence(400, 8000) + neural([text], 8000)[0] + silence(1500, 8000)
+    path = directory / f"caller-{abs(hash(text)) % 10**8}.pcmu"
+    path.write_bytes(ulaw_encode(pcm))
+    return path

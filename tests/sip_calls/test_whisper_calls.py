@@ -13,7 +13,6 @@ import pytest
 import pytest_asyncio
 
 from bench.common import word_errors
-from internal.audio.g711 import ulaw_encode
 from internal.config.providers import WhisperConfig
 from internal.stt.whisper import WhisperSpeechToText
 from tests.sip_calls.conftest import (
@@ -21,12 +20,12 @@ from tests.sip_calls.conftest import (
     ServerFactory,
     caller_bye,
     loud_part,
+    neural_caller,
     render,
     run_sipp,
     sip_calls_config,
     stream,
 )
-from tests.speech import neural, silence
 
 pytestmark = pytest.mark.slow
 
@@ -38,11 +37,6 @@ async def whisper(tmp_path: Path) -> AsyncIterator[WhisperSpeechToText]:
     await engine.aclose()
 
 
-def neural_caller(directory: Path, text: str) -> Path:
-    pcm = silence(400, 8000) + neural([text], 8000)[0] + silence(1500, 8000)
-    path = directory / "caller.pcmu"
-    path.write_bytes(ulaw_encode(pcm))
-    return path
 
 
 async def test_a_caller_in_a_neural_voice_is_understood_by_whisper_and_answered_by_piper(
