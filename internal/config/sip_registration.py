@@ -81,14 +81,13 @@ class SipRegistration(BaseModel):
 
 def check_sip_uri(value: str, key: str) -> str:
     # Imported here: internal.sip imports the config package, not the other way round at load time.
-    from internal.sip.uri import SipUri, UriError
+    from internal.sip.uri import UriError, sip_uri_with_host
 
     try:
-        uri = SipUri.parse(value)
+        sip_uri_with_host(value)
     except UriError as exc:
-        raise ValueError(f"{key} must be a sip: or sips: URI such as \"sip:pbx.example:5060\" ({exc})") from None
-    if not uri.is_sip or not uri.host:
-        raise ValueError(f"{key} must be a sip: or sips: URI with a host, such as \"sip:pbx.example:5060\"")
+        raise ValueError(f"{key} must be a sip: or sips: URI with a host, such as \"sip:pbx.example:5060\" "
+                         f"({exc})") from None
     return value
 
 

@@ -33,7 +33,7 @@ from internal.sip.session_timer import (
 from internal.sip.stack import ALLOWED_METHODS, RoutingError, new_tag
 from internal.sip.transaction import ClientTransaction
 from internal.sip.transport import Address
-from internal.sip.uri import NameAddr, SipUri, UriError
+from internal.sip.uri import NameAddr, SipUri, UriError, sip_uri_with_host
 
 log = logging.getLogger(__name__)
 MAX_422_RETRIES = 2  # RFC 4028 7.1: each 422 raises the interval; a third one means a peer that loops
@@ -54,12 +54,9 @@ def make_cancel(invite: SipRequest) -> SipRequest:
 
 def parse_target(target: str) -> SipUri:
     try:
-        uri = SipUri.parse(target)
+        return sip_uri_with_host(target)
     except UriError as exc:
-        raise ValueError(f"not a SIP URI: {target!r}") from exc
-    if not uri.is_sip or not uri.host:
-        raise ValueError(f"not a sip: URI with a host: {target!r}")
-    return uri
+        raise ValueError(f"{target!r}: {exc}") from exc
 
 
 class OutboundInvite:

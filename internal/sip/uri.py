@@ -101,6 +101,14 @@ class SipUri:
         return f"{self.scheme}:{userinfo}{self.host_for_wire}{port}{format_params(self.params)}{headers}"
 
 
+def sip_uri_with_host(text: str) -> SipUri:
+    """`text` as a sip: or sips: URI naming a host (what we can send a request to); UriError otherwise."""
+    uri = SipUri.parse(text)
+    if not uri.is_sip or not uri.host:
+        raise UriError("not a sip: or sips: URI with a host")
+    return uri
+
+
 def _parse_sip(scheme: str, rest: str) -> SipUri:
     # The host part cannot hold "@" (nor may parameters), so the last "@" ends the userinfo even
     # when the user part itself holds ";" or "?" (user-unreserved characters).
