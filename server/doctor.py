@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from internal.config import Config, ConfigError, load_config, security_warnings
+from server.providers import tts_choice
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,19 +80,9 @@ def _which(program: str) -> str | None:
     return shutil.which(program)
 
 
-def effective_tts(config: Config) -> tuple[str, str]:
-    """The TTS engine the server will use here, and why (for "auto": why not Piper)."""
-    if config.tts.provider != "auto":
-        return config.tts.provider, ""
-    from internal.tts.piper_voice import piper_available
-
-    reason = piper_available(config.piper)
-    return ("piper", "") if reason is None else ("espeak", reason)
-
-
 def check_tools(config: Config) -> list[Check]:
     """The programs the configured engines run; test-only tools are information, never failures."""
-    tts, why_not_piper = effective_tts(config)
+    tts, why_not_piper = tts_choice(config)
     checks: list[Check] = []
     espeak = config.espeak.binary
     found = _which(espeak)

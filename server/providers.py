@@ -68,17 +68,22 @@ def build_stt(config: Config) -> SpeechToText:
         raise ConfigError([f"whisper.model: {exc}"]) from exc
 
 
-def effective_tts_provider(config: Config) -> str:
-    """The engine `tts.provider` means here: "auto" is Piper when it can run, else espeak-ng."""
+def tts_choice(config: Config) -> tuple[str, str]:
+    """The engine `tts.provider` means here, and for "auto" on espeak-ng why Piper cannot run ("" else):
+    "auto" is Piper when it can run, else espeak-ng. `voicegate doctor` reports the same choice."""
     if config.tts.provider != "auto":
-        return config.tts.provider
+        return config.tts.provider, ""
     from internal.tts.piper_voice import piper_available
 
     reason = piper_available(config.piper)
-    if reason is None:
-        return "piper"
-    log.info("tts.provider auto: espeak-ng, because Piper cannot run (%s)", reason)
-    return "espeak"
+    return ("piper", "") if reason is None else ("espeak", reason)
+
+
+def effective_tts_provider(config: Config) -> str:
+    provider, why_not_piper = tts_choice(config)
+    if why_not_piper:
+        log.info("tts.provider auto: espeak-ng, because Piper cannot run (%s)", why_not_piper)
+    return provider
 
 
 def build_tts(config: Config) -> TextToSpeech:
