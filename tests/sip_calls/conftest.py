@@ -386,3 +386,34 @@ def neural_caller(directory: Path, text: str) -> Path:
     path = directory / f"caller-{abs(hash(text)) % 10**8}.pcmu"
     path.write_bytes(ulaw_encode(pcm))
     return path
+
+
+@pytest.fixture
+async def http_server(tmp_path: Path) -> AsyncIterator[Any]:
+    """`await http_server(config, finals)`: the whole app (gateway started, a ScriptedStt hearing
+    `finals`) and an HTTP client for it, both closed after the test."""
+    import httpx
+
+    from server.app import create_gateway_application
+    from tests.pipeline.conftest import ScriptedStt
+
+    started: list[tuple[SipServer, httpx.AsyncClient]] = []
+
+    async def factory(config: Config, finals: list[str] | None = None) -> tuple[SipServer, httpx.AsyncClient]:
+        app = create_gateway_application(config, stt=ScriptedStt(finals or []))
+        gateway = app.state.gateway
+        await gateway.start()
+        server = SipServer(gateway)
+
+        async def record(session: Any) -> None:
+            server.ended.append(session)
+
+        server.sessions.add_end_hook(record)
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://voicegate", timeout=60)
+        started.append((server, client))
+        return server, client
+
+    yield factory
+    for server, client in started:
+        await client.aclose()
+        await server.gateway.stop()

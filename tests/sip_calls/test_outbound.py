@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +17,11 @@ from internal.memory.provider import ChangeContext
 from internal.tts.espeak import EspeakTextToSpeech
 from server.app import create_gateway_application
 from tests.conftest import REPO
-from tests.pipeline.conftest import ScriptedStt
 from tests.sip_calls.conftest import (
     CALLER_PHRASES,
     WAIT_FOR_BYE,
     RtpCapture,
     SippResult,
-    SipServer,
     agent_said,
     eventually,
     fragment,
@@ -52,31 +49,6 @@ async def start_callee(directory: Path, scenario: Path) -> tuple[asyncio.Task[Si
 
 def answering(directory: Path, capture: RtpCapture, ending: str) -> Path:
     return render(directory, "uas_answer.xml", ending=ending, media_port=capture.port, OFFER_REGEXP=OUR_OFFER)
-
-
-@pytest.fixture
-async def http_server(tmp_path: Path) -> AsyncIterator[Any]:
-    """`await http_server(config)`: the whole app (gateway started) and an HTTP client for it."""
-    started: list[tuple[SipServer, httpx.AsyncClient]] = []
-
-    async def factory(config: Config) -> tuple[SipServer, httpx.AsyncClient]:
-        app = create_gateway_application(config, stt=ScriptedStt([]))
-        gateway = app.state.gateway
-        await gateway.start()
-        server = SipServer(gateway)
-
-        async def record(session: Any) -> None:
-            server.ended.append(session)
-
-        server.sessions.add_end_hook(record)
-        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://voicegate", timeout=60)
-        started.append((server, client))
-        return server, client
-
-    yield factory
-    for server, client in started:
-        await client.aclose()
-        await server.gateway.stop()
 
 
 def outbound_config(tmp_path: Path, **server: Any) -> Config:

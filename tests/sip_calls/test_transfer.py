@@ -4,11 +4,9 @@ REFER, answers it and reports the new call's progress in NOTIFY sipfrag bodies."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from internal.config import Config
@@ -16,8 +14,6 @@ from internal.identity import CallerIdentity
 from internal.session import Session
 from internal.sip.voice import SIP_CALL_ID
 from internal.sip.voice_transfer import TRANSFER_STATE, TRANSFERRED, failure_message
-from server.app import create_gateway_application
-from tests.pipeline.conftest import ScriptedStt
 from tests.sip_calls.conftest import (
     WAIT_FOR_BYE,
     SipServer,
@@ -68,32 +64,6 @@ async def established(server: SipServer) -> Session:
     (session,) = await server.wait_live()
     await eventually(lambda: SIP_CALL_ID in session.data, what="the call's media to start")
     return session
-
-
-@pytest.fixture
-async def http_server(tmp_path: Path) -> AsyncIterator[Any]:
-    """`await http_server(config, finals)`: the whole app (gateway started, a ScriptedStt hearing
-    `finals`) and an HTTP client for it."""
-    started: list[tuple[SipServer, httpx.AsyncClient]] = []
-
-    async def factory(config: Config, finals: list[str] | None = None) -> tuple[SipServer, httpx.AsyncClient]:
-        app = create_gateway_application(config, stt=ScriptedStt(finals or []))
-        gateway = app.state.gateway
-        await gateway.start()
-        server = SipServer(gateway)
-
-        async def record(session: Any) -> None:
-            server.ended.append(session)
-
-        server.sessions.add_end_hook(record)
-        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://voicegate", timeout=60)
-        started.append((server, client))
-        return server, client
-
-    yield factory
-    for server, client in started:
-        await client.aclose()
-        await server.gateway.stop()
 
 
 async def test_a_transfer_the_phone_completes_ends_our_leg_with_bye(http_server: Any, tmp_path: Path) -> None:
