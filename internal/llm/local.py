@@ -19,6 +19,7 @@ from typing import Any
 
 from internal.llm.base import ChatMessage, ChatRequest, ReplyDelta, ToolCall, ToolSpec
 from internal.llm.local_capabilities import Capability, local_capabilities
+from internal.memory.digest import DIGEST_HEADING
 
 WHO_I_AM = ("I'm the simple offline assistant built into voicegate, not a full language model. I can tell you "
             "the time, repeat what you say, and remember things you ask me to.")
@@ -154,11 +155,15 @@ def name_in_memory(memory: str) -> str:
     return _title(match.group(1)) if match else ""
 
 
-def memory_lines(result: dict[str, Any]) -> list[str]:
+def memory_lines(result: dict[str, Any], *, facts_only: bool = False) -> list[str]:
+    """The bullet lines of a memory read's documents; with `facts_only`, not the digest of past calls
+    (the lines under "## Recent calls"), which are notes about calls, not things the caller told us."""
     documents = result.get("documents", {}) if isinstance(result, dict) else {}
     lines = []
     for scope in ("memory", "user"):
         for line in str((documents.get(scope) or {}).get("content", "")).splitlines():
+            if facts_only and line.strip() == DIGEST_HEADING:
+                break
             if line.strip().startswith("- "):
                 lines.append(line.strip())
     return lines
@@ -260,7 +265,7 @@ class LocalAgent:
             name = name_in_memory(request.turn.memory)
             return f"Goodbye{', ' + name if name else ''}. Thanks for calling."
         if intent == "recall":
-            lines = [line[2:].rstrip(".") for line in memory_lines(last) if not line.startswith("- 20")]
+            lines = [line[2:].rstrip(".") for line in memory_lines(last, facts_only=True)]
             if not lines:
                 return "I don't remember anything about you yet."
             return "Here's what I remember: " + ". ".join(lines) + "."
