@@ -129,6 +129,7 @@ class Gateway:
             self._start_rag(self.services, self.sessions)
         self.sessions.add_end_hook(self._session_ended)
         self.telemetry.watch_live_sessions(self._live_sessions)
+        self.telemetry.watch_event_loop(asyncio.get_running_loop())
         self.sessions.start()
         self._stack.callback(self.telemetry.shutdown)
         self._stack.push_async_callback(self.sessions.shutdown)

@@ -88,6 +88,7 @@ async def test_metrics_are_served_in_prometheus_text(tmp_path: Path) -> None:
     assert 'voicegate_calls_total{outcome="caller_hangup",transport="webrtc"} 1' in text
     assert re.search(r'voicegate_turn_latency_ms_bucket\{le="\+Inf",stage="first_audio"\} 1', text)
     assert re.search(r'voicegate_live_sessions\{transport="webrtc"\} 0', text)
+    assert re.search(r'^voicegate_event_loop_tasks [1-9][0-9]*$', text, re.MULTILINE)  # at least the scrape's own
     assert "# TYPE voicegate_turn_latency_ms histogram" in text
 
 

@@ -5,13 +5,14 @@ One `Telemetry` object per server (built at the composition root, passed in; nev
   token, TTS first audio, memory reads and writes, retrieval), exported to the console, OTLP (when the
   `opentelemetry-exporter-otlp` package is installed) or an in-memory exporter (tests);
 - instruments: turn latency histograms by stage, live sessions, calls by transport and outcome, RTP
-  packets lost, memory operations by source and outcome. An in-memory reader renders them as
+  packets lost, memory operations by source and outcome, asyncio tasks alive. An in-memory reader renders them as
   Prometheus text on demand; a push exporter (console/OTLP) can be added beside it.
 Log lines carry the current trace and span ids (see logs.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Callable, Iterable
@@ -101,6 +102,11 @@ class Telemetry:
                                       description="Always 1; node_id names this process (server.node_id)")
         meter.create_observable_gauge("voicegate_sip_registration_up", callbacks=[self._observe_registrations],
                                       description="1 while a [[sip.registrations]] account is registered, else 0")
+        # Every call runs as tasks; once its calls have ended an idle node is back to its own few, so a
+        # count that keeps growing is a leak an operator (and the cluster soak test) can see from outside.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        meter.create_observable_gauge("voicegate_event_loop_tasks", callbacks=[self._observe_tasks],
+                                      description="asyncio tasks alive in this node's event loop")
 
     def watch_live_sessions(self, count: Callable[[], dict[str, int]]) -> None:
         self._live = count
@@ -108,6 +114,13 @@ class Telemetry:
     def watch_registrations(self, states: Callable[[], list[tuple[dict[str, str], bool]]]) -> None:
         """`states` gives (labels, registered) per SIP registration, read at each scrape."""
         self._registrations = states
+
+    def watch_event_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def _observe_tasks(self, options: CallbackOptions) -> Iterable[Observation]:
+        # all_tasks(loop) rather than the running loop's: a push exporter scrapes from a thread of its own.
+        return [Observation(len(asyncio.all_tasks(self._loop)))] if self._loop is not None else []
 
     def _observe_registrations(self, options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(1 if up else 0, labels) for labels, up in self._registrations()]

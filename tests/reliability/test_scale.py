@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from tests.reliability.scale import scaled_timeout
+from tests.sip.conftest import free_media_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,3 +34,11 @@ def test_under_make_soak_each_reliability_test_gets_the_scaled_timeout(tmp_path:
     lines = [line for line in result.stdout.splitlines() if line.startswith("TIMEOUT")]
     assert lines, result.stdout + result.stderr
     assert all(line.endswith(" 3000.0") for line in lines), lines
+
+
+def test_sipp_media_ports_stay_valid_for_a_soak_sized_run() -> None:
+    # sipp offers P + (4 * (call - 1)) % 10000 as each call's media port: at 3000 calls every one of those
+    # (and its RTCP and video neighbours) must still be a port, or the server refuses the call's SDP.
+    for _ in range(200):
+        base = free_media_ports()
+        assert base + max(4 * (call - 1) % 10000 for call in range(1, 3001)) + 3 <= 65535, base

@@ -48,10 +48,18 @@ def free_port() -> int:
     raise RuntimeError("no free port")
 
 
+# sipp's [auto_media_port] is P + (4 * (call - 1)) % 10000: a long run (the soak's 3000 calls) offers ports up
+# to P + 9996, and a P past 65535 - 10000 puts ports above 65535 in its SDP, which the server rightly refuses.
+SIPP_AUTO_MEDIA_SPAN = 10000
+
+
 def free_media_ports() -> int:
-    """An even port P with P..P+3 free for UDP: sipp binds audio RTP/RTCP there and video on P+2/P+3."""
+    """An even port P with P..P+3 free for UDP: sipp binds audio RTP/RTCP there and video on P+2/P+3.
+    P is low enough that every port sipp's [auto_media_port] can derive from it is a valid one."""
     for _ in range(100):
         base = free_port() & ~1
+        if base + SIPP_AUTO_MEDIA_SPAN + 4 > 65536:
+            continue
         sockets: list[socket.socket] = []
         try:
             for port in range(base, base + 4):
