@@ -44,6 +44,7 @@ class Node(ServeProcess):
 
     speech: str = "pocketsphinx"  # a key of SPEECH
     drain_timeout_s: float = 30.0
+    rtp_ports: tuple[int, int] = (0, 0)  # the node's RTP range, chosen at start
 
     def write_config(self, db_uri: str) -> Path:
         """The test's own settings; the cluster's (ports, database, trust) come as variables over them."""
@@ -77,7 +78,8 @@ embedding = "none"
 
     def start(self, db_uri: str) -> None:  # type: ignore[override]
         rtp_low = random.randrange(30000, 59000) & ~1
-        settings = node_settings(self, db_uri, OWNER_KEY_SECRET, (rtp_low, rtp_low + 399))
+        self.rtp_ports = (rtp_low, rtp_low + 399)
+        settings = node_settings(self, db_uri, OWNER_KEY_SECRET, self.rtp_ports)
         super().start(self.write_config(db_uri), settings)
 
     def sip_calls_ended(self) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,8 +48,7 @@ def footprint(node: Node) -> Footprint:
     metrics = httpx.get(f"{node.url}/metrics", timeout=10).text
     tasks = re.search(r"^voicegate_event_loop_tasks ([0-9.]+)$", metrics, re.MULTILINE)
     assert tasks is not None, "the node's /metrics has no voicegate_event_loop_tasks"
-    sip = tomllib.loads((node.directory / "config.toml").read_text())["sip"]
-    low, high = sip["rtp_port_min"], sip["rtp_port_max"]
+    low, high = node.rtp_ports
     process = psutil.Process(node.proc.pid)
     rtp = [c for c in process.net_connections("udp") if c.laddr and low <= c.laddr.port <= high]
     return Footprint(sessions=int(health["components"]["sessions"]["live"]), tasks=int(float(tasks.group(1))),
