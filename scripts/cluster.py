@@ -319,9 +319,9 @@ def run(args: argparse.Namespace) -> int:
               f"{args.trunk_nets} are a trunk)\n"
               + "".join(f"  node {n.name}         {n.url}   {n.sip_uri}   log {n.log}\n" for n in nodes)
               + f"  logs           {kamailio.log}, {haproxy.log}\n", flush=True)
-        return watch([*((f"node {n.name}", n.proc) for n in nodes), ("kamailio", kamailio.proc),
+        code = watch([*((f"node {n.name}", n.proc) for n in nodes), ("kamailio", kamailio.proc),
                       ("haproxy", haproxy.proc)])
-    return 0
+    return code  # after the stack has stopped everything, in the reverse order of starting
 
 
 def watch(processes: list[tuple[str, subprocess.Popen[bytes] | None]]) -> int:
@@ -340,7 +340,7 @@ def watch(processes: list[tuple[str, subprocess.Popen[bytes] | None]]) -> int:
                 say(f"{name} exited with {proc.returncode}; stopping the cluster")
                 return 1
         time.sleep(0.5)
-    say("stopping (HAProxy, Kamailio, then each node drains its calls)")
+    say("stopping HAProxy, Kamailio, the nodes and PostgreSQL")
     return 0
 
 

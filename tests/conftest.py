@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -17,6 +16,7 @@ import pytest_asyncio
 from internal.config.providers import WhisperConfig
 from internal.db import EmbeddedPostgres
 from internal.stt.whisper import WhisperSpeechToText
+from scripts.cluster import free_port as free_port  # one definition; the tests import it from here
 
 REPO = Path(__file__).resolve().parents[1]
 VOICEGATE = [sys.executable, "-m", "server.cli"]
@@ -59,10 +59,6 @@ def fresh_db(pg_uri: str) -> Iterator[str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
