@@ -390,6 +390,13 @@ class VoiceCallHandler:
         session, pipeline = voice.session, voice.pipeline
         assert session is not None and pipeline is not None
         voice.route["call_id"] = dialog.call_id
+        if session.ended:
+            # Ended (shutdown, an admin, the agent) while the call was answered but not yet
+            # established, when there was no dialog to BYE: hang up now, and start no media.
+            log.info("sip session ended before media: hanging up", extra={"call_id": dialog.call_id})
+            if self.ua is not None:
+                await self.ua.hangup(dialog)
+            return
 
         async def close_transport(reason: str) -> None:
             if not voice.ended and self.ua is not None:

@@ -230,6 +230,22 @@ async def test_record_route_of_a_proxy_is_echoed_and_our_bye_follows_it(
     (await sipp).check()
 
 
+async def test_a_session_ended_before_the_ack_still_sends_bye_and_starts_no_media(
+        make_server: ServerFactory, tmp_path: Path) -> None:
+    # The session can end (shutdown, an admin, the agent) between our 200 and the caller's ACK, or
+    # between the ACK and media start: the caller must still get its BYE, and no media may start.
+    server = await make_server(stt=ScriptedStt([]))
+    scenario = render(tmp_path, "uac_slow_ack.xml", ending=WAIT_FOR_BYE, ACK_DELAY_MS=1500)
+    sipp = asyncio.create_task(run_sipp(tmp_path, scenario, server.target))
+    await eventually(lambda: len(server.sessions) == 1, what="the answered call's session")
+    (session,) = server.sessions.sessions()
+    assert server.answered() == 0  # the 200 is out, the ACK is not in yet
+    await server.hang_up(session)
+    (await sipp).check()  # ACK, then our BYE, 200
+    await eventually(lambda: server.gateway.sip_calls.calls == {}, what="the call released")
+    assert session.pipeline is None and session.ended
+
+
 async def test_cancel_while_the_session_opens_leaves_no_session_behind(
         make_server: ServerFactory, tmp_path: Path) -> None:
     config = sip_calls_config(tmp_path, ring_ms=100)
