@@ -4,6 +4,7 @@ The pipeline side: `build_retriever` at start-up, one `TurnRetrieval` per call, 
 the gate. The operator side: `build_store` and `ingest_files` (what `voicegate rag` runs).
 """
 
+from internal.rag.backends import build_retriever, build_store
 from internal.rag.chunking import Chunk, ChunkingError, DocumentError, chunk_file
 from internal.rag.ingest import (
     IngestReport,
@@ -11,12 +12,11 @@ from internal.rag.ingest import (
     KnowledgeStoreError,
     SourceSummary,
     SyncResult,
-    build_store,
     ingest_chunks,
     ingest_files,
     source_name,
 )
-from internal.rag.retriever import RagConfigError, Retriever, TurnRetrieval, build_retriever, needs_retrieval
+from internal.rag.retriever import RagConfigError, Retriever, TurnRetrieval, needs_retrieval
 
 __all__ = [
     "Chunk",

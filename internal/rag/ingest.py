@@ -15,14 +15,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from internal.rag.chunking import Chunk, DocumentError, chunk_file
 from internal.rag.embedding import Embedder, EmbeddingError, Vector, embedder_identity
-
-if TYPE_CHECKING:
-    from internal.config import Config
-    from internal.db import Database
 
 # Texts per embedding request: big enough to amortise a round trip, small enough that the progress bar
 # moves and one failed request loses little.
@@ -209,19 +205,3 @@ async def ingest_files(store: KnowledgeStore, embedder: Embedder, paths: Sequenc
         report.results.append(result)
     return report
 
-
-def build_store(config: Config, database: Database | None) -> KnowledgeStore:
-    """The store `[rag] provider` names (pgvector: `database` must be open)."""
-    from internal.rag.retriever import RagConfigError
-
-    if config.rag.provider == "pgvector":
-        from internal.rag.pgvector import PgvectorStore
-
-        if database is None:
-            raise RagConfigError("[rag] provider = \"pgvector\" needs the database")
-        return PgvectorStore(database, config.pgvector.table)
-    if config.rag.provider == "supabase":
-        from internal.rag.supabase import PostgrestClient, SupabaseStore
-
-        return SupabaseStore(PostgrestClient.from_config(config.supabase), config.supabase.table)
-    raise RagConfigError('knowledge retrieval is off: set [rag] provider = "pgvector" or "supabase"')

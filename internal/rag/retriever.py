@@ -12,12 +12,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from internal.config import Config
-    from internal.db import Database
-    from internal.rag.embedding import Embedder
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 
@@ -145,28 +140,3 @@ class TurnRetrieval:
             log.warning("knowledge retrieval failed (%s); the turn goes on without it", type(exc).__name__)
             return []
 
-
-def build_retriever(config: Config, database: Database | None, embedder: Embedder | None = None) -> Retriever | None:
-    """The retriever `[rag] provider` names, or None when retrieval is off.
-
-    `database` must be open for pgvector (the gateway's, shared with memory). `embedder` lets the
-    caller share one embedder with memory; by default `[rag] embedding` builds one.
-    """
-    provider = config.rag.provider
-    if not provider:
-        return None
-    from internal.rag.embedding import build_embedder
-
-    chosen = embedder or build_embedder(config.rag.embedding, config.openai)
-    if chosen is None:
-        raise RagConfigError("knowledge retrieval needs an embedder; set [rag] embedding")
-    if provider == "pgvector":
-        from internal.rag.pgvector import PgvectorRetriever
-
-        if database is None:
-            raise RagConfigError("[rag] provider = \"pgvector\" needs the database ([pgvector] or the embedded one)")
-        return PgvectorRetriever(database, chosen, config.pgvector.table, config.rag.min_score)
-    from internal.rag.supabase import PostgrestClient, SupabaseRetriever
-
-    return SupabaseRetriever(PostgrestClient.from_config(config.supabase), chosen, config.supabase.function,
-                             config.rag.min_score)

@@ -1,0 +1,104 @@
+"""The project's modules import each other without circles (ARCHITECTURE: dependencies point one way).
+
+Every import counts, also those inside functions (a lazy import hides a circle, it does not untie
+it); only imports under `if TYPE_CHECKING:` are left out, since they never run.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("internal", "server", "scripts")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(tree: ast.AST, module: str, is_package: bool, known: set[str]) -> set[str]:
+    """The project modules `tree` imports (`from a import b` counts `a.b` when that is a module)."""
+    found: set[str] = set()
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".") if is_package else module.split(".")[:-1]
+                anchor = anchor[:len(anchor) - node.level + 1]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            if base in known:
+                found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in known)
+        found |= imported(node, module, is_package, known)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = {module_name(path): path for package in PACKAGES for path in (REPO / package).rglob("*.py")}
+    known = set(files)
+    return {name: imported(ast.parse(path.read_text()), name, path.name == "__init__.py", known) - {name}
+            for name, path in files.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            step = next(edges, None)
+            if step is not None:
+                if step not in index:
+                    index[step] = low[step] = len(index)
+                    stack.append(step)
+                    on_stack.add(step)
+                    work.append((step, iter(sorted(graph[step]))))
+                elif step in on_stack:
+                    low[node] = min(low[node], index[step])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_finder_sees_a_circle_through_a_lazy_import() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(graph) == [["a", "b", "c"]]
+    source = "def f():\n    from internal.x import y\n"
+    assert imported(ast.parse(source), "internal.z", False, {"internal.x", "internal.x.y"}) == {
+        "internal.x", "internal.x.y"}
+    guarded = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from internal.x import y\n"
+    assert imported(ast.parse(guarded), "internal.z", False, {"internal.x"}) == set()
+
+
+def test_no_module_of_the_project_is_in_an_import_circle() -> None:
+    graph = import_graph()
+    assert {"server.cli", "internal.sip.ua", "internal.rag.ingest", "internal.session.manager"} <= set(graph)
+    assert circles(graph) == [], "modules that import each other (a dependency must point one way)"
