@@ -6,7 +6,6 @@ import functools
 import hashlib
 import math
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -88,6 +87,7 @@ def active_ms(pcm: bytes, rate: int, threshold_dbfs: float = -45.0) -> int:
 
 
 NEURAL_CACHE = Path(tempfile.gettempdir()) / "voicegate-test-speech"
+PIPER_RENDER = "seeded-1"  # part of each clip's cache key: a change of how clips are made makes new ones
 
 
 def neural_voice() -> Path:
@@ -98,19 +98,20 @@ def neural_voice() -> Path:
 
 
 def neural(texts: list[str], rate: int = 16000) -> list[bytes]:
-    """PCM16 mono of the Piper voice saying each of `texts`, at `rate` (cached on disk across runs)."""
+    """PCM16 mono of the Piper voice saying each of `texts`, at `rate`: the same samples on every run
+    (tests/piper_render.py seeds Piper's noise), cached on disk across runs."""
     NEURAL_CACHE.mkdir(parents=True, exist_ok=True)
-    key = {t: NEURAL_CACHE / (hashlib.sha256(t.encode()).hexdigest()[:24] + ".wav") for t in texts}
+    key = {t: NEURAL_CACHE / (hashlib.sha256(f"{PIPER_RENDER}:{t}".encode()).hexdigest()[:24] + ".wav")
+           for t in texts}
     missing = [t for t in dict.fromkeys(texts) if not key[t].is_file()]
     if missing:
         with tempfile.TemporaryDirectory(dir=NEURAL_CACHE) as out:
-            done = subprocess.run([sys.executable, "-m", "piper", "-m", str(neural_voice()), "-d", out],
-                                  input="\n".join(" ".join(t.split()) for t in missing) + "\n", text=True,
-                                  capture_output=True, check=True, timeout=300)
-            written = re.findall(r"Wrote (.+\.wav)", done.stderr)
-            assert len(written) == len(missing), done.stderr[-2000:]
-            for text, path in zip(missing, written, strict=True):
-                os.replace(path, key[text])  # atomic: another test process may be making the same clip
+            done = subprocess.run([sys.executable, str(Path(__file__).with_name("piper_render.py")),
+                                   str(neural_voice()), out], input="\n".join(" ".join(t.split()) for t in missing),
+                                  text=True, capture_output=True, timeout=300)
+            assert done.returncode == 0, done.stderr[-2000:]
+            for index, text in enumerate(missing):
+                os.replace(Path(out) / f"{index}.wav", key[text])  # atomic: another test process may make it too
     clips = []
     for text in texts:
         with wave.open(str(key[text])) as clip:

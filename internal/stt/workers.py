@@ -99,6 +99,11 @@ class DecoderPool:
     def waiting(self) -> int:
         return self._waiting
 
+    @property
+    def running(self) -> int:
+        """Utterances handed to the workers and not yet back."""
+        return self._running
+
     def worker_pids(self) -> list[int]:
         return [p.pid for p in getattr(self._executor, "_processes", {}).values() if p.pid is not None]
 

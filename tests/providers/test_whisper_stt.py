@@ -116,7 +116,8 @@ async def test_a_killed_worker_is_replaced_and_its_utterance_still_transcribed(t
         assert new_pid != pid
         # killed in the middle of a decode: that decode is retried in the new worker
         pending = asyncio.create_task(engine.transcribe(padded(neural_telephone("Where is my parcel?"), 8000), 8000))
-        await asyncio.sleep(0.1)
+        while engine.pool.running == 0:  # handed to the worker: a decode takes far longer than this wait
+            await asyncio.sleep(0)
         os.kill(new_pid, signal.SIGKILL)
         assert "parcel" in (await asyncio.wait_for(pending, 120)).lower()
         assert engine.pool.replaced == 2

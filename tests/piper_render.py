@@ -1,0 +1,36 @@
+"""Render test speech with the pinned Piper voice, the same samples on every run and machine.
+
+Run as its own process (Piper is GPL): `python tests/piper_render.py MODEL OUT_DIR` with one text
+per line on stdin; writes OUT_DIR/<n>.wav for the n-th line (from 0).
+
+Piper's VITS model draws noise while it speaks (`noise_scale`, `noise_w`), from onnxruntime's
+random generator, so by default each render of a sentence differs: prosody, pauses, length. Tests
+that judge speech (a turn model on a half sentence, recognition of a caller) then pass or fail by
+the draw. onnxruntime seeds a model's generator when the model is loaded, so each text gets a
+fresh load after `set_seed`: a text's audio depends on the text alone, not on which other texts
+the same process rendered before it.
+"""
+
+from __future__ import annotations
+
+import sys
+import wave
+from pathlib import Path
+
+SEED = 20261202
+
+
+def main(model: str, out_dir: str) -> None:
+    import onnxruntime
+    from piper import PiperVoice
+
+    texts = sys.stdin.read().split("\n")
+    for index, text in enumerate(texts):
+        onnxruntime.set_seed(SEED)
+        voice = PiperVoice.load(model)
+        with wave.open(str(Path(out_dir) / f"{index}.wav"), "wb") as clip:
+            voice.synthesize_wav(text, clip)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
