@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import shutil
 import wave
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -52,6 +54,39 @@ def baresip_home(directory: Path, wav: Path) -> Path:
     return home
 
 
+class Baresip:
+    """A baresip process and what it has printed so far."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.lines: list[str] = []
+
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    async def read(self) -> None:
+        assert self.process.stdout is not None
+        async for line in self.process.stdout:
+            self.lines.append(line.decode(errors="replace"))
+
+
+@contextlib.asynccontextmanager
+async def running_baresip(home: Path, *args: str) -> AsyncIterator[Baresip]:
+    """baresip with `home` and `args` (at most 60 s), stopped when the block ends."""
+    process = await asyncio.create_subprocess_exec(
+        "baresip", "-f", str(home), *args, "-t", "60", stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    baresip = Baresip(process)
+    reader = asyncio.create_task(baresip.read())
+    try:
+        yield baresip
+    finally:
+        if process.returncode is None:
+            process.terminate()
+        await process.wait()
+        await reader
+
+
 def recording(home: Path, direction: str) -> tuple[bytes, int]:
     """What baresip heard ("dec") or sent ("enc"), as PCM16 and its rate."""
     (path,) = (home / "recordings").glob(f"*-{direction}.wav")
@@ -66,15 +101,9 @@ async def test_baresip_call_is_understood_answered_and_hung_up_by_us(
     speech = (bytes(16000) + speak("say hello world", 8000) + bytes(16000 * 4) + speak("okay goodbye", 8000)
               + bytes(16000 * 8))
     home = baresip_home(tmp_path, write_wav(tmp_path / "caller.wav", speech, 8000))
-    baresip = await asyncio.create_subprocess_exec(
-        "baresip", "-f", str(home), "-e", f"/dial sip:agent@{server.target}", "-t", "40",
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    try:
+    async with running_baresip(home, "-e", f"/dial sip:agent@{server.target}") as baresip:
         (session,) = await server.wait_ended(timeout=60)
-    finally:
-        if baresip.returncode is None:
-            baresip.terminate()
-        output = (await baresip.communicate())[0].decode(errors="replace")
+    output = baresip.output()
     assert "Call established" in output, output
     entries = [(e.role, e.text) for e in session.conversation.transcript.entries()]
     assert entries == [("user", "say hello world"), ("agent", "Hello world."),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import re
 import shutil
@@ -33,7 +34,7 @@ from tests.sip_calls.conftest import (
     run_sipp,
     sip_calls_config,
 )
-from tests.sip_calls.test_baresip import baresip_home, recording
+from tests.sip_calls.test_baresip import baresip_home, recording, running_baresip
 from tests.speech import active_ms, speak, transcribe, write_wav
 
 pytestmark = pytest.mark.slow
@@ -55,18 +56,14 @@ async def tls_server(make_server: ServerFactory, tmp_path: Path, ca: ThrowawayCa
     return await make_server(config=config)
 
 
-async def baresip_call(home: Path, target: str) -> str:
-    """Dial `target`, let the call run until we hang up (or 40 s), return baresip's output."""
-    baresip = await asyncio.create_subprocess_exec(
-        "baresip", "-f", str(home), "-e", f"/dial {target}", "-t", "40",
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    try:
-        output, _ = await asyncio.wait_for(baresip.communicate(), 60)
-    finally:
-        if baresip.returncode is None:
-            baresip.kill()
-            await baresip.wait()
-    return output.decode(errors="replace")
+async def baresip_call(server: SipServer, home: Path, target: str) -> str:
+    """baresip dials `target`; once the server's session has ended (and baresip has taken our BYE),
+    baresip is stopped and its output returned."""
+    async with running_baresip(home, "-e", f"/dial {target}") as baresip:
+        await server.wait_ended(timeout=60)
+        with contextlib.suppress(AssertionError):  # the callers' assertions say what is missing
+            await eventually(lambda: "terminated" in baresip.output(), 10, "baresip to take our BYE")
+    return baresip.output()
 
 
 def secure_baresip(tmp_path: Path, ca: ThrowawayCa, account_params: str, *, talk: bool = True) -> Path:
@@ -113,7 +110,7 @@ async def test_baresip_over_tls_is_understood_and_hears_the_reply(make_server: S
     server = await tls_server(make_server, tmp_path, ca)
     tls_port = server.gateway.sip.local_address("tls").port  # type: ignore[union-attr]
     home = secure_baresip(tmp_path, ca, "")
-    call = asyncio.create_task(baresip_call(home, f"sip:agent@127.0.0.1:{tls_port};transport=tls"))
+    call = asyncio.create_task(baresip_call(server, home, f"sip:agent@127.0.0.1:{tls_port};transport=tls"))
     assert await live_call_security(server) == ("tls", None)
     await assert_heard_the_replies(server, home, await call)
 
@@ -124,7 +121,7 @@ async def test_baresip_requiring_srtp_over_tls_gets_srtp_and_hears_the_reply(
     server = await tls_server(make_server, tmp_path, ca, srtp="optional")
     tls_port = server.gateway.sip.local_address("tls").port  # type: ignore[union-attr]
     home = secure_baresip(tmp_path, ca, ";mediaenc=srtp-mand")
-    call = asyncio.create_task(baresip_call(home, f"sip:agent@127.0.0.1:{tls_port};transport=tls"))
+    call = asyncio.create_task(baresip_call(server, home, f"sip:agent@127.0.0.1:{tls_port};transport=tls"))
     assert await live_call_security(server) == ("tls", "AES_CM_128_HMAC_SHA1_80")
     output = await call
     await assert_heard_the_replies(server, home, output)
@@ -142,22 +139,7 @@ async def test_outbound_call_to_baresip_over_verified_tls_with_srtp_is_heard(
     assert listening is not None
     listen = int(listening.group(1))
     tls_port = listen + 1  # baresip puts TLS next to its UDP/TCP port
-    baresip = await asyncio.create_subprocess_exec(
-        "baresip", "-f", str(home), "-t", "40", stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    lines: list[str] = []
-
-    async def read() -> None:
-        assert baresip.stdout is not None
-        async for line in baresip.stdout:
-            lines.append(line.decode(errors="replace"))
-
-    reader = asyncio.create_task(read())
-
-    def output_so_far() -> str:
-        return "".join(lines)
-
-    try:
+    async with running_baresip(home) as baresip:
         await eventually(lambda: not tcp_port_free(tls_port), 20, "baresip to listen for TLS")
         assert server.gateway.sip_calls is not None
         session = await server.gateway.sip_calls.place_call(f"sips:+15551234567@127.0.0.1:{tls_port}",
@@ -171,13 +153,8 @@ async def test_outbound_call_to_baresip_over_verified_tls_with_srtp_is_heard(
         await asyncio.sleep(1.0)  # "said" means sent: let baresip's jitter buffer play out the last words
         await server.hang_up(session)
         await server.wait_ended()
-        await eventually(lambda: "terminated" in output_so_far(), 20, "baresip to take our BYE")
-    finally:
-        if baresip.returncode is None:
-            baresip.terminate()
-        await baresip.wait()
-        await reader
-    output = output_so_far()
+        await eventually(lambda: "terminated" in baresip.output(), 20, "baresip to take our BYE")
+    output = baresip.output()
     assert "SRTP is Enabled" in output, output
     heard, rate = recording(home, "dec")
     # pocketsphinx hears this espeak sentence poorly (see RtpCapture.played), so its samples are compared.
