@@ -107,6 +107,7 @@ class HangupOutbox:
         self._paused_until = 0.0
         self.landed = 0
         self.dropped = 0
+        self.failed_attempts = 0  # attempts that could not land, in all
 
     def add_step(self, name: str, step: Step) -> None:
         """Register how a step is carried out; a step raises StepFailed to be retried later,
@@ -236,6 +237,7 @@ class HangupOutbox:
             except StepFailed as exc:
                 entry.attempts += 1
                 self._failures += 1
+                self.failed_attempts += 1
                 delay = retry_delay(self._failures, self._retry_max_s)
                 log.warning("memory %s write failed, retrying in %.1f s (%d pending): %s", entry.steps[0], delay,
                             len(self._pending), exc)

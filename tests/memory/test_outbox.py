@@ -145,9 +145,11 @@ def own_postgres(tmp_path: Path) -> Iterator[EmbeddedPostgres]:
 async def gateway_on(tmp_path: Path) -> AsyncIterator[Any]:
     started: list[Gateway] = []
 
-    async def make(uri: str) -> Gateway:
+    async def make(uri: str, shutdown_timeout_s: float | None = None) -> Gateway:
         config = memory_config(tmp_path, uri, write_retry_max_s=1.0, read_timeout_ms=2000)
         config.pgvector.connect_timeout_s = 1.0
+        if shutdown_timeout_s is not None:  # read at start: how long stop() lets pending writes try
+            config.server.shutdown_timeout_s = shutdown_timeout_s
         gateway = Gateway(config, stt=ScriptedStt([]))
         await gateway.start()
         started.append(gateway)
@@ -198,7 +200,8 @@ async def test_hang_ups_during_an_outage_land_after_it_in_flat_memory(own_postgr
     del sessions, session
     outbox = gateway.session_memory.outbox
     await wait_until(lambda: outbox.pending == 100)
-    await asyncio.sleep(30)  # thirty seconds of outage, the writes retrying
+    # The outage goes on while the writes retry (a round: the connect timeout, then <= 1 s of back-off).
+    await wait_until(lambda: outbox.failed_attempts >= 5, timeout=120)
     gc.collect()
     assert all(ref() is None for ref in refs), "an ended call is pinned in memory by its pending write"
     grown_mib = (process.memory_info().rss - before) / 2**20
@@ -217,13 +220,12 @@ async def test_hang_ups_during_an_outage_land_after_it_in_flat_memory(own_postgr
 @pytest.mark.slow
 async def test_a_restart_lands_the_writes_an_outage_left(own_postgres: EmbeddedPostgres, gateway_on: Any) -> None:
     uri = own_postgres.start_sync()
-    first = await gateway_on(uri)
+    first = await gateway_on(uri, shutdown_timeout_s=1.0)
     assert first.sessions is not None and first.session_memory is not None
     session = await talk(first, "I am calling about the broken heater")
     own_postgres.stop_sync()
     await first.sessions.end(session, "caller hung up")
     await wait_until(lambda: first.session_memory is not None and first.session_memory.outbox.pending == 1)
-    first.config.server.shutdown_timeout_s = 1.0
     await first.stop()  # still down: the write cannot land, and stays on disk
     own_postgres.start_sync()
     second = await gateway_on(uri)  # the same data directory: the pending file is picked up
