@@ -23,7 +23,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from internal.sip.handler import CallFailed
-from internal.sip.voice import AT_CAPACITY, SIP_CALL_ID
+from internal.sip.voice import AT_CAPACITY
+from internal.sip.voice_call import SIP_CALL_ID
 from server.errors import ApiError, error_body
 from server.gateway import Gateway
 

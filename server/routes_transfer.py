@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from internal.session import Session
-from internal.sip.voice import SIP_CALL_ID
+from internal.sip.voice_call import SIP_CALL_ID
 from internal.sip.voice_transfer import NotTransferable, TargetNotAllowed, TransferRefused
 from server.errors import ApiError, error_body
 from server.gateway import Gateway

@@ -21,7 +21,7 @@ from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
 from internal.session import Session
 from internal.sip.dialog import Dialog
 from internal.sip.transfer import ReferSubscription, TransferBusy, TransferOutcome, await_outcome, send_refer
-from internal.sip.voice import SIP_CALL_ID
+from internal.sip.voice_call import SIP_CALL_ID
 
 log = logging.getLogger(__name__)
 

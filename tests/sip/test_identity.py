@@ -9,7 +9,7 @@ from internal.identity.caller import CallerIdentity
 from internal.identity.phone import normalise_e164
 from internal.identity.sip_caller import resolve_sip_identity, shared_number_set
 from internal.sip import SipRequest, parse
-from internal.sip.voice import callee_identity
+from internal.sip.voice_call import callee_identity
 
 TRUSTED = ["203.0.113.0/24", "2001:db8::/32"]
 

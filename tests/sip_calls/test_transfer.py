@@ -12,7 +12,7 @@ import pytest
 from internal.config import Config
 from internal.identity import CallerIdentity
 from internal.session import Session
-from internal.sip.voice import SIP_CALL_ID
+from internal.sip.voice_call import SIP_CALL_ID
 from internal.sip.voice_transfer import TRANSFER_STATE, TRANSFERRED, failure_message
 from tests.sip_calls.conftest import (
     WAIT_FOR_BYE,

@@ -1,0 +1,115 @@
+"""A SIP voice call's own state and the rules that need nothing else: where our media goes in SDP,
+whose memory an outbound call uses, how SRTP keys are applied, where a call's events go.
+
+`SipVoiceCall` is one call (its RTP session, its session and pipeline once they exist, the SDP
+versions and SRTP keys it has used); `voice.VoiceCallHandler` drives it through the dialog.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+from internal.audio.rtp_session import MediaDirection, RtpSession
+from internal.audio.srtp import SrtpContext
+from internal.config.sections import SipConfig, split_host_port
+from internal.identity import CallerIdentity
+from internal.identity.phone import normalise_e164
+from internal.identity.sip_caller import unless_shared
+from internal.pipeline.events import Event, StateEvent, TimingEvent, TranscriptEvent
+from internal.pipeline.pipeline import VoicePipeline
+from internal.session import Session
+from internal.sip.sdes import SrtpKeys
+from internal.sip.sdp import Negotiated
+from internal.sip.uri import SipUri
+
+log = logging.getLogger("internal.sip.voice")  # one logger for a call's lines, whichever module writes them
+
+SIP_CALL_ID = "sip.call_id"  # session.data key: the call's SIP Call-ID, for operators and POST /calls
+
+
+class CallLog:
+    """The event sink of SIP calls: there is no DataChannel, so events go to the log (content fields are
+    dropped there unless telemetry.log_content is on)."""
+
+    def __init__(self, call_id: str) -> None:
+        self._call_id = call_id
+
+    def emit(self, event: Event) -> None:
+        if isinstance(event, TranscriptEvent) and event.final:
+            log.info("sip call transcript", extra={"call_id": self._call_id, "role": event.role, "text": event.text})
+        elif isinstance(event, StateEvent):
+            log.debug("sip call state", extra={"call_id": self._call_id, "state": event.state})
+        elif isinstance(event, TimingEvent):  # emitted only with pipeline.debug; metrics record them always
+            log.info("sip call timing", extra={"call_id": self._call_id, "stage": event.stage, "ms": event.ms,
+                                               "turn": event.turn})
+
+
+def direction(value: str) -> MediaDirection:
+    if value not in ("sendrecv", "sendonly", "recvonly", "inactive"):
+        raise ValueError(f"not an SDP direction: {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def secure(voice: SipVoiceCall, keys: SrtpKeys | None) -> None:
+    """SRTP with these keys from now on; the same keys again (a re-INVITE) keep the running context,
+    whose rollover counter and replay window must not start over."""
+    if keys == voice.srtp_keys:
+        return
+    voice.srtp_keys = keys
+    voice.rtp.secure(SrtpContext(keys.suite, keys.local, keys.remote) if keys is not None else None)
+    log.info("sip call media security", extra={"call_id": voice.call_id, "srtp": keys.suite if keys else "off"})
+
+
+def media_address(config: SipConfig, toward: str) -> str:
+    """The address we put in SDP: sip.public_address, the bind host, or our interface toward the peer."""
+    if config.public_address:
+        return split_host_port(config.public_address, 0)[0]  # "host:port" names the SIP port, not RTP
+    if config.bind_host not in ("0.0.0.0", "::", ""):
+        return config.bind_host
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((toward, 9))  # no packet is sent; this only picks the interface
+        return str(probe.getsockname()[0])
+    return "127.0.0.1"
+
+
+def callee_identity(target: str, config: SipConfig, shared_numbers: frozenset[str] = frozenset()) -> CallerIdentity:
+    """Whose memory an outbound call uses: by default nobody's. We know which number we dialled, not who
+    answers it (a family phone, a colleague, a reassigned number), and that person would hear what the
+    agent remembers about the number's owner. `sip.outbound_memory = "dialled"` keys memory on the
+    number for deployments that know each number is one person's."""
+    if config.outbound_memory == "none":
+        return CallerIdentity.anonymous("outbound call")
+    try:
+        user = SipUri.parse(target if ":" in target else f"sip:{target}").user or ""
+    except ValueError:
+        return CallerIdentity.anonymous("unparseable target")
+    number = normalise_e164(user, config.default_region) if user else None
+    if not number:
+        return CallerIdentity.anonymous("not a number")
+    return unless_shared(CallerIdentity("sip", number, "dialled by us"), shared_numbers)
+
+
+@dataclass
+class SipVoiceCall:
+    call_id: str
+    rtp: RtpSession
+    session: Session | None = None
+    pipeline: VoicePipeline | None = None
+    negotiated: Negotiated | None = None
+    ended: bool = False
+    # Where audio and DTMF go before the pipeline exists (outbound calls ring first).
+    route: dict[str, Any] = field(default_factory=dict)
+    # RFC 3264 8: every SDP we send in one call keeps the o= session id and bumps its version by one.
+    sdp_session_id: int = field(default_factory=lambda: secrets.randbelow(2**31))
+    sdp_version: int = -1
+    srtp_offered: bytes | None = None  # the SRTP key in our own offer (outbound, offerless INVITE)
+    srtp_keys: SrtpKeys | None = None  # what the media runs with, when it is SRTP
+
+    def next_sdp_version(self) -> int:
+        self.sdp_version = self.sdp_session_id if self.sdp_version < 0 else self.sdp_version + 1
+        return self.sdp_version
