@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 
@@ -38,6 +38,9 @@ from server.providers import (
     new_conversation_factory,
 )
 from server.version import package_version
+
+if TYPE_CHECKING:
+    from internal.audio.rtp_session import RtpStats
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +239,7 @@ class Gateway:
         self.sip = UserAgent(config.sip, self.sip_calls, digest_algorithms=tuple(config.sip.auth.algorithms),
                              shared_numbers=config.memory.shared_numbers)
         self.sip_calls.ua = self.sip
-        self.sip_calls.on_media_stats = lambda stats: self.telemetry.rtp_lost.add(stats.lost)
+        self.sip_calls.on_media_stats = self._count_media
         if config.sip.transfer_targets:
             from internal.sip.voice_transfer import CallTransfers, register_transfer_tool
 
@@ -249,6 +252,11 @@ class Gateway:
             for status in registrations.statuses()])
         self._stack.callback(scheduler.close)
         self._stack.push_async_callback(self.sip.shutdown, config.server.shutdown_timeout_s)
+
+    def _count_media(self, stats: RtpStats) -> None:
+        """A SIP call's RTP figures, at its end, into the node's counters."""
+        self.telemetry.rtp_lost.add(stats.lost)
+        self.telemetry.srtp_rejected.add(stats.srtp_rejected)
 
     def _start_learning(self, session_memory: SessionMemory) -> None:
         """Reconciliation and session digests after each call, when configured."""

@@ -90,6 +90,9 @@ class Telemetry:
                                                    description="Time of each turn stage")
         self.calls = meter.create_counter("voicegate_calls_total", description="Calls ended, by transport and outcome")
         self.rtp_lost = meter.create_counter("voicegate_rtp_packets_lost_total", description="RTP packets lost")
+        self.srtp_rejected = meter.create_counter(
+            "voicegate_srtp_packets_rejected_total",
+            description="SRTP/SRTCP packets dropped: failed authentication or a replay")
         self.memory_operations = meter.create_counter("voicegate_memory_operations_total",
                                                       description="Memory write attempts by source and outcome")
         self._live: Callable[[], dict[str, int]] = dict

@@ -7,9 +7,11 @@ import asyncio
 import base64
 import contextlib
 import logging
+import os
 import re
 import shutil
 import socket
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -199,11 +201,18 @@ async def test_offerless_invite_gets_our_srtp_offer_and_the_ack_answer_sets_keys
         (voice,) = server.gateway.sip_calls.calls.values()
         assert voice.srtp_keys is not None
         assert (voice.srtp_keys.local, voice.srtp_keys.remote) == (our_crypto.key_salt, their_key)
+        # Forged media (an RTP header, noise, a made-up auth tag) is dropped and counted, per call and node.
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as forger:
+            for seq in range(5):
+                header = struct.pack("!BBHII", 0x80, 0, seq, seq * 160, 0x1234)
+                forger.sendto(header + os.urandom(160 + 10), ("127.0.0.1", ours.port))
+        await eventually(lambda: voice.rtp.stats().srtp_rejected == 5, what="five forged packets rejected")
         hanging_up = asyncio.create_task(server.hang_up(server.live()))
         peer.send(make_response(await peer.request("BYE"), 200, "OK"), server.port)
         await hanging_up
     finally:
         peer.close()
+    assert "voicegate_srtp_packets_rejected_total 5.0" in server.gateway.telemetry.prometheus()
     logged = " ".join(str(record.__dict__) for record in caplog.records)
     assert "sip call media security" in logged  # the suite is logged, never a key:
     for key in (our_crypto.key_salt, their_key):
