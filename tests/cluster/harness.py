@@ -77,7 +77,9 @@ embedding = "none"
         return config
 
     def start(self, db_uri: str) -> None:  # type: ignore[override]
-        rtp_low = random.randrange(30000, 59000) & ~1
+        # Below the kernel's ephemeral ports (32768-60999), where free_port() finds the node's own SIP
+        # and HTTP ports: a SIP socket inside the RTP range would count as a leaked RTP socket.
+        rtp_low = random.randrange(10000, 32000) & ~1
         self.rtp_ports = (rtp_low, rtp_low + 399)
         settings = node_settings(self, db_uri, OWNER_KEY_SECRET, self.rtp_ports)
         super().start(self.write_config(db_uri), settings)

@@ -50,7 +50,8 @@ def footprint(node: Node) -> Footprint:
     assert tasks is not None, "the node's /metrics has no voicegate_event_loop_tasks"
     low, high = node.rtp_ports
     process = psutil.Process(node.proc.pid)
-    rtp = [c for c in process.net_connections("udp") if c.laddr and low <= c.laddr.port <= high]
+    rtp = [c for c in process.net_connections("udp")
+           if c.laddr and low <= c.laddr.port <= high and c.laddr.port != node.sip_port]
     return Footprint(sessions=int(health["components"]["sessions"]["live"]), tasks=int(float(tasks.group(1))),
                      files=process.num_fds(), rtp_sockets=len(rtp))
 
