@@ -61,7 +61,7 @@ async def call(gateway: Gateway, identity: CallerIdentity, *turns: str) -> tuple
     session = await gateway.open_session(identity, "talk")
     sink = CollectingSink()
     pipeline = gateway.new_pipeline(session, 16000, sink)
-    async with LocalCall(pipeline, speed=6.0) as live:
+    async with LocalCall(pipeline, speed=30.0) as live:  # typed turns: nothing depends on real-time audio
         await live.wait_agent_quiet(100)
         for text in turns:
             pipeline.submit_text(text)
