@@ -16,6 +16,7 @@ async def test_past_max_sessions_new_calls_get_503_but_a_resume_still_works(conf
     async with live_server(config, stt=ScriptedStt([])) as server, server.http() as http:
         first = WhipClient()
         assert (await first.dial(http)).status_code == 201
+        await first.wait_channel_open()  # connected: its close is seen at once (a peer that never connects waits 30 s)
         refused = WhipClient()
         response = await refused.dial(http)
         assert response.status_code == 503
