@@ -89,7 +89,7 @@ async def test_a_failing_tool_goes_back_to_the_model_and_the_turn_completes(
         fake.script_reply("Sorry, I can't check the weather right now.")
         model = OpenAIChatModel(config.openai, base_url=fake.url + "/v1", api_key="k")
         pipeline, sink = make_pipeline(stt=ScriptedStt([]), model=model, tools=weather_tools([], fail=True))
-        async with LocalCall(pipeline) as call:
+        async with LocalCall(pipeline, speed=8.0) as call:
             pipeline.submit_text("weather in Oslo?")
             await call.wait_agent_quiet(500)
     tool_message = next(m for m in fake.requests[1]["messages"] if m["role"] == "tool")
@@ -105,7 +105,7 @@ async def test_invalid_tool_arguments_are_reported_to_the_model(make_pipeline: P
         model = OpenAIChatModel(config.openai, base_url=fake.url + "/v1", api_key="k")
         calls: list[dict[str, Any]] = []
         pipeline, _sink = make_pipeline(stt=ScriptedStt([]), model=model, tools=weather_tools(calls))
-        async with LocalCall(pipeline) as call:
+        async with LocalCall(pipeline, speed=8.0) as call:
             pipeline.submit_text("weather?")
             await call.wait_agent_quiet(500)
     assert calls == []
@@ -137,7 +137,7 @@ async def test_byo_agent_reply_shapes_are_spoken(make_pipeline: PipelineFactory,
     async with FakeAgent(mode=mode, reply=reply) as agent:  # type: ignore[arg-type]
         model = AgentChatModel(AgentConfig(url=agent.url + "/agent", api_key="agent-key"))
         pipeline, sink = make_pipeline(stt=ScriptedStt([]), model=model)
-        async with LocalCall(pipeline) as call:
+        async with LocalCall(pipeline, speed=8.0) as call:
             pipeline.submit_text("what's the weather")
             await call.wait_agent_quiet(500)
         await model.aclose()
@@ -155,7 +155,7 @@ async def test_a_failing_byo_agent_gets_an_apology_and_the_call_continues(make_p
     async with FakeAgent(mode=mode) as agent:  # type: ignore[arg-type]
         model = AgentChatModel(AgentConfig(url=agent.url + "/agent"))
         pipeline, sink = make_pipeline(stt=ScriptedStt([]), model=model)
-        async with LocalCall(pipeline) as call:
+        async with LocalCall(pipeline, speed=8.0) as call:
             pipeline.submit_text("hello")
             await call.wait_agent_quiet(500)
             agent.mode = "json"
@@ -169,7 +169,7 @@ async def test_garbage_sse_speaks_only_the_readable_text(make_pipeline: Pipeline
     async with FakeAgent(mode="garbage_sse", reply="The readable words survive.") as agent:
         model = AgentChatModel(AgentConfig(url=agent.url + "/agent"))
         pipeline, sink = make_pipeline(stt=ScriptedStt([]), model=model)
-        async with LocalCall(pipeline) as call:
+        async with LocalCall(pipeline, speed=8.0) as call:
             pipeline.submit_text("hello")
             await call.wait_agent_quiet(500)
         await model.aclose()
@@ -211,7 +211,7 @@ async def test_dtmf_reaches_a_byo_agent(make_pipeline: PipelineFactory) -> None:
     async with FakeAgent(mode="json", reply="Got your digits.") as agent:
         model = AgentChatModel(AgentConfig(url=agent.url + "/agent"))
         pipeline, _sink = make_pipeline(stt=ScriptedStt([]), model=model)
-        async with LocalCall(pipeline) as call:
+        async with LocalCall(pipeline, speed=8.0) as call:
             for digit in "12#":
                 pipeline.push_dtmf(digit)
             await call.wait_agent_quiet(500)

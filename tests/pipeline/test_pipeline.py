@@ -242,10 +242,10 @@ async def test_meaningful_partial_words_interrupt_before_confirmation(make_pipel
 
 async def test_greeting_is_spoken_once_per_conversation(make_pipeline: PipelineFactory) -> None:
     pipeline, sink = make_pipeline(stt=ScriptedStt([]), greeting="Hello there.")
-    async with LocalCall(pipeline) as call:
+    async with LocalCall(pipeline, speed=8.0) as call:
         await call.wait_agent_quiet(300)
     again, sink2 = make_pipeline(stt=ScriptedStt([]), session=pipeline.session, greeting="Hello there.")
-    async with LocalCall(again) as call2:
+    async with LocalCall(again, speed=8.0) as call2:
         await call2.wait_agent_quiet(300)
     assert agent_texts(sink.events) == ["Hello there."]
     assert agent_texts(sink2.events) == []
@@ -254,7 +254,7 @@ async def test_greeting_is_spoken_once_per_conversation(make_pipeline: PipelineF
 
 async def test_keypad_digits_become_a_turn_the_agent_sees(make_pipeline: PipelineFactory) -> None:
     pipeline, sink = make_pipeline(stt=ScriptedStt([]))
-    async with LocalCall(pipeline) as call:
+    async with LocalCall(pipeline, speed=8.0) as call:
         for digit in "42#":
             pipeline.push_dtmf(digit)
         await call.wait_agent_quiet(500)
@@ -305,7 +305,7 @@ async def test_a_slow_summariser_never_delays_a_turn(make_pipeline: PipelineFact
 async def test_model_failure_is_apologised_for_and_the_call_goes_on(make_pipeline: PipelineFactory) -> None:
     model = FailingModel()
     pipeline, sink = make_pipeline(stt=ScriptedStt([]), model=model)
-    async with LocalCall(pipeline) as call:
+    async with LocalCall(pipeline, speed=8.0) as call:
         pipeline.submit_text("hello")
         await call.wait_agent_quiet(500)
         assert agent_texts(sink.events) == [APOLOGY]
@@ -316,7 +316,7 @@ async def test_model_failure_is_apologised_for_and_the_call_goes_on(make_pipelin
 
 async def test_a_hanging_model_times_out_into_an_apology(make_pipeline: PipelineFactory) -> None:
     pipeline, sink = make_pipeline(stt=ScriptedStt([]), model=FailingModel(hang=True), turn_timeout_s=1.0)
-    async with LocalCall(pipeline) as call:
+    async with LocalCall(pipeline, speed=8.0) as call:
         pipeline.submit_text("hello")
         await call.wait_agent_quiet(500, timeout_s=30)
     assert agent_texts(sink.events) == [APOLOGY]
