@@ -35,6 +35,7 @@ PRE_ROLL_MS = 300  # audio kept from before the VAD decided speech began, so fir
 DTMF_GAP_S = 1.5  # keypad digits separated by less than this form one entry ("#" ends it at once)
 TURN_AUDIO_FRAMES = 400  # 8 s of 20 ms frames: what Smart Turn hears
 END_OF_TURN_SILENCE_MS = 100  # the silence after the last word that Smart Turn hears
+STT_REOPENS_PER_CALL = 3  # fresh streams after the engine's stream dies, before the call goes on without
 MIN_ASKED_SPEECH_MS = 240  # shorter utterances (a cough, a click, "mm") are left to the text rules
 __all__ = ["APOLOGY", "VoicePipeline"]
 
@@ -72,6 +73,7 @@ class VoicePipeline:
         self._final_at = 0.0
         self._awaiting_finals = 0
         self._stt_deadlines: deque[asyncio.TimerHandle] = deque()
+        self._stt_reopens = 0
         self._closed = False
         self._max_utterance_frames = int(self.config.max_utterance_s * 50)
         self._frame_bytes = frame_bytes(sample_rate)
@@ -182,6 +184,8 @@ class VoicePipeline:
     def _on_speech_end(self, stt: SttStream | None) -> None:
         self._speech_ended_at = self._clock()
         self.playout.ducked = False
+        if stt is None and self._stt_reopens and not self._utterance_over_agent and not self.agent_active:
+            self.responder.not_understood()  # the recogniser is gone for this call (_stt_failed)
         if stt is not None:
             if not stt.continuous:
                 self._awaiting_finals += 1
@@ -240,11 +244,46 @@ class VoicePipeline:
     # ---- transcripts and turns -------------------------------------------------------------------
 
     async def _consume_transcripts(self, stt: SttStream) -> None:
-        async for transcript in stt.results():
-            try:
-                self._on_transcript(transcript)
-            except Exception:  # one bad transcript must not stop the call listening
-                log.exception("transcript handling failed")
+        try:
+            async for transcript in stt.results():
+                try:
+                    self._on_transcript(transcript)
+                except Exception:  # one bad transcript must not stop the call listening
+                    log.exception("transcript handling failed")
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("speech-to-text stream failed")
+            self._stt_failed()
+            with contextlib.suppress(Exception):
+                await stt.aclose()
+
+    def _stt_failed(self) -> None:
+        """The engine's stream died: what it still owed is not coming, so the caller is asked to repeat
+        now, not when the turn timeout runs out; a fresh stream listens from here (a few times a call)."""
+        owed = len(self._stt_deadlines)
+        for deadline in self._stt_deadlines:
+            deadline.cancel()
+        self._stt_deadlines.clear()
+        self._awaiting_finals = 0
+        self._turns.awaiting_final = False
+        if owed and not self.agent_active:
+            self.responder.not_understood()
+        if self._closed:
+            return
+        if self._stt_reopens >= STT_REOPENS_PER_CALL:
+            log.error("speech-to-text failed %d times in this call; typed turns and keys still work",
+                      self._stt_reopens + 1)
+            self._stt = None  # no recogniser: each utterance is answered with a request to repeat
+            return
+        self._stt_reopens += 1
+        try:
+            self._stt = self.services.stt.open(self.sample_rate)
+        except Exception:
+            log.exception("speech-to-text could not open a new stream; typed turns and keys still work")
+            self._stt = None
+            return
+        self._stt_task = asyncio.create_task(self._consume_transcripts(self._stt), name="stt-results")
 
     def _on_transcript(self, transcript: Transcript) -> None:
         text = transcript.text.strip()

@@ -15,6 +15,7 @@ import httpx
 import psycopg
 import pytest
 
+from internal.config import Config
 from internal.identity.jwt import mint_token
 from internal.llm.local import LocalAgent
 from internal.pipeline.events import TranscriptEvent
@@ -102,6 +103,46 @@ async def test_a_crashing_speech_recogniser_leaves_typed_turns_working(make_pipe
         pipeline.submit_text("say hello world")
         await call.wait_agent_quiet(300, timeout_s=60)
     assert "Hello world." in agent_lines(sink)
+
+
+class DyingStt(ScriptedStt):
+    """Its first stream dies as soon as it has an utterance to transcribe; later streams work."""
+
+    def __init__(self, finals: list[str]) -> None:
+        super().__init__(finals)
+        self.opened = 0
+
+    def open(self, sample_rate: int):  # type: ignore[no-untyped-def]
+        self.opened += 1
+        stream = super().open(sample_rate)
+        if self.opened == 1:
+            died = asyncio.Event()
+            stream.end_of_speech = died.set  # type: ignore[method-assign]
+
+            async def results() -> AsyncIterator[Transcript]:
+                await died.wait()
+                raise RuntimeError("the engine died mid-utterance")
+                yield Transcript("", True)  # pragma: no cover
+
+            stream.results = results  # type: ignore[method-assign]
+        return stream
+
+
+async def test_a_recogniser_dying_mid_call_gets_an_immediate_request_to_repeat_and_a_fresh_stream(
+        make_pipeline: PipelineFactory, config: Config) -> None:
+    config.pipeline.turn_timeout_s = 120.0  # far longer than this test waits: the death, not the timer, answers
+    stt = DyingStt(["say hello world"])
+    pipeline, sink = make_pipeline(stt=stt)
+    async with LocalCall(pipeline) as call:
+        call.say(silence(200) + tone(600) + silence(800))  # the utterance the dying stream owed
+        await call.wait_caller_done()
+        await call.wait_agent_quiet(300, timeout_s=30)
+        assert agent_lines(sink) == [NOT_UNDERSTOOD]
+        call.say(tone(600) + silence(800))  # heard by the fresh stream
+        await call.wait_caller_done()
+        await call.wait_agent_quiet(300, timeout_s=30)
+    assert agent_lines(sink) == [NOT_UNDERSTOOD, "Hello world."]
+    assert stt.opened == 2
 
 
 SECRET = "kill-test-secret-0123456789abcdefghij"
