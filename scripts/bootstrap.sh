@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 apt_packages=(espeak-ng sox sip-tester)
 if [ "$mode" = "test" ]; then
-  apt_packages+=(chromium baresip-core kamailio haproxy)
+  apt_packages+=(chromium baresip-core kamailio kamailio-tls-modules haproxy)
 elif [ "$mode" = "cluster" ]; then
   apt_packages+=(kamailio haproxy)
 fi
