@@ -10,6 +10,7 @@ checked against the certificate's IP subjectAltNames.
 
 from __future__ import annotations
 
+import re
 import ssl
 
 from internal.config.sections import SipConfig, split_host_port
@@ -46,3 +47,19 @@ def client_context(config: SipConfig) -> ssl.SSLContext:
 
 def default_port(transport: str) -> int:
     return DEFAULT_TLS_PORT if transport == "tls" else 5060
+
+
+def transport_failure(exc: BaseException) -> str:
+    """Why a request could not be sent, short enough for a reason phrase and /health: the TLS check
+    that failed ("CERTIFICATE_VERIFY_FAILED: ..."), the socket error ("Connection refused"), or the
+    error's kind. One line of printable ASCII, at most 120 characters."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        detail = f"{exc.reason}: {exc.verify_message}"
+    elif isinstance(exc, ssl.SSLError):
+        detail = str(exc.reason or exc)
+    elif isinstance(exc, OSError) and exc.strerror:
+        detail = exc.strerror
+    else:
+        detail = type(exc).__name__
+    return re.sub(r"\s+", " ", re.sub(r"[^\x20-\x7e]", " ", detail)).strip()[:120] or type(exc).__name__
+

@@ -21,6 +21,7 @@ from typing import Protocol
 from internal.sip.headers import Headers
 from internal.sip.message import SipMessage, SipRequest, SipResponse, make_response
 from internal.sip.timers import TimerSettings
+from internal.sip.tls import transport_failure
 from internal.sip.transport import Address, ErrorHandler
 from internal.sip.via import MAGIC_COOKIE
 
@@ -216,7 +217,7 @@ class ClientTransaction(Transaction):
 
     def _transport_error(self, exc: Exception) -> None:
         if self.state in ("calling", "trying", "proceeding"):
-            self._synthetic(503, "Service Unavailable (transport error)")
+            self._synthetic(503, f"Service Unavailable (transport error: {transport_failure(exc)})")
             self.terminate()
 
     def start(self) -> None:

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from internal.config.sections import SipConfig
 from internal.sip import CallFailed, SipResponse, TimerSettings, UserAgent, build_offer, parse
 from internal.sip.framer import StreamFramer
-from internal.sip.tls import tls_listen_address
+from internal.sip.tls import tls_listen_address, transport_failure
 from tests.sip.certs import ThrowawayCa
 from tests.sip.conftest import OFFER, RawPeer, RecordingHandler, UaFactory, eventually, sip_text
 
@@ -192,3 +192,15 @@ async def test_call_to_a_host_the_certificate_does_not_name_fails(
         await caller.call(f"sip:agent@127.0.0.1:{port};transport=tls", build_offer("127.0.0.1", 40002), timeout_s=10)
     assert failed.value.status == 503
     assert "IP address mismatch" in connect_errors(caplog)
+
+
+def test_a_failed_send_is_explained_in_one_short_printable_line() -> None:
+    verify = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    verify.reason, verify.verify_message = "CERTIFICATE_VERIFY_FAILED", "unable to get local issuer certificate"
+    assert transport_failure(verify) == "CERTIFICATE_VERIFY_FAILED: unable to get local issuer certificate"
+    assert transport_failure(ConnectionRefusedError(111, "Connection refused")) == "Connection refused"
+    assert transport_failure(RuntimeError("secret\r\nInjected: header")) == "RuntimeError"  # the kind, not the text
+    odd = ssl.SSLError(1, "x")
+    odd.reason = "WRONG_VERSION\r\nX: y" + "z" * 300
+    explained = transport_failure(odd)
+    assert "\r" not in explained and "\n" not in explained and len(explained) == 120
