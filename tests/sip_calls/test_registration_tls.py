@@ -1,6 +1,7 @@
 """Registration over TLS with a real registrar: Kamailio (tls.so, registrar, digest auth) on a TLS-only
-port. voicegate checks the registrar's certificate against `sip.tls_ca`, registers, and removes its
-binding at shutdown; a registrar whose certificate does not chain to that CA is never sent the account."""
+port. voicegate checks the registrar's certificate against `sip.tls_ca`, registers, takes the calls the
+PBX sends to its binding over TLS, and removes the binding at shutdown; a registrar whose certificate
+does not chain to that CA is never sent the account."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from pathlib import Path
 import pytest
 
 from internal.config.sip_registration import SipRegistration
+from tests.pipeline.conftest import ScriptedStt
 from tests.sip.certs import ThrowawayCa
-from tests.sip_calls.conftest import ServerFactory, eventually, free_port, sip_calls_config
+from tests.sip.conftest import run_sipp
+from tests.sip_calls.conftest import ServerFactory, caller_bye, eventually, free_port, render, sip_calls_config
 
 pytestmark = pytest.mark.slow
 
@@ -24,6 +27,7 @@ KAMAILIO = shutil.which("kamailio") or "/usr/sbin/kamailio"
 REGISTRAR_CFG = Path(__file__).parent / "kamailio" / "registrar_tls.cfg"
 TLS_MODULE = Path("/usr/lib/x86_64-linux-gnu/kamailio/modules/tls.so")
 PASSWORD = "tls-registrar-s3cret"
+USERNAME = "agent"  # the user the sipp scenarios dial
 
 
 @pytest.fixture(autouse=True)
@@ -35,7 +39,8 @@ def _kamailio_tls_installed() -> None:
 
 @dataclass
 class TlsRegistrar:
-    port: int
+    port: int  # TLS: where voicegate registers
+    phones: int  # UDP: where the PBX's phones (sipp) call from
     log: Path
 
     def bindings(self) -> list[str]:
@@ -58,11 +63,12 @@ def tls_registrar(directory: Path, ca: ThrowawayCa) -> Iterator[TlsRegistrar]:
     tls_cfg.write_text(f"[server:default]\nmethod = TLSv1.2+\nverify_certificate = no\nrequire_certificate = no\n"
                        f"certificate = {leaf.cert}\nprivate_key = {leaf.key}\n")
     port = free_port()
-    registrar = TlsRegistrar(port, directory / "kamailio.log")
+    registrar = TlsRegistrar(port, free_port(), directory / "kamailio.log")
     rundir = directory / "run"
     rundir.mkdir()
     args = [KAMAILIO, "-f", str(REGISTRAR_CFG), "-DD", "-E", "-Y", str(rundir), "-P", str(rundir / "kamailio.pid"),
-            "-A", f"LISTEN=tls:127.0.0.1:{port}", "-A", f'TLS_CFG="{tls_cfg}"', "-A", f'PASSWORD="{PASSWORD}"']
+            "-A", f"LISTEN=tls:127.0.0.1:{port}", "-A", f"PHONES=udp:127.0.0.1:{registrar.phones}",
+            "-A", f'TLS_CFG="{tls_cfg}"', "-A", f'PASSWORD="{PASSWORD}"']
     with registrar.log.open("ab") as out:
         proc = subprocess.Popen(args, cwd=directory, stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -88,7 +94,7 @@ def registering_config(tmp_path: Path, ca: ThrowawayCa, registrar: TlsRegistrar)
     config.sip.tls_bind = f"127.0.0.1:{free_port()}"
     config.sip.transports = ["udp", "tls"]
     config.sip.registrations = [SipRegistration(registrar=f"sip:127.0.0.1:{registrar.port};transport=tls",
-                                                username="alice", password=PASSWORD)]
+                                                username=USERNAME, password=PASSWORD)]
     return config
 
 
@@ -101,12 +107,12 @@ async def test_registration_over_tls_checks_the_registrar_registers_and_unregist
         (status,) = server.gateway.sip.registrations.statuses()
         await eventually(lambda: status.state == "registered", 30, "registered over TLS")
         (binding,) = registrar.bindings()
-        assert binding.startswith("alice over tls expires=3600"), binding
+        assert binding.startswith(f"{USERNAME} over tls expires=3600"), binding
         metrics = server.gateway.telemetry.prometheus()
         assert 'voicegate_sip_registration_up{registrar="sip:127.0.0.1:' in metrics
         await server.gateway.stop()  # shutdown removes the binding (Expires: 0) over the same TLS transport
         await eventually(lambda: len(registrar.bindings()) == 2, 15, "the un-REGISTER")
-        assert registrar.bindings()[1].startswith("alice over tls expires=0"), registrar.bindings()
+        assert registrar.bindings()[1].startswith(f"{USERNAME} over tls expires=0"), registrar.bindings()
 
 
 async def test_a_registrar_whose_certificate_does_not_chain_to_tls_ca_gets_no_register(
@@ -121,3 +127,27 @@ async def test_a_registrar_whose_certificate_does_not_chain_to_tls_ca_gets_no_re
         errors = [str(getattr(r, "sip_error", "")) for r in caplog.records if r.getMessage() == "sip connect failed"]
         assert any("CERTIFICATE_VERIFY_FAILED" in error for error in errors), errors  # the log says why
         assert registrar.bindings() == []  # the handshake failed before any REGISTER was sent
+
+
+async def test_a_call_the_pbx_sends_to_the_tls_binding_is_answered_and_trusted(
+        make_server: ServerFactory, tmp_path: Path) -> None:
+    ca = ThrowawayCa(tmp_path / "ca")
+    with tls_registrar(tmp_path / "registrar", ca) as registrar:
+        server = await make_server(config=registering_config(tmp_path, ca, registrar), stt=ScriptedStt([]))
+        assert server.gateway.sip is not None
+        (status,) = server.gateway.sip.registrations.statuses()
+        await eventually(lambda: status.state == "registered", 30, "registered over TLS")
+        # A phone on the PBX dials the user we registered: the PBX finds our binding and relays over TLS.
+        caller = tmp_path / "caller"
+        caller.mkdir()
+        scenario = render(caller, ending=caller_bye(1000))
+        # The PBX record-routes: the caller's ACK and BYE carry the route set (sipp's [routes]).
+        text = scenario.read_text()
+        for cseq in ("CSeq: 1 ACK\n", "CSeq: 10 BYE\n"):
+            text = text.replace(cseq, cseq + "      [routes]\n")
+        scenario.write_text(text)
+        (await run_sipp(caller, scenario, f"127.0.0.1:{registrar.phones}")).check()
+        (session,) = await server.wait_ended()
+    assert any(f"relaying INVITE for {USERNAME}" in line for line in registrar.log.read_text().splitlines())
+    assert session.identity.reason.startswith("trusted peer"), session.identity  # the registrar vouches for it
+    assert session.identity.kind == "sip" and session.end_reason == "sip bye"
