@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from internal.config.sip_registration import SipRegistration
+from scripts.cluster import stop_process, wait_until
 from tests.pipeline.conftest import ScriptedStt
 from tests.sip.certs import ThrowawayCa
 from tests.sip.conftest import run_sipp
@@ -72,19 +73,10 @@ def tls_registrar(directory: Path, ca: ThrowawayCa) -> Iterator[TlsRegistrar]:
     with registrar.log.open("ab") as out:
         proc = subprocess.Popen(args, cwd=directory, stdout=out, stderr=subprocess.STDOUT)
     try:
-        for _ in range(100):
-            if proc.poll() is not None or accepts(port):
-                break
-            subprocess.run(["sleep", "0.1"], check=True)
-        assert proc.poll() is None and accepts(port), registrar.log.read_text(errors="replace")[-3000:]
+        wait_until(lambda: accepts(port), "kamailio listening for TLS", 10, proc, registrar.log)
         yield registrar
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 10)
 
 
 def registering_config(tmp_path: Path, ca: ThrowawayCa, registrar: TlsRegistrar):  # type: ignore[no-untyped-def]
