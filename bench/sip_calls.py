@@ -157,6 +157,9 @@ class DeafStream:
     def end_of_speech(self) -> None:
         return None
 
+    def new_turn(self) -> None:
+        return None
+
     async def results(self) -> AsyncIterator[Transcript]:
         await self._closed.wait()
         return

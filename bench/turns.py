@@ -1,283 +1,161 @@
 """Turn-taking: is a caller who pauses mid-sentence answered half-way, how long does a caller who has
 finished wait, and does the agent stop for a real interruption but not for "mm-hm"?
 
-    .venv/bin/python bench/turns.py [--stt whisper|pocketsphinx] [--configs energy,silero,smart_turn,rnnoise]
-                                    [--noise none,white,babble] [--parallel 3] [--set pipeline.key=value]
+    .venv/bin/python bench/turns.py curve    [--lines piper/8000/none,...] [--offsets 120,200,300]
+    .venv/bin/python bench/turns.py pipeline [--lines ...] [--barge] [--parallel 3] [--set pipeline.key=value]
 
-It builds its own dialogues, spoken by Piper's neural voice and delivered as a phone delivers them (8 kHz
-through G.711):
-- paused: support-line sentences with a pause of 0.5, 1.0 or 1.5 s spliced in where a person would pause
-  (inside a phone number, an address, a list). The pause is cut into the whole sentence between two words
-  (Whisper's word timestamps; the quietest point near the mark where they cannot place it), so the words
-  before it keep the prosody of a sentence that goes on (synthesising the first half on its own gives it a
-  final fall, which no caller's half-sentence has);
-- complete: whole questions and statements;
-- backchannel: a question, then while the agent's (long) reply plays, "mm-hm", "yeah", "okay" ...;
-- interruption: the same, with "wait, stop, ..." or "sorry, I need to change the date".
-Each dialogue runs through the real pipeline (VAD, recogniser, end-of-turn model, turn buffer) on a 20 ms
-clock, clean, with white noise and with babble (six other Piper sentences on top of each other) at 10 dB
-SNR. The agent is a stub that answers at once (what it says is not measured), spoken by espeak-ng.
+The turns come from bench/turn_cases.py: 22 sentences with a pause of 0.5, 1.0 or 1.5 s cut in where a
+person pauses (66 paused dialogues), 32 finished questions and statements, and for barge-in 10
+backchannels at 5 moments (50) and 15 interruptions at 2 (30), while the agent reads a long answer. A
+line is a voice (Piper, espeak-ng), a channel (8 kHz G.711, 16 kHz) and a noise (none, white at 10 dB).
+None of these sentences is in the fusion model's training set (scripts/train_turn_fusion.py).
 
-Per configuration (energy VAD; Silero VAD; Silero + Smart Turn; the same with RNNoise):
-- premature end of turn: a paused sentence answered as more than one turn;
-- turn released: from the end of the caller's speech to the turn's release (the agent starts thinking),
-  for complete questions (p50/p95);
-- false barge-in: the agent's reply interrupted by a backchannel (or by the noise);
-- missed barge-in: a real interruption that did not stop the agent within 2.5 s.
-Known weakness: where the timestamps cannot place the mark, the quietest point near it is sometimes inside
-a word (a stop consonant).
+`curve`: each dialogue's decision points are recorded once (bench/turn_signals.py: the pipeline's VAD,
+Smart Turn and Whisper at every end of utterance, with their costs), then each policy is replayed over
+them in milliseconds (bench/turn_sweep.py) for every threshold and longest hold: premature ends of turn
+against finished-turn release latency, for Smart Turn alone, the rule this replaced, the words alone and
+the fusion; eot-bench's two numbers; a PNG per line in docs/images/. And what the turn models cost
+against the recogniser, per decision.
+
+`pipeline`: the dialogues through the real pipeline on a 20 ms clock, several at once as concurrent
+calls (Whisper workers, Smart Turn, the fusion, prepared replies, continuation merge; a stub agent that
+answers at once, spoken by espeak-ng): premature releases (absorbed unheard, or heard: reply audio played
+before the caller went on), answers to the whole sentence, release and first-audio latency, prepared
+replies used and thrown away, and with --barge false and missed barge-ins.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import re
+import math
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import percentiles, pipeline_settings, progress, save, table
-from internal.audio.g711 import ulaw_decode, ulaw_encode
-from internal.audio.resample import resample
-from internal.config import load_config
-from internal.config.providers import PiperConfig
-from tests.fakes.models import RecordingModel
+from bench.turn_cases import (
+    EVAL_COMPLETE,
+    EVAL_PAUSED,
+    Aligner,
+    Dialogue,
+    barge_dialogues,
+    cached,
+    complete_dialogues,
+    paused_dialogues,
+)
+from bench.turn_signals import DialogueSignals, extract_all
+from bench.turn_sweep import configs, decision_ready_ms, evaluate, frontier, plot, summary, sweep
 
-RATE = 8000
-# "|" marks where the caller pauses.
-PAUSED = [
-    "My phone number is five five five | one two three, four five six seven.",
-    "My account number is four two seven | nine eight one.",
-    "I'd like to book a table for | four people on Friday.",
-    "The address is twelve Oak Street | apartment four.",
-    "I want to order two pizzas | a salad and a lemonade.",
-    "My date of birth is the third of | March nineteen eighty.",
-    "Can you send it to | my office instead?",
-    "I need to change | the delivery date of my order.",
-]
-COMPLETE = [
-    "What time do you close on Saturday?",
-    "Can you tell me my balance please?",
-    "I would like to cancel my subscription.",
-    "Where is my parcel?",
-    "How much does the premium plan cost?",
-    "My name is Maria Lopez.",
-    "Is there a branch near the station?",
-    "Thank you, that's all.",
-]
-BACKCHANNELS = ["Mm-hm.", "Yeah.", "Okay.", "Right.", "Uh-huh.", "I see."]
-INTERRUPTIONS = [
-    "Wait, stop, that is not what I asked.",
-    "Sorry, I need to change the date.",
-    "No, I meant the other account.",
-    "Hold on, can you repeat the price?",
-    "Actually, cancel that order please.",
-    "Stop, I want to speak to a person.",
-]
-BARGE_QUESTION = "Can you tell me about your opening hours?"
-BABBLE = [
-    "The weather was lovely on the coast this weekend.",
-    "We should pick up some bread and milk on the way home.",
-    "Did you see the match last night, it went to penalties.",
-    "The meeting moved to Thursday afternoon at three.",
-    "My sister is visiting from Canada next month.",
-    "They are painting the kitchen a pale shade of green.",
-]
+REPO = Path(__file__).resolve().parents[1]
+PAUSES_S = (0.5, 1.0, 1.5)
+DEFAULT_LINES = "piper/8000/none,piper/8000/white,espeak/8000/none,piper/16000/none"
+TTS_MS = 150.0  # the first sentence's synthesis (Piper, short replies): bench/turns.py pipeline measures it
 LONG_REPLY = ("Our opening hours are nine in the morning to six in the evening on weekdays, and ten to four on "
               "Saturdays. On Sundays and public holidays we are closed, but the phone line stays open for "
               "urgent questions, and you can always write to us through the website, where most answers "
               "come back within one working day.")
-PAUSES_S = (0.5, 1.0, 1.5)
-SNR_DB = 10.0
-TAIL_S = 4.0  # silence after the last word: longer than any turn policy waits
-BARGE_AT_S = 3.0  # the backchannel / interruption starts this long after the question ends
 BARGE_WINDOW_S = 2.5  # an interruption must stop the agent within this long
-CONFIGS: dict[str, dict[str, Any]] = {
-    "energy": {"vad": "energy", "end_of_turn": "off"},
-    "silero": {"vad": "silero", "end_of_turn": "off"},
-    "smart_turn": {"vad": "silero", "end_of_turn": "smart_turn"},
-    "energy_smart_turn": {"vad": "energy", "end_of_turn": "smart_turn"},
-    "rnnoise": {"vad": "silero", "end_of_turn": "smart_turn", "noise_suppression": "rnnoise"},
-}
 
 
-@dataclass
-class Dialogue:
-    kind: str  # "paused" or "complete"
-    text: str
-    pcm: bytes  # 8 kHz PCM16, G.711 round trip
-    speech_end_s: float  # where the caller's last word ends, from the start of `pcm`
-    pause_s: float = 0.0
-    cut_by: str = ""  # "timestamps" or "energy": how the pause was placed
-    barge_s: float = 0.0  # backchannel / interruption: where it starts in `pcm`
+def eval_dialogues(voice: str, barge: bool = False) -> list[Dialogue]:
+    def build() -> list[Dialogue]:
+        aligner = Aligner()
+        return (paused_dialogues(EVAL_PAUSED, voice, PAUSES_S, aligner,
+                                 lambda done: progress(f"dialogues ({voice})", done, len(EVAL_PAUSED)))
+                + complete_dialogues(EVAL_COMPLETE, voice))
+
+    out: list[Dialogue] = cached("turns-eval", (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice), build)
+    if barge:
+        out = out + cached("turns-barge", (voice, LONG_REPLY), lambda: barge_dialogues(voice))
+    return out
 
 
-def g711(pcm16k: bytes) -> bytes:
-    return ulaw_decode(ulaw_encode(resample(pcm16k, 16000, RATE)))
+def parse_lines(text: str) -> list[tuple[str, int, str]]:
+    out = []
+    for item in text.split(","):
+        voice, rate, noise = item.split("/")
+        out.append((voice, int(rate), noise))
+    return out
 
 
-def last_speech_end(pcm: bytes, rate: int, floor_dbfs: float = -45.0) -> float:
-    samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float32)
-    window = rate // 100
-    loud = [i for i in range(len(samples) // window)
-            if 10 * np.log10(np.mean(samples[i * window:(i + 1) * window] ** 2) / 32768**2 + 1e-12) > floor_dbfs]
-    return (loud[-1] + 1) * window / rate if loud else 0.0
+# ---- curve ---------------------------------------------------------------------------------------
 
 
-def spoken_words(word: str) -> int:
-    """How many words a caller said for one of Whisper's: "555-1234" is seven, "12" is one."""
-    count = 0
-    for group in re.findall(r"[a-z']+|\d+", word.lower()):
-        count += len(group) if group.isdigit() and len(group) >= 3 else 1
-    return count
+def costs(signals: list[DialogueSignals]) -> dict[str, float]:
+    points = [p for s in signals for p in s.points]
+    decode = sum(p.decode_ms for p in points)
+    smart_turn = sum(p.smart_turn_ms for p in points)
+    vad = sum(s.vad_ms for s in signals)
+    return {"decisions": len(points), "decode_ms_per_decision": round(decode / max(1, len(points)), 1),
+            "smart_turn_ms_per_decision": round(smart_turn / max(1, len(points)), 1),
+            "silero_ms_per_audio_s": round(vad / max(1e-9, sum(s.audio_s for s in signals)), 2),
+            "turn_models_vs_recogniser_pct": round(100 * (smart_turn + vad) / max(1e-9, decode), 1),
+            "decision_ready_ms_p50": round(percentiles([decision_ready_ms(p) for p in points], (50,))["p50"])}
 
 
-def aligned_cut(words: list[Any], before: int, rate: int) -> int | None:
-    """A byte offset between the `before`-th and the next spoken word, from Whisper's word timestamps."""
-    said = 0
-    for index, word in enumerate(words[:-1]):
-        said += spoken_words(word.word)
-        if said == before:
-            return int((word.end + words[index + 1].start) / 2 * rate) * 2
-        if said > before:
-            return None  # the mark falls inside one of Whisper's words ("555-123-4567")
-    return None
+def run_curve(args: argparse.Namespace) -> dict[str, Any]:
+    from internal.turn.fusion import shared_fusion
+
+    fusion = shared_fusion()
+    report: dict[str, Any] = {}
+    rows = []
+    for voice, rate, noise in parse_lines(args.lines):
+        dialogues = eval_dialogues(voice)
+        for offset in [int(o) for o in args.offsets.split(",")]:
+            label = f"{voice}/{rate}/{noise}/{offset}ms"
+            signals: list[DialogueSignals] = cached(
+                "turns-signals", (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, rate, noise, offset, "v1"),
+                lambda d=dialogues, r=rate, n=noise, o=offset, lab=label: extract_all(
+                    d, r, n, o, args.workers, lambda done, total: progress(f"signals {lab}", done, total)))
+            curves = {name: sweep(signals, name, p, args.tts_ms, graded)
+                      for name, (p, graded) in configs(fusion).items()}
+            line: dict[str, Any] = {"costs": costs(signals), "configs": {}}
+            for name, points in curves.items():
+                heard = summary(points, lambda p: p.heard_pct)
+                released = summary(points, lambda p: p.premature_pct)
+                line["configs"][name] = {"premature": released, "heard": heard,
+                                         "frontier": [asdict(p) for p in frontier(points, lambda p: p.premature_pct)]}
+                rows.append([label, name, fmt(released["premature_pct_at_300ms"], "%"),
+                             fmt(released["release_ms_at_5pct"], " ms"), fmt(heard["release_ms_at_5pct"], " ms"),
+                             fmt(released["lowest_premature_pct"], "%"),
+                             fmt(released["fastest_release_p50_ms"], " ms")])
+            fused, _ = configs(fusion)["fused"]
+            line["operating_point"] = asdict(evaluate(signals, "fused", fused, args.threshold, args.max_wait,
+                                                      args.tts_ms))
+            image = REPO / "docs" / "images" / f"turns-{voice}-{rate}-{noise}-{offset}ms.png"
+            plot(curves, str(image), f"{voice}, {rate} Hz, noise {noise}, VAD offset {offset} ms "
+                 f"({sum(s.kind == 'paused' for s in signals)} paused, "
+                 f"{sum(s.kind == 'complete' for s in signals)} finished)")
+            line["image"] = str(image.relative_to(REPO))
+            report[label] = line
+    print(table(rows, ["line", "policy", "premature @300 ms", "release @5 % premature", "release @5 % heard",
+                       "lowest premature", "fastest p50"]))
+    print()
+    op_rows = []
+    for label, line in report.items():
+        op = line["operating_point"]
+        c = line["costs"]
+        if op:
+            op_rows.append([label, f"{op['premature_pct']:.1f} %", f"{op['heard_pct']:.1f} %",
+                            f"{op['complete_split_pct']:.1f} %", f"{op['release_p50_ms']:.0f}",
+                            f"{op['release_p95_ms']:.0f}", f"{c['turn_models_vs_recogniser_pct']} %"])
+    print(f"operating point: threshold {args.threshold}, max_turn_wait_ms {args.max_wait}")
+    print(table(op_rows, ["line", "premature", "heard", "finished split", "release p50", "p95",
+                          "turn models / recogniser CPU"]))
+    return report
 
 
-def cut_point(pcm: bytes, rate: int, fraction: float) -> int:
-    """A byte offset between two words near `fraction` of the speech: the quietest 30 ms within 0.3 s
-    (the fallback when the word timestamps cannot place the mark)."""
-    samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float64)
-    window = rate * 30 // 1000
-    energy = np.array([np.mean(samples[i:i + window] ** 2) for i in range(0, len(samples) - window, window // 3)])
-    loud = np.nonzero(energy > energy.max() * 1e-3)[0]
-    first, last = (loud[0], loud[-1]) if loud.size else (0, len(energy) - 1)
-    guess = int(first + fraction * (last - first))
-    reach = int(0.3 * rate / (window // 3))
-    low, high = max(first + 1, guess - reach), min(last - 1, guess + reach)
-    best = low + int(np.argmin(energy[low:high])) if high > low else guess
-    return (best * (window // 3) + window // 2) * 2
+def fmt(value: Any, unit: str) -> str:
+    return "-" if value is None else f"{value}{unit}"
 
 
-async def build_dialogues() -> tuple[list[Dialogue], bytes]:
-    """The dialogues, and a babble track (8 kHz) to mix under them."""
-    from faster_whisper import WhisperModel
-
-    from internal.stt.whisper_models import resolve_model
-    from internal.tts.piper import PiperTextToSpeech
-
-    piper = PiperTextToSpeech(PiperConfig(workers=1))
-    with tempfile.TemporaryDirectory() as work:
-        aligner = WhisperModel(str(resolve_model("tiny.en", Path(work)).path), device="cpu", compute_type="int8")
-    dialogues: list[Dialogue] = []
-    lead = bytes(RATE * 2 // 2)  # 0.5 s before the caller speaks
-    tail = bytes(int(RATE * TAIL_S) * 2)
-
-    async def speak(text: str) -> bytes:
-        return b"".join([chunk async for chunk in piper.synthesize(text, 16000)])
-
-    try:
-        texts = PAUSED + COMPLETE
-        steps = len(texts) + len(BACKCHANNELS) + len(INTERRUPTIONS) + len(BABBLE)
-        done = 0
-        for marked in texts:
-            text = marked.replace(" | ", " ")
-            pcm = await speak(text)
-            if "|" not in marked:
-                audio = g711(pcm)
-                dialogues.append(Dialogue("complete", text, lead + audio + tail,
-                                          0.5 + last_speech_end(audio, RATE)))
-            else:
-                audio16 = np.frombuffer(pcm, dtype=np.int16).astype(np.float32) / 32768.0
-                segments, _ = aligner.transcribe(audio16, language="en", word_timestamps=True, beam_size=5)
-                words = [w for segment in segments for w in (segment.words or [])]
-                cut, cut_by = aligned_cut(words, len(marked.split(" | ")[0].split()), 16000), "timestamps"
-                if cut is None:
-                    cut, cut_by = cut_point(pcm, 16000, len(marked.split(" | ")[0]) / len(text)), "energy"
-                for pause in PAUSES_S:
-                    spliced = pcm[:cut] + bytes(int(16000 * pause) * 2) + pcm[cut:]
-                    audio = g711(spliced)
-                    dialogues.append(Dialogue("paused", text, lead + audio + tail,
-                                              0.5 + last_speech_end(audio, RATE), pause, cut_by))
-            done += 1
-            progress("dialogues", done, steps)
-        question = g711(await speak(BARGE_QUESTION))
-        question_end = 0.5 + last_speech_end(question, RATE)
-        gap = bytes(int(RATE * (question_end + BARGE_AT_S)) * 2 - len(lead) - len(question))
-        for kind, lines in (("backchannel", BACKCHANNELS), ("interruption", INTERRUPTIONS)):
-            for line in lines:
-                said = g711(await speak(line))
-                start = question_end + BARGE_AT_S
-                dialogues.append(Dialogue(kind, line, lead + question + gap + said + tail + tail,
-                                          start + last_speech_end(said, RATE), barge_s=start))
-                done += 1
-                progress("dialogues", done, steps)
-        voices = []
-        for line in BABBLE:
-            voices.append(np.frombuffer(g711(await speak(line)), dtype=np.int16).astype(np.float64))
-            done += 1
-            progress("dialogues", done, steps)
-    finally:
-        await piper.aclose()
-    return dialogues, babble_track(voices)
-
-
-async def cached_dialogues() -> tuple[list[Dialogue], bytes]:
-    """build_dialogues(), kept in the temp directory between runs (keyed on every text and the rate)."""
-    import hashlib
-    import pickle
-
-    key = hashlib.sha256(repr((PAUSED, COMPLETE, BACKCHANNELS, INTERRUPTIONS, BARGE_QUESTION, BABBLE, PAUSES_S,
-                               TAIL_S, BARGE_AT_S, RATE)).encode()).hexdigest()[:16]
-    path = Path(tempfile.gettempdir()) / f"voicegate-bench-turns-{key}.pickle"
-    if path.is_file():
-        with path.open("rb") as handle:
-            cached: tuple[list[Dialogue], bytes] = pickle.load(handle)
-        return cached
-    built = await build_dialogues()
-    with path.open("wb") as handle:
-        pickle.dump(built, handle)
-    return built
-
-
-def babble_track(voices: list[np.ndarray], seconds: float = 40.0) -> bytes:
-    """Several talkers at once: each sentence looped from its own offset, summed, at a common level."""
-    length = int(RATE * seconds)
-    mix = np.zeros(length)
-    for index, voice in enumerate(voices):
-        looped = np.resize(np.concatenate((voice, np.zeros(RATE // 4))), length + index * RATE)
-        mix += looped[index * RATE // 2: index * RATE // 2 + length]
-    mix *= 8000.0 / max(1.0, float(np.sqrt(np.mean(mix**2))))
-    return np.clip(mix, -32768, 32767).astype(np.int16).tobytes()
-
-
-def speech_rms(samples: np.ndarray) -> float:
-    speech = samples[np.abs(samples) > 300]
-    return float(np.sqrt(np.mean(speech**2))) if speech.size else 1000.0
-
-
-def with_noise(pcm: bytes, kind: str, seed: int, babble: bytes) -> bytes:
-    """The caller's audio with white noise or babble at SNR_DB under the caller's speech level."""
-    if kind == "none":
-        return pcm
-    samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float64)
-    rng = np.random.default_rng(seed)
-    if kind == "white":
-        noise = rng.normal(0.0, 1.0, samples.size)
-    else:
-        track = np.frombuffer(babble, dtype=np.int16).astype(np.float64)
-        start = int(rng.integers(0, max(1, track.size - samples.size)))
-        noise = np.resize(track[start:], samples.size)
-    noise *= speech_rms(samples) / 10 ** (SNR_DB / 20) / max(1e-9, float(np.sqrt(np.mean(noise**2))))
-    return np.clip(samples + noise, -32768, 32767).astype(np.int16).tobytes()
+# ---- pipeline ------------------------------------------------------------------------------------
 
 
 class TimedSink:
@@ -285,7 +163,8 @@ class TimedSink:
         self.released: list[float] = []
         self.speaking: list[float] = []
         self.interrupted: list[float] = []
-        self.heard: list[str] = []
+        self.answers: list[str] = []
+        self.outcomes: list[str] = []
 
     def emit(self, event: Any) -> None:
         now = time.monotonic()
@@ -293,13 +172,16 @@ class TimedSink:
             self.released.append(now)
         elif event.type == "state" and event.state == "speaking":
             self.speaking.append(now)
-        elif event.type == "response" and getattr(event, "interrupted", False):
-            self.interrupted.append(now)
-        elif event.type == "transcript" and event.role == "user" and event.final:
-            self.heard.append(event.text)
+        elif event.type == "response":
+            if getattr(event, "interrupted", False):
+                self.interrupted.append(now)
+            else:
+                self.answers.append(event.text)
+        elif event.type == "turn":
+            self.outcomes.append(event.outcome)
 
 
-async def run_dialogue(services: Any, dialogue: Dialogue, pcm: bytes) -> dict[str, Any]:
+async def run_dialogue(services: Any, model: Any, dialogue: Dialogue, pcm: bytes, rate: int) -> dict[str, Any]:
     from internal.identity import CallerIdentity
     from internal.pipeline.localcall import LocalCall
     from internal.pipeline.pipeline import VoicePipeline
@@ -308,125 +190,163 @@ async def run_dialogue(services: Any, dialogue: Dialogue, pcm: bytes) -> dict[st
 
     session = Session(CallerIdentity.anonymous("bench"), "talk", Conversation(RollingSummary(None, 1.0)))
     sink = TimedSink()
-    pipeline = VoicePipeline(session, services, RATE, sink)
+    pipeline = VoicePipeline(session, services, rate, sink)
     async with LocalCall(pipeline) as call:
         await call.ticks_later(1)
         started = time.monotonic()
         call.say(pcm)
         await call.wait_caller_done()
         await call.wait_agent_quiet(300, timeout_s=40)
-    outcome: dict[str, Any] = {"turns": len(sink.released), "heard": sink.heard}
+    answered = [m.content for m in session.conversation.history if m.role == "user"]
+    outcome: dict[str, Any] = {"answers": len(sink.answers), "turns": answered, "outcomes": sink.outcomes,
+                               "prepared_used": pipeline.responder.prepared_used,
+                               "prepared_discarded": pipeline.responder.prepared_discarded}
     if dialogue.kind in ("paused", "complete"):
-        speech_end = started + dialogue.speech_end_s
-        outcome["released_after_s"] = sink.released[0] - speech_end if sink.released else float("nan")
+        end = started + dialogue.speech_end_s
+        resumed = started + dialogue.pause_at_s + dialogue.pause_s
+        outcome["released_after_s"] = sink.released[-1] - end if sink.released else math.nan
+        outcome["first_audio_after_s"] = sink.speaking[-1] - end if sink.speaking else math.nan
+        early = [t for t in sink.speaking if dialogue.kind == "paused" and t < resumed]
+        outcome["premature_heard"] = bool(early)
+        outcome["premature_release"] = bool([t for t in sink.released if dialogue.kind == "paused" and t < resumed])
     else:
         barge = started + dialogue.barge_s
         outcome["agent_speaking"] = bool(sink.speaking) and sink.speaking[0] < barge
-        outcome["interrupted"] = any(barge - BARGE_AT_S < t < barge + BARGE_WINDOW_S for t in sink.interrupted)
+        outcome["interrupted"] = any(barge - 1.0 < t < barge + BARGE_WINDOW_S for t in sink.interrupted)
     return outcome
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    from bench.common import word_errors
+
     paused = [r for r in rows if r["kind"] == "paused"]
-    complete = [r for r in rows if r["kind"] == "complete" and r["turns"] >= 1]
-    by_pause = {str(p): round(100 * sum(r["turns"] > 1 for r in paused if r["pause_s"] == p)
-                              / max(1, sum(r["pause_s"] == p for r in paused)), 1) for p in PAUSES_S}
-    waits = [r["released_after_s"] for r in complete]
+    complete = [r for r in rows if r["kind"] == "complete"]
+    n = max(1, len(paused))
+    whole = 0
+    for r in paused:
+        turns = r["turns"]
+        if len(turns) == 1:
+            edits, words = word_errors(r["text"], turns[0])
+            whole += edits <= max(1, words // 5)  # the one answered turn holds the whole sentence
+    releases = [r["released_after_s"] * 1000 for r in complete if not math.isnan(r["released_after_s"])]
+    audio = [r["first_audio_after_s"] * 1000 for r in complete if not math.isnan(r["first_audio_after_s"])]
     backchannels = [r for r in rows if r["kind"] == "backchannel" and r["agent_speaking"]]
     interruptions = [r for r in rows if r["kind"] == "interruption" and r["agent_speaking"]]
+    prepared = sum(r["prepared_used"] + r["prepared_discarded"] for r in rows)
     return {
-        "premature_pct": round(100 * sum(r["turns"] > 1 for r in paused) / max(1, len(paused)), 1),
-        "premature_pct_by_pause": by_pause,
-        "released_ms": {k: round(v * 1000) for k, v in percentiles(waits, (50, 95)).items()},
+        "paused": len(paused), "complete": len(complete),
+        "premature_release_pct": round(100 * sum(r["premature_release"] for r in paused) / n, 1),
+        "premature_heard_pct": round(100 * sum(r["premature_heard"] for r in paused) / n, 1),
+        "one_answer_to_the_whole_sentence_pct": round(100 * whole / n, 1),
+        "finished_split_pct": round(100 * sum(r["answers"] > 1 for r in complete) / max(1, len(complete)), 1),
+        "released_ms": {k: round(v) for k, v in percentiles(releases, (50, 95)).items()},
+        "first_audio_ms": {k: round(v) for k, v in percentiles(audio, (50, 95)).items()},
+        "prepared_replies": prepared,
+        "prepared_discarded_pct": round(100 * sum(r["prepared_discarded"] for r in rows) / max(1, prepared), 1),
         "false_barge_in_pct": round(100 * sum(r["interrupted"] for r in backchannels) / max(1, len(backchannels)), 1),
         "missed_barge_in_pct": round(100 * sum(not r["interrupted"] for r in interruptions)
                                      / max(1, len(interruptions)), 1),
-        "barge_cases": len(backchannels) + len(interruptions),
-        "unanswered": sum(r["turns"] == 0 for r in rows if r["kind"] in ("paused", "complete")),
+        "barge_cases": [len(backchannels), len(interruptions)],
         "dialogues": rows,
     }
 
 
-async def run_config(name: str, args: argparse.Namespace, dialogues: list[Dialogue], babble: bytes,
-                     extra: dict[str, Any]) -> dict[str, Any]:
+async def run_line(args: argparse.Namespace, voice: str, rate: int, noise: str,
+                   extra: dict[str, Any]) -> dict[str, Any]:
+    from internal.config import load_config
     from server.providers import build_services, build_stt, build_tts
+    from tests.fakes.models import RecordingModel
 
+    dialogues = eval_dialogues(voice, barge=args.barge)
     with tempfile.TemporaryDirectory(prefix="voicegate-bench-turns-") as work:
         config = load_config(None)
         config.server.data_dir = work
-        config.stt.provider = args.stt
         config.tts.provider = "espeak"  # the agent's voice does not matter here; espeak-ng is the cheapest
-        config.pipeline.sample_rate = 8000  # RATE
+        config.pipeline.sample_rate = rate
         config.pipeline.greeting = ""
-        for key, value in {**CONFIGS[name], **extra}.items():
+        for key, value in extra.items():
             setattr(config.pipeline, key, value)
         stt, tts = build_stt(config), build_tts(config)
-        warm_up = getattr(stt, "warm_up", None)
-        if warm_up is not None:
-            await warm_up()
-        short = build_services(config, stt, tts, RecordingModel("Okay."))  # type: ignore[arg-type]
-        long = build_services(config, stt, tts, RecordingModel(LONG_REPLY))  # type: ignore[arg-type]
-        results: dict[str, Any] = {}
+        await stt.warm_up()  # type: ignore[attr-defined]
+        models = {"short": RecordingModel("Okay."), "long": RecordingModel(LONG_REPLY)}
+        services = {k: build_services(config, stt, tts, m) for k, m in models.items()}  # type: ignore[arg-type]
         gate = asyncio.Semaphore(args.parallel)
+        done = 0
+        turn_model = services["short"].turn_model
+        silero = services["short"].silero
+        workers = stt.pool.worker_pids()  # type: ignore[attr-defined]
+        from bench.common import process_tree_cpu_seconds
+
+        before = (sum(process_tree_cpu_seconds(p) for p in workers), turn_model.cpu_s if turn_model else 0.0,
+                  silero.cpu_s if silero else 0.0)
+
+        async def one(index: int, dialogue: Dialogue) -> dict[str, Any]:
+            nonlocal done
+            async with gate:
+                kind = "long" if dialogue.kind in ("backchannel", "interruption") else "short"
+                outcome = await run_dialogue(services[kind], models[kind], dialogue,
+                                             dialogue.audio(rate, noise, index), rate)
+            done += 1
+            progress(f"pipeline {voice}/{rate}/{noise}", done, len(dialogues))
+            return {"kind": dialogue.kind, "pause_s": dialogue.pause_s, "text": dialogue.text, **outcome}
+
         try:
-            for noise in args.noise.split(","):
-                done = 0
-
-                async def one(index: int, dialogue: Dialogue, noise: str = noise) -> dict[str, Any]:
-                    nonlocal done
-                    async with gate:
-                        services = long if dialogue.kind in ("backchannel", "interruption") else short
-                        outcome = await run_dialogue(services, dialogue, with_noise(dialogue.pcm, noise, index, babble))
-                    done += 1
-                    progress(f"{name} / {noise}", done, len(dialogues))
-                    return {"kind": dialogue.kind, "pause_s": dialogue.pause_s, "text": dialogue.text,
-                            "cut_by": dialogue.cut_by, **outcome}
-
-                rows = await asyncio.gather(*(one(i, d) for i, d in enumerate(dialogues)))
-                results[noise] = summarise(list(rows))
+            rows = await asyncio.gather(*(one(i, d) for i, d in enumerate(dialogues)))
+            after = (sum(process_tree_cpu_seconds(p) for p in workers), turn_model.cpu_s if turn_model else 0.0,
+                     silero.cpu_s if silero else 0.0)
         finally:
             await asyncio.gather(stt.aclose(), tts.aclose(), return_exceptions=True)
-        return {"pipeline": {**CONFIGS[name], **extra}, "results": results}
+        result = summarise(list(rows))
+        recogniser, smart_turn, vad = (a - b for a, b in zip(after, before, strict=True))
+        result["cpu_s"] = {"recogniser": round(recogniser, 1), "smart_turn": round(smart_turn, 1),
+                           "silero": round(vad, 1),
+                           "turn_models_vs_recogniser_pct": round(100 * (smart_turn + vad) / max(1e-9, recogniser), 1)}
+        return result
 
 
-async def main() -> int:
+async def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
+    extra = pipeline_settings(args.set)
+    report: dict[str, Any] = {"set": extra}
+    rows = []
+    for voice, rate, noise in parse_lines(args.lines):
+        r = await run_line(args, voice, rate, noise, extra)
+        report[f"{voice}/{rate}/{noise}"] = r
+        rows.append([f"{voice}/{rate}/{noise}", f"{r['premature_release_pct']} %", f"{r['premature_heard_pct']} %",
+                     f"{r['one_answer_to_the_whole_sentence_pct']} %", f"{r['finished_split_pct']} %",
+                     f"{r['released_ms']['p50']} / {r['released_ms']['p95']}",
+                     f"{r['first_audio_ms']['p50']} / {r['first_audio_ms']['p95']}",
+                     f"{r['prepared_discarded_pct']} % of {r['prepared_replies']}",
+                     f"{r['false_barge_in_pct']} %" if args.barge else "-",
+                     f"{r['missed_barge_in_pct']} %" if args.barge else "-",
+                     f"{r['cpu_s']['turn_models_vs_recogniser_pct']} %"])
+    print(table(rows, ["line", "premature release", "premature heard", "one whole answer", "finished split",
+                       "released p50/p95 ms", "first audio p50/p95 ms", "prepared thrown away",
+                       "false barge-in", "missed barge-in", "turn models / recogniser CPU"]))
+    return report
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stt", default="whisper", choices=["whisper", "pocketsphinx"])
-    parser.add_argument("--configs", default="energy,silero,smart_turn,rnnoise")
-    parser.add_argument("--noise", default="none,white,babble")
-    parser.add_argument("--parallel", type=int, default=3, help="dialogues run at once (as concurrent calls)")
+    parser.add_argument("mode", choices=["curve", "pipeline"], nargs="?", default="curve")
+    parser.add_argument("--lines", default=DEFAULT_LINES, help="voice/rate/noise, comma-separated")
+    parser.add_argument("--offsets", default="200", help="curve: VAD offsets (ms) to record signals at")
+    parser.add_argument("--workers", type=int, default=2, help="curve: processes recording signals")
+    parser.add_argument("--tts-ms", type=float, default=TTS_MS, help="curve: first-sentence synthesis time")
+    parser.add_argument("--threshold", type=float, default=0.5, help="curve: the operating point reported")
+    parser.add_argument("--max-wait", type=float, default=2000)
+    parser.add_argument("--barge", action="store_true", help="pipeline: backchannels and interruptions too")
+    parser.add_argument("--parallel", type=int, default=3, help="pipeline: dialogues at once (as concurrent calls)")
     parser.add_argument("--set", action="append", default=[], metavar="pipeline.KEY=VALUE")
     parser.add_argument("--label", default="")
     args = parser.parse_args()
-    extra = pipeline_settings(args.set)
-    names = [n for n in args.configs.split(",") if n]
-    unknown = [n for n in names if n not in CONFIGS]
-    if unknown:
-        raise SystemExit(f"--configs: unknown {unknown}; choose from {sorted(CONFIGS)}")
-    if "rnnoise" in names:
-        from internal.audio.denoise import rnnoise_available
-
-        reason = rnnoise_available()
-        if reason:
-            print(f"rnnoise skipped: {reason}", file=sys.stderr)
-            names.remove("rnnoise")
-    dialogues, babble = await cached_dialogues()
-    report: dict[str, Any] = {}
-    for name in names:
-        report[name] = await run_config(name, args, dialogues, babble, extra)
-    rows = []
-    for name, outcome in report.items():
-        for noise, r in outcome["results"].items():
-            by_pause = " / ".join(f"{v} %" for v in r["premature_pct_by_pause"].values())
-            rows.append([name, noise, f"{r['premature_pct']} %", by_pause,
-                         str(r["released_ms"]["p50"]), str(r["released_ms"]["p95"]), f"{r['false_barge_in_pct']} %",
-                         f"{r['missed_barge_in_pct']} %", str(r["unanswered"])])
-    print(table(rows, ["config", "noise", "premature", "by pause 0.5/1.0/1.5 s", "released p50 ms", "p95 ms",
-                       "false barge-in", "missed barge-in", "unanswered"]))
-    label = args.label or f"turns-{args.stt}"
-    print(f"\nresults: {save(label, {'stt': args.stt, 'set': extra, 'configs': report})}")
+    if args.mode == "curve":
+        report = run_curve(args)
+    else:
+        report = asyncio.run(run_pipeline(args))
+    label = args.label or f"turns-{args.mode}"
+    print(f"\nresults: {save(label, {'mode': args.mode, 'lines': args.lines, 'report': report})}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(main())

@@ -271,6 +271,8 @@ class PipelineConfig(Section):
     end_of_turn_model: str = ""
     end_of_turn_download: bool = True
     max_turn_wait_ms: int = Field(2000, ge=0)
+    preemptive_reply: bool = True
+    continuation_window_ms: int = Field(1200, ge=0)
     noise_suppression: Literal["off", "rnnoise"] = "off"
     vad_onset_ms: int = Field(60, ge=20)
     vad_offset_ms: int = Field(300, ge=20)

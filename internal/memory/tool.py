@@ -105,7 +105,8 @@ def register_memory_tools(registry: ToolRegistry, runtime: FrontendMemoryRuntime
                                str(arguments.get("new_text") or ""))
         return {"ok": True, "changed": outcome.changed, "documents": documents_json(outcome.documents)}
 
-    registry.register("memory", MEMORY_TOOL_DESCRIPTION, MEMORY_TOOL_PARAMETERS, memory, available=_has_owner)
+    registry.register("memory", MEMORY_TOOL_DESCRIPTION, MEMORY_TOOL_PARAMETERS, memory, available=_has_owner,
+                      side_effects=lambda arguments: arguments.get("action") != "read")
 
     if not session_digests:
         return
@@ -121,4 +122,4 @@ def register_memory_tools(registry: ToolRegistry, runtime: FrontendMemoryRuntime
 
     registry.register("recall", RECALL_TOOL_DESCRIPTION, {"type": "object", "properties": {},
                                                           "additionalProperties": False},
-                      recall, available=_has_owner)
+                      recall, available=_has_owner, side_effects=False)

@@ -1,5 +1,6 @@
-"""Barge-in and turn-shape predicates: pure text functions, no pipeline state.
+"""Barge-in predicates: pure text functions, no pipeline state.
 
+The turn-shape predicates (does this text end a sentence?) are in internal/turn/text_cues.py.
 Ported from StreamCore's behaviour: a backchannel ("mm-hm", "yeah okay") means "I'm listening" and
 never cuts the agent off; a command word ("stop", "wait") always does; anything else interrupts
 when it carries at least one content word.
@@ -7,9 +8,7 @@ when it carries at least one content word.
 
 from __future__ import annotations
 
-import re
-
-_WORD = re.compile(r"[a-z0-9']+")
+from internal.turn.text_cues import words
 
 BACKCHANNEL_TOKENS = frozenset(
     "mm mhm mmhm mmhmm mhmm hmm hm uh huh uhhuh um umm yep yup yeah yea yes ya okay ok kay right sure alright "
@@ -21,25 +20,6 @@ WEAK_TOKENS = frozenset(
     "was were be can could would should will do does did need want um uh uhh umm hmm okay ok yeah yes yep "
     "right sure".split()
 )
-INCOMPLETE_TAIL = frozenset(
-    "um uh er hmm like and or but so because if when then while as that which who where why how the a an my "
-    "your this to of for with at on in by from about into onto over under is are was were be been being am do "
-    "does did have has had will would can could shall should may might must i you he she we they it".split()
-)
-# Words no English sentence ends on (articles, prepositions, possessives, conjunctions, fillers): a turn
-# whose words end here goes on, however finished it sounds. "it", "is", "you" are not here: "what time is
-# it", "where is it", "thank you" end sentences all the time.
-DANGLING_TAIL = frozenset(
-    "um uh er erm like and or but so because if when while as that which the a an my your our their his her its "
-    "this these those to of for with at on in by from about into onto over under than then whether".split()
-)
-DICTATION_TAIL = frozenset("dot dash hyphen underscore plus slash period point gmail hotmail outlook yahoo icloud "
-                           "mail".split())
-
-
-def words(text: str) -> list[str]:
-    """Lowercase words (letters, digits, apostrophes); hyphenated backchannels become one token."""
-    return _WORD.findall(text.lower().replace("-", ""))
 
 
 def is_backchannel(text: str, extra: frozenset[str] = frozenset()) -> bool:
@@ -60,34 +40,3 @@ def is_meaningful_interruption(text: str, extra_backchannels: frozenset[str] = f
         return False
     content = sum(1 for token in tokens if len(token) >= 3 and token not in WEAK_TOKENS)
     return content >= 1
-
-
-def ends_terminal(text: str) -> bool:
-    trimmed = text.strip().rstrip("'\")]}")
-    return trimmed.endswith((".", "!", "?"))
-
-
-def ends_question(text: str) -> bool:
-    return text.strip().rstrip("'\")]}").endswith("?")
-
-
-def ends_incomplete(text: str) -> bool:
-    tokens = words(text)
-    return bool(tokens) and tokens[-1] in INCOMPLETE_TAIL and not ends_terminal(text)
-
-
-def ends_unfinished(text: str) -> bool:
-    """The words themselves say the sentence goes on: a dangling function word or a number being dictated.
-
-    Punctuation is ignored: a recogniser that punctuates (Whisper) puts a full stop after fragments too.
-    """
-    tokens = words(text)
-    return bool(tokens) and (tokens[-1] in DANGLING_TAIL or ends_dictation(text))
-
-
-def ends_dictation(text: str) -> bool:
-    tokens = words(text)
-    if not tokens:
-        return False
-    last = tokens[-1]
-    return last in DICTATION_TAIL or (len(last) == 1 and last.isalpha()) or last.isdigit()

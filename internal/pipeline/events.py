@@ -25,6 +25,9 @@ class TranscriptEvent(Event):
     role: Literal["user", "agent"] = "user"
     text: str
     final: bool
+    # A user final that is the whole turn so far, heard again after the caller went on: it replaces the
+    # turn's earlier line rather than adding one.
+    replaces: bool = False
 
 
 class ResponseEvent(Event):
@@ -43,6 +46,17 @@ class TimingEvent(Event):
     stage: str  # stt, llm_first_token, tts_first_audio, first_audio, turn
     ms: float
     turn: int = 0
+
+
+TurnOutcome = Literal["prepared_used", "prepared_discarded", "continued_before_reply", "continued_after_reply_heard"]
+
+
+class TurnEvent(Event):
+    """How a turn was taken: a prepared reply played or thrown away, or the caller went on after a release
+    (before the reply was heard: absorbed unheard; after: a premature end of turn the caller heard)."""
+
+    type: Literal["turn"] = "turn"
+    outcome: TurnOutcome
 
 
 class ConnectionEvent(Event):

@@ -1,11 +1,14 @@
 """VoicePipeline: 20 ms PCM frames in, 20 ms PCM frames out, events on the side.
 
 Inbound: every frame goes through the VAD; speech (with a little pre-roll) goes to speech-to-text;
-finals are merged into turns by the TurnBuffer. Caller speech over the agent ducks the agent and,
-once confirmed (long enough, or meaningful words, and not a backchannel), interrupts it.
-Outbound: a released turn becomes one reply (see reply.py) synthesised into the Playout, which the
-transport pulls once per tick. The conversation itself lives on the Session, so a resumed transport
-carries on with a new pipeline.
+finals are gathered into turns by the TurnBuffer, which releases a turn when the caller has finished
+(Smart Turn and the words, fused). Caller speech over the agent ducks the agent and, once confirmed
+(long enough, or meaningful words, and not a backchannel), interrupts it.
+Outbound: a reply is prepared as soon as the turn's transcript is in and plays when the turn is
+released (responder.py); a caller who goes on right after a release was not done: the reply is
+dropped (or stopped, if it had begun) and the whole sentence is answered once. The Playout holds the
+audio the transport pulls once per tick. The conversation itself lives on the Session, so a resumed
+transport carries on with a new pipeline.
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ from internal.pipeline.events import AgentState, DtmfEvent, EventSink, Transcrip
 from internal.pipeline.playout import Playout
 from internal.pipeline.responder import APOLOGY, Responder, TurnTimes
 from internal.pipeline.services import PipelineServices
+from internal.pipeline.turn_reply import added_words
 from internal.pipeline.turns import PendingTurn, TurnBuffer
 from internal.pipeline.vad import VadEvent, VadProfile
 from internal.session.session import Session
 from internal.stt.base import SttStream, Transcript
+from internal.turn.text_cues import ends_dictation, ends_incomplete
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +42,9 @@ TURN_AUDIO_FRAMES = 400  # 8 s of 20 ms frames: what Smart Turn hears
 END_OF_TURN_SILENCE_MS = 100  # the silence after the last word that Smart Turn hears
 STT_REOPENS_PER_CALL = 3  # fresh streams after the engine's stream dies, before the call goes on without
 MIN_ASKED_SPEECH_MS = 240  # shorter utterances (a cough, a click, "mm") are left to the text rules
+# A reply is prepared only for turns at least this likely to be finished: one that surely goes on ("a table
+# for") would only be thrown away.
+PREPARE_FLOOR = 0.2
 __all__ = ["APOLOGY", "VoicePipeline"]
 
 
@@ -63,7 +71,12 @@ class VoicePipeline:
         self._dtmf_digits = ""
         self._dtmf_timer: asyncio.TimerHandle | None = None
         self._turns = TurnBuffer(self.config.turn_merge_ms, self.config.user_speech_quiet_ms, self._on_turn,
-                                 clock=clock, max_turn_wait_ms=self.config.max_turn_wait_ms)
+                                 clock=clock, max_turn_wait_ms=self.config.max_turn_wait_ms,
+                                 fusion=services.turn_fusion, threshold=self.config.end_of_turn_threshold,
+                                 on_decision=self._on_decision)
+        # The turn released last, while its reply can still be dropped for the caller going on with it.
+        self._released: PendingTurn | None = None
+        self._continuing = False  # the caller spoke right after a release: are they going on?
         # The caller's audio of the turn in progress (at most the 8 s the end-of-turn model hears).
         self._turn_audio: deque[bytes] = deque(maxlen=TURN_AUDIO_FRAMES)
         self._verdict_task: asyncio.Task[None] | None = None
@@ -120,6 +133,11 @@ class VoicePipeline:
         return self.responder.active
 
     @property
+    def agent_audible(self) -> bool:
+        """Active, and not holding its audio (a reply held while the caller goes on is not talked over)."""
+        return self.responder.audible
+
+    @property
     def idle(self) -> bool:
         """Nothing in flight: the caller is not speaking, no turn is pending, the agent is quiet."""
         return not (self.agent_active or self.vad.speaking or self._turns.pending is not None
@@ -141,7 +159,7 @@ class VoicePipeline:
             return
         if self._denoiser is not None:
             pcm = self._denoiser.process(pcm)
-        self.vad.profile = self._barge_vad if self.agent_active and self.config.barge_in else self._normal_vad
+        self.vad.profile = self._barge_vad if self.agent_audible and self.config.barge_in else self._normal_vad
         event = self.vad.process(pcm)
         if self.services.turn_model is not None:
             self._turn_audio.append(pcm)
@@ -167,12 +185,22 @@ class VoicePipeline:
 
     def _on_speech_start(self, stt: SttStream | None) -> None:
         self._speech_frames = 0
-        self._utterance_over_agent = self.agent_active
-        if self._turns.pending is None and not self._awaiting_finals:
+        # Speech this soon after a release may be the rest of the sentence: hold the reply (within this
+        # frame) until the words tell; nothing of it plays over the caller meanwhile.
+        self._continuing = self._released is not None and self.responder.absorbable()
+        if self._continuing:
+            self.responder.hold()
+            self._utterance_over_agent = False
+        else:
+            self._released = None
+            self._utterance_over_agent = self.agent_audible
+        if self._turns.pending is None and not self._awaiting_finals and not self._continuing:
             # A new turn: forget the audio of earlier ones (keep the pre-roll and the onset frames).
             keep = len(self._pre_roll) + self.vad.profile.onset_frames
             while len(self._turn_audio) > keep:
                 self._turn_audio.popleft()
+            if stt is not None:
+                stt.new_turn()
         self._turns.caller_started_speaking()
         if stt is not None and not stt.continuous:
             for earlier in self._pre_roll:
@@ -218,14 +246,12 @@ class VoicePipeline:
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("end-of-turn model failed; the silence and text rules decide this turn")
+            log.exception("end-of-turn model failed; the words decide this turn")
             probability = None
-        if probability is None:  # failed, or the model's pool was full
-            self._turns.set_verdict(silence, None)
-            return
-        self.responder.timing("end_of_turn_model", (self._clock() - asked) * 1000.0,
-                              self.session.conversation.turns + 1)
-        self._turns.set_verdict(silence, probability >= self.config.end_of_turn_threshold)
+        if probability is not None:  # None: failed, or the model's pool was full
+            self.responder.timing("end_of_turn_model", (self._clock() - asked) * 1000.0,
+                                  self.session.conversation.turns + 1)
+        self._turns.set_verdict(silence, probability)
 
     def _check_barge_in(self) -> None:
         if not (self._utterance_over_agent and self.config.barge_in and self.agent_active):
@@ -267,6 +293,7 @@ class VoicePipeline:
         self._stt_deadlines.clear()
         self._awaiting_finals = 0
         self._turns.awaiting_final = False
+        self._end_continuation()
         if owed and not self.agent_active:
             self.responder.not_understood()
         if self._closed:
@@ -287,13 +314,15 @@ class VoicePipeline:
 
     def _on_transcript(self, transcript: Transcript) -> None:
         text = transcript.text.strip()
+        whole = transcript.final and transcript.whole_turn
         if transcript.final and not self._stt_is_continuous():
             if self._stt_deadlines:
                 self._stt_deadlines.popleft().cancel()
             self._awaiting_finals = max(0, self._awaiting_finals - 1)
             self._turns.awaiting_final = self._awaiting_finals > 0
         if text:
-            self.sink.emit(TranscriptEvent(role="user", text=text, final=transcript.final))
+            replaces = whole and (self._turns.pending is not None or self._continuing)
+            self.sink.emit(TranscriptEvent(role="user", text=text, final=transcript.final, replaces=replaces))
         if not transcript.final:
             meaningful = is_meaningful_interruption(text, self._backchannels)
             if self.agent_active and self._utterance_over_agent and meaningful:
@@ -304,6 +333,8 @@ class VoicePipeline:
             # This final belongs to the turn about to be answered, not to the last one.
             self.responder.timing("stt", (self._final_at - self._speech_ended_at) * 1000.0,
                                   self.session.conversation.turns + 1)
+        if self._continuing and self._took_back(text, transcript):
+            return
         if not text:
             self._turns.add_final("")
             if self._speech_frames * 20 >= 400 and not self._utterance_over_agent and not self.agent_active:
@@ -315,11 +346,46 @@ class VoicePipeline:
             return
         if self.agent_active:
             self.interrupt("caller turn while the agent was speaking")
-        self._turns.add_final(text, transcript.confidence, self._utterance_over_agent)
+        self._turns.add_final(text, transcript.confidence, self._utterance_over_agent, replace=whole)
+        self._prefetch()
+
+    def _prefetch(self) -> None:
         pending = self._turns.pending
         if self.services.prefetch is not None and pending is not None:
             # Overlap retrieval with the merge wait; the turn reuses it when no more words arrive.
             self.services.prefetch(self.session, pending.text)
+
+    def _took_back(self, text: str, transcript: Transcript) -> bool:
+        """The caller spoke right after a release (the reply is held): did they go on with their sentence?
+
+        Yes: the reply is dropped (or, if it had begun, stays stopped) and the released turn, with what
+        they added, is pending again, to be answered once as a whole; True. Only noise or "mm": the reply
+        plays on; True. Too late to take the reply back (a tool with side effects ran meanwhile): False,
+        and what they said is a turn of its own.
+        """
+        self._continuing = False
+        released, self._released = self._released, None
+        if released is None:
+            self.responder.resume()
+            return False
+        added = added_words(released.text, text) if transcript.whole_turn else text.split()
+        if not added or is_backchannel(" ".join(added), self._backchannels):
+            self.responder.resume()
+            self._turns.add_final("")
+            return True
+        if not self.responder.absorb():
+            return False
+        self._turns.restore(released)
+        self._turns.add_final(text, transcript.confidence, replace=transcript.whole_turn)
+        self._prefetch()
+        return True
+
+    def _end_continuation(self) -> None:
+        """No words are coming for the speech after a release: the held reply plays on."""
+        if self._continuing:
+            self._continuing = False
+            self._released = None
+            self.responder.resume()
 
     def _stt_timed_out(self) -> None:
         """A transcript that never came (a hung or crashed engine): tell the caller, keep listening."""
@@ -327,6 +393,7 @@ class VoicePipeline:
             self._stt_deadlines.popleft()
         self._awaiting_finals = max(0, self._awaiting_finals - 1)
         self._turns.awaiting_final = self._awaiting_finals > 0
+        self._end_continuation()
         log.error("speech-to-text gave no transcript in time; asking the caller to repeat")
         if not self.agent_active:
             self.responder.not_understood()
@@ -334,13 +401,23 @@ class VoicePipeline:
     def _stt_is_continuous(self) -> bool:
         return self._stt is not None and self._stt.continuous
 
+    def _on_decision(self, pending: PendingTurn, probability: float | None) -> None:
+        """The turn's hold is decided: start its reply now, to play the moment it is released."""
+        if probability is None:  # the text rules: not for words they hold longer ("I want to", "... 555")
+            likely = not (ends_incomplete(pending.text) or ends_dictation(pending.text))
+        else:
+            likely = probability >= PREPARE_FLOOR
+        if likely:
+            self.responder.prepare(pending.text, pending.confidence, TurnTimes(self._speech_ended_at, self._final_at))
+
     def _on_turn(self, pending: PendingTurn) -> None:
         times = TurnTimes(self._speech_ended_at, self._final_at, self._clock())
         if self._speech_ended_at:
             # From the caller's last sound (the VAD's offset before its decision) to the release.
             self.responder.timing("end_of_turn", (times.released - self._speech_ended_at) * 1000.0
                                   + self.config.vad_offset_ms, self.session.conversation.turns + 1)
-        self.responder.start(lambda: self.responder.respond(Turn(text=pending.text), pending.confidence, times))
+        self._released = pending
+        self.responder.release(Turn(text=pending.text), pending.confidence, times)
 
     def submit_text(self, text: str) -> None:
         """A typed turn (e.g. from the browser's DataChannel): answered like speech, without STT."""
@@ -349,6 +426,7 @@ class VoicePipeline:
             return
         if self.agent_active:
             self.interrupt("typed input")
+        self._released = None
         self.sink.emit(TranscriptEvent(role="user", text=text, final=True))
         times = TurnTimes(released=self._clock())
         self.responder.start(lambda: self.responder.respond(Turn(text=text), None, times))
@@ -366,6 +444,7 @@ class VoicePipeline:
         digits, self._dtmf_digits = self._dtmf_digits, ""
         self._dtmf_timer = None
         if digits:
+            self._released = None
             if self.agent_active:
                 self.interrupt("keypad input")
             times = TurnTimes(released=self._clock())

@@ -1,7 +1,10 @@
 """Playout: the agent's audio waiting to be sent, 20 ms at a time, and what the caller heard.
 
 The transport pulls one frame per tick. Barge-in clears the queue at once, so playback stops within
-one frame, and the frames already pulled tell which words of each sentence the caller heard.
+one frame, and the frames already pulled tell which words of each sentence the caller heard. A held
+playout keeps its audio but plays none of it: a reply prepared before the caller's turn was over waits
+there until the turn is released, and a reply the caller talks over right after it began waits there
+until we know whether they were going on with their sentence.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class Playout:
     sample_rate: int
     duck_gain: float = 0.25
     ducked: bool = False
+    held: bool = False
     _queue: deque[_Frame] = field(default_factory=deque)
     _segments: list[Segment] = field(default_factory=list)
     _partial: bytes = b""
@@ -87,7 +91,7 @@ class Playout:
 
     def pull(self) -> bytes | None:
         """The next 20 ms of agent audio, or None when the agent is quiet."""
-        if not self._queue:
+        if self.held or not self._queue:
             return None
         frame = self._queue.popleft()
         frame.segment.played += 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from internal.llm.base import ChatMessage, ChatModel, ChatRequest, ReplyDelta, ToolCall
@@ -61,12 +61,23 @@ async def speak_text(text: str, tts: TextToSpeech, playout: Playout, on_audio: C
         playout.end_segment(segment)
 
 
+ToolGate = Callable[[ToolCall], Awaitable[None]]
+
+
+async def _no_gate(call: ToolCall) -> None:
+    return None
+
+
 class ReplyRunner:
-    def __init__(self, model: ChatModel, tts: TextToSpeech, tools: ToolRegistry, playout: Playout) -> None:
+    def __init__(self, model: ChatModel, tts: TextToSpeech, tools: ToolRegistry, playout: Playout,
+                 before_tool: ToolGate = _no_gate) -> None:
         self.model = model
         self.tts = tts
         self.tools = tools
         self.playout = playout
+        # Awaited before each tool call runs: a reply prepared ahead of the turn's end holds its
+        # side-effect tools there until the turn is released (responder.py).
+        self.before_tool = before_tool
         self.spoken: list[str] = []  # sentences generated so far (kept when the reply is cancelled)
 
     async def run(self, request: ChatRequest, tool_context: ToolContext,
@@ -134,6 +145,7 @@ class ReplyRunner:
             request.messages.append(assistant)
             history.append(assistant)
             for call in calls:
+                await self.before_tool(call)
                 result = await self.tools.run(call, tool_context)
                 tool_message = ChatMessage("tool", result, tool_call_id=call.id)
                 request.messages.append(tool_message)

@@ -4,6 +4,12 @@ The pipeline (pipeline.py) decides *when* the agent answers; the Responder decid
 the request from the session's conversation and context layers, runs the reply (reply.py), records
 what the caller actually heard, apologises when the model fails, and hangs up after a farewell. Each
 turn becomes a trace span with a child span per stage, and each stage's latency a metric.
+
+A reply may be *prepared* before the turn is released (`prepare`): the model and the first sentence's
+synthesis run from the transcript while the end-of-turn decision is still out, into a held playout,
+with side-effect tools waiting at their gate; `release` plays it, or throws it away and starts afresh
+when the words changed. A released reply the caller talks over at once can be *absorbed* (`absorb`):
+they were finishing their sentence, so it goes, unrecorded, and the whole sentence is answered.
 """
 
 from __future__ import annotations
@@ -18,13 +24,23 @@ from typing import Any
 
 from opentelemetry import trace
 
-from internal.llm.base import ChatMessage, ChatRequest, LlmError, Turn
+from internal.llm.base import ChatMessage, ChatRequest, LlmError, ToolCall, Turn
 from internal.pipeline.context import build_system_context
-from internal.pipeline.events import AgentState, EventSink, ResponseEvent, StateEvent, TimingEvent, TranscriptEvent
+from internal.pipeline.events import (
+    AgentState,
+    EventSink,
+    ResponseEvent,
+    StateEvent,
+    TimingEvent,
+    TranscriptEvent,
+    TurnEvent,
+    TurnOutcome,
+)
 from internal.pipeline.playout import Playout
 from internal.pipeline.reply import ReplyRunner, speak_text
 from internal.pipeline.services import PipelineServices, misunderstanding_note
 from internal.pipeline.tools import ToolContext
+from internal.pipeline.turn_reply import TurnReply, same_turn_text
 from internal.session.session import Session
 
 log = logging.getLogger(__name__)
@@ -56,6 +72,9 @@ class Responder:
         self._clock = clock
         self.state: AgentState = "listening"
         self._task: asyncio.Task[None] | None = None
+        self._reply: TurnReply | None = None  # the released turn reply (until it is done or replaced)
+        self._prepared: TurnReply | None = None  # a reply started before its turn was released
+        self._holding: TurnReply | None = None  # the reply held because the caller spoke right after it
         self._heard_at_interrupt: str | None = None
         self._hangup_requested = False
         self._drained = asyncio.Event()
@@ -63,23 +82,44 @@ class Responder:
         self._first_frame_pending = False
         self._released_at = 0.0
         self._first_frame_at = 0.0
+        self.prepared_used = 0  # prepared replies that were played
+        self.prepared_discarded = 0  # prepared replies thrown away (the words changed, the caller went on)
+        self.absorbed_unheard = 0  # released replies dropped before the caller heard them
+        self.absorbed_heard = 0  # released replies cut off because the caller went on (they heard some)
         # time.time_ns() - monotonic, so spans recorded after the fact carry wall-clock times
         self._wall_offset_ns = time.time_ns() - int(clock() * 1e9)
 
     @property
     def active(self) -> bool:
-        """A reply is running or its audio is still queued."""
-        return (self._task is not None and not self._task.done()) or self.playout.active
+        """A reply is running or its audio is still queued (a reply still being prepared is not)."""
+        running = self._task is not None and not self._task.done()
+        return running or (self.playout.active and self._prepared is None)
+
+    @property
+    def audible(self) -> bool:
+        """The agent is active and not holding its audio: what the caller hears or is about to."""
+        return self.active and not self.playout.held
+
+    def absorbable(self) -> bool:
+        """Could the caller's next words still join the turn just answered?"""
+        reply = self._reply
+        return reply is not None and reply.absorbable(self._clock(), self.config.continuation_window_ms)
 
     # ---- running replies -------------------------------------------------------------------------
 
     def start(self, work: Callable[[], Awaitable[None]]) -> None:
         """Run one reply (made lazily, so a reply cancelled before it starts leaves no coroutine behind)."""
+        self.discard_prepared()
+        self._reply = None
+        self._run(work)
+
+    def _run(self, work: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
         previous = self._task
         if previous is not None and not previous.done():
             previous.cancel()
         self._drained.clear()
         self._task = asyncio.create_task(self._guarded(work), name="reply")
+        return self._task
 
     async def _guarded(self, work: Callable[[], Awaitable[None]]) -> None:
         try:
@@ -90,20 +130,102 @@ class Responder:
             log.exception("reply failed")
             self.set_state("listening")
 
+    def prepare(self, text: str, confidence: float | None, times: TurnTimes) -> None:
+        """Start answering `text` now, in a held playout, in case it turns out to be the whole turn."""
+        if not self.config.preemptive_reply or self.active:
+            return
+        if self._prepared is not None:
+            if same_turn_text(self._prepared.text, text):
+                return
+            self.discard_prepared()
+        reply = TurnReply(text, prepared_at=self._clock())
+        self._prepared = reply
+        self.playout.held = True
+        reply.task = asyncio.create_task(
+            self._guarded(lambda: self.respond(Turn(text=text), confidence, times, reply)), name="prepared-reply")
+
+    def discard_prepared(self) -> None:
+        reply, self._prepared = self._prepared, None
+        if reply is None:
+            return
+        self.prepared_discarded += 1
+        if reply.task is not None:
+            reply.task.cancel()
+        self.playout.clear()
+        self.playout.held = False
+        self._turn_event("prepared_discarded")
+
+    def release(self, turn: Turn, confidence: float | None, times: TurnTimes) -> None:
+        """The caller's turn is over: play the reply prepared for these words, or start one now."""
+        reply = self._prepared
+        if reply is not None and same_turn_text(reply.text, turn.text) and reply.running and not turn.dtmf:
+            self._prepared = None
+            self.prepared_used += 1
+            self._turn_event("prepared_used")
+            previous = self._task
+            if previous is not None and not previous.done():
+                previous.cancel()
+            self._drained.clear()
+            self._task = reply.task
+        else:
+            self.discard_prepared()
+            reply = TurnReply(turn.text, prepared_at=self._clock())
+            reply.task = self._run(lambda: self.respond(turn, confidence, times, reply))
+        self._reply = reply
+        self._released_at = times.released or self._clock()
+        self._first_frame_pending = True
+        self.playout.held = False
+        reply.released.set()
+        self.set_state("thinking")
+
+    def hold(self) -> None:
+        """The caller started speaking right after the reply began: stop the sound now, keep the reply
+        (its continuation window is judged now, not when the words are in)."""
+        self._holding = self._reply
+        self.playout.held = True
+        self.playout.ducked = False
+
+    def resume(self) -> None:
+        """They were not going on after all (a cough, "mm"): play the rest."""
+        self._holding = None
+        self.playout.held = False
+
+    def absorb(self) -> bool:
+        """The caller went on with the turn just answered: drop its reply (False: too late for that)."""
+        reply, self._holding = self._holding, None
+        if reply is None or reply is not self._reply or not reply.running or reply.side_effects:
+            self.playout.held = False
+            return False
+        reply.absorbed = True
+        reply.heard_text = self.playout.clear()
+        self.playout.held = False
+        if reply.heard:
+            self.absorbed_heard += 1
+            self._turn_event("continued_after_reply_heard")
+        else:
+            self.absorbed_unheard += 1
+            self._turn_event("continued_before_reply")
+        self._reply = None
+        if reply.task is not None:
+            reply.task.cancel()
+        return True
+
     def interrupt(self, reason: str) -> None:
         """Barge-in: stop playback now (within this frame) and cancel the reply in flight."""
         task = self._task
         if task is None or task.done():
-            if self.playout.active:
+            if self.playout.active and self._prepared is None:
                 self.playout.clear()
             return
         log.info("agent interrupted", extra={"reason": reason})
         # Silence first, in this very tick; the reply task records what was heard when it unwinds.
         self._heard_at_interrupt = self.playout.clear()
         self.playout.ducked = False
+        self.playout.held = False
         task.cancel()
 
     async def cancel(self) -> None:
+        self.discard_prepared()
         task = self._task
         if task is not None and not task.done():
             task.cancel()
@@ -120,6 +242,10 @@ class Responder:
         if frame is not None and self._first_frame_pending:
             self._first_frame_pending = False
             self._first_frame_at = self._clock()
+            reply = self._reply
+            if reply is not None and not reply.heard:
+                reply.heard = True
+                reply.first_audio_at = self._first_frame_at
             self.set_state("speaking")
             if self._released_at:
                 self.timing("first_audio", (self._first_frame_at - self._released_at) * 1000.0)
@@ -165,37 +291,37 @@ class Responder:
         text = STILL_NOT_UNDERSTOOD if too_many else NOT_UNDERSTOOD
         self.start(lambda: self.announce(text))
 
-    async def respond(self, turn: Turn, confidence: float | None, times: TurnTimes) -> None:
-        self._released_at = times.released or self._clock()
+    async def respond(self, turn: Turn, confidence: float | None, times: TurnTimes,
+                      reply: TurnReply | None = None) -> None:
+        if reply is None:  # answered at once (typed turns, keypad digits): released from the start
+            reply = TurnReply(turn.text, prepared_at=self._clock())
+            reply.released.set()
+            self._reply = reply
+            self._released_at = times.released or self._clock()
+            self._first_frame_pending = True
+            self.set_state("thinking")
         parent = self.session.data.get(SESSION_SPAN)
         context = trace.set_span_in_context(parent) if parent is not None else None
         span = self.services.tracer.start_span("turn", context=context,
-                                               start_time=self._ns(times.speech_ended or self._released_at))
+                                               start_time=self._ns(times.speech_ended or reply.prepared_at))
         try:
             with trace.use_span(span, end_on_exit=False):
-                await self._respond(turn, confidence, times, span)
+                await self._respond(turn, confidence, times, span, reply)
         finally:
-            span.end(end_time=self._ns(self._clock()))
+            if reply.released.is_set() and not reply.absorbed:
+                span.end(end_time=self._ns(self._clock()))  # a reply thrown away leaves no span
 
-    async def _respond(self, turn: Turn, confidence: float | None, times: TurnTimes, span: Any) -> None:
+    async def _respond(self, turn: Turn, confidence: float | None, times: TurnTimes, span: Any,
+                       reply: TurnReply) -> None:
         conversation = self.session.conversation
-        conversation.turns += 1
-        number = conversation.turns
+        number = conversation.turns + 1
         span.set_attribute("voicegate.turn", number)
-        self._stage_span("endpointing", times.speech_ended, times.released)
-        self._stage_span("stt", times.speech_ended, times.final)
         user_text = turn.text if turn.text else f"[The caller pressed keypad keys: {' '.join(turn.dtmf)}]"
-        conversation.transcript.add("user", user_text)
-        conversation.history.append(ChatMessage("user", user_text))
-        if turn.dtmf:
-            self.sink.emit(TranscriptEvent(role="user", text=user_text, final=True))
-        conversation.misunderstanding_streak, turn.note = misunderstanding_note(
-            confidence, self.config.min_confidence, conversation.misunderstanding_streak)
+        streak, turn.note = misunderstanding_note(confidence, self.config.min_confidence,
+                                                  conversation.misunderstanding_streak)
         conversation.summary.maybe_refresh(conversation.transcript.entries())
         with self.services.tracer.start_as_current_span("memory.refresh"):
             await self.services.before_turn(self.session)
-        self.set_state("thinking")
-        self._first_frame_pending = True
         turn.summary = conversation.summary.text
         if self.services.retrieve is not None and turn.text:
             with self.services.tracer.start_as_current_span("retrieval"):
@@ -207,19 +333,25 @@ class Responder:
             if relevant is not None:
                 layers.memory_context, layers.memory_text = relevant
         turn.memory = layers.memory_text
-        turn.interrupted_text = self.session.data.pop("interrupted_text", "")
+        turn.interrupted_text = self.session.data.get("interrupted_text", "")
         tool_context = ToolContext(self.session.id, self.session.resource_id, number, self._request_hangup,
                                    extras={"session": self.session})
         request = ChatRequest(
             session_id=self.session.id,
             resource_id=self.session.resource_id,
             system=build_system_context(layers, summary=turn.summary, knowledge=turn.context, note=turn.note),
-            messages=list(conversation.recent_history()),
+            messages=conversation.recent_history(ChatMessage("user", user_text)),
             turn=turn,
             tools=self.services.tools.specs(tool_context),
             agent_system=layers.skills,
         )
-        runner = ReplyRunner(self.services.model, self.services.tts, self.services.tools, self.playout)
+
+        async def before_tool(call: ToolCall) -> None:
+            if self.services.tools.has_side_effects(call):
+                await reply.released.wait()  # never for a turn that may still be thrown away
+                reply.side_effects = True
+
+        runner = ReplyRunner(self.services.model, self.services.tts, self.services.tools, self.playout, before_tool)
         started = self._clock()
         first_audio: list[float] = []
 
@@ -227,16 +359,24 @@ class Responder:
             first_audio.append(self._clock())
             self.timing("tts_first_audio", (first_audio[0] - started) * 1000.0, number)
 
+        def commit(agent_text: str, interrupted: bool = False, intended: str = "") -> None:
+            self._commit(user_text, turn, streak, reply, agent_text, interrupted, intended)
+
         try:
             try:
                 async with asyncio.timeout(self.config.turn_timeout_s):
-                    result = await runner.run(request, tool_context, conversation.history, audio_ready)
+                    result = await runner.run(request, tool_context, reply.exchange, audio_ready)
             except (LlmError, TimeoutError) as exc:
+                await reply.released.wait()
                 log.error("turn failed: %s", exc if isinstance(exc, LlmError) else "timed out", extra={"turn": number})
                 span.set_attribute("voicegate.outcome", "failed")
                 self.playout.clear()
+                commit("")
                 await self.announce(APOLOGY)
                 return
+            await reply.released.wait()
+            self._stage_span("endpointing", times.speech_ended, self._released_at)
+            self._stage_span("stt", times.speech_ended, times.final)
             first_token = result.timings.first_token
             if first_token is not None:
                 self.timing("llm_first_token", (first_token - started) * 1000.0, number)
@@ -248,22 +388,51 @@ class Responder:
                 self.sink.emit(ResponseEvent(text=result.text))
             await self._wait_drained()
         except asyncio.CancelledError:
+            if not reply.released.is_set():
+                raise  # a prepared reply thrown away: nothing happened
+            if reply.absorbed and not reply.side_effects:
+                # The caller went on with this turn: the reply goes unrecorded in the history (the whole
+                # sentence is answered next); what they heard of it stays in the transcript.
+                if reply.heard_text:
+                    conversation.transcript.add("agent", reply.heard_text, interrupted=True,
+                                                intended=" ".join(runner.spoken))
+                    self.sink.emit(TranscriptEvent(role="agent", text=reply.heard_text, final=True))
+                    self.sink.emit(ResponseEvent(text=reply.heard_text, interrupted=True))
+                span.set_attribute("voicegate.outcome", "absorbed")
+                self.set_state("listening")
+                raise
             # Barge-in or hang-up, while generating or while speaking: keep what the caller heard.
             heard = self._take_heard()
             intended = " ".join(runner.spoken)
-            self._record_agent(heard, interrupted=True, intended=intended)
+            commit(heard, interrupted=True, intended=intended)
             self.session.data["interrupted_text"] = intended
             self.sink.emit(ResponseEvent(text=heard, interrupted=True))
             span.set_attribute("voicegate.outcome", "interrupted")
             self.set_state("listening")
             raise
         self.playout.finish_turn()
-        self._record_agent(result.text)
+        commit(result.text)
         span.set_attribute("voicegate.outcome", "answered")
         self.set_state("listening")
+        if self._reply is reply:
+            self._reply = None
         await self.services.after_turn(self.session)
         if self._hangup_requested and self.session.hangup is not None:
             await self.session.hangup()
+
+    def _commit(self, user_text: str, turn: Turn, streak: int, reply: TurnReply, agent_text: str,
+                interrupted: bool, intended: str) -> None:
+        """The turn counts now: write the caller's words, the tool exchange and what the agent said."""
+        conversation = self.session.conversation
+        conversation.turns += 1
+        conversation.misunderstanding_streak = streak
+        self.session.data.pop("interrupted_text", None)
+        conversation.transcript.add("user", user_text)
+        conversation.history.append(ChatMessage("user", user_text))
+        conversation.history.extend(reply.exchange)
+        if turn.dtmf:
+            self.sink.emit(TranscriptEvent(role="user", text=user_text, final=True))
+        self._record_agent(agent_text, interrupted=interrupted, intended=intended)
 
     def _record_agent(self, text: str, interrupted: bool = False, intended: str = "") -> None:
         if not text:
@@ -290,9 +459,15 @@ class Responder:
         if self.config.debug:
             self.sink.emit(TimingEvent(stage=stage, ms=round(ms, 2), turn=turn or self.session.conversation.turns))
 
+    def _turn_event(self, outcome: TurnOutcome) -> None:
+        if self.services.telemetry is not None:
+            self.services.telemetry.turn_event(outcome)
+        self.sink.emit(TurnEvent(outcome=outcome))
+
     def _ns(self, monotonic_s: float) -> int:
         return int(monotonic_s * 1e9) + self._wall_offset_ns
 
     def _stage_span(self, name: str, start: float, end: float) -> None:
         if start and end and end >= start:
             self.services.tracer.start_span(name, start_time=self._ns(start)).end(end_time=self._ns(end))
+

@@ -31,6 +31,7 @@ from internal.turn.weights import TurnModelError
 if TYPE_CHECKING:
     from internal.session.session import Session
     from internal.telemetry.otel import Telemetry
+    from internal.turn.fusion import TurnFusion
     from internal.turn.silero import SileroModel
     from internal.turn.smart_turn import SmartTurnModel
 
@@ -96,6 +97,8 @@ class PipelineServices:
     # Shared neural models (one ONNX session per process), loaded here when the config asks for them.
     silero: SileroModel | None = None
     turn_model: SmartTurnModel | None = None
+    # Smart Turn's probability and the transcript's cues, fused (internal/turn/fusion.py).
+    turn_fusion: TurnFusion | None = None
 
     def __post_init__(self) -> None:
         if self.config.vad == "silero" and self.silero is None:
@@ -106,6 +109,13 @@ class PipelineServices:
             from internal.turn.smart_turn import shared_smart_turn
 
             self.turn_model = shared_smart_turn(self.config.end_of_turn_model, self.config.end_of_turn_download)
+        if self.config.end_of_turn == "smart_turn" and self.turn_fusion is None:
+            from internal.turn.fusion import FusionWeightsError, shared_fusion
+
+            try:
+                self.turn_fusion = shared_fusion()
+            except FusionWeightsError as exc:
+                raise TurnModelError(f"pipeline.end_of_turn: {exc}") from exc
         if self.config.noise_suppression == "rnnoise":
             from internal.audio.denoise import rnnoise_available
 

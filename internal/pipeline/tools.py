@@ -3,6 +3,11 @@
 A tool is a plain async Python function registered at the composition root. Whatever it raises goes
 back to the model as a tool result (`{"error": ...}`), never out of the turn: a broken tool is
 something the model can apologise for, not a dropped call.
+
+A tool says whether a call of it changes anything outside the reply (`side_effects`: memory writes,
+transfers, ending the call). A reply prepared before the caller's turn is over may be thrown away, so
+it runs only the tools without side effects until the turn is released (internal/pipeline/responder.py).
+Unknown is treated as "has side effects".
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ class ToolError(Exception):
 
 
 Availability = Callable[[ToolContext], bool]
+# True, False, or a function of the call's arguments ("read" is harmless, "append" is not).
+SideEffects = bool | Callable[[dict[str, Any]], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +54,7 @@ class _Tool:
     spec: ToolSpec
     handler: ToolHandler
     available: Availability | None = None
+    side_effects: SideEffects = True
 
 
 class ToolRegistry:
@@ -54,11 +62,23 @@ class ToolRegistry:
         self._tools: dict[str, _Tool] = {}
 
     def register(self, name: str, description: str, parameters: dict[str, Any], handler: ToolHandler,
-                 available: Availability | None = None) -> None:
+                 available: Availability | None = None, side_effects: SideEffects = True) -> None:
         """Add a tool; `available(context)` decides per call whether the model is offered it at all."""
         if name in self._tools:
             raise ValueError(f"a tool named {name!r} is already registered")
-        self._tools[name] = _Tool(ToolSpec(name, description, parameters), handler, available)
+        self._tools[name] = _Tool(ToolSpec(name, description, parameters), handler, available, side_effects)
+
+    def has_side_effects(self, call: ToolCall) -> bool:
+        """Would running this call change anything outside the reply? (An unknown tool does nothing.)"""
+        tool = self._tools.get(call.name)
+        if tool is None:
+            return False
+        if callable(tool.side_effects):
+            try:
+                return bool(tool.side_effects(call.arguments))
+            except Exception:
+                return True
+        return tool.side_effects
 
     def specs(self, context: ToolContext | None = None) -> list[ToolSpec]:
         return [tool.spec for tool in self._tools.values() if self._offered(tool, context)]

@@ -1,15 +1,18 @@
-"""Turn-taking: merge consecutive finals into one turn, and wait for the caller to be quiet.
+"""Turn-taking: gather the caller's words into one turn, and release it when they have finished.
 
-A caller who pauses mid-sentence ("I want to... um... book a table") produces several finals.
-Answering the first half is the most common way a voice agent feels rude, so finals are held for a
-merge window that restarts with each new final, and the turn is released only when the caller has
-also been quiet for `user_speech_quiet_ms` and is not speaking again.
+A caller who pauses mid-sentence ("I want to... um... book a table") produces several finals. Answering
+the first half is the most common way a voice agent feels rude, and every 100 ms of silence after a
+finished question is a wait the caller hears. The TurnBuffer holds the pending turn and applies the
+policy (internal/turn/policy.py):
 
-With an end-of-turn model (Smart Turn), the sound of the caller's last words decides instead: a turn the
-model hears as complete is released as soon as its transcript is in, unless the words end where no
-sentence ends ("a table for", "five five five"); one it hears as unfinished waits up to
-`max_turn_wait_ms` of silence for more. While the verdict is being computed the text rules hold
-the turn, and if the verdict is late they decide alone.
+- with the end-of-turn fusion (the default), each silence gets one probability that the caller has
+  finished, from how the last words sounded (Smart Turn) and what they say (internal/turn/fusion.py);
+  the turn is released at once above the threshold and held longer the less finished it looks;
+- without it (`pipeline.end_of_turn = "off"`), the text rules' merge and quiet windows decide.
+
+While a transcript the caller already spoke is still being decoded, or while Smart Turn's answer for
+this silence is out (up to VERDICT_WAIT_MS), nothing is released: a decision then would answer half of
+what was said.
 """
 
 from __future__ import annotations
@@ -18,65 +21,12 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
 
-from internal.pipeline.bargein import (
-    ends_dictation,
-    ends_incomplete,
-    ends_question,
-    ends_terminal,
-    ends_unfinished,
-)
+from internal.turn.fusion import TurnFusion
+from internal.turn.policy import fused_wait_ms, text_rule_wait_ms
 
-# A caller who never pauses cleanly still gets an answer after this long.
-TURN_MERGE_MAX_MS = 2500
-# The longer wait when the text trails off ("and", "my number is") or is mid-dictation.
-TURN_MERGE_INCOMPLETE_MS = 900
-# How long a turn waits for the end-of-turn model's verdict before the text rules decide alone.
+# How long a turn waits for Smart Turn's answer before the words decide alone (text-only weights).
 VERDICT_WAIT_MS = 700
-
-
-class Verdict(Enum):
-    """The end-of-turn model's answer for the caller's latest silence."""
-
-    NONE = "none"  # no model, or not asked
-    PENDING = "pending"
-    COMPLETE = "complete"
-    INCOMPLETE = "incomplete"
-
-
-def merge_wait_ms(text: str, base_ms: int) -> int:
-    """How long to hold a pending turn before answering it. Terminal punctuation wins."""
-    if ends_terminal(text):
-        return base_ms
-    if ends_incomplete(text) or ends_dictation(text):
-        return max(base_ms, TURN_MERGE_INCOMPLETE_MS)
-    return base_ms
-
-
-def release_wait_ms(text: str, verdict: Verdict, *, merge_ms: int, quiet_ms: int, max_turn_wait_ms: int,
-                    since_speech_end_ms: float | None, since_first_final_ms: float) -> float:
-    """How much longer a pending turn is held before it is released (0 = now). Pure policy.
-
-    `since_speech_end_ms` is None when the caller has not spoken in this call (a typed or replayed final).
-    """
-    quiet_since = since_speech_end_ms if since_speech_end_ms is not None else 0.0
-    if verdict in (Verdict.COMPLETE, Verdict.INCOMPLETE):
-        if ends_unfinished(text):  # however it sounds, "... for" or "... five five five" goes on
-            return max(0.0, max_turn_wait_ms - quiet_since)
-        if verdict is Verdict.COMPLETE:
-            return 0.0
-        if not ends_question(text):
-            return max(0.0, max_turn_wait_ms - quiet_since)
-    # An "unfinished" question ("What is my name?") is left to the text rules: a recogniser puts "?" only
-    # where it heard a question's shape, unlike the full stop it adds after fragments too.
-    wait = float(merge_wait_ms(text, merge_ms))
-    if since_speech_end_ms is not None:
-        wait = max(wait, quiet_ms - since_speech_end_ms)
-    wait = min(wait, max(0.0, TURN_MERGE_MAX_MS - since_first_final_ms))
-    if verdict is Verdict.PENDING:
-        wait = max(wait, VERDICT_WAIT_MS - quiet_since)
-    return max(0.0, wait)
 
 
 def merge_text(pending: str, addition: str) -> str:
@@ -93,16 +43,27 @@ class PendingTurn:
 
 
 class TurnBuffer:
-    """Debounces finals into turns; `on_turn(pending)` is called once per released turn."""
+    """Debounces finals into turns; `on_turn(pending)` is called once per released turn.
+
+    `on_decision(pending, probability)` is told each time the policy has decided how long to hold the
+    turn (probability None under the text rules): the pipeline prepares a reply from it.
+    """
 
     def __init__(self, merge_ms: int, quiet_ms: int, on_turn: Callable[[PendingTurn], None],
-                 clock: Callable[[], float] = time.monotonic, max_turn_wait_ms: int = 3000) -> None:
+                 clock: Callable[[], float] = time.monotonic, max_turn_wait_ms: int = 3000,
+                 fusion: TurnFusion | None = None, threshold: float = 0.5,
+                 on_decision: Callable[[PendingTurn, float | None], None] | None = None) -> None:
         self.merge_ms = merge_ms
         self.quiet_ms = quiet_ms
         self.max_turn_wait_ms = max_turn_wait_ms
-        self.verdict = Verdict.NONE
+        self.fusion = fusion
+        self.threshold = threshold
+        self.probability: float | None = None  # the fused verdict for the latest silence, once known
+        self.audio_probability: float | None = None  # Smart Turn's, for the latest silence
+        self._audio_pending = False
         self._silences = 0  # numbers the caller's silences, so a late verdict for an earlier one is ignored
         self._on_turn = on_turn
+        self._on_decision = on_decision
         self._clock = clock
         self._pending: PendingTurn | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -127,10 +88,15 @@ class TurnBuffer:
     def pending(self) -> PendingTurn | None:
         return self._pending
 
+    @property
+    def verdict_pending(self) -> bool:
+        return self._audio_pending
+
     def caller_started_speaking(self) -> None:
         """Hold the pending turn: the caller is adding to it."""
         self._caller_speaking = True
-        self.verdict = Verdict.NONE
+        self._audio_pending = False
+        self.audio_probability = self.probability = None
         self._cancel_timer()
 
     def caller_stopped_speaking(self, verdict_expected: bool = False) -> int:
@@ -138,24 +104,26 @@ class TurnBuffer:
         self._caller_speaking = False
         self._last_speech_end = self._clock()
         self._silences += 1
-        self.verdict = Verdict.PENDING if verdict_expected else Verdict.NONE
+        self._audio_pending = verdict_expected
+        self.audio_probability = self.probability = None
         if self._pending is not None:
             self._pending.speech_ended_at = self._last_speech_end
             self._arm()
         return self._silences
 
-    def set_verdict(self, silence: int, complete: bool | None) -> None:
-        """The end-of-turn model's answer for silence number `silence` (None: it failed; text rules decide)."""
+    def set_verdict(self, silence: int, probability: float | None) -> None:
+        """Smart Turn's P(complete) for silence number `silence` (None: it failed; the words decide)."""
         if silence != self._silences or self._caller_speaking:
             return  # the caller spoke again since: that silence is no longer the question
-        if complete is None:
-            self.verdict = Verdict.NONE
-        else:
-            self.verdict = Verdict.COMPLETE if complete else Verdict.INCOMPLETE
+        self._audio_pending = False
+        self.audio_probability = probability
         if self._pending is not None:
             self._arm()
 
-    def add_final(self, text: str, confidence: float | None = None, over_agent_speech: bool = False) -> None:
+    def add_final(self, text: str, confidence: float | None = None, over_agent_speech: bool = False,
+                  replace: bool = False) -> None:
+        """A transcript for the caller's latest speech; `replace`: it is the whole turn's text so far
+        (a recogniser that re-hears the turn), not an addition to it."""
         text = text.strip()
         if not text:
             if self._pending is not None:
@@ -165,12 +133,17 @@ class TurnBuffer:
         if self._pending is None:
             self._pending = PendingTurn(text, now, confidence, over_agent_speech, self._last_speech_end or now)
         else:
-            self._pending.text = merge_text(self._pending.text, text)
+            self._pending.text = text if replace else merge_text(self._pending.text, text)
             self._pending.over_agent_speech |= over_agent_speech
             if confidence is not None:
                 previous = self._pending.confidence
                 self._pending.confidence = confidence if previous is None else min(previous, confidence)
         self._arm()
+
+    def restore(self, pending: PendingTurn) -> None:
+        """Take back a released turn: the caller went on with it before its answer counted."""
+        self._cancel_timer()
+        self._pending = pending
 
     def discard(self) -> PendingTurn | None:
         """Drop the pending turn (e.g. it was a backchannel); return it."""
@@ -189,25 +162,38 @@ class TurnBuffer:
         self._pending = None
         self._cancel_timer()
 
+    def _hold_ms(self, pending: PendingTurn) -> float | None:
+        """How much longer to hold the pending turn; None: not yet decidable (a verdict is still out)."""
+        now = self._clock()
+        since_end = (now - self._last_speech_end) * 1000.0 if self._last_speech_end else None
+        if self.fusion is None:
+            self.probability = None
+            return text_rule_wait_ms(pending.text, merge_ms=self.merge_ms, quiet_ms=self.quiet_ms,
+                                     since_speech_end_ms=since_end,
+                                     since_first_final_ms=(now - pending.began) * 1000.0)
+        quiet = since_end or 0.0
+        if self._audio_pending and quiet < VERDICT_WAIT_MS:
+            return None
+        self.probability = self.fusion.probability(self.audio_probability, pending.text)
+        return fused_wait_ms(self.probability, threshold=self.threshold, max_wait_ms=self.max_turn_wait_ms,
+                             since_silence_ms=quiet)
+
     def _arm(self) -> None:
         self._cancel_timer()
         pending = self._pending
-        if pending is None or self._caller_speaking:
-            return
-        now = self._clock()
-        elapsed_ms = (now - pending.began) * 1000.0
-        wait_ms = release_wait_ms(
-            pending.text, self.verdict, merge_ms=self.merge_ms, quiet_ms=self.quiet_ms,
-            max_turn_wait_ms=self.max_turn_wait_ms,
-            since_speech_end_ms=(now - self._last_speech_end) * 1000.0 if self._last_speech_end else None,
-            since_first_final_ms=elapsed_ms)
-        if self._awaiting_final:
-            # The caller said more than the pending text holds: a decision now would answer half of what
-            # was said (on a loaded machine recognition runs seconds behind the caller, and a 2.5 s ceiling
-            # here split a dictated phone number in two). The pipeline's recognition deadline
+        if pending is None or self._caller_speaking or self._awaiting_final:
+            # While a final is owed, a decision now would answer half of what was said (on a loaded machine
+            # recognition runs seconds behind the caller). The pipeline's recognition deadline
             # (`turn_timeout_s`) clears `awaiting_final` when a final never comes, which re-arms this.
             return
         loop = asyncio.get_running_loop()
+        wait_ms = self._hold_ms(pending)
+        if wait_ms is None:  # Smart Turn is still out: look again when it answers or its time is up
+            quiet = (self._clock() - self._last_speech_end) * 1000.0 if self._last_speech_end else 0.0
+            self._timer = loop.call_later(max(0.0, VERDICT_WAIT_MS - quiet) / 1000.0, self._arm)
+            return
+        if self._on_decision is not None:
+            self._on_decision(pending, self.probability)
         self._timer = loop.call_later(wait_ms / 1000.0, self.flush)
 
     def _cancel_timer(self) -> None:

@@ -44,8 +44,9 @@ class Conversation:
     # Index into `history` where messages observed by the memory provider end (restored history excluded).
     observed_upto: int = 0
 
-    def recent_history(self) -> list[ChatMessage]:
-        window = self.history[-HISTORY_WINDOW:]
+    def recent_history(self, *then: ChatMessage) -> list[ChatMessage]:
+        """The last messages the model sees, followed by `then` (this turn's, not yet in the history)."""
+        window = [*self.history, *then][-HISTORY_WINDOW:]
         # Never start the window on a tool result whose call fell out of it.
         while window and window[0].role == "tool":
             window = window[1:]

@@ -3,6 +3,11 @@
 The pipeline's VAD decides where utterances start and end. A provider that transcribes whole
 utterances (pocketsphinx, OpenAI) gets the speech frames and `end_of_speech()`; a streaming provider
 (Deepgram) sets `continuous = True` and gets every frame, and may finalise on its own endpointing.
+
+A provider that hears each utterance in the context of the whole turn (Whisper: the turn's audio is
+decoded again at each pause, so a sentence split by a pause is recognised as one sentence) marks its
+finals `whole_turn`: the text replaces what the turn held so far. `new_turn()` tells a stream the
+caller has started a new turn; providers that hear utterances one by one ignore it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ class Transcript:
     text: str
     final: bool
     confidence: float | None = None  # 0-1 when the engine reports one
+    whole_turn: bool = False  # the text of the whole turn so far, not only of the latest utterance
 
 
 class SttError(Exception):
@@ -31,6 +37,9 @@ class SttStream(Protocol):
 
     def end_of_speech(self) -> None:
         """The VAD ended an utterance: produce its final transcript (possibly empty)."""
+
+    def new_turn(self) -> None:
+        """The caller starts a new turn: what they said before is no longer part of it."""
 
     def results(self) -> AsyncIterator[Transcript]:
         """Partial and final transcripts, in order, until the stream is closed."""

@@ -135,6 +135,9 @@ class DeepgramSttStream:
         if not self._closing:
             self._send_control(FINALIZE)
 
+    def new_turn(self) -> None:
+        return None  # Deepgram's finals are per utterance
+
     async def results(self) -> AsyncIterator[Transcript]:
         while (transcript := await self._results.get()) is not None:
             yield transcript

@@ -107,6 +107,9 @@ class OpenAISttStream:
         task.add_done_callback(self._tasks.discard)
         self._pending.put_nowait(task)
 
+    def new_turn(self) -> None:
+        return None  # each utterance is transcribed on its own
+
     async def _transcribe(self, pcm: bytes) -> Transcript | None:
         if len(pcm) * 1000 < MIN_UTTERANCE_MS * self._rate * BYTES_PER_SAMPLE:
             return Transcript(text="", final=True)  # too short to hold words: nothing was said

@@ -140,6 +140,8 @@ class PocketsphinxSpeechToText:
     name = "pocketsphinx"
     min_utterance_ms = MIN_UTTERANCE_MS
     max_utterance_s = MAX_UTTERANCE_S
+    # Utterances one by one: a phrase grammar describes one phrase, not a turn of several.
+    whole_turn = False
 
     def __init__(self, config: PocketsphinxConfig, work_dir: Path | None = None) -> None:
         self._config = config

@@ -42,6 +42,7 @@ class WhisperSpeechToText:
     name = "whisper"
     min_utterance_ms = MIN_UTTERANCE_MS
     max_utterance_s = MAX_UTTERANCE_S
+    whole_turn = True  # each pause re-decodes the turn so far: one sentence, not fragments (workers.py)
 
     def __init__(self, config: WhisperConfig, models_dir: Path,
                  progress: Callable[[str], None] | None = None) -> None:

@@ -206,19 +206,29 @@ class UtteranceEngine(Protocol):
     name: str
     min_utterance_ms: int
     max_utterance_s: int
+    whole_turn: bool  # decode each utterance together with the turn's earlier ones (see UtteranceStream)
 
     async def transcribe(self, pcm: bytes, sample_rate: int, caller: object | None = None) -> str: ...
 
 
 class UtteranceStream:
-    """One call's recognition: whole utterances, decoded when the VAD ends them, results in order."""
+    """One call's recognition: whole utterances, decoded when the VAD ends them, results in order.
+
+    For an engine that hears better with context (`whole_turn`: Whisper), each utterance is decoded
+    together with the earlier utterances of the same turn, and the final is the whole turn's text: a
+    caller who pauses inside "five five five | one two three" is heard as one number, not as two
+    fragments each with its own full stop. The pipeline says where a turn starts (`new_turn`).
+    """
 
     continuous = False
 
     def __init__(self, engine: UtteranceEngine, sample_rate: int) -> None:
         self._engine = engine
         self._rate = sample_rate
+        self.whole_turn = engine.whole_turn
         self._buffer = bytearray()
+        self._turn = bytearray()  # the turn's earlier utterances (whole-turn mode)
+        self._turn_text = ""  # the latest decode of the turn
         self._limit = sample_rate * 2 * engine.max_utterance_s
         self._results: asyncio.Queue[Transcript | None] = asyncio.Queue()
         self._previous: asyncio.Task[None] | None = None
@@ -228,16 +238,29 @@ class UtteranceStream:
         if not self._closed and len(self._buffer) < self._limit:
             self._buffer.extend(pcm)
 
+    def new_turn(self) -> None:
+        self._turn = bytearray()
+
     def end_of_speech(self) -> None:
         audio, self._buffer = bytes(self._buffer), bytearray()
         if self._closed:
             return
-        if len(audio) < self._rate * 2 * self._engine.min_utterance_ms // 1000:
-            audio = b""  # a click: not worth a decode, but its (empty) result keeps its place in line
+        click = len(audio) < self._rate * 2 * self._engine.min_utterance_ms // 1000
+        whole = self.whole_turn
+        if whole and not click:
+            if len(self._turn) + len(audio) > self._limit:
+                self._turn = bytearray()  # past the engine's window: this utterance starts afresh
+                whole = False
+            self._turn.extend(audio)
+            audio = bytes(self._turn)
+        elif click:
+            # A click: not worth a decode, but its result keeps its place in line (in whole-turn mode the
+            # turn's text as it stands).
+            audio = b""
         # Chain on the previous decode so results come out in the order the caller spoke.
-        self._previous = asyncio.create_task(self._decode(audio, self._previous))
+        self._previous = asyncio.create_task(self._decode(audio, self._previous, whole and bool(self._turn)))
 
-    async def _decode(self, audio: bytes, previous: asyncio.Task[None] | None) -> None:
+    async def _decode(self, audio: bytes, previous: asyncio.Task[None] | None, whole: bool) -> None:
         text = ""
         try:
             if audio:
@@ -246,7 +269,12 @@ class UtteranceStream:
             log.warning("%s decode failed: %s", self._engine.name, exc)
         if previous is not None:
             await asyncio.gather(previous, return_exceptions=True)
-        self._results.put_nowait(Transcript(text, final=True))
+        if whole:
+            if audio:
+                self._turn_text = text
+            else:
+                text = self._turn_text
+        self._results.put_nowait(Transcript(text, final=True, whole_turn=whole))
 
     async def results(self) -> AsyncIterator[Transcript]:
         while (item := await self._results.get()) is not None:

@@ -93,6 +93,9 @@ class Telemetry:
         self.srtp_rejected = meter.create_counter(
             "voicegate_srtp_packets_rejected_total",
             description="SRTP/SRTCP packets dropped: failed authentication or a replay")
+        self.turn_events = meter.create_counter(
+            "voicegate_turn_events_total",
+            description="Turn-taking outcomes: prepared replies used or discarded, callers who went on after a release")
         self.memory_operations = meter.create_counter("voicegate_memory_operations_total",
                                                       description="Memory write attempts by source and outcome")
         self._live: Callable[[], dict[str, int]] = dict
@@ -134,6 +137,9 @@ class Telemetry:
 
     def stage(self, stage: str, ms: float) -> None:
         self.turn_latency.record(ms, {"stage": stage})
+
+    def turn_event(self, outcome: str) -> None:
+        self.turn_events.add(1, {"outcome": outcome})
 
     def prometheus(self) -> str:
         data = self._reader.get_metrics_data()

@@ -16,6 +16,7 @@ microphone, the café is not.
 from __future__ import annotations
 
 import threading
+import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
@@ -49,12 +50,15 @@ class SileroModel:
         self._session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"],
                                                      sess_options=options)
         self.steps = 0
+        self.cpu_s = 0.0  # CPU time of every step so far
         self._lock = threading.Lock()  # guards only the counter; session.run itself is thread-safe
 
     def step(self, window: np.ndarray, h: np.ndarray, c: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        started = time.thread_time()
         output, h, c = self._session.run(None, {"input": window.reshape(1, CONTEXT + CHUNK), "h": h, "c": c})
         with self._lock:
             self.steps += 1
+            self.cpu_s += time.thread_time() - started
         return float(np.asarray(output).reshape(-1)[0]), h, c
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
@@ -60,6 +61,7 @@ class SmartTurnModel:
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="smart-turn")
         self._lock = threading.Lock()
         self.inferences = 0
+        self.cpu_s = 0.0  # CPU time of every inference so far (features included)
         self.skipped = 0  # asked while the pool was full: the text rules decided those turns
         self._inflight = 0
         self._max_inflight = workers + 1  # one running per worker, one waiting
@@ -73,6 +75,7 @@ class SmartTurnModel:
 
     def probability(self, pcm: bytes, sample_rate: int) -> float:
         """P(turn complete) for PCM16 audio ending where the caller fell silent (blocking)."""
+        started = time.thread_time()
         samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float32) * (1.0 / 32768.0)
         if sample_rate == 8000:
             samples = upsample_8k(samples)
@@ -81,6 +84,7 @@ class SmartTurnModel:
         output = self._session.run(None, {"input_features": self.features(samples)})
         with self._lock:
             self.inferences += 1
+            self.cpu_s += time.thread_time() - started
         return float(np.asarray(output[0]).reshape(-1)[0])
 
     async def predict(self, pcm: bytes, sample_rate: int) -> float | None:

@@ -67,6 +67,9 @@ class ScriptedStream:
         text = self.engine.finals.pop(0) if self.engine.finals else ""
         asyncio.get_running_loop().call_later(self.engine.delay_s, self._queue.put_nowait, Transcript(text, True))
 
+    def new_turn(self) -> None:
+        return None
+
     async def results(self) -> AsyncIterator[Transcript]:
         while (item := await self._queue.get()) is not None:
             yield item

@@ -226,7 +226,8 @@ async def test_meaningful_partial_words_interrupt_before_confirmation(make_pipel
     model = RecordingModel("Here is a reasonably long answer that takes a few seconds to say out loud to you.")
     stt = ScriptedStt(["tell me something", "wait what about tuesday"], partials={1: "wait what"},
                       continuous=True)
-    pipeline, sink = make_pipeline(stt=stt, model=model, barge_in_confirm_ms=2000)
+    # The caller cuts in 0.2 s after the agent began: a barge-in here, not the rest of the last sentence.
+    pipeline, sink = make_pipeline(stt=stt, model=model, barge_in_confirm_ms=2000, continuation_window_ms=0)
     async with LocalCall(pipeline) as call:
         call.say(silence(200) + tone(400) + silence(100))
         while not any(isinstance(e, StateEvent) and e.state == "speaking" for e in sink.events):

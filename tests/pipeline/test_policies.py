@@ -7,13 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from internal.pipeline.bargein import (
-    ends_dictation,
-    ends_incomplete,
-    ends_terminal,
-    is_backchannel,
-    is_meaningful_interruption,
-)
+from internal.pipeline.bargein import is_backchannel, is_meaningful_interruption
 from internal.pipeline.rolling_summary import (
     SUMMARY_MAX_INPUT_CHARS,
     extractive_summary,
@@ -23,7 +17,7 @@ from internal.pipeline.rolling_summary import (
 )
 from internal.pipeline.services import misunderstanding_note
 from internal.pipeline.transcript import TranscriptEntry
-from internal.pipeline.turns import TURN_MERGE_INCOMPLETE_MS, merge_text, merge_wait_ms
+from internal.pipeline.turns import merge_text
 from internal.pipeline.vad import (
     AdaptiveEnergyClassifier,
     VadEvent,
@@ -31,6 +25,8 @@ from internal.pipeline.vad import (
     VoiceActivityDetector,
     frame_level_dbfs,
 )
+from internal.turn.policy import TURN_MERGE_INCOMPLETE_MS, merge_wait_ms
+from internal.turn.text_cues import ends_dictation, ends_incomplete, ends_terminal
 
 
 @pytest.mark.parametrize("text", ["mm-hm", "yeah", "okay", "yeah okay", "uh huh right", "Mm hmm.", "i see"])

@@ -86,21 +86,31 @@ async def test_silence_and_a_tone_are_not_turned_into_words(whisper: WhisperSpee
 
 
 @shared_loop
-async def test_a_stream_returns_utterances_in_the_order_spoken(whisper: WhisperSpeechToText) -> None:
+async def test_a_stream_hears_each_utterance_with_the_rest_of_its_turn_in_order(whisper: WhisperSpeechToText) -> None:
     stream = whisper.open(8000)
     first, second = neural_telephone("Good morning."), neural_telephone("I need some help with my account.")
-    for clip in (first, second):
+
+    def say(clip: bytes) -> None:
         for start in range(0, len(clip), 320):
             stream.push(clip[start:start + 320])
         stream.end_of_speech()
+
+    say(first)
+    say(second)
     stream.push(silence(60, 8000))
-    stream.end_of_speech()  # a click: too short to decode
+    stream.end_of_speech()  # a click: too short to decode, the turn's text as it stands
+    stream.new_turn()
+    say(second)
     results = stream.results()
-    texts = [(await anext(results)).text for _ in range(3)]
+    finals = [await anext(results) for _ in range(4)]
     await stream.aclose()
-    assert "morning" in texts[0].lower()
-    assert "account" in texts[1].lower()
-    assert texts[2] == ""
+    assert all(f.whole_turn and f.final for f in finals)
+    assert "morning" in finals[0].text.lower() and "account" not in finals[0].text.lower()
+    # The second utterance is heard with the first: the final is the whole turn so far.
+    assert "morning" in finals[1].text.lower() and "account" in finals[1].text.lower()
+    assert finals[2].text == finals[1].text
+    # A new turn forgets the old one.
+    assert "account" in finals[3].text.lower() and "morning" not in finals[3].text.lower()
 
 
 async def test_a_killed_worker_is_replaced_and_its_utterance_still_transcribed(tmp_path: Path) -> None:

@@ -188,6 +188,12 @@ class WhipClient:
     def of_type(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e.get("type") == kind]
 
+    async def wait_said(self, fragment: str, timeout: float = EVENT_TIMEOUT_S) -> dict[str, Any]:
+        """The agent's final transcript containing `fragment`: sent once that reply has played, when the
+        turn is on record in the conversation."""
+        return await self.wait_for(lambda e: e["type"] == "transcript" and e["role"] == "agent" and bool(e["final"])
+                                   and fragment.lower() in str(e["text"]).lower(), timeout)
+
     async def wait_for(self, predicate: Callable[[dict[str, Any]], bool],
                        timeout: float = EVENT_TIMEOUT_S) -> dict[str, Any]:
         deadline = time.monotonic() + timeout

@@ -104,6 +104,7 @@ async def test_unknown_and_malformed_data_channel_messages_are_ignored_and_the_c
         client.send({"type": "text", "text": "say hello world"})
         reply = await client.wait_for(lambda e: e["type"] == "response")
         assert reply["text"] == "Hello world."
+        await client.wait_said("Hello world.")  # the turn is on record once its reply has played
         session = server.session_at(client.location)
         assert session is not None and session.identity.is_anonymous and session.conversation.turns == 1
         await client.close()

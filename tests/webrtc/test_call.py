@@ -81,6 +81,7 @@ async def test_a_typed_turn_on_the_data_channel_is_answered(config: Config) -> N
         assert typed["text"] == "say hello world"
         reply = await client.wait_for(lambda e: e["type"] == "response")
         assert reply["text"] == "Hello world."
+        await client.wait_said("Hello world.")  # the turn is on record once its reply has played
         session = server.session_at(client.location)
         assert session is not None and session.conversation.turns == 1
         await client.close()

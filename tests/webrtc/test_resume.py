@@ -52,6 +52,7 @@ async def test_redial_within_the_grace_period_resumes_the_same_conversation_with
         await second.wait_channel_open()
         second.send({"type": "text", "text": "say hello world"})
         await second.wait_for(lambda e: e["type"] == "response")
+        await second.wait_said("hello")  # the turn is on record once its reply has played
         assert session.conversation.turns == 2
         users = [m.content for m in session.conversation.history if m.role == "user"]
         assert users == ["say hello world", "say hello world"]

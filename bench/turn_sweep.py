@@ -1,0 +1,177 @@
+"""A turn policy replayed over recorded signals (bench/turn_signals.py), and its trade-off curve.
+
+At each of a dialogue's decision points the policy computes P(finished) from the signals, and holds the
+turn as internal/turn/policy.py does (`fused_wait_ms`, counted from the VAD's end of utterance, and not
+before both signals are in). The turn is released at the first point whose hold runs out before the caller
+speaks again. For a paused sentence, a release before the last point is a premature end of turn; it is
+*heard* when the reply's first audio (prepared from the transcript, `tts_ms` after the decision) would
+have played before the caller went on, and *absorbed* otherwise (the pipeline drops a reply nobody heard).
+For a finished sentence, the release latency is from the end of the caller's last word to the release.
+
+Sweeping the threshold and the longest hold gives the curve LiveKit's eot-bench reports: premature ends
+of turn against release latency, with its two summary numbers (premature at a 300 ms release, and the
+release latency at 5 % premature).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bench.turn_signals import DecisionPoint, DialogueSignals
+from internal.turn.policy import fused_wait_ms
+from internal.turn.text_cues import ends_unfinished
+
+IPC_MS = 20.0  # handing an utterance to the recogniser's worker process and its text back
+THRESHOLDS = tuple(round(x, 2) for x in np.arange(0.05, 0.96, 0.05))
+MAX_WAITS = (800, 1200, 1600, 2000, 2500, 3000)
+Probability = Callable[[DecisionPoint], float]
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    name: str
+    probability: Probability
+    threshold: float
+    max_wait_ms: float
+    graded: bool = True  # False: the binary rule this replaced (release now, or wait max_wait_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    released: bool
+    premature: bool  # released at a point that was not the end of the turn
+    heard: bool  # ... and the reply would have played before the caller went on
+    latency_ms: float  # finished turns: end of the last word -> release
+    absorbed: int  # premature releases nobody heard (dropped and merged by the pipeline)
+
+
+def decision_ready_ms(point: DecisionPoint) -> float:
+    """From the VAD's end of utterance to both signals being in (they run side by side)."""
+    return max(point.decode_ms + IPC_MS, point.smart_turn_ms)
+
+
+def replay(signals: DialogueSignals, policy: Policy, tts_ms: float) -> Outcome:
+    absorbed = 0
+    for point in signals.points:
+        ready = decision_ready_ms(point)
+        p = policy.probability(point)
+        if policy.graded:
+            hold = fused_wait_ms(p, threshold=policy.threshold, max_wait_ms=policy.max_wait_ms, since_silence_ms=ready)
+        else:
+            hold = 0.0 if p >= policy.threshold else max(0.0, policy.max_wait_ms - ready)
+        release_s = point.end_s + (ready + hold) / 1000.0
+        if point.resume_s is not None and not point.final and release_s >= point.resume_s:
+            continue  # the caller spoke again first
+        if point.final:
+            return Outcome(True, False, False, (release_s - signals.speech_end_s) * 1000.0, absorbed)
+        audio_s = max(release_s, point.end_s + (ready + tts_ms) / 1000.0)
+        if point.resume_voice_s is not None and audio_s < point.resume_voice_s:
+            return Outcome(True, True, True, math.nan, absorbed)
+        absorbed += 1  # released, and taken back before anything played: the turn goes on
+    return Outcome(False, absorbed > 0, False, math.nan, absorbed)
+
+
+@dataclass(frozen=True, slots=True)
+class CurvePoint:
+    threshold: float
+    max_wait_ms: float
+    premature_pct: float  # paused sentences answered before their end
+    heard_pct: float  # ... where the caller heard the reply start
+    absorbed_pct: float  # paused sentences with a release nobody heard
+    complete_split_pct: float  # finished sentences answered at an inner pause (a comma)
+    release_p50_ms: float
+    release_p95_ms: float
+
+
+def evaluate(signals: list[DialogueSignals], name: str, probability: Probability, threshold: float,
+             max_wait_ms: float, tts_ms: float, graded: bool = True) -> CurvePoint:
+    policy = Policy(name, probability, threshold, max_wait_ms, graded)
+    paused = [replay(s, policy, tts_ms) for s in signals if s.kind == "paused"]
+    complete = [replay(s, policy, tts_ms) for s in signals if s.kind == "complete"]
+    latencies = [o.latency_ms for o in complete if o.released and not o.premature]
+    n = max(1, len(paused))
+    return CurvePoint(
+        threshold, max_wait_ms,
+        premature_pct=100.0 * sum(o.premature for o in paused) / n,
+        heard_pct=100.0 * sum(o.heard for o in paused) / n,
+        absorbed_pct=100.0 * sum(o.absorbed > 0 for o in paused) / n,
+        complete_split_pct=100.0 * sum(o.premature for o in complete) / max(1, len(complete)),
+        release_p50_ms=float(np.percentile(latencies, 50)) if latencies else math.nan,
+        release_p95_ms=float(np.percentile(latencies, 95)) if latencies else math.nan,
+    )
+
+
+def sweep(signals: list[DialogueSignals], name: str, probability: Probability, tts_ms: float,
+          graded: bool = True, thresholds: Iterable[float] = THRESHOLDS,
+          max_waits: Iterable[float] = MAX_WAITS) -> list[CurvePoint]:
+    return [evaluate(signals, name, probability, t, w, tts_ms, graded) for t in thresholds for w in max_waits]
+
+
+def frontier(points: list[CurvePoint], premature: Callable[[CurvePoint], float]) -> list[CurvePoint]:
+    """The points no other beats on both release p50 and premature rate, by release latency."""
+    ordered = sorted((p for p in points if not math.isnan(p.release_p50_ms)),
+                     key=lambda p: (p.release_p50_ms, premature(p)))
+    out: list[CurvePoint] = []
+    best = math.inf
+    for point in ordered:
+        if premature(point) < best:
+            out.append(point)
+            best = premature(point)
+    return out
+
+
+def summary(points: list[CurvePoint], premature: Callable[[CurvePoint], float]) -> dict[str, Any]:
+    """eot-bench's two numbers: premature at a 300 ms release, release at 5 % premature."""
+    fast = [p for p in points if p.release_p50_ms <= 300.0]
+    safe = [p for p in points if premature(p) <= 5.0]
+    fastest = min((p.release_p50_ms for p in points if not math.isnan(p.release_p50_ms)), default=math.nan)
+    return {
+        "premature_pct_at_300ms": round(min(premature(p) for p in fast), 1) if fast else None,
+        "fastest_release_p50_ms": round(fastest),
+        "release_ms_at_5pct": round(min(p.release_p50_ms for p in safe)) if safe else None,
+        "lowest_premature_pct": round(min(premature(p) for p in points), 1),
+    }
+
+
+def configs(fusion: Any) -> dict[str, tuple[Probability, bool]]:
+    """The policies compared: each signal alone, the rule this replaced, and the fusion."""
+    return {
+        "smart_turn": (lambda pt: pt.audio_p, True),
+        "previous": (lambda pt: 0.0 if ends_unfinished(pt.text) else pt.audio_p, False),
+        "text": (lambda pt: fusion.probability(None, pt.text), True),
+        "fused": (lambda pt: fusion.probability(pt.audio_p, pt.text), True),
+    }
+
+
+def plot(curves: dict[str, list[CurvePoint]], path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    for name, points in curves.items():
+        front = frontier(points, lambda p: p.premature_pct)
+        axis.plot([p.release_p50_ms for p in front], [p.premature_pct for p in front], marker="o", markersize=3,
+                  label=f"{name}: premature release")
+        if name == "fused":
+            heard = frontier(points, lambda p: p.heard_pct)
+            axis.plot([p.release_p50_ms for p in heard], [p.heard_pct for p in heard], marker="s", markersize=3,
+                      linestyle="--", label="fused: premature heard by the caller")
+    axis.axhline(5.0, color="grey", linewidth=0.8, linestyle=":")
+    axis.axvline(400.0, color="grey", linewidth=0.8, linestyle=":")
+    axis.set_xlabel("finished-turn release latency p50 (ms)")
+    axis.set_ylabel("paused sentences answered early (%)")
+    axis.set_title(title, fontsize=10)
+    axis.set_xlim(200, 2200)
+    axis.set_ylim(0, 100)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

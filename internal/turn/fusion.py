@@ -1,0 +1,102 @@
+"""Sound and words together: one probability that the caller has finished their turn.
+
+Smart Turn hears how the last words sound (pitch, a stretched last word); the transcript says whether
+they end where a sentence can end (text_cues.py). Neither is enough alone: Smart Turn hears "I need to
+change | the delivery date" as finished, and the words cannot tell "the address is twelve Oak Street"
+from "the address is twelve Oak Street | apartment four". A logistic model over Smart Turn's logit and
+the text cues weighs them; its weights were fitted by scripts/train_turn_fusion.py on turns generated
+here (Piper and espeak-ng voices, 8 kHz G.711 and 16 kHz, sentences apart from the benchmark's), and
+the file is pinned by SHA-256 like every other model: a changed file is refused, never half-used.
+
+When Smart Turn has no answer (off, busy, failed) the same cues decide through the text-only weights,
+fitted on the same cases.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from internal.stt.whisper_models import sha256_of
+from internal.turn.text_cues import TextCues, text_cues
+
+WEIGHTS_FILE = "fusion_weights.json"
+WEIGHTS_SHA256 = "f593edaec691527b57fe1d2eedebea06477e9dc171b53d879794cf2f45152bca"
+LOGIT_CLIP = 8.0  # Smart Turn's probabilities of 0 or 1 are not infinitely sure
+
+# The model's inputs, in order. Training (scripts/train_turn_fusion.py) writes the same names with the
+# weights, and a file whose names differ is refused.
+FEATURES = ("bias", "audio_logit", "log_words", "empty", "short", "terminal", "question_mark", "question_start",
+            "dangling", "filler", "open_verb", "subject", "number_tail", "dictation", "closer")
+
+
+class FusionWeightsError(Exception):
+    """The weights file is missing, not the pinned one, or does not match FEATURES."""
+
+
+def logit(probability: float) -> float:
+    p = min(max(probability, 1e-6), 1.0 - 1e-6)
+    return max(-LOGIT_CLIP, min(LOGIT_CLIP, math.log(p / (1.0 - p))))
+
+
+def sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+
+
+def feature_vector(audio_probability: float | None, cues: TextCues) -> list[float]:
+    """The model's inputs for one decision (audio_logit is 0 when there is no audio verdict)."""
+    return [
+        1.0,
+        logit(audio_probability) if audio_probability is not None else 0.0,
+        math.log1p(cues.words),
+        float(cues.empty), float(cues.short), float(cues.terminal), float(cues.question_mark),
+        float(cues.question_start), float(cues.dangling), float(cues.filler), float(cues.open_verb),
+        float(cues.subject), float(cues.number_tail), float(cues.dictation), float(cues.closer),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFusion:
+    """P(turn complete) from Smart Turn's probability (or None) and the transcript."""
+
+    with_audio: tuple[float, ...]
+    text_only: tuple[float, ...]
+
+    def probability(self, audio_probability: float | None, text: str) -> float:
+        weights = self.with_audio if audio_probability is not None else self.text_only
+        x = feature_vector(audio_probability, text_cues(text))
+        return sigmoid(sum(w * v for w, v in zip(weights, x, strict=True)))
+
+
+def parse_weights(data: dict[str, object]) -> TurnFusion:
+    names = data.get("features")
+    if names != list(FEATURES):
+        raise FusionWeightsError(f"the weights are for features {names}, not {list(FEATURES)}")
+    vectors = []
+    for key in ("with_audio", "text_only"):
+        values = data.get(key)
+        if not isinstance(values, list) or len(values) != len(FEATURES):
+            raise FusionWeightsError(f"{key!r} must list {len(FEATURES)} weights")
+        vectors.append(tuple(float(v) for v in values))
+    return TurnFusion(vectors[0], vectors[1])
+
+
+def weights_path() -> Path:
+    return Path(str(resources.files("internal.turn").joinpath(WEIGHTS_FILE)))
+
+
+@lru_cache(maxsize=1)
+def shared_fusion() -> TurnFusion:
+    """The pinned weights shipped with the package (checked once per process)."""
+    path = weights_path()
+    if not path.is_file():
+        raise FusionWeightsError(f"{path} is missing: reinstall voicegate")
+    digest = sha256_of(path)
+    if digest != WEIGHTS_SHA256:
+        raise FusionWeightsError(f"{path} has SHA-256 {digest}, not the pinned {WEIGHTS_SHA256}: "
+                                 "restore it, or retrain with scripts/train_turn_fusion.py and pin the new hash")
+    return parse_weights(json.loads(path.read_text()))

@@ -1,0 +1,134 @@
+"""What the words of a turn say about whether it is finished: pure functions of the transcript.
+
+A caller who stops after "a table for" or "my number is five five five" has not finished, however the
+pause sounds; one who asked "where is my parcel?" has. The sound of the last words (Smart Turn) and these
+cues are fused in fusion.py; here each cue is one plain predicate on the text, so a table test can pin it.
+
+Punctuation is weak evidence: Whisper puts a full stop after fragments too ("I need to change."), but a
+question mark only where it heard a question's shape. So the cues look at the words first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_WORD = re.compile(r"[a-z0-9']+")
+
+# Words no English sentence ends on (articles, prepositions, possessives, conjunctions, fillers): a turn
+# whose words end here goes on, however finished it sounds. "it", "is", "you" are not here: "what time is
+# it", "where is it", "thank you" end sentences all the time.
+DANGLING_TAIL = frozenset(
+    "um uh er erm like and or but so because if when while as that which the a an my your our their his her its "
+    "this these those to of for with at on in by from about into onto over under than then whether".split()
+)
+FILLER_TAIL = frozenset("um umm uh uhh er erm hmm mm".split())
+# The text rules' wider net (no end-of-turn model): also pronouns and auxiliaries, which end some sentences.
+INCOMPLETE_TAIL = frozenset(
+    "um uh er hmm like and or but so because if when then while as that which who where why how the a an my "
+    "your this to of for with at on in by from about into onto over under is are was were be been being am do "
+    "does did have has had will would can could shall should may might must i you he she we they it".split()
+)
+# Auxiliaries, copulas and verbs that want a complement: "my name is", "I would", "I need", "can you tell".
+# Some do end sentences ("yes I can", "I do"), so this is evidence to weigh, not a rule.
+OPEN_VERB_TAIL = frozenset(
+    "is are was were am be been being do does did have has had will would can could shall should may might must "
+    "want wants wanted need needs needed get got getting going gonna wanna trying try tell give send make put "
+    "call bring change book order pay check see find keep leave move take ask".split()
+)
+SUBJECT_TAIL = frozenset("i we they he she i'm we're they're i'd we'd i'll we'll".split())
+# Words that close a request ("..., please", "thank you", "that's all").
+CLOSER_TAIL = frozenset("please thanks you bye goodbye all everything yet too again already anymore instead "
+                        "today tonight tomorrow now".split())
+NUMBER_WORDS = frozenset("zero oh one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+                         "fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy "
+                         "eighty ninety hundred thousand double triple".split())
+DICTATION_TAIL = frozenset("dot dash hyphen underscore plus slash period point gmail hotmail outlook yahoo icloud "
+                           "mail".split())
+# Words that announce something being read out: a number, a code, a spelling, an address.
+DICTATION_CONTEXT = frozenset("number numbers code postcode zip pin reference account phone card mobile spelled spell "
+                              "spelling email address extension id digits ends starting".split())
+QUESTION_START = frozenset("what where when why who whom whose which how can could would will do does did is are "
+                           "was were have has should may shall am isn't aren't don't doesn't won't can't".split())
+
+
+def words(text: str) -> list[str]:
+    """Lowercase words (letters, digits, apostrophes); hyphenated words become one token ("mm-hm")."""
+    return _WORD.findall(text.lower().replace("-", ""))
+
+
+def ends_terminal(text: str) -> bool:
+    trimmed = text.strip().rstrip("'\")]}")
+    return trimmed.endswith((".", "!", "?"))
+
+
+def ends_question(text: str) -> bool:
+    return text.strip().rstrip("'\")]}").endswith("?")
+
+
+def ends_incomplete(text: str) -> bool:
+    """The text rules' test: a tail word that usually goes on, and no terminal punctuation."""
+    tokens = words(text)
+    return bool(tokens) and tokens[-1] in INCOMPLETE_TAIL and not ends_terminal(text)
+
+
+def ends_dictation(text: str) -> bool:
+    """The last word is part of something read out: a digit group, a single letter, "dot", "gmail"."""
+    tokens = words(text)
+    if not tokens:
+        return False
+    last = tokens[-1]
+    return last in DICTATION_TAIL or (len(last) == 1 and last.isalpha()) or last.isdigit()
+
+
+def ends_unfinished(text: str) -> bool:
+    """The words themselves say the sentence goes on: a dangling function word or a number being dictated.
+
+    Punctuation is ignored: a recogniser that punctuates (Whisper) puts a full stop after fragments too.
+    """
+    tokens = words(text)
+    return bool(tokens) and (tokens[-1] in DANGLING_TAIL or ends_dictation(text))
+
+
+def _numberish(token: str) -> bool:
+    return token.isdigit() or token in NUMBER_WORDS or (len(token) == 1 and token.isalpha() and token not in "ai")
+
+
+@dataclass(frozen=True, slots=True)
+class TextCues:
+    """The cues of one transcript, each 0/1 except `words` (a count)."""
+
+    words: int
+    empty: bool  # no words at all (noise, a cough)
+    short: bool  # one or two words ("yes", "no thanks")
+    terminal: bool  # ends in ". ! ?" (weak: Whisper adds full stops after fragments)
+    question_mark: bool
+    question_start: bool  # starts like a question (wh-word or an inverted auxiliary)
+    dangling: bool  # ends on an article, preposition, possessive or conjunction
+    filler: bool  # ends on "um", "uh"
+    open_verb: bool  # ends on an auxiliary or a verb wanting a complement
+    subject: bool  # ends on a subject pronoun ("... and I")
+    number_tail: bool  # ends on a digit, number word or spelled letter
+    dictation: bool  # ...and the turn announced something read out ("my number is", "spelled")
+    closer: bool  # ends on a word that closes requests ("please", "thank you", "that's all")
+
+
+def text_cues(text: str) -> TextCues:
+    tokens = words(text)
+    last = tokens[-1] if tokens else ""
+    number_tail = bool(tokens) and (_numberish(last) or last in DICTATION_TAIL)
+    return TextCues(
+        words=len(tokens),
+        empty=not tokens,
+        short=0 < len(tokens) <= 2,
+        terminal=ends_terminal(text),
+        question_mark=ends_question(text),
+        question_start=bool(tokens) and tokens[0] in QUESTION_START,
+        dangling=last in DANGLING_TAIL,
+        filler=last in FILLER_TAIL,
+        open_verb=last in OPEN_VERB_TAIL,
+        subject=last in SUBJECT_TAIL,
+        number_tail=number_tail,
+        dictation=number_tail and any(token in DICTATION_CONTEXT for token in tokens[:-1]),
+        closer=last in CLOSER_TAIL,
+    )
