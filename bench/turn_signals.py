@@ -94,6 +94,7 @@ def extract(dialogue: Dialogue, rate: int, noise: str, seed: int, offset_ms: int
     from internal.pipeline.vad import AdaptiveEnergyClassifier, VadEvent, VadProfile, VoiceActivityDetector
     from internal.stt.whisper_decode import to_model_audio
     from internal.turn.silero import SileroClassifier
+    from internal.turn.smart_turn import without_long_pauses
 
     audio = dialogue.audio(rate, noise, seed)
     size = frame_bytes(rate)
@@ -117,21 +118,22 @@ def extract(dialogue: Dialogue, rate: int, noise: str, seed: int, offset_ms: int
     starts = [i for kind, i in events if kind == "start"]
     ends = [i for kind, i in events if kind == "end"]
     turn_utterances: list[bytes] = []
-    turn_audio: deque[bytes] = deque(maxlen=TURN_AUDIO_FRAMES)
+    turn_audio: deque[tuple[bytes, bool]] = deque(maxlen=TURN_AUDIO_FRAMES)
     offset_frames = max(1, offset_ms // FRAME_MS)
     turn_start = starts[0] - PRE_ROLL_FRAMES - 3 if starts else 0
     for number, (start, end) in enumerate(zip(starts, ends, strict=False)):
         first = max(0, start - PRE_ROLL_FRAMES)
         turn_utterances.append(b"".join(frames[first:end]))
         turn_audio.clear()
-        turn_audio.extend(frames[max(0, turn_start):end])
+        turn_audio.extend(zip(frames[max(0, turn_start):end], voiced[max(0, turn_start):end], strict=True))
         extra = max(0, offset_frames - HEARD_SILENCE_FRAMES)
         heard = list(turn_audio)
         t0 = time.perf_counter()
         text = _models["whisper"].decode(to_model_audio(b"".join(turn_utterances), rate)).text
         decode_ms = (time.perf_counter() - t0) * 1000.0
         t0 = time.perf_counter()
-        audio_p = _models["smart_turn"].probability(b"".join(heard[:len(heard) - extra] if extra else heard), rate)
+        audio_p = _models["smart_turn"].probability(without_long_pauses(heard[:len(heard) - extra] if extra else heard),
+                                                    rate)
         smart_turn_ms = (time.perf_counter() - t0) * 1000.0
         following = starts[number + 1] if number + 1 < len(starts) else None
         onset = None

@@ -32,6 +32,7 @@ from internal.pipeline.turns import PendingTurn, TurnBuffer
 from internal.pipeline.vad import VadEvent, VadProfile
 from internal.session.session import Session
 from internal.stt.base import SttStream, Transcript
+from internal.turn.smart_turn import without_long_pauses
 from internal.turn.text_cues import ends_dictation, ends_incomplete
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ class VoicePipeline:
         self._released: PendingTurn | None = None
         self._continuing = False  # the caller spoke right after a release: are they going on?
         # The caller's audio of the turn in progress (at most the 8 s the end-of-turn model hears).
-        self._turn_audio: deque[bytes] = deque(maxlen=TURN_AUDIO_FRAMES)
+        self._turn_audio: deque[tuple[bytes, bool]] = deque(maxlen=TURN_AUDIO_FRAMES)  # (pcm, voiced)
         self._verdict_task: asyncio.Task[None] | None = None
         self._utterance_over_agent = False
         self._speech_frames = 0
@@ -162,7 +163,7 @@ class VoicePipeline:
         self.vad.profile = self._barge_vad if self.agent_audible and self.config.barge_in else self._normal_vad
         event = self.vad.process(pcm)
         if self.services.turn_model is not None:
-            self._turn_audio.append(pcm)
+            self._turn_audio.append((pcm, self.vad.voiced))
         stt = self._stt
         if stt is not None and stt.continuous:
             stt.push(pcm)
@@ -233,7 +234,7 @@ class VoicePipeline:
             # Measured on a neural voice: past ~150 ms of silence, unfinished sentences start to sound "complete".
             extra = max(0, self.vad.profile.offset_frames - END_OF_TURN_SILENCE_MS // 20)
             frames = list(self._turn_audio)
-            audio = b"".join(frames[:len(frames) - extra] if extra else frames)
+            audio = without_long_pauses(frames[:len(frames) - extra] if extra else frames)
             self._verdict_task = asyncio.create_task(self._ask_end_of_turn(silence, audio), name="end-of-turn")
 
     async def _ask_end_of_turn(self, silence: int, audio: bytes) -> None:

@@ -384,8 +384,6 @@ class Responder:
                 if first_audio:
                     self._stage_span("tts.first_audio", first_token, first_audio[0])
             span.set_attribute("voicegate.tool_calls", result.tool_calls)
-            if result.text:
-                self.sink.emit(ResponseEvent(text=result.text))
             await self._wait_drained()
         except asyncio.CancelledError:
             if not reply.released.is_set():
@@ -411,6 +409,8 @@ class Responder:
             self.set_state("listening")
             raise
         self.playout.finish_turn()
+        if result.text:  # once it has played: a reply the caller talked over at once may still be dropped
+            self.sink.emit(ResponseEvent(text=result.text))
         commit(result.text)
         span.set_attribute("voicegate.outcome", "answered")
         self.set_state("listening")

@@ -348,12 +348,13 @@ async def running(config: Config, stt: SpeechToText, **providers: Any) -> AsyncI
 
 @pytest.fixture
 async def make_server(tmp_path: Path, caller_stt: PocketsphinxSpeechToText) -> AsyncIterator[ServerFactory]:
-    """Start a Gateway with SIP on free ports: `await make_server(stt=..., config=..., **sip_keys)`."""
+    """Start a Gateway with SIP on free ports: `await make_server(stt=..., config=..., model=..., **sip_keys)`."""
     servers: list[Any] = []
 
-    async def factory(*, stt: SpeechToText | None = None, config: Config | None = None, **sip: Any) -> SipServer:
+    async def factory(*, stt: SpeechToText | None = None, config: Config | None = None, model: Any = None,
+                      **sip: Any) -> SipServer:
         cfg = config or sip_calls_config(tmp_path, **sip)
-        context = running(cfg, stt or caller_stt)
+        context = running(cfg, stt or caller_stt, **({"model": model} if model is not None else {}))
         server = await context.__aenter__()
         servers.append(context)
         return server

@@ -6,14 +6,20 @@ were made for), and the recogniser has no grammar at all: this is what an unknow
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
+from internal.audio.g711 import ulaw_encode
+from internal.config import Config
 from internal.config.providers import WhisperConfig
+from internal.config.sections import PipelineConfig
 from internal.stt.whisper import WhisperSpeechToText
+from tests.fakes.models import RecordingModel
+from tests.pipeline.test_turn_models import fragment_before_comma
 from tests.sip_calls.conftest import (
     RtpCapture,
     ServerFactory,
@@ -25,6 +31,7 @@ from tests.sip_calls.conftest import (
     sip_calls_config,
     stream,
 )
+from tests.speech import neural, silence
 
 pytestmark = pytest.mark.slow
 
@@ -67,3 +74,67 @@ async def test_a_caller_in_a_neural_voice_is_understood_by_whisper_and_answered_
     reply = loud_part(capture.pcm())
     on_wire = (await whisper.transcribe(reply, 8000)).lower()
     assert "monday" in on_wire and ("parcel" in on_wire or "arriv" in on_wire), (said[0], on_wire)
+
+
+def paused_caller(directory: Path, sentence: str, pause_ms: int) -> Path:
+    """The Piper voice saying `sentence` with a pause of `pause_ms` cut in at its comma, as RAW mu-law."""
+    (pcm,) = neural([sentence], 8000)
+    first = fragment_before_comma(pcm, 8000)
+    audio = silence(400, 8000) + first + silence(pause_ms, 8000) + pcm[len(first):] + silence(2500, 8000)
+    path = directory / f"paused-{abs(hash((sentence, pause_ms))) % 10**8}.pcmu"
+    path.write_bytes(ulaw_encode(audio))
+    return path
+
+
+def defaults_config(tmp_path: Path) -> Config:
+    config = sip_calls_config(tmp_path, symmetric_rtp=False)  # our audio goes to the capture port
+    config.pipeline.vad = "silero"  # the offline defaults, not the tone-driven tests' energy VAD and text rules
+    config.pipeline.end_of_turn = "smart_turn"
+    config.pipeline.vad_offset_ms = PipelineConfig().vad_offset_ms
+    return config
+
+
+def turn_outcomes(server: object) -> dict[str, int]:
+    text = server.gateway.telemetry.prometheus()  # type: ignore[attr-defined]
+    return {m.group(1): int(float(m.group(2)))
+            for m in re.finditer(r'voicegate_turn_events_total\{[^}]*outcome="([a-z_]+)"[^}]*\} ([0-9.]+)', text)}
+
+
+async def test_a_caller_who_pauses_mid_sentence_gets_one_reply_to_the_whole_sentence(
+        make_server: ServerFactory, capture: RtpCapture, tmp_path: Path, whisper: WhisperSpeechToText) -> None:
+    server = await make_server(stt=whisper, config=defaults_config(tmp_path))
+    audio = paused_caller(tmp_path, "I'd like to book a table for, four people on Friday.", 1200)
+    scenario = render(tmp_path, media=stream(audio), ending=caller_bye(11000), media_port=capture.port)
+    (await run_sipp(tmp_path, scenario, server.target)).check()
+    (session,) = await server.wait_ended()
+    # One turn on record, the whole sentence, and one reply to it: whether the agent waited through the
+    # pause, or answered the first half and dropped that reply when the caller went on.
+    users = [m.content for m in session.conversation.history if m.role == "user"]
+    assert len(users) == 1, users
+    assert "table" in users[0].lower() and "friday" in users[0].lower(), users
+    replies = [e for e in session.conversation.transcript.entries() if e.role == "agent" and not e.interrupted]
+    assert len(replies) == 1, replies
+
+
+async def test_a_reply_released_during_the_pause_never_reaches_the_wire_before_the_caller_goes_on(
+        make_server: ServerFactory, capture: RtpCapture, tmp_path: Path, whisper: WhisperSpeechToText) -> None:
+    config = defaults_config(tmp_path)
+    config.pipeline.end_of_turn_threshold = 0.01  # every pause is a release: the first half is answered
+    model = RecordingModel("Thank you, noted.", delay_s=2.0)  # ... by a model slower than the caller's pause
+    server = await make_server(stt=whisper, config=config, model=model)
+    audio = paused_caller(tmp_path, "Please send the parcel, to my office on Monday.", 1500)
+    scenario = render(tmp_path, media=stream(audio), ending=caller_bye(13000), media_port=capture.port)
+    (await run_sipp(tmp_path, scenario, server.target)).check()
+    (session,) = await server.wait_ended()
+    asked = [r.turn.text.lower() for r in model.requests]
+    assert any("parcel" in a and "monday" not in a for a in asked), asked  # the first half was answered...
+    assert "parcel" in asked[-1] and "monday" in asked[-1], asked  # ... and then the whole sentence
+    outcomes = turn_outcomes(server)
+    assert outcomes.get("continued_before_reply", 0) >= 1 and not outcomes.get("continued_after_reply_heard"), outcomes
+    agent = [e for e in session.conversation.transcript.entries() if e.role == "agent"]
+    assert [e.text for e in agent] == ["Thank you, noted."] and not agent[0].interrupted
+    users = [m.content.lower() for m in session.conversation.history if m.role == "user"]
+    assert len(users) == 1 and "parcel" in users[0] and "monday" in users[0], users
+    # On the wire: the reply once, the dropped one not at all.
+    on_wire = (await whisper.transcribe(loud_part(capture.pcm()), 8000)).lower()
+    assert on_wire.count("thank") == 1, on_wire
