@@ -40,6 +40,7 @@ class DecisionPoint:
     audio_p: float  # Smart Turn's P(complete)
     decode_ms: float  # what the transcript cost (wall time, one core)
     smart_turn_ms: float
+    snr_db: float | None = None  # the line's SNR as the VAD estimated it at this point
 
 
 @dataclass
@@ -100,13 +101,15 @@ def extract(dialogue: Dialogue, rate: int, noise: str, seed: int, offset_ms: int
     size = frame_bytes(rate)
     frames = [audio[i:i + size] for i in range(0, len(audio) - size + 1, size)]
     classifier = SileroClassifier(rate, _models["silero"], 0.5, gate=AdaptiveEnergyClassifier(9.0))
-    vad = VoiceActivityDetector(classifier, VadProfile(60, offset_ms))
+    vad = VoiceActivityDetector(classifier, VadProfile(60, offset_ms), classifier.gate)
     events: list[tuple[str, int]] = []  # ("start"|"end", frame index)
     voiced: list[bool] = []
+    snr: list[float | None] = []
     started = time.process_time()
     for index, pcm in enumerate(frames):
         event = vad.process(pcm)
         voiced.append(vad.voiced)
+        snr.append(vad.snr_db)
         if event is VadEvent.SPEECH_START:
             events.append(("start", index))
         elif event is VadEvent.SPEECH_END:
@@ -144,7 +147,8 @@ def extract(dialogue: Dialogue, rate: int, noise: str, seed: int, offset_ms: int
             end_s=(end + 1) * FRAME_MS / 1000,
             resume_s=None if following is None else following * FRAME_MS / 1000,
             resume_voice_s=None if onset is None else onset * FRAME_MS / 1000,
-            final=final, text=text, audio_p=audio_p, decode_ms=decode_ms, smart_turn_ms=smart_turn_ms))
+            final=final, text=text, audio_p=audio_p, decode_ms=decode_ms, smart_turn_ms=smart_turn_ms,
+            snr_db=snr[end]))
         if final:
             break
     return signals

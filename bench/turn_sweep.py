@@ -32,6 +32,19 @@ MAX_WAITS = (800, 1200, 1600, 2000, 2500, 3000)
 Probability = Callable[[DecisionPoint], float]
 
 
+Ready = Callable[[DecisionPoint], float]
+
+
+def decision_ready_ms(point: DecisionPoint) -> float:
+    """From the VAD's end of utterance to both signals being in (they run side by side)."""
+    return max(point.decode_ms + IPC_MS, point.smart_turn_ms)
+
+
+def text_ready_ms(point: DecisionPoint) -> float:
+    """... to the transcript alone being in."""
+    return point.decode_ms + IPC_MS
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     name: str
@@ -39,6 +52,7 @@ class Policy:
     threshold: float
     max_wait_ms: float
     graded: bool = True  # False: the binary rule this replaced (release now, or wait max_wait_ms)
+    ready: Ready = decision_ready_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,15 +64,10 @@ class Outcome:
     absorbed: int  # premature releases nobody heard (dropped and merged by the pipeline)
 
 
-def decision_ready_ms(point: DecisionPoint) -> float:
-    """From the VAD's end of utterance to both signals being in (they run side by side)."""
-    return max(point.decode_ms + IPC_MS, point.smart_turn_ms)
-
-
 def replay(signals: DialogueSignals, policy: Policy, tts_ms: float) -> Outcome:
     absorbed = 0
     for point in signals.points:
-        ready = decision_ready_ms(point)
+        ready = policy.ready(point)
         p = policy.probability(point)
         if policy.graded:
             hold = fused_wait_ms(p, threshold=policy.threshold, max_wait_ms=policy.max_wait_ms, since_silence_ms=ready)
@@ -89,8 +98,8 @@ class CurvePoint:
 
 
 def evaluate(signals: list[DialogueSignals], name: str, probability: Probability, threshold: float,
-             max_wait_ms: float, tts_ms: float, graded: bool = True) -> CurvePoint:
-    policy = Policy(name, probability, threshold, max_wait_ms, graded)
+             max_wait_ms: float, tts_ms: float, graded: bool = True, ready: Ready = decision_ready_ms) -> CurvePoint:
+    policy = Policy(name, probability, threshold, max_wait_ms, graded, ready)
     paused = [replay(s, policy, tts_ms) for s in signals if s.kind == "paused"]
     complete = [replay(s, policy, tts_ms) for s in signals if s.kind == "complete"]
     latencies = [o.latency_ms for o in complete if o.released and not o.premature]
@@ -107,9 +116,9 @@ def evaluate(signals: list[DialogueSignals], name: str, probability: Probability
 
 
 def sweep(signals: list[DialogueSignals], name: str, probability: Probability, tts_ms: float,
-          graded: bool = True, thresholds: Iterable[float] = THRESHOLDS,
+          graded: bool = True, ready: Ready = decision_ready_ms, thresholds: Iterable[float] = THRESHOLDS,
           max_waits: Iterable[float] = MAX_WAITS) -> list[CurvePoint]:
-    return [evaluate(signals, name, probability, t, w, tts_ms, graded) for t in thresholds for w in max_waits]
+    return [evaluate(signals, name, probability, t, w, tts_ms, graded, ready) for t in thresholds for w in max_waits]
 
 
 def frontier(points: list[CurvePoint], premature: Callable[[CurvePoint], float]) -> list[CurvePoint]:
@@ -138,17 +147,43 @@ def summary(points: list[CurvePoint], premature: Callable[[CurvePoint], float]) 
     }
 
 
-def configs(fusion: Any) -> dict[str, tuple[Probability, bool]]:
-    """The policies compared: each signal alone, the rule this replaced, and the fusion."""
+@dataclass(frozen=True, slots=True)
+class Config:
+    probability: Probability
+    graded: bool
+    ready: Ready
+    asks_smart_turn: Callable[[DecisionPoint], bool]
+
+
+def configs(fusion: Any) -> dict[str, Config]:
+    """The policies compared: each signal alone, the rule this replaced, and the fusion (Smart Turn asked
+    at every silence, or only when the words leave the turn open: `fused_gated`, the default)."""
+    always = lambda pt: True  # noqa: E731
+    never = lambda pt: False  # noqa: E731
+
+    def gated(point: DecisionPoint) -> float:
+        if fusion.needs_audio(point.text, point.snr_db):
+            return float(fusion.probability(point.audio_p, point.text, point.snr_db))
+        return float(fusion.probability(None, point.text, point.snr_db))
+
+    def gated_ready(point: DecisionPoint) -> float:
+        sequential = point.smart_turn_ms if fusion.needs_audio(point.text, point.snr_db) else 0.0
+        return text_ready_ms(point) + sequential
+
     return {
-        "smart_turn": (lambda pt: pt.audio_p, True),
-        "previous": (lambda pt: 0.0 if ends_unfinished(pt.text) else pt.audio_p, False),
-        "text": (lambda pt: fusion.probability(None, pt.text), True),
-        "fused": (lambda pt: fusion.probability(pt.audio_p, pt.text), True),
+        "smart_turn": Config(lambda pt: pt.audio_p, True, decision_ready_ms, always),
+        "previous": Config(lambda pt: 0.0 if ends_unfinished(pt.text) else pt.audio_p, False, decision_ready_ms,
+                           always),
+        "text": Config(lambda pt: fusion.probability(None, pt.text, pt.snr_db), True, text_ready_ms, never),
+        "fused": Config(lambda pt: fusion.probability(pt.audio_p, pt.text, pt.snr_db), True, decision_ready_ms,
+                        always),
+        "fused_binary": Config(lambda pt: fusion.probability(pt.audio_p, pt.text, pt.snr_db), False,
+                               decision_ready_ms, always),
+        "fused_gated": Config(gated, True, gated_ready, lambda pt: bool(fusion.needs_audio(pt.text, pt.snr_db))),
     }
 
 
-def plot(curves: dict[str, list[CurvePoint]], path: str, title: str) -> None:
+def plot(curves: dict[str, list[CurvePoint]], path: str, title: str, highlight: str = "fused_gated") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -159,10 +194,10 @@ def plot(curves: dict[str, list[CurvePoint]], path: str, title: str) -> None:
         front = frontier(points, lambda p: p.premature_pct)
         axis.plot([p.release_p50_ms for p in front], [p.premature_pct for p in front], marker="o", markersize=3,
                   label=f"{name}: premature release")
-        if name == "fused":
+        if name == highlight:
             heard = frontier(points, lambda p: p.heard_pct)
             axis.plot([p.release_p50_ms for p in heard], [p.heard_pct for p in heard], marker="s", markersize=3,
-                      linestyle="--", label="fused: premature heard by the caller")
+                      linestyle="--", label=f"{name}: premature heard by the caller")
     axis.axhline(5.0, color="grey", linewidth=0.8, linestyle=":")
     axis.axvline(400.0, color="grey", linewidth=0.8, linestyle=":")
     axis.set_xlabel("finished-turn release latency p50 (ms)")

@@ -32,6 +32,7 @@ import math
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,7 @@ from bench.turn_cases import (
     complete_dialogues,
     paused_dialogues,
 )
-from bench.turn_signals import DialogueSignals, extract_all
+from bench.turn_signals import DecisionPoint, DialogueSignals, extract_all
 from bench.turn_sweep import configs, decision_ready_ms, evaluate, frontier, plot, summary, sweep
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,13 +88,15 @@ def parse_lines(text: str) -> list[tuple[str, int, str]]:
 # ---- curve ---------------------------------------------------------------------------------------
 
 
-def costs(signals: list[DialogueSignals]) -> dict[str, float]:
+def costs(signals: list[DialogueSignals], asks: Callable[[DecisionPoint], bool]) -> dict[str, float]:
+    """What the turn models cost against the recogniser, for a policy that asks Smart Turn when `asks`."""
     points = [p for s in signals for p in s.points]
     decode = sum(p.decode_ms for p in points)
-    smart_turn = sum(p.smart_turn_ms for p in points)
+    smart_turn = sum(p.smart_turn_ms for p in points if asks(p))
     vad = sum(s.vad_ms for s in signals)
     return {"decisions": len(points), "decode_ms_per_decision": round(decode / max(1, len(points)), 1),
             "smart_turn_ms_per_decision": round(smart_turn / max(1, len(points)), 1),
+            "smart_turn_asked_pct": round(100 * sum(asks(p) for p in points) / max(1, len(points)), 1),
             "silero_ms_per_audio_s": round(vad / max(1e-9, sum(s.audio_s for s in signals)), 2),
             "turn_models_vs_recogniser_pct": round(100 * (smart_turn + vad) / max(1e-9, decode), 1),
             "decision_ready_ms_p50": round(percentiles([decision_ready_ms(p) for p in points], (50,))["p50"])}
@@ -113,9 +116,10 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
                 "turns-signals", (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, rate, noise, offset, "v1"),
                 lambda d=dialogues, r=rate, n=noise, o=offset, lab=label: extract_all(
                     d, r, n, o, args.workers, lambda done, total: progress(f"signals {lab}", done, total)))
-            curves = {name: sweep(signals, name, p, args.tts_ms, graded)
-                      for name, (p, graded) in configs(fusion).items()}
-            line: dict[str, Any] = {"costs": costs(signals), "configs": {}}
+            chosen = configs(fusion)
+            curves = {name: sweep(signals, name, c.probability, args.tts_ms, c.graded, c.ready)
+                      for name, c in chosen.items()}
+            line: dict[str, Any] = {"costs": costs(signals, chosen[args.policy].asks_smart_turn), "configs": {}}
             for name, points in curves.items():
                 heard = summary(points, lambda p: p.heard_pct)
                 released = summary(points, lambda p: p.premature_pct)
@@ -125,9 +129,9 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
                              fmt(released["release_ms_at_5pct"], " ms"), fmt(heard["release_ms_at_5pct"], " ms"),
                              fmt(released["lowest_premature_pct"], "%"),
                              fmt(released["fastest_release_p50_ms"], " ms")])
-            fused, _ = configs(fusion)["fused"]
-            line["operating_point"] = asdict(evaluate(signals, "fused", fused, args.threshold, args.max_wait,
-                                                      args.tts_ms))
+            policy = chosen[args.policy]
+            line["operating_point"] = asdict(evaluate(signals, args.policy, policy.probability, args.threshold,
+                                                      args.max_wait, args.tts_ms, policy.graded, policy.ready))
             image = REPO / "docs" / "images" / f"turns-{voice}-{rate}-{noise}-{offset}ms.png"
             plot(curves, str(image), f"{voice}, {rate} Hz, noise {noise}, VAD offset {offset} ms "
                  f"({sum(s.kind == 'paused' for s in signals)} paused, "
@@ -145,7 +149,7 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
             op_rows.append([label, f"{op['premature_pct']:.1f} %", f"{op['heard_pct']:.1f} %",
                             f"{op['complete_split_pct']:.1f} %", f"{op['release_p50_ms']:.0f}",
                             f"{op['release_p95_ms']:.0f}", f"{c['turn_models_vs_recogniser_pct']} %"])
-    print(f"operating point: threshold {args.threshold}, max_turn_wait_ms {args.max_wait}")
+    print(f"operating point: {args.policy}, threshold {args.threshold}, max_turn_wait_ms {args.max_wait}")
     print(table(op_rows, ["line", "premature", "heard", "finished split", "release p50", "p95",
                           "turn models / recogniser CPU"]))
     return report
@@ -334,6 +338,7 @@ def main() -> int:
     parser.add_argument("--tts-ms", type=float, default=TTS_MS, help="curve: first-sentence synthesis time")
     parser.add_argument("--threshold", type=float, default=0.5, help="curve: the operating point reported")
     parser.add_argument("--max-wait", type=float, default=2000)
+    parser.add_argument("--policy", default="fused_gated", help="curve: the policy of the operating point")
     parser.add_argument("--barge", action="store_true", help="pipeline: backchannels and interruptions too")
     parser.add_argument("--parallel", type=int, default=3, help="pipeline: dialogues at once (as concurrent calls)")
     parser.add_argument("--set", action="append", default=[], metavar="pipeline.KEY=VALUE")

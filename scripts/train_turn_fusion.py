@@ -3,9 +3,9 @@
     .venv/bin/python -m scripts.train_turn_fusion [--offset-ms 200] [--workers 2] [--out PATH]
 
 The training turns are bench/turn_cases.py's TRAIN sentences, none of which the benchmark measures on:
-each spoken by the training voices (Piper with another seed than the benchmark's, espeak-ng en-gb and a
-female en-us variant), with a 1 s pause cut in at its mark and at two other word boundaries, plus finished
-sentences; through 8 kHz G.711 and at 16 kHz; clean and with white noise at 10 dB. Every end of utterance
+each spoken by the training voices (Piper with two other seeds than the benchmark's, and a female en-us
+espeak-ng variant), with a 1 s pause cut in at its mark and at two other word boundaries, plus finished
+sentences; through 8 kHz G.711 and at 16 kHz; clean and with white noise at 20 and 10 dB. Every end of utterance
 the VAD finds (bench/turn_signals.py, the pipeline's own VAD, Smart Turn and Whisper) is one example:
 label 1 where the caller's turn really ended, 0 where they went on.
 
@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import progress
 from bench.turn_cases import (
-    NOISES,
     RATES,
     TRAIN_BACKCHANNELS,
     TRAIN_COMPLETE,
+    TRAIN_NOISES,
     TRAIN_SENTENCES,
     TRAIN_VOICES,
     Aligner,
@@ -81,7 +81,7 @@ def examples(signals: list[DialogueSignals]) -> tuple[np.ndarray, np.ndarray]:
     rows, labels = [], []
     for dialogue in signals:
         for point in dialogue.points:
-            rows.append(feature_vector(point.audio_p, text_cues(point.text)))
+            rows.append(feature_vector(point.audio_p, text_cues(point.text), point.snr_db))
             labels.append(1.0 if point.final else 0.0)
     return np.array(rows), np.array(labels)
 
@@ -121,12 +121,12 @@ def main() -> int:
     parser.add_argument("--out", default=str(weights_path()))
     args = parser.parse_args()
     recipe = {"sentences": TRAIN_SENTENCES, "complete": TRAIN_COMPLETE + TRAIN_BACKCHANNELS, "voices": TRAIN_VOICES,
-              "rates": RATES, "noises": NOISES, "pause_s": PAUSE_S, "extra_cuts": EXTRA_CUTS, "seed": SEED,
+              "rates": RATES, "noises": TRAIN_NOISES, "pause_s": PAUSE_S, "extra_cuts": EXTRA_CUTS, "seed": SEED,
               "offset_ms": args.offset_ms}
     dialogues = cached("fusion-train-dialogues", recipe, build_dialogues)
     signals: list[DialogueSignals] = []
     for rate in RATES:
-        for noise in NOISES:
+        for noise in TRAIN_NOISES:
             signals += cached("fusion-train-signals", (recipe, rate, noise), lambda r=rate, n=noise: extract_all(
                 dialogues, r, n, args.offset_ms, args.workers,
                 lambda done, total, r=r, n=n: progress(f"signals {r} Hz / {n}", done, total)))

@@ -23,29 +23,22 @@ from collections.abc import Callable
 from internal.audio.frame import frame_bytes
 from internal.llm.base import Turn
 from internal.pipeline.bargein import is_backchannel, is_meaningful_interruption
+from internal.pipeline.endpointing import Endpointing
 from internal.pipeline.events import AgentState, DtmfEvent, EventSink, TranscriptEvent
 from internal.pipeline.playout import Playout
 from internal.pipeline.responder import APOLOGY, Responder, TurnTimes
 from internal.pipeline.services import PipelineServices
-from internal.pipeline.turn_reply import added_words
 from internal.pipeline.turns import PendingTurn, TurnBuffer
 from internal.pipeline.vad import VadEvent, VadProfile
 from internal.session.session import Session
 from internal.stt.base import SttStream, Transcript
-from internal.turn.smart_turn import without_long_pauses
-from internal.turn.text_cues import ends_dictation, ends_incomplete
 
 log = logging.getLogger(__name__)
 
 PRE_ROLL_MS = 300  # audio kept from before the VAD decided speech began, so first syllables survive
 DTMF_GAP_S = 1.5  # keypad digits separated by less than this form one entry ("#" ends it at once)
-TURN_AUDIO_FRAMES = 400  # 8 s of 20 ms frames: what Smart Turn hears
-END_OF_TURN_SILENCE_MS = 100  # the silence after the last word that Smart Turn hears
 STT_REOPENS_PER_CALL = 3  # fresh streams after the engine's stream dies, before the call goes on without
 MIN_ASKED_SPEECH_MS = 240  # shorter utterances (a cough, a click, "mm") are left to the text rules
-# A reply is prepared only for turns at least this likely to be finished: one that surely goes on ("a table
-# for") would only be thrown away.
-PREPARE_FLOOR = 0.2
 __all__ = ["APOLOGY", "VoicePipeline"]
 
 
@@ -74,13 +67,9 @@ class VoicePipeline:
         self._turns = TurnBuffer(self.config.turn_merge_ms, self.config.user_speech_quiet_ms, self._on_turn,
                                  clock=clock, max_turn_wait_ms=self.config.max_turn_wait_ms,
                                  fusion=services.turn_fusion, threshold=self.config.end_of_turn_threshold,
-                                 on_decision=self._on_decision)
-        # The turn released last, while its reply can still be dropped for the caller going on with it.
-        self._released: PendingTurn | None = None
-        self._continuing = False  # the caller spoke right after a release: are they going on?
-        # The caller's audio of the turn in progress (at most the 8 s the end-of-turn model hears).
-        self._turn_audio: deque[tuple[bytes, bool]] = deque(maxlen=TURN_AUDIO_FRAMES)  # (pcm, voiced)
-        self._verdict_task: asyncio.Task[None] | None = None
+                                 on_decision=lambda pending, p: self._endpointing.decided(pending, p))
+        self._endpointing = Endpointing(services, self._turns, self.responder, self.vad, sample_rate,
+                                        self._backchannels, lambda: TurnTimes(self._speech_ended_at, self._final_at))
         self._utterance_over_agent = False
         self._speech_frames = 0
         self._speech_ended_at = 0.0
@@ -109,8 +98,7 @@ class VoicePipeline:
             return
         self._closed = True
         self._turns.close()
-        if self._verdict_task is not None:
-            self._verdict_task.cancel()
+        self._endpointing.close()
         for deadline in self._stt_deadlines:
             deadline.cancel()
         if self._dtmf_timer is not None:
@@ -162,8 +150,7 @@ class VoicePipeline:
             pcm = self._denoiser.process(pcm)
         self.vad.profile = self._barge_vad if self.agent_audible and self.config.barge_in else self._normal_vad
         event = self.vad.process(pcm)
-        if self.services.turn_model is not None:
-            self._turn_audio.append((pcm, self.vad.voiced))
+        self._endpointing.hear(pcm, self.vad.voiced)
         stt = self._stt
         if stt is not None and stt.continuous:
             stt.push(pcm)
@@ -186,20 +173,10 @@ class VoicePipeline:
 
     def _on_speech_start(self, stt: SttStream | None) -> None:
         self._speech_frames = 0
-        # Speech this soon after a release may be the rest of the sentence: hold the reply (within this
-        # frame) until the words tell; nothing of it plays over the caller meanwhile.
-        self._continuing = self._released is not None and self.responder.absorbable()
-        if self._continuing:
-            self.responder.hold()
-            self._utterance_over_agent = False
-        else:
-            self._released = None
-            self._utterance_over_agent = self.agent_audible
-        if self._turns.pending is None and not self._awaiting_finals and not self._continuing:
-            # A new turn: forget the audio of earlier ones (keep the pre-roll and the onset frames).
-            keep = len(self._pre_roll) + self.vad.profile.onset_frames
-            while len(self._turn_audio) > keep:
-                self._turn_audio.popleft()
+        continuing = self._endpointing.speech_started()
+        self._utterance_over_agent = not continuing and self.agent_audible
+        if self._turns.pending is None and not self._awaiting_finals and not continuing:
+            self._endpointing.new_turn(len(self._pre_roll) + self.vad.profile.onset_frames)
             if stt is not None:
                 stt.new_turn()
         self._turns.caller_started_speaking()
@@ -227,32 +204,9 @@ class VoicePipeline:
         # (not a cough or a click) and not spoken over the agent (a backchannel or a barge-in).
         ask = (model is not None and self._speech_frames * 20 >= MIN_ASKED_SPEECH_MS
                and not self._utterance_over_agent)
-        silence = self._turns.caller_stopped_speaking(verdict_expected=ask)
-        if ask:
-            if self._verdict_task is not None:
-                self._verdict_task.cancel()
-            # Measured on a neural voice: past ~150 ms of silence, unfinished sentences start to sound "complete".
-            extra = max(0, self.vad.profile.offset_frames - END_OF_TURN_SILENCE_MS // 20)
-            frames = list(self._turn_audio)
-            audio = without_long_pauses(frames[:len(frames) - extra] if extra else frames)
-            self._verdict_task = asyncio.create_task(self._ask_end_of_turn(silence, audio), name="end-of-turn")
-
-    async def _ask_end_of_turn(self, silence: int, audio: bytes) -> None:
-        """Smart Turn's verdict on the audio up to this silence, handed to the turn buffer."""
-        model = self.services.turn_model
-        assert model is not None
-        asked = self._clock()
-        try:
-            probability = await model.predict(audio, self.sample_rate)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("end-of-turn model failed; the words decide this turn")
-            probability = None
-        if probability is not None:  # None: failed, or the model's pool was full
-            self.responder.timing("end_of_turn_model", (self._clock() - asked) * 1000.0,
-                                  self.session.conversation.turns + 1)
-        self._turns.set_verdict(silence, probability)
+        silence = self._turns.caller_stopped_speaking(verdict_expected=ask, snr_db=self.vad.snr_db)
+        final_owed = self._stt is not None and not self._stt.continuous
+        self._endpointing.silence(silence, ask, self.vad.profile.offset_frames, final_owed)
 
     def _check_barge_in(self) -> None:
         if not (self._utterance_over_agent and self.config.barge_in and self.agent_active):
@@ -294,7 +248,7 @@ class VoicePipeline:
         self._stt_deadlines.clear()
         self._awaiting_finals = 0
         self._turns.awaiting_final = False
-        self._end_continuation()
+        self._endpointing.end_continuation()
         if owed and not self.agent_active:
             self.responder.not_understood()
         if self._closed:
@@ -322,7 +276,7 @@ class VoicePipeline:
             self._awaiting_finals = max(0, self._awaiting_finals - 1)
             self._turns.awaiting_final = self._awaiting_finals > 0
         if text:
-            replaces = whole and (self._turns.pending is not None or self._continuing)
+            replaces = whole and (self._turns.pending is not None or self._endpointing.continuing)
             self.sink.emit(TranscriptEvent(role="user", text=text, final=transcript.final, replaces=replaces))
         if not transcript.final:
             meaningful = is_meaningful_interruption(text, self._backchannels)
@@ -334,7 +288,12 @@ class VoicePipeline:
             # This final belongs to the turn about to be answered, not to the last one.
             self.responder.timing("stt", (self._final_at - self._speech_ended_at) * 1000.0,
                                   self.session.conversation.turns + 1)
-        if self._continuing and self._took_back(text, transcript):
+        self._take_final(text, transcript, whole)
+        self._endpointing.words_in(awaiting=self._awaiting_finals > 0)
+
+    def _take_final(self, text: str, transcript: Transcript, whole: bool) -> None:
+        if self._endpointing.continuing and self._endpointing.took_back(text, transcript):
+            self._prefetch()
             return
         if not text:
             self._turns.add_final("")
@@ -356,45 +315,13 @@ class VoicePipeline:
             # Overlap retrieval with the merge wait; the turn reuses it when no more words arrive.
             self.services.prefetch(self.session, pending.text)
 
-    def _took_back(self, text: str, transcript: Transcript) -> bool:
-        """The caller spoke right after a release (the reply is held): did they go on with their sentence?
-
-        Yes: the reply is dropped (or, if it had begun, stays stopped) and the released turn, with what
-        they added, is pending again, to be answered once as a whole; True. Only noise or "mm": the reply
-        plays on; True. Too late to take the reply back (a tool with side effects ran meanwhile): False,
-        and what they said is a turn of its own.
-        """
-        self._continuing = False
-        released, self._released = self._released, None
-        if released is None:
-            self.responder.resume()
-            return False
-        added = added_words(released.text, text) if transcript.whole_turn else text.split()
-        if not added or is_backchannel(" ".join(added), self._backchannels):
-            self.responder.resume()
-            self._turns.add_final("")
-            return True
-        if not self.responder.absorb():
-            return False
-        self._turns.restore(released)
-        self._turns.add_final(text, transcript.confidence, replace=transcript.whole_turn)
-        self._prefetch()
-        return True
-
-    def _end_continuation(self) -> None:
-        """No words are coming for the speech after a release: the held reply plays on."""
-        if self._continuing:
-            self._continuing = False
-            self._released = None
-            self.responder.resume()
-
     def _stt_timed_out(self) -> None:
         """A transcript that never came (a hung or crashed engine): tell the caller, keep listening."""
         if self._stt_deadlines:
             self._stt_deadlines.popleft()
         self._awaiting_finals = max(0, self._awaiting_finals - 1)
         self._turns.awaiting_final = self._awaiting_finals > 0
-        self._end_continuation()
+        self._endpointing.end_continuation()
         log.error("speech-to-text gave no transcript in time; asking the caller to repeat")
         if not self.agent_active:
             self.responder.not_understood()
@@ -402,22 +329,13 @@ class VoicePipeline:
     def _stt_is_continuous(self) -> bool:
         return self._stt is not None and self._stt.continuous
 
-    def _on_decision(self, pending: PendingTurn, probability: float | None) -> None:
-        """The turn's hold is decided: start its reply now, to play the moment it is released."""
-        if probability is None:  # the text rules: not for words they hold longer ("I want to", "... 555")
-            likely = not (ends_incomplete(pending.text) or ends_dictation(pending.text))
-        else:
-            likely = probability >= PREPARE_FLOOR
-        if likely:
-            self.responder.prepare(pending.text, pending.confidence, TurnTimes(self._speech_ended_at, self._final_at))
-
     def _on_turn(self, pending: PendingTurn) -> None:
         times = TurnTimes(self._speech_ended_at, self._final_at, self._clock())
         if self._speech_ended_at:
             # From the caller's last sound (the VAD's offset before its decision) to the release.
             self.responder.timing("end_of_turn", (times.released - self._speech_ended_at) * 1000.0
                                   + self.config.vad_offset_ms, self.session.conversation.turns + 1)
-        self._released = pending
+        self._endpointing.released = pending
         self.responder.release(Turn(text=pending.text), pending.confidence, times)
 
     def submit_text(self, text: str) -> None:
@@ -427,7 +345,7 @@ class VoicePipeline:
             return
         if self.agent_active:
             self.interrupt("typed input")
-        self._released = None
+        self._endpointing.released = None
         self.sink.emit(TranscriptEvent(role="user", text=text, final=True))
         times = TurnTimes(released=self._clock())
         self.responder.start(lambda: self.responder.respond(Turn(text=text), None, times))
@@ -445,7 +363,7 @@ class VoicePipeline:
         digits, self._dtmf_digits = self._dtmf_digits, ""
         self._dtmf_timer = None
         if digits:
-            self._released = None
+            self._endpointing.released = None
             if self.agent_active:
                 self.interrupt("keypad input")
             times = TurnTimes(released=self._clock())

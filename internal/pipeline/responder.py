@@ -17,27 +17,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import trace
 
-from internal.llm.base import ChatMessage, ChatRequest, LlmError, ToolCall, Turn
-from internal.pipeline.context import build_system_context
+from internal.llm.base import LlmError, ToolCall, Turn
 from internal.pipeline.events import (
     AgentState,
     EventSink,
     ResponseEvent,
     StateEvent,
-    TimingEvent,
     TranscriptEvent,
-    TurnEvent,
-    TurnOutcome,
 )
+from internal.pipeline.meter import TurnMeter
 from internal.pipeline.playout import Playout
+from internal.pipeline.record import record_agent, record_turn
 from internal.pipeline.reply import ReplyRunner, speak_text
+from internal.pipeline.request import build_request
 from internal.pipeline.services import PipelineServices, misunderstanding_note
 from internal.pipeline.tools import ToolContext
 from internal.pipeline.turn_reply import TurnReply, same_turn_text
@@ -86,8 +84,8 @@ class Responder:
         self.prepared_discarded = 0  # prepared replies thrown away (the words changed, the caller went on)
         self.absorbed_unheard = 0  # released replies dropped before the caller heard them
         self.absorbed_heard = 0  # released replies cut off because the caller went on (they heard some)
-        # time.time_ns() - monotonic, so spans recorded after the fact carry wall-clock times
-        self._wall_offset_ns = time.time_ns() - int(clock() * 1e9)
+        self.meter = TurnMeter(session, services, sink, clock)
+        self.timing = self.meter.timing
 
     @property
     def active(self) -> bool:
@@ -153,7 +151,7 @@ class Responder:
             reply.task.cancel()
         self.playout.clear()
         self.playout.held = False
-        self._turn_event("prepared_discarded")
+        self.meter.turn_event("prepared_discarded")
 
     def release(self, turn: Turn, confidence: float | None, times: TurnTimes) -> None:
         """The caller's turn is over: play the reply prepared for these words, or start one now."""
@@ -161,7 +159,7 @@ class Responder:
         if reply is not None and same_turn_text(reply.text, turn.text) and reply.running and not turn.dtmf:
             self._prepared = None
             self.prepared_used += 1
-            self._turn_event("prepared_used")
+            self.meter.turn_event("prepared_used")
             previous = self._task
             if previous is not None and not previous.done():
                 previous.cancel()
@@ -201,10 +199,10 @@ class Responder:
         self.playout.held = False
         if reply.heard:
             self.absorbed_heard += 1
-            self._turn_event("continued_after_reply_heard")
+            self.meter.turn_event("continued_after_reply_heard")
         else:
             self.absorbed_unheard += 1
-            self._turn_event("continued_before_reply")
+            self.meter.turn_event("continued_before_reply")
         self._reply = None
         if reply.task is not None:
             reply.task.cancel()
@@ -277,11 +275,11 @@ class Responder:
         except asyncio.CancelledError:
             heard = self._take_heard()
             if record:
-                self._record_agent(heard, interrupted=True, intended=text)
+                record_agent(self.session, self.sink, heard, interrupted=True, intended=text)
             self.set_state("listening")
             raise
         if record:
-            self._record_agent(text)
+            record_agent(self.session, self.sink, text)
         self.set_state("listening")
 
     def not_understood(self) -> None:
@@ -303,13 +301,13 @@ class Responder:
         parent = self.session.data.get(SESSION_SPAN)
         context = trace.set_span_in_context(parent) if parent is not None else None
         span = self.services.tracer.start_span("turn", context=context,
-                                               start_time=self._ns(times.speech_ended or reply.prepared_at))
+                                               start_time=self.meter.ns(times.speech_ended or reply.prepared_at))
         try:
             with trace.use_span(span, end_on_exit=False):
                 await self._respond(turn, confidence, times, span, reply)
         finally:
             if reply.released.is_set() and not reply.absorbed:
-                span.end(end_time=self._ns(self._clock()))  # a reply thrown away leaves no span
+                span.end(end_time=self.meter.ns(self._clock()))  # a reply thrown away leaves no span
 
     async def _respond(self, turn: Turn, confidence: float | None, times: TurnTimes, span: Any,
                        reply: TurnReply) -> None:
@@ -319,32 +317,9 @@ class Responder:
         user_text = turn.text if turn.text else f"[The caller pressed keypad keys: {' '.join(turn.dtmf)}]"
         streak, turn.note = misunderstanding_note(confidence, self.config.min_confidence,
                                                   conversation.misunderstanding_streak)
-        conversation.summary.maybe_refresh(conversation.transcript.entries())
-        with self.services.tracer.start_as_current_span("memory.refresh"):
-            await self.services.before_turn(self.session)
-        turn.summary = conversation.summary.text
-        if self.services.retrieve is not None and turn.text:
-            with self.services.tracer.start_as_current_span("retrieval"):
-                turn.context = await self.services.retrieve(self.session, turn.text)
-        layers = self.services.context(self.session)
-        if self.services.turn_memory is not None and turn.text:
-            with self.services.tracer.start_as_current_span("memory.read"):
-                relevant = await self.services.turn_memory(self.session, turn.text)
-            if relevant is not None:
-                layers.memory_context, layers.memory_text = relevant
-        turn.memory = layers.memory_text
-        turn.interrupted_text = self.session.data.get("interrupted_text", "")
         tool_context = ToolContext(self.session.id, self.session.resource_id, number, self._request_hangup,
                                    extras={"session": self.session})
-        request = ChatRequest(
-            session_id=self.session.id,
-            resource_id=self.session.resource_id,
-            system=build_system_context(layers, summary=turn.summary, knowledge=turn.context, note=turn.note),
-            messages=conversation.recent_history(ChatMessage("user", user_text)),
-            turn=turn,
-            tools=self.services.tools.specs(tool_context),
-            agent_system=layers.skills,
-        )
+        request = await build_request(self.session, self.services, turn, user_text, tool_context)
 
         async def before_tool(call: ToolCall) -> None:
             if self.services.tools.has_side_effects(call):
@@ -360,7 +335,8 @@ class Responder:
             self.timing("tts_first_audio", (first_audio[0] - started) * 1000.0, number)
 
         def commit(agent_text: str, interrupted: bool = False, intended: str = "") -> None:
-            self._commit(user_text, turn, streak, reply, agent_text, interrupted, intended)
+            record_turn(self.session, self.sink, user_text, reply.exchange, streak=streak, keypad=bool(turn.dtmf),
+                        agent_text=agent_text, interrupted=interrupted, intended=intended)
 
         try:
             try:
@@ -375,14 +351,14 @@ class Responder:
                 await self.announce(APOLOGY)
                 return
             await reply.released.wait()
-            self._stage_span("endpointing", times.speech_ended, self._released_at)
-            self._stage_span("stt", times.speech_ended, times.final)
+            self.meter.stage_span("endpointing", times.speech_ended, self._released_at)
+            self.meter.stage_span("stt", times.speech_ended, times.final)
             first_token = result.timings.first_token
             if first_token is not None:
                 self.timing("llm_first_token", (first_token - started) * 1000.0, number)
-                self._stage_span("llm.first_token", started, first_token)
+                self.meter.stage_span("llm.first_token", started, first_token)
                 if first_audio:
-                    self._stage_span("tts.first_audio", first_token, first_audio[0])
+                    self.meter.stage_span("tts.first_audio", first_token, first_audio[0])
             span.set_attribute("voicegate.tool_calls", result.tool_calls)
             await self._wait_drained()
         except asyncio.CancelledError:
@@ -420,29 +396,6 @@ class Responder:
         if self._hangup_requested and self.session.hangup is not None:
             await self.session.hangup()
 
-    def _commit(self, user_text: str, turn: Turn, streak: int, reply: TurnReply, agent_text: str,
-                interrupted: bool, intended: str) -> None:
-        """The turn counts now: write the caller's words, the tool exchange and what the agent said."""
-        conversation = self.session.conversation
-        conversation.turns += 1
-        conversation.misunderstanding_streak = streak
-        self.session.data.pop("interrupted_text", None)
-        conversation.transcript.add("user", user_text)
-        conversation.history.append(ChatMessage("user", user_text))
-        conversation.history.extend(reply.exchange)
-        if turn.dtmf:
-            self.sink.emit(TranscriptEvent(role="user", text=user_text, final=True))
-        self._record_agent(agent_text, interrupted=interrupted, intended=intended)
-
-    def _record_agent(self, text: str, interrupted: bool = False, intended: str = "") -> None:
-        if not text:
-            return  # nothing was heard (e.g. interrupted while still thinking): nothing to record
-        conversation = self.session.conversation
-        conversation.transcript.add("agent", text, interrupted=interrupted, intended=intended)
-        content = f"{text} [interrupted by the caller]" if interrupted else text
-        conversation.history.append(ChatMessage("assistant", content))
-        self.sink.emit(TranscriptEvent(role="agent", text=text, final=True))
-
     def _request_hangup(self) -> None:
         self._hangup_requested = True
 
@@ -452,22 +405,3 @@ class Responder:
         if state != self.state:
             self.state = state
             self.sink.emit(StateEvent(state=state))
-
-    def timing(self, stage: str, ms: float, turn: int = 0) -> None:
-        if self.services.telemetry is not None:
-            self.services.telemetry.stage(stage, ms)
-        if self.config.debug:
-            self.sink.emit(TimingEvent(stage=stage, ms=round(ms, 2), turn=turn or self.session.conversation.turns))
-
-    def _turn_event(self, outcome: TurnOutcome) -> None:
-        if self.services.telemetry is not None:
-            self.services.telemetry.turn_event(outcome)
-        self.sink.emit(TurnEvent(outcome=outcome))
-
-    def _ns(self, monotonic_s: float) -> int:
-        return int(monotonic_s * 1e9) + self._wall_offset_ns
-
-    def _stage_span(self, name: str, start: float, end: float) -> None:
-        if start and end and end >= start:
-            self.services.tracer.start_span(name, start_time=self._ns(start)).end(end_time=self._ns(end))
-

@@ -172,13 +172,14 @@ class PipelineServices:
 
     def make_vad(self, sample_rate: int, profile: VadProfile) -> VoiceActivityDetector:
         classifier: FrameClassifier
+        meter = AdaptiveEnergyClassifier(self.config.vad_threshold_db)
         if self.config.vad == "silero" and self.silero is not None:
             from internal.turn.silero import SileroClassifier
 
-            classifier = SileroClassifier(sample_rate, self.silero, self.config.vad_silero_threshold,
-                                          gate=AdaptiveEnergyClassifier(self.config.vad_threshold_db))
+            classifier = SileroClassifier(sample_rate, self.silero, self.config.vad_silero_threshold, gate=meter)
         elif self.config.vad == "webrtc":
             classifier = WebRtcClassifier(sample_rate)
+            meter = classifier.energy
         else:
-            classifier = AdaptiveEnergyClassifier(self.config.vad_threshold_db)
-        return VoiceActivityDetector(classifier, profile)
+            classifier = meter
+        return VoiceActivityDetector(classifier, profile, meter)

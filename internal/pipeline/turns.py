@@ -60,6 +60,7 @@ class TurnBuffer:
         self.threshold = threshold
         self.probability: float | None = None  # the fused verdict for the latest silence, once known
         self.audio_probability: float | None = None  # Smart Turn's, for the latest silence
+        self.snr_db: float | None = None
         self._audio_pending = False
         self._silences = 0  # numbers the caller's silences, so a late verdict for an earlier one is ignored
         self._on_turn = on_turn
@@ -99,9 +100,11 @@ class TurnBuffer:
         self.audio_probability = self.probability = None
         self._cancel_timer()
 
-    def caller_stopped_speaking(self, verdict_expected: bool = False) -> int:
-        """The caller fell silent; returns this silence's number for `set_verdict`."""
+    def caller_stopped_speaking(self, verdict_expected: bool = False, snr_db: float | None = None) -> int:
+        """The caller fell silent; returns this silence's number for `set_verdict`. `snr_db`: the line's
+        signal-to-noise ratio so far (the fusion trusts the sound less on a noisy line)."""
         self._caller_speaking = False
+        self.snr_db = snr_db
         self._last_speech_end = self._clock()
         self._silences += 1
         self._audio_pending = verdict_expected
@@ -174,7 +177,7 @@ class TurnBuffer:
         quiet = since_end or 0.0
         if self._audio_pending and quiet < VERDICT_WAIT_MS:
             return None
-        self.probability = self.fusion.probability(self.audio_probability, pending.text)
+        self.probability = self.fusion.probability(self.audio_probability, pending.text, self.snr_db)
         return fused_wait_ms(self.probability, threshold=self.threshold, max_wait_ms=self.max_turn_wait_ms,
                              since_silence_ms=quiet)
 

@@ -126,27 +126,51 @@ class WebRtcClassifier:
 
         self._vad = webrtcvad.Vad(aggressiveness)
         self._rate = sample_rate
-        self._energy = AdaptiveEnergyClassifier(6.0)
+        self.energy = AdaptiveEnergyClassifier(6.0)
 
     def is_speech(self, pcm: bytes) -> bool:
         # The energy gate stops webrtcvad's known false positives on very quiet line noise.
-        loud_enough = self._energy.is_speech(pcm) or frame_level_dbfs(pcm) > -35.0
+        loud_enough = self.energy.is_speech(pcm) or frame_level_dbfs(pcm) > -35.0
         return loud_enough and bool(self._vad.is_speech(pcm, self._rate))
 
 
-class VoiceActivityDetector:
-    """Turns per-frame speech decisions into utterance start/end events with hysteresis."""
+# The caller's speech level is a running mean over this many voiced frames (in dB), about a second.
+SPEECH_LEVEL_FRAMES = 50
+MAX_SNR_DB = 60.0
 
-    def __init__(self, classifier: FrameClassifier, profile: VadProfile) -> None:
+
+class VoiceActivityDetector:
+    """Turns per-frame speech decisions into utterance start/end events with hysteresis.
+
+    With an energy meter (the energy classifier itself, or the one gating Silero or webrtcvad) it also
+    estimates the line's signal-to-noise ratio: the caller's recent speech level over the noise floor. The
+    end-of-turn fusion trusts the sound of the last words less on a noisy line (internal/turn/fusion.py).
+    """
+
+    def __init__(self, classifier: FrameClassifier, profile: VadProfile,
+                 meter: AdaptiveEnergyClassifier | None = None) -> None:
         self.classifier = classifier
         self.profile = profile
+        self.meter = meter
         self.speaking = False
         self.voiced = False  # the last frame itself sounded like speech (speaking includes the hangover)
         self._run = 0  # consecutive frames disagreeing with the current state
+        self._speech_db: float | None = None
+
+    @property
+    def snr_db(self) -> float | None:
+        """The caller's speech over the line's noise, in dB (None: no meter, or no speech heard yet)."""
+        if self.meter is None or self._speech_db is None:
+            return None
+        return max(0.0, min(MAX_SNR_DB, self._speech_db - self.meter.floor_db))
 
     def process(self, pcm: bytes) -> VadEvent | None:
         speech = self.classifier.is_speech(pcm)
         self.voiced = speech
+        if speech and self.meter is not None:
+            level = self.meter.level_db
+            self._speech_db = level if self._speech_db is None else (
+                self._speech_db + (level - self._speech_db) / SPEECH_LEVEL_FRAMES)
         if speech == self.speaking:
             self._run = 0
             return None

@@ -25,13 +25,28 @@ from internal.stt.whisper_models import sha256_of
 from internal.turn.text_cues import TextCues, text_cues
 
 WEIGHTS_FILE = "fusion_weights.json"
-WEIGHTS_SHA256 = "f593edaec691527b57fe1d2eedebea06477e9dc171b53d879794cf2f45152bca"
+WEIGHTS_SHA256 = "712c37494a3d5c106bbd3057bb6c2324189db33d50bf6f269645541ea3c590b7"
 LOGIT_CLIP = 8.0  # Smart Turn's probabilities of 0 or 1 are not infinitely sure
 
 # The model's inputs, in order. Training (scripts/train_turn_fusion.py) writes the same names with the
 # weights, and a file whose names differ is refused.
-FEATURES = ("bias", "audio_logit", "log_words", "empty", "short", "terminal", "question_mark", "question_start",
-            "dangling", "filler", "open_verb", "subject", "number_tail", "dictation", "closer")
+FEATURES = ("bias", "audio_logit", "audio_logit_clean", "clean", "empty", "short", "terminal", "question_mark",
+            "question_start", "dangling", "filler", "open_verb", "subject", "number_tail", "dictation", "closer",
+            "trailing_off")
+# Smart Turn was trained on clean speech; under 10 dB of noise it hears no better than chance (measured on
+# the training turns), so the model weighs it by how clean the line is: 0 at 10 dB SNR, 1 from 30 dB.
+CLEAN_FROM_DB, CLEAN_TO_DB = 10.0, 30.0
+
+
+# Smart Turn is asked only when the words alone put P(finished) inside this band.
+AUDIO_BAND = (0.1, 0.9)
+
+
+def cleanness(snr_db: float | None) -> float:
+    """0 (noisy) .. 1 (clean) from the line's SNR; unknown counts as clean."""
+    if snr_db is None:
+        return 1.0
+    return min(1.0, max(0.0, (snr_db - CLEAN_FROM_DB) / (CLEAN_TO_DB - CLEAN_FROM_DB)))
 
 
 class FusionWeightsError(Exception):
@@ -47,15 +62,16 @@ def sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
-def feature_vector(audio_probability: float | None, cues: TextCues) -> list[float]:
-    """The model's inputs for one decision (audio_logit is 0 when there is no audio verdict)."""
+def feature_vector(audio_probability: float | None, cues: TextCues, snr_db: float | None = None) -> list[float]:
+    """The model's inputs for one decision (the audio terms are 0 when there is no audio verdict)."""
+    audio = logit(audio_probability) if audio_probability is not None else 0.0
+    clean = cleanness(snr_db)
     return [
-        1.0,
-        logit(audio_probability) if audio_probability is not None else 0.0,
-        math.log1p(cues.words),
+        1.0, audio, audio * clean, clean,
         float(cues.empty), float(cues.short), float(cues.terminal), float(cues.question_mark),
         float(cues.question_start), float(cues.dangling), float(cues.filler), float(cues.open_verb),
         float(cues.subject), float(cues.number_tail), float(cues.dictation), float(cues.closer),
+        float(cues.trailing_off),
     ]
 
 
@@ -66,9 +82,16 @@ class TurnFusion:
     with_audio: tuple[float, ...]
     text_only: tuple[float, ...]
 
-    def probability(self, audio_probability: float | None, text: str) -> float:
+    def needs_audio(self, text: str, snr_db: float | None = None) -> bool:
+        """Is Smart Turn worth asking? Not when the words alone are sure either way ("a table for", "where is my
+        parcel?"), nor on a line too noisy for it to hear anything: it costs half a decode each time."""
+        if cleanness(snr_db) <= 0.0:
+            return False
+        return AUDIO_BAND[0] <= self.probability(None, text, snr_db) <= AUDIO_BAND[1]
+
+    def probability(self, audio_probability: float | None, text: str, snr_db: float | None = None) -> float:
         weights = self.with_audio if audio_probability is not None else self.text_only
-        x = feature_vector(audio_probability, text_cues(text))
+        x = feature_vector(audio_probability, text_cues(text), snr_db)
         return sigmoid(sum(w * v for w, v in zip(weights, x, strict=True)))
 
 

@@ -111,6 +111,7 @@ class TextCues:
     number_tail: bool  # ends on a digit, number word or spelled letter
     dictation: bool  # ...and the turn announced something read out ("my number is", "spelled")
     closer: bool  # ends on a word that closes requests ("please", "thank you", "that's all")
+    trailing_off: bool  # the recogniser wrote the words trailing off ("I'd like to...") or a word cut short
 
 
 def text_cues(text: str) -> TextCues:
@@ -131,4 +132,11 @@ def text_cues(text: str) -> TextCues:
         number_tail=number_tail,
         dictation=number_tail and any(token in DICTATION_CONTEXT for token in tokens[:-1]),
         closer=last in CLOSER_TAIL,
+        trailing_off=trails_off(text),
     )
+
+
+def trails_off(text: str) -> bool:
+    """Whisper writes an ellipsis where speech trails off, and a hyphen after a word cut short ("the s-")."""
+    trimmed = text.strip().rstrip("'\")]}")
+    return trimmed.endswith(("...", "\u2026", "-", "\u2014"))

@@ -328,6 +328,8 @@ function recordTiming(event) {
 
 const agentStates = { listening: "Listening", thinking: "Thinking…", speaking: "Speaking" };
 
+let lastUserLine = null; // the caller's line of the turn in progress (a later final may replace it)
+
 function onServerEvent(data) {
   let event;
   try {
@@ -339,9 +341,14 @@ function onServerEvent(data) {
     case "transcript":
       if (event.role === "user" && !event.final) {
         showPartial(event.text);
+      } else if (event.role === "user" && event.replaces && lastUserLine) {
+        // The whole turn heard again after the caller went on: it replaces the half shown before.
+        showPartial("");
+        lastUserLine.querySelector(".said").textContent = event.text;
       } else {
         if (event.role === "user") showPartial("");
-        appendLine(event.role, event.text);
+        const line = appendLine(event.role, event.text);
+        lastUserLine = event.role === "user" ? line : null;
       }
       break;
     case "response":

@@ -1,0 +1,39 @@
+"""A call's turn measurements: stage latencies (metrics, and timing events when debugging), turn-taking
+outcomes, and the child spans of a turn's trace recorded after the fact."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from internal.pipeline.events import EventSink, TimingEvent, TurnEvent, TurnOutcome
+from internal.pipeline.services import PipelineServices
+from internal.session.session import Session
+
+
+class TurnMeter:
+    def __init__(self, session: Session, services: PipelineServices, sink: EventSink,
+                 clock: Callable[[], float]) -> None:
+        self.session = session
+        self.services = services
+        self.sink = sink
+        # time.time_ns() - monotonic, so spans recorded after the fact carry wall-clock times
+        self._wall_offset_ns = time.time_ns() - int(clock() * 1e9)
+
+    def timing(self, stage: str, ms: float, turn: int = 0) -> None:
+        if self.services.telemetry is not None:
+            self.services.telemetry.stage(stage, ms)
+        if self.services.config.debug:
+            self.sink.emit(TimingEvent(stage=stage, ms=round(ms, 2), turn=turn or self.session.conversation.turns))
+
+    def turn_event(self, outcome: TurnOutcome) -> None:
+        if self.services.telemetry is not None:
+            self.services.telemetry.turn_event(outcome)
+        self.sink.emit(TurnEvent(outcome=outcome))
+
+    def ns(self, monotonic_s: float) -> int:
+        return int(monotonic_s * 1e9) + self._wall_offset_ns
+
+    def stage_span(self, name: str, start: float, end: float) -> None:
+        if start and end and end >= start:
+            self.services.tracer.start_span(name, start_time=self.ns(start)).end(end_time=self.ns(end))
