@@ -51,7 +51,7 @@ class Policy:
     probability: Probability
     threshold: float
     max_wait_ms: float
-    graded: bool = True  # False: the binary rule this replaced (release now, or wait max_wait_ms)
+    graded: bool = False  # True: a hold graded by the probability (measured, and not the product's)
     ready: Ready = decision_ready_ms
 
 
@@ -69,10 +69,11 @@ def replay(signals: DialogueSignals, policy: Policy, tts_ms: float) -> Outcome:
     for point in signals.points:
         ready = policy.ready(point)
         p = policy.probability(point)
-        if policy.graded:
-            hold = fused_wait_ms(p, threshold=policy.threshold, max_wait_ms=policy.max_wait_ms, since_silence_ms=ready)
+        if policy.graded:  # the graded hold this was compared with: longer the less finished it looks
+            hold = 0.0 if p >= policy.threshold else max(
+                0.0, policy.max_wait_ms * (1.0 - p / policy.threshold) - ready)
         else:
-            hold = 0.0 if p >= policy.threshold else max(0.0, policy.max_wait_ms - ready)
+            hold = fused_wait_ms(p, threshold=policy.threshold, max_wait_ms=policy.max_wait_ms, since_silence_ms=ready)
         release_s = point.end_s + (ready + hold) / 1000.0
         if point.resume_s is not None and not point.final and release_s >= point.resume_s:
             continue  # the caller spoke again first
@@ -98,7 +99,7 @@ class CurvePoint:
 
 
 def evaluate(signals: list[DialogueSignals], name: str, probability: Probability, threshold: float,
-             max_wait_ms: float, tts_ms: float, graded: bool = True, ready: Ready = decision_ready_ms) -> CurvePoint:
+             max_wait_ms: float, tts_ms: float, graded: bool = False, ready: Ready = decision_ready_ms) -> CurvePoint:
     policy = Policy(name, probability, threshold, max_wait_ms, graded, ready)
     paused = [replay(s, policy, tts_ms) for s in signals if s.kind == "paused"]
     complete = [replay(s, policy, tts_ms) for s in signals if s.kind == "complete"]
@@ -116,7 +117,7 @@ def evaluate(signals: list[DialogueSignals], name: str, probability: Probability
 
 
 def sweep(signals: list[DialogueSignals], name: str, probability: Probability, tts_ms: float,
-          graded: bool = True, ready: Ready = decision_ready_ms, thresholds: Iterable[float] = THRESHOLDS,
+          graded: bool = False, ready: Ready = decision_ready_ms, thresholds: Iterable[float] = THRESHOLDS,
           max_waits: Iterable[float] = MAX_WAITS) -> list[CurvePoint]:
     return [evaluate(signals, name, probability, t, w, tts_ms, graded, ready) for t in thresholds for w in max_waits]
 
@@ -156,8 +157,9 @@ class Config:
 
 
 def configs(fusion: Any) -> dict[str, Config]:
-    """The policies compared: each signal alone, the rule this replaced, and the fusion (Smart Turn asked
-    at every silence, or only when the words leave the turn open: `fused_gated`, the default)."""
+    """The policies compared: each signal alone, the rule this replaced (Smart Turn vetoed by dangling
+    words), and the fusion: Smart Turn asked at every silence, only when the words leave the turn open
+    (`fused_gated`, the default), or with a hold graded by the probability (`fused_graded`)."""
     always = lambda pt: True  # noqa: E731
     never = lambda pt: False  # noqa: E731
 
@@ -171,15 +173,15 @@ def configs(fusion: Any) -> dict[str, Config]:
         return text_ready_ms(point) + sequential
 
     return {
-        "smart_turn": Config(lambda pt: pt.audio_p, True, decision_ready_ms, always),
+        "smart_turn": Config(lambda pt: pt.audio_p, False, decision_ready_ms, always),
         "previous": Config(lambda pt: 0.0 if ends_unfinished(pt.text) else pt.audio_p, False, decision_ready_ms,
                            always),
-        "text": Config(lambda pt: fusion.probability(None, pt.text, pt.snr_db), True, text_ready_ms, never),
-        "fused": Config(lambda pt: fusion.probability(pt.audio_p, pt.text, pt.snr_db), True, decision_ready_ms,
+        "text": Config(lambda pt: fusion.probability(None, pt.text, pt.snr_db), False, text_ready_ms, never),
+        "fused": Config(lambda pt: fusion.probability(pt.audio_p, pt.text, pt.snr_db), False, decision_ready_ms,
                         always),
-        "fused_binary": Config(lambda pt: fusion.probability(pt.audio_p, pt.text, pt.snr_db), False,
+        "fused_graded": Config(lambda pt: fusion.probability(pt.audio_p, pt.text, pt.snr_db), True,
                                decision_ready_ms, always),
-        "fused_gated": Config(gated, True, gated_ready, lambda pt: bool(fusion.needs_audio(pt.text, pt.snr_db))),
+        "fused_gated": Config(gated, False, gated_ready, lambda pt: bool(fusion.needs_audio(pt.text, pt.snr_db))),
     }
 
 

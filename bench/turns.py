@@ -71,7 +71,7 @@ def eval_dialogues(voice: str, barge: bool = False) -> list[Dialogue]:
                                  lambda done: progress(f"dialogues ({voice})", done, len(EVAL_PAUSED)))
                 + complete_dialogues(EVAL_COMPLETE, voice))
 
-    out: list[Dialogue] = cached("turns-eval", (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice), build)
+    out: list[Dialogue] = cached("turns-eval", (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, "v2"), build)
     if barge:
         out = out + cached("turns-barge", (voice, LONG_REPLY), lambda: barge_dialogues(voice))
     return out
@@ -113,7 +113,7 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
         for offset in [int(o) for o in args.offsets.split(",")]:
             label = f"{voice}/{rate}/{noise}/{offset}ms"
             signals: list[DialogueSignals] = cached(
-                "turns-signals", (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, rate, noise, offset, "v1"),
+                "turns-signals", (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, rate, noise, offset, "v2"),
                 lambda d=dialogues, r=rate, n=noise, o=offset, lab=label: extract_all(
                     d, r, n, o, args.workers, lambda done, total: progress(f"signals {lab}", done, total)))
             chosen = configs(fusion)

@@ -122,7 +122,7 @@ def main() -> int:
     args = parser.parse_args()
     recipe = {"sentences": TRAIN_SENTENCES, "complete": TRAIN_COMPLETE + TRAIN_BACKCHANNELS, "voices": TRAIN_VOICES,
               "rates": RATES, "noises": TRAIN_NOISES, "pause_s": PAUSE_S, "extra_cuts": EXTRA_CUTS, "seed": SEED,
-              "offset_ms": args.offset_ms}
+              "offset_ms": args.offset_ms, "cuts": "timestamps, else the quietest point near the mark"}
     dialogues = cached("fusion-train-dialogues", recipe, build_dialogues)
     signals: list[DialogueSignals] = []
     for rate in RATES:
@@ -133,8 +133,7 @@ def main() -> int:
     x, y = examples(signals)
     print(f"{len(y)} examples ({int(y.sum())} finished, {int(len(y) - y.sum())} going on) from {len(signals)} turns")
     with_audio = fit_logistic(x, y)
-    text_columns = np.ones(len(FEATURES), dtype=bool)
-    text_columns[FEATURES.index("audio_logit")] = False
+    text_columns = np.array([not name.startswith("audio_") for name in FEATURES])
     text_only = np.zeros(len(FEATURES))
     text_only[text_columns] = fit_logistic(x[:, text_columns], y)
     document = {
@@ -142,7 +141,8 @@ def main() -> int:
         "with_audio": [round(float(v), 4) for v in with_audio],
         "text_only": [round(float(v), 4) for v in text_only],
         "fit": {"with_audio": report("with audio", x, y, with_audio),
-                "text_only": report("text only", x, y, text_only), "examples": len(y)},
+                "text_only": report("text only", x[:, text_columns], y, text_only[text_columns]),
+                "examples": len(y)},
         "recipe": {k: v for k, v in recipe.items() if k not in ("sentences", "complete")},
         "recipe_sha256": hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest(),
         "trained_by": "scripts/train_turn_fusion.py",

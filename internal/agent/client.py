@@ -185,6 +185,7 @@ def chat_body(request: ChatRequest) -> dict[str, Any]:
         "summary": turn.summary,
         "memory": turn.memory,
         "dtmf": turn.dtmf,
+        "prepared": turn.prepared,
     }
     body.update({key: value for key, value in optional.items() if value})
     return body

@@ -59,6 +59,9 @@ class Turn:
     note: str = ""  # an instruction for this turn only (e.g. "ask them to repeat")
     memory: str = ""  # the caller's injected memory block ("" when none)
     dtmf: str = ""  # keypad digits pressed since the last turn
+    # Asked before the caller's turn was known to be over: the reply may be thrown away unheard (the request
+    # is then closed), so nothing irreversible should happen on it.
+    prepared: bool = False
 
 
 @dataclass(slots=True)

@@ -140,7 +140,8 @@ class Responder:
         self._prepared = reply
         self.playout.held = True
         reply.task = asyncio.create_task(
-            self._guarded(lambda: self.respond(Turn(text=text), confidence, times, reply)), name="prepared-reply")
+            self._guarded(lambda: self.respond(Turn(text=text, prepared=True), confidence, times, reply)),
+            name="prepared-reply")
 
     def discard_prepared(self) -> None:
         reply, self._prepared = self._prepared, None

@@ -1,10 +1,10 @@
 """When to answer: how long a pending turn is held after the caller falls silent. Pure policy.
 
-With an end-of-turn verdict (fusion.py's probability that the caller has finished), the hold is graded:
-at or above `threshold` the turn is answered at once; below it the agent waits longer the less finished
-the turn looks, up to `max_wait_ms` of silence for a turn that is surely unfinished ("a table for"). A
-graded wait keeps a finished turn the model was unsure of (p just under the threshold) from waiting the
-whole `max_wait_ms`, which was the p95 of the binary rule this replaced.
+With an end-of-turn verdict (fusion.py's probability that the caller has finished), a turn at or above
+`threshold` is answered at once; below it, the agent waits up to `max_wait_ms` of silence for more. A
+graded wait (longer the less finished the turn looks) was measured too and lost on every line of
+bench/turns.py: the turns it answers sooner are mostly first halves whose probability sits just under the
+threshold, so it bought a faster p95 with many more premature answers (docs/performance.md).
 
 Without a verdict (`pipeline.end_of_turn = "off"`) the text rules decide: finals are held for a merge
 window that restarts with each new final (longer when the words trail off), and released only after the
@@ -29,8 +29,7 @@ def fused_wait_ms(probability: float, *, threshold: float, max_wait_ms: float, s
     """
     if probability >= threshold:
         return 0.0
-    hold = max_wait_ms * (1.0 - probability / threshold)
-    return max(0.0, hold - since_silence_ms)
+    return max(0.0, max_wait_ms - since_silence_ms)
 
 
 def merge_wait_ms(text: str, base_ms: int) -> int:

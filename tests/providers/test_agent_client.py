@@ -158,6 +158,12 @@ async def test_request_body_with_every_optional_field(agent: FakeAgent) -> None:
     assert "authorization" not in agent.requests[0].headers
 
 
+def test_a_turn_prepared_before_the_caller_finished_says_so() -> None:
+    # The reply may be thrown away unheard: the agent must not act irreversibly on it.
+    assert chat_body(request("book a table", prepared=True))["prepared"] is True
+    assert "prepared" not in chat_body(request("book a table"))
+
+
 def test_empty_text_is_still_sent() -> None:
     assert chat_body(request("")) == {"session_id": "sess-1", "type": "chat", "text": ""}
 
