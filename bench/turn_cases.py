@@ -89,6 +89,11 @@ EVAL_COMPLETE = [
     "Is there parking at the hotel?",
     "I need to renew my passport.",
     "Great, see you then.",
+    # Short answers, the commonest turns on a phone line (added after the first curves: the set had none).
+    "Yes.",
+    "No.",
+    "That's right.",
+    "Sure, go ahead.",
 ]
 EVAL_BACKCHANNELS = ["Mm-hm.", "Yeah.", "Okay.", "Right.", "Uh-huh.", "I see.", "Sure.", "Yes.", "Got it.",
                      "Mhm, okay."]
@@ -148,6 +153,8 @@ TRAIN_SENTENCES = [
     "I'd like to cancel the order I placed | this morning.",
 ]
 TRAIN_COMPLETE = [
+    "Yes.", "No.", "Okay.", "Sure.", "That's right.", "Correct.", "No thanks.", "Yes, please.", "Yeah, that works.",
+    "Nope.", "Exactly.", "Fine.",
     "What are your opening hours?", "I need a new password.", "Thanks, that's all I needed.", "Is the pool open?",
     "My bill is too high.", "No, that's fine.", "Yes please.", "Can you help me?", "Where do I park?",
     "I'd like a refund.", "The screen is broken.", "How much is delivery?", "Goodbye.", "Sorry, say that again?",
@@ -157,7 +164,6 @@ TRAIN_COMPLETE = [
     "The payment failed.", "Who am I speaking to?", "Perfect, thank you very much.", "I'll wait.",
     "Can you repeat the address?",
 ]
-TRAIN_BACKCHANNELS = ["Mm.", "Uh huh.", "Okay, yeah.", "Yep.", "Alright."]
 
 
 # ---- voices and channels -------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from bench.turn_signals import DecisionPoint, DialogueSignals
+from internal.turn.fusion import NOT_ASKED
 from internal.turn.policy import fused_wait_ms
 from internal.turn.text_cues import ends_unfinished
 
@@ -116,10 +117,10 @@ def evaluate(signals: list[DialogueSignals], name: str, probability: Probability
     )
 
 
-def sweep(signals: list[DialogueSignals], name: str, probability: Probability, tts_ms: float,
-          graded: bool = False, ready: Ready = decision_ready_ms, thresholds: Iterable[float] = THRESHOLDS,
-          max_waits: Iterable[float] = MAX_WAITS) -> list[CurvePoint]:
-    return [evaluate(signals, name, probability, t, w, tts_ms, graded, ready) for t in thresholds for w in max_waits]
+def sweep(signals: list[DialogueSignals], name: str, config: Config, tts_ms: float,
+          thresholds: Iterable[float] = THRESHOLDS, max_waits: Iterable[float] = MAX_WAITS) -> list[CurvePoint]:
+    return [evaluate(signals, name, config.probability(t), t, w, tts_ms, config.graded, config.ready(t))
+            for t in thresholds for w in max_waits]
 
 
 def frontier(points: list[CurvePoint], premature: Callable[[CurvePoint], float]) -> list[CurvePoint]:
@@ -150,43 +151,57 @@ def summary(points: list[CurvePoint], premature: Callable[[CurvePoint], float]) 
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    probability: Probability
+    """A policy up to its threshold and longest hold (the gate of `fused_gated` depends on the threshold)."""
+
+    probability: Callable[[float], Probability]
+    ready: Callable[[float], Ready]
     graded: bool
-    ready: Ready
-    asks_smart_turn: Callable[[DecisionPoint], bool]
+    asks_smart_turn: Callable[[DecisionPoint, float], bool]
+
+
+def _fixed(probability: Probability, ready: Ready = decision_ready_ms) -> tuple[Callable[[float], Probability],
+                                                                              Callable[[float], Ready]]:
+    return (lambda _threshold: probability), (lambda _threshold: ready)
 
 
 def configs(fusion: Any) -> dict[str, Config]:
     """The policies compared: each signal alone, the rule this replaced (Smart Turn vetoed by dangling
-    words), and the fusion: Smart Turn asked at every silence, only when the words leave the turn open
-    (`fused_gated`, the default), or with a hold graded by the probability (`fused_graded`)."""
-    always = lambda pt: True  # noqa: E731
-    never = lambda pt: False  # noqa: E731
+    words), and the fusion: Smart Turn asked at every silence, only where its answer could change the
+    decision (`fused_gated`, the default), or with a hold graded by the probability (`fused_graded`)."""
 
-    def gated(point: DecisionPoint) -> float:
-        if fusion.needs_audio(point.text, point.snr_db):
-            return float(fusion.probability(point.audio_p, point.text, point.snr_db))
-        return float(fusion.probability(None, point.text, point.snr_db))
+    def always(point: DecisionPoint, threshold: float) -> bool:
+        return True
 
-    def gated_ready(point: DecisionPoint) -> float:
-        sequential = point.smart_turn_ms if fusion.needs_audio(point.text, point.snr_db) else 0.0
-        return text_ready_ms(point) + sequential
+    def never(point: DecisionPoint, threshold: float) -> bool:
+        return False
+
+    def asked(point: DecisionPoint, threshold: float) -> bool:
+        return bool(fusion.needs_audio(point.text, threshold, point.snr_db))
+
+    def gated(threshold: float) -> Probability:
+        return lambda pt: float(fusion.probability(pt.audio_p if asked(pt, threshold) else NOT_ASKED, pt.text,
+                                                   pt.snr_db))
+
+    def gated_ready(threshold: float) -> Ready:
+        return lambda pt: text_ready_ms(pt) + (pt.smart_turn_ms if asked(pt, threshold) else 0.0)
+
+    def fused(pt: DecisionPoint) -> float:
+        return float(fusion.probability(pt.audio_p, pt.text, pt.snr_db))
 
     return {
-        "smart_turn": Config(lambda pt: pt.audio_p, False, decision_ready_ms, always),
-        "previous": Config(lambda pt: 0.0 if ends_unfinished(pt.text) else pt.audio_p, False, decision_ready_ms,
-                           always),
-        "text": Config(lambda pt: fusion.probability(None, pt.text, pt.snr_db), False, text_ready_ms, never),
-        "fused": Config(lambda pt: fusion.probability(pt.audio_p, pt.text, pt.snr_db), False, decision_ready_ms,
-                        always),
-        "fused_graded": Config(lambda pt: fusion.probability(pt.audio_p, pt.text, pt.snr_db), True,
-                               decision_ready_ms, always),
-        "fused_gated": Config(gated, False, gated_ready, lambda pt: bool(fusion.needs_audio(pt.text, pt.snr_db))),
+        "smart_turn": Config(*_fixed(lambda pt: pt.audio_p), False, always),
+        "previous": Config(*_fixed(lambda pt: 0.0 if ends_unfinished(pt.text) else pt.audio_p), False, always),
+        "text": Config(*_fixed(lambda pt: float(fusion.probability(None, pt.text, pt.snr_db)), text_ready_ms), False,
+                       never),
+        "fused": Config(*_fixed(fused), False, always),
+        "fused_graded": Config(*_fixed(fused), True, always),
+        "fused_gated": Config(gated, gated_ready, False, asked),
     }
 
 
 def plot(curves: dict[str, list[CurvePoint]], path: str, title: str, highlight: str = "fused_gated") -> None:
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -205,7 +220,10 @@ def plot(curves: dict[str, list[CurvePoint]], path: str, title: str, highlight: 
     axis.set_xlabel("finished-turn release latency p50 (ms)")
     axis.set_ylabel("paused sentences answered early (%)")
     axis.set_title(title, fontsize=10)
+    axis.set_xscale("log")
     axis.set_xlim(200, 2200)
+    axis.set_xticks([200, 300, 400, 500, 700, 1000, 1500, 2000])
+    axis.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
     axis.set_ylim(0, 100)
     axis.grid(alpha=0.3)
     axis.legend(fontsize=8)

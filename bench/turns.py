@@ -113,13 +113,13 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
         for offset in [int(o) for o in args.offsets.split(",")]:
             label = f"{voice}/{rate}/{noise}/{offset}ms"
             signals: list[DialogueSignals] = cached(
-                "turns-signals", (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, rate, noise, offset, "v2"),
+                "turns-signals", (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, rate, noise, offset, "v3"),
                 lambda d=dialogues, r=rate, n=noise, o=offset, lab=label: extract_all(
                     d, r, n, o, args.workers, lambda done, total: progress(f"signals {lab}", done, total)))
             chosen = configs(fusion)
-            curves = {name: sweep(signals, name, c.probability, args.tts_ms, c.graded, c.ready)
-                      for name, c in chosen.items()}
-            line: dict[str, Any] = {"costs": costs(signals, chosen[args.policy].asks_smart_turn), "configs": {}}
+            curves = {name: sweep(signals, name, c, args.tts_ms) for name, c in chosen.items()}
+            asks = chosen[args.policy].asks_smart_turn
+            line: dict[str, Any] = {"costs": costs(signals, lambda pt, a=asks: a(pt, args.threshold)), "configs": {}}
             for name, points in curves.items():
                 heard = summary(points, lambda p: p.heard_pct)
                 released = summary(points, lambda p: p.premature_pct)
@@ -130,8 +130,9 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
                              fmt(released["lowest_premature_pct"], "%"),
                              fmt(released["fastest_release_p50_ms"], " ms")])
             policy = chosen[args.policy]
-            line["operating_point"] = asdict(evaluate(signals, args.policy, policy.probability, args.threshold,
-                                                      args.max_wait, args.tts_ms, policy.graded, policy.ready))
+            line["operating_point"] = asdict(evaluate(
+                signals, args.policy, policy.probability(args.threshold), args.threshold, args.max_wait, args.tts_ms,
+                policy.graded, policy.ready(args.threshold)))
             image = REPO / "docs" / "images" / f"turns-{voice}-{rate}-{noise}-{offset}ms.png"
             plot(curves, str(image), f"{voice}, {rate} Hz, noise {noise}, VAD offset {offset} ms "
                  f"({sum(s.kind == 'paused' for s in signals)} paused, "
@@ -210,6 +211,7 @@ async def run_dialogue(services: Any, model: Any, dialogue: Dialogue, pcm: bytes
         resumed = started + dialogue.pause_at_s + dialogue.pause_s
         outcome["released_after_s"] = sink.released[-1] - end if sink.released else math.nan
         outcome["first_audio_after_s"] = sink.speaking[-1] - end if sink.speaking else math.nan
+        outcome["released_after_resuming"] = bool(sink.released) and sink.released[-1] > resumed
         early = [t for t in sink.speaking if dialogue.kind == "paused" and t < resumed]
         outcome["premature_heard"] = bool(early)
         outcome["premature_release"] = bool([t for t in sink.released if dialogue.kind == "paused" and t < resumed])
@@ -221,17 +223,11 @@ async def run_dialogue(services: Any, model: Any, dialogue: Dialogue, pcm: bytes
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    from bench.common import word_errors
-
     paused = [r for r in rows if r["kind"] == "paused"]
     complete = [r for r in rows if r["kind"] == "complete"]
     n = max(1, len(paused))
-    whole = 0
-    for r in paused:
-        turns = r["turns"]
-        if len(turns) == 1:
-            edits, words = word_errors(r["text"], turns[0])
-            whole += edits <= max(1, words // 5)  # the one answered turn holds the whole sentence
+    # One turn on record, answered after the caller's continuation: the whole sentence, not its first half.
+    whole = sum(len(r["turns"]) == 1 and r["released_after_resuming"] for r in paused)
     releases = [r["released_after_s"] * 1000 for r in complete if not math.isnan(r["released_after_s"])]
     audio = [r["first_audio_after_s"] * 1000 for r in complete if not math.isnan(r["first_audio_after_s"])]
     backchannels = [r for r in rows if r["kind"] == "backchannel" and r["agent_speaking"]]
@@ -336,7 +332,7 @@ def main() -> int:
     parser.add_argument("--offsets", default="200", help="curve: VAD offsets (ms) to record signals at")
     parser.add_argument("--workers", type=int, default=2, help="curve: processes recording signals")
     parser.add_argument("--tts-ms", type=float, default=TTS_MS, help="curve: first-sentence synthesis time")
-    parser.add_argument("--threshold", type=float, default=0.5, help="curve: the operating point reported")
+    parser.add_argument("--threshold", type=float, default=0.75, help="curve: the operating point reported")
     parser.add_argument("--max-wait", type=float, default=2000)
     parser.add_argument("--policy", default="fused_gated", help="curve: the policy of the operating point")
     parser.add_argument("--barge", action="store_true", help="pipeline: backchannels and interruptions too")

@@ -31,7 +31,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import progress
 from bench.turn_cases import (
     RATES,
-    TRAIN_BACKCHANNELS,
     TRAIN_COMPLETE,
     TRAIN_NOISES,
     TRAIN_SENTENCES,
@@ -73,7 +72,7 @@ def build_dialogues() -> list[Dialogue]:
     for voice in TRAIN_VOICES:
         out += paused_dialogues(marks, voice, (PAUSE_S,), aligner,
                                 lambda done, v=voice: progress(f"training turns ({v})", done, len(marks)))
-        out += complete_dialogues(TRAIN_COMPLETE + TRAIN_BACKCHANNELS, voice)
+        out += complete_dialogues(TRAIN_COMPLETE, voice)
     return out
 
 
@@ -120,7 +119,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default=str(weights_path()))
     args = parser.parse_args()
-    recipe = {"sentences": TRAIN_SENTENCES, "complete": TRAIN_COMPLETE + TRAIN_BACKCHANNELS, "voices": TRAIN_VOICES,
+    recipe = {"sentences": TRAIN_SENTENCES, "complete": TRAIN_COMPLETE, "voices": TRAIN_VOICES,
               "rates": RATES, "noises": TRAIN_NOISES, "pause_s": PAUSE_S, "extra_cuts": EXTRA_CUTS, "seed": SEED,
               "offset_ms": args.offset_ms, "cuts": "timestamps, else the quietest point near the mark"}
     dialogues = cached("fusion-train-dialogues", recipe, build_dialogues)

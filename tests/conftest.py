@@ -77,6 +77,7 @@ def tone_driven(config: Any) -> Any:
     tests/sip_calls/test_whisper_calls.py, tests/test_talk.py)."""
     config.pipeline.vad = "energy"
     config.pipeline.end_of_turn = "off"
+    config.pipeline.vad_offset_ms = 300  # the text rules' utterances (the default's 120 ms suits the fusion)
     return config
 
 

@@ -267,7 +267,7 @@ class PipelineConfig(Section):
     vad_threshold_db: float = Field(9.0, gt=0)
     vad_silero_threshold: float = Field(0.5, gt=0, lt=1)
     end_of_turn: Literal["off", "smart_turn"] = "smart_turn"
-    end_of_turn_threshold: float = Field(0.5, gt=0, lt=1)
+    end_of_turn_threshold: float = Field(0.75, gt=0, lt=1)
     end_of_turn_model: str = ""
     end_of_turn_download: bool = True
     max_turn_wait_ms: int = Field(2000, ge=0)
@@ -275,7 +275,7 @@ class PipelineConfig(Section):
     continuation_window_ms: int = Field(1200, ge=0)
     noise_suppression: Literal["off", "rnnoise"] = "off"
     vad_onset_ms: int = Field(60, ge=20)
-    vad_offset_ms: int = Field(300, ge=20)
+    vad_offset_ms: int = Field(120, ge=20)
     barge_in_onset_ms: int = Field(40, ge=20)
     barge_in_confirm_ms: int = Field(700, ge=20)
     duck_gain: float = Field(0.25, ge=0, le=1)

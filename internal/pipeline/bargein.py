@@ -40,3 +40,15 @@ def is_meaningful_interruption(text: str, extra_backchannels: frozenset[str] = f
         return False
     content = sum(1 for token in tokens if len(token) >= 3 and token not in WEAK_TOKENS)
     return content >= 1
+
+
+# More words than a voice says in a second of speech, even a fast one (2.5-4 words a second is usual).
+MAX_WORDS_PER_VOICED_S = 6.0
+
+
+def too_many_words(text: str, voiced_ms: float) -> bool:
+    """More words than the caller's voice could have held: the recogniser made them up. Whisper turns a
+    short sound into a sentence from its training data ("Mm-hm" into "And then make 10.", a breath into
+    "Make sure to hit the bell icon."), which over the agent would cut it off."""
+    count = len(words(text))
+    return count >= 3 and count > MAX_WORDS_PER_VOICED_S * voiced_ms / 1000.0

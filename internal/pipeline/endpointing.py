@@ -24,6 +24,7 @@ from internal.pipeline.turn_reply import added_words
 from internal.pipeline.turns import PendingTurn, TurnBuffer
 from internal.pipeline.vad import VoiceActivityDetector
 from internal.stt.base import Transcript
+from internal.turn.fusion import NOT_ASKED
 from internal.turn.smart_turn import without_long_pauses
 from internal.turn.text_cues import ends_dictation, ends_incomplete
 
@@ -103,8 +104,11 @@ class Endpointing:
             return
         (silence, audio), self._verdict_audio = self._verdict_audio, None
         pending, fusion = self.turns.pending, self.services.turn_fusion
-        if pending is None or (fusion is not None and not fusion.needs_audio(pending.text, self.vad.snr_db)):
-            self.turns.set_verdict(silence, None)  # the words decide (or there are none)
+        if pending is None:
+            self.turns.set_verdict(silence, None)  # no words at all: the text rules' weights decide
+            return
+        if fusion is not None and not fusion.needs_audio(pending.text, self.turns.threshold, self.vad.snr_db):
+            self.turns.set_verdict(silence, NOT_ASKED)  # the words decide, whatever it would sound like
             return
         self._verdict_task = asyncio.create_task(self._ask(silence, audio), name="end-of-turn")
 

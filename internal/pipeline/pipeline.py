@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from internal.audio.frame import frame_bytes
 from internal.llm.base import Turn
-from internal.pipeline.bargein import is_backchannel, is_meaningful_interruption
+from internal.pipeline.bargein import is_backchannel, is_meaningful_interruption, too_many_words
 from internal.pipeline.endpointing import Endpointing
 from internal.pipeline.events import AgentState, DtmfEvent, EventSink, TranscriptEvent
 from internal.pipeline.playout import Playout
@@ -72,6 +72,7 @@ class VoicePipeline:
                                         self._backchannels, lambda: TurnTimes(self._speech_ended_at, self._final_at))
         self._utterance_over_agent = False
         self._speech_frames = 0
+        self._turn_voiced_frames = 0  # voiced frames of the turn in progress (all its utterances)
         self._speech_ended_at = 0.0
         self._final_at = 0.0
         self._awaiting_finals = 0
@@ -163,6 +164,7 @@ class VoicePipeline:
                 stt.push(pcm)
             if self.vad.voiced:
                 self._speech_frames += 1
+                self._turn_voiced_frames += 1
                 self._check_barge_in()
             if self._speech_frames >= self._max_utterance_frames:
                 self._on_speech_end(stt)  # a caller who never pauses still gets transcribed
@@ -177,6 +179,7 @@ class VoicePipeline:
         self._utterance_over_agent = not continuing and self.agent_audible
         if self._turns.pending is None and not self._awaiting_finals and not continuing:
             self._endpointing.new_turn(len(self._pre_roll) + self.vad.profile.onset_frames)
+            self._turn_voiced_frames = 0
             if stt is not None:
                 stt.new_turn()
         self._turns.caller_started_speaking()
@@ -300,7 +303,8 @@ class VoicePipeline:
             if self._speech_frames * 20 >= 400 and not self._utterance_over_agent and not self.agent_active:
                 self.responder.not_understood()
             return
-        if self._utterance_over_agent and is_backchannel(text, self._backchannels):
+        over = self._utterance_over_agent
+        if over and (is_backchannel(text, self._backchannels) or too_many_words(text, self._turn_voiced_frames * 20)):
             log.info("backchannel ignored", extra={"text": text})
             self._turns.add_final("")
             return

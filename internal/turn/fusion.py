@@ -25,21 +25,23 @@ from internal.stt.whisper_models import sha256_of
 from internal.turn.text_cues import TextCues, text_cues
 
 WEIGHTS_FILE = "fusion_weights.json"
-WEIGHTS_SHA256 = "712c37494a3d5c106bbd3057bb6c2324189db33d50bf6f269645541ea3c590b7"
+WEIGHTS_SHA256 = "8f674111f192a6b0451f2f2e24af396464cf4d161a96ffe0d1083e4fb57d6704"
 LOGIT_CLIP = 8.0  # Smart Turn's probabilities of 0 or 1 are not infinitely sure
 
 # The model's inputs, in order. Training (scripts/train_turn_fusion.py) writes the same names with the
 # weights, and a file whose names differ is refused.
-FEATURES = ("bias", "audio_logit", "audio_logit_clean", "clean", "empty", "short", "terminal", "question_mark",
-            "question_start", "dangling", "filler", "open_verb", "subject", "number_tail", "dictation", "closer",
+FEATURES = ("bias", "audio_logit", "audio_logit_clean", "empty", "short", "answer_only", "terminal",
+            "question_mark", "question_start", "dangling", "open_verb", "subject", "number_tail", "dictation", "closer",
             "trailing_off")
 # Smart Turn was trained on clean speech; under 10 dB of noise it hears no better than chance (measured on
 # the training turns), so the model weighs it by how clean the line is: 0 at 10 dB SNR, 1 from 30 dB.
 CLEAN_FROM_DB, CLEAN_TO_DB = 10.0, 30.0
 
 
-# Smart Turn is asked only when the words alone put P(finished) inside this band.
-AUDIO_BAND = (0.1, 0.9)
+# The logits Smart Turn's answers span in practice (P 0.02 .. 0.98): if neither end would change the decision,
+# it is not asked, and the decision is taken at the middle of that range (NOT_ASKED).
+SOUND_RANGE = 4.0
+NOT_ASKED = 0.5
 
 
 def cleanness(snr_db: float | None) -> float:
@@ -67,9 +69,9 @@ def feature_vector(audio_probability: float | None, cues: TextCues, snr_db: floa
     audio = logit(audio_probability) if audio_probability is not None else 0.0
     clean = cleanness(snr_db)
     return [
-        1.0, audio, audio * clean, clean,
-        float(cues.empty), float(cues.short), float(cues.terminal), float(cues.question_mark),
-        float(cues.question_start), float(cues.dangling), float(cues.filler), float(cues.open_verb),
+        1.0, audio, audio * clean,
+        float(cues.empty), float(cues.short), float(cues.answer_only), float(cues.terminal), float(cues.question_mark),
+        float(cues.question_start), float(cues.dangling), float(cues.open_verb),
         float(cues.subject), float(cues.number_tail), float(cues.dictation), float(cues.closer),
         float(cues.trailing_off),
     ]
@@ -82,12 +84,13 @@ class TurnFusion:
     with_audio: tuple[float, ...]
     text_only: tuple[float, ...]
 
-    def needs_audio(self, text: str, snr_db: float | None = None) -> bool:
-        """Is Smart Turn worth asking? Not when the words alone are sure either way ("a table for", "where is my
-        parcel?"), nor on a line too noisy for it to hear anything: it costs half a decode each time."""
-        if cleanness(snr_db) <= 0.0:
-            return False
-        return AUDIO_BAND[0] <= self.probability(None, text, snr_db) <= AUDIO_BAND[1]
+    def needs_audio(self, text: str, threshold: float, snr_db: float | None = None) -> bool:
+        """Could Smart Turn's answer change the decision? Not when the words settle it whatever the sound
+        ("a table for", "Can I pay by card, please?"), nor on a line too noisy for the sound to count: each
+        verdict costs a third of a decode, and the default asks it only where it can matter."""
+        low = self.probability(1.0 / (1.0 + math.exp(SOUND_RANGE)), text, snr_db)
+        high = self.probability(1.0 / (1.0 + math.exp(-SOUND_RANGE)), text, snr_db)
+        return low < threshold <= high
 
     def probability(self, audio_probability: float | None, text: str, snr_db: float | None = None) -> float:
         weights = self.with_audio if audio_probability is not None else self.text_only

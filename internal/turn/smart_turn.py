@@ -67,6 +67,9 @@ class SmartTurnModel:
         import onnxruntime
         from faster_whisper.feature_extractor import FeatureExtractor
 
+        from internal.stt.workers import one_blas_thread
+
+        one_blas_thread()  # the features' matrix product would leave OpenBLAS threads spinning through the model
         options = onnxruntime.SessionOptions()
         options.inter_op_num_threads = 1
         options.intra_op_num_threads = threads

@@ -48,6 +48,10 @@ DICTATION_TAIL = frozenset("dot dash hyphen underscore plus slash period point g
 # Words that announce something being read out: a number, a code, a spelling, an address.
 DICTATION_CONTEXT = frozenset("number numbers code postcode zip pin reference account phone card mobile spelled spell "
                               "spelling email address extension id digits ends starting".split())
+# A turn made of these words alone is a whole answer ("Yes.", "No thanks.", "Okay, sure."), however short.
+ANSWER_WORDS = frozenset("yes yeah yep yup no nope nah okay ok sure right correct exactly fine great perfect thanks "
+                         "thank you please maybe alright absolutely definitely certainly indeed agreed that's it "
+                         "all good".split())
 QUESTION_START = frozenset("what where when why who whom whose which how can could would will do does did is are "
                            "was were have has should may shall am isn't aren't don't doesn't won't can't".split())
 
@@ -111,6 +115,7 @@ class TextCues:
     number_tail: bool  # ends on a digit, number word or spelled letter
     dictation: bool  # ...and the turn announced something read out ("my number is", "spelled")
     closer: bool  # ends on a word that closes requests ("please", "thank you", "that's all")
+    answer_only: bool  # nothing but answer words ("yes", "no thanks", "okay sure")
     trailing_off: bool  # the recogniser wrote the words trailing off ("I'd like to...") or a word cut short
 
 
@@ -132,6 +137,7 @@ def text_cues(text: str) -> TextCues:
         number_tail=number_tail,
         dictation=number_tail and any(token in DICTATION_CONTEXT for token in tokens[:-1]),
         closer=last in CLOSER_TAIL,
+        answer_only=bool(tokens) and all(token in ANSWER_WORDS for token in tokens),
         trailing_off=trails_off(text),
     )
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from internal.pipeline.bargein import is_backchannel, is_meaningful_interruption
+from internal.pipeline.bargein import is_backchannel, is_meaningful_interruption, too_many_words
 from internal.pipeline.rolling_summary import (
     SUMMARY_MAX_INPUT_CHARS,
     extractive_summary,
@@ -40,6 +40,17 @@ def test_backchannels_are_recognised(text: str) -> None:
 def test_commands_and_content_interrupt(text: str) -> None:
     assert is_meaningful_interruption(text)
     assert not is_backchannel(text)
+
+
+@pytest.mark.parametrize(("text", "voiced_ms", "made_up"), [
+    ("And then make 10.", 400, True),  # Whisper on "Mm-hm"
+    ("And make sure to hit the bell icon.", 700, True),  # ... and on "Mhm, okay"
+    ("Wait, how much was that?", 1000, False),
+    ("Sorry, I need to change the date.", 1300, False),
+    ("Stop.", 200, False),  # a short command is short
+])
+def test_more_words_than_the_voice_could_hold_are_made_up(text: str, voiced_ms: int, made_up: bool) -> None:
+    assert too_many_words(text, voiced_ms) is made_up
 
 
 def test_configured_backchannel_phrases_extend_the_vocabulary() -> None:
