@@ -224,6 +224,7 @@ def plot(curves: dict[str, list[CurvePoint]], path: str, title: str, highlight: 
     axis.set_xlim(200, 2200)
     axis.set_xticks([200, 300, 400, 500, 700, 1000, 1500, 2000])
     axis.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    axis.get_xaxis().set_minor_formatter(matplotlib.ticker.NullFormatter())  # log minor ticks unlabelled
     axis.set_ylim(0, 100)
     axis.grid(alpha=0.3)
     axis.legend(fontsize=8)

@@ -35,7 +35,9 @@ async def call_and_capture(node: VoicegateNode, said: str, *replies: object) -> 
     node.model.turn_replies.clear()
     node.model.turn_replies.extend([*replies, tool_call("end_call")])  # type: ignore[list-item]
     since = time.monotonic()
-    await sipp_call(node, CALLER, 30_000, text="hello there, how are you")
+    # No comma: a pause there makes two requests of one turn, and the first (prepared, then withdrawn)
+    # would take the scripted reply.
+    await sipp_call(node, CALLER, 30_000, text="hello there how are you")
     turns = node.model.turns_since(since)
     assert turns, f"the call never reached the model\n{node.tails()}"
     return str(turns[0].body["messages"][0]["content"])

@@ -104,7 +104,7 @@ async def test_a_caller_who_pauses_mid_sentence_gets_one_reply_to_the_whole_sent
         make_server: ServerFactory, capture: RtpCapture, tmp_path: Path, whisper: WhisperSpeechToText) -> None:
     server = await make_server(stt=whisper, config=defaults_config(tmp_path))
     audio = paused_caller(tmp_path, "I'd like to book a table for, four people on Friday.", 1200)
-    scenario = render(tmp_path, media=stream(audio), ending=caller_bye(11000), media_port=capture.port)
+    scenario = render(tmp_path, media=stream(audio), ending=caller_bye(16000), media_port=capture.port)
     (await run_sipp(tmp_path, scenario, server.target)).check()
     (session,) = await server.wait_ended()
     # One turn on record, the whole sentence, and one reply to it: whether the agent waited through the
