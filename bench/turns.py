@@ -5,9 +5,9 @@ finished wait, and does the agent stop for a real interruption but not for "mm-h
     .venv/bin/python bench/turns.py pipeline [--lines ...] [--barge] [--parallel 3] [--set pipeline.key=value]
 
 The turns come from bench/turn_cases.py: 22 sentences with a pause of 0.5, 1.0 or 1.5 s cut in where a
-person pauses (66 paused dialogues), 32 finished questions and statements, and for barge-in 10
-backchannels at 5 moments (50) and 15 interruptions at 2 (30), while the agent reads a long answer. A
-line is a voice (Piper, espeak-ng), a channel (8 kHz G.711, 16 kHz) and a noise (none, white at 10 dB).
+person pauses (66 paused dialogues), 36 finished questions, statements and short answers, and for
+barge-in 10 backchannels at 5 moments (50) and 15 interruptions at 2 (30), while the agent reads a long
+answer. A line is a voice (Piper, espeak-ng), a channel (8 kHz G.711, 16 kHz) and a noise (none, white at 10 dB).
 None of these sentences is in the fusion model's training set (scripts/train_turn_fusion.py).
 
 `curve`: each dialogue's decision points are recorded once (bench/turn_signals.py: the pipeline's VAD,

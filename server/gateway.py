@@ -257,6 +257,7 @@ class Gateway:
         """A SIP call's RTP figures, at its end, into the node's counters."""
         self.telemetry.rtp_lost.add(stats.lost)
         self.telemetry.srtp_rejected.add(stats.srtp_rejected)
+        self.telemetry.rtp_rejected_sources.add(stats.rejected_sources)
 
     def _start_learning(self, session_memory: SessionMemory) -> None:
         """Reconciliation and session digests after each call, when configured."""
@@ -359,7 +360,12 @@ class Gateway:
             if health.detail:
                 components["memory"]["detail"] = health.detail
             if self.session_memory is not None:
-                components["memory"]["pending_writes"] = self.session_memory.outbox.pending
+                outbox = self.session_memory.outbox
+                components["memory"]["pending_writes"] = outbox.pending
+                components["memory"]["outbox"] = outbox.describe()
+                if outbox.stuck:  # the store answers probes, but hang-up writes have stopped landing
+                    components["memory"]["ok"] = False
+                    components["memory"].setdefault("detail", "hang-up writes are not landing (memory outbox stuck)")
         for kind in ("stt", "tts"):
             engine = getattr(self, kind)
             if engine is not None:

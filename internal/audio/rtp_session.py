@@ -72,6 +72,7 @@ class RtpStats:
     send_jitter_p99_ms: float  # p99 of |send interval - 20 ms| over the last 10 s
     round_trip_ms: float | None  # from the peer's RTCP receiver reports, when it sends them
     srtp_rejected: int = 0  # SRTP/SRTCP packets that failed authentication or the replay check
+    rejected_sources: int = 0  # packets from a host the call never named (symmetric RTP's latch refused them)
 
 
 class RtpSession:
@@ -96,6 +97,7 @@ class RtpSession:
         on_dtmf: Callable[[str], None],
         on_timeout: Callable[[], None],
         rtcp_interval_s: float = 5.0,  # RFC 3550 minimum for a two-party session; tests shorten it
+        signalling_host: str | None = None,  # where the call's SIP came from: media may come from there
     ) -> None:
         self._rtcp_interval_ticks = max(round(rtcp_interval_s * 1000 / FRAME_MS), 1)
         self._codec = codec_for_payload_type(payload_type)
@@ -128,6 +130,8 @@ class RtpSession:
         self._signalled: Address | None = None  # the address the SDP gave
         self._remote: Address | None = None  # where we send RTP: the SDP's, or the latched source
         self._locked: Address | None = None  # the only source accepted once symmetric RTP latched
+        self._signalling_host = signalling_host
+        self._rejected_sources = 0  # packets from a host neither the SDP nor the signalling named
         self._send_audio = True
         self._expect_rtp = True
         self._receiving = False
@@ -220,6 +224,7 @@ class RtpSession:
             send_jitter_p99_ms=float(np.percentile(deviations, 99)) if deviations.size else 0.0,
             round_trip_ms=None if self._rtcp.round_trip_s is None else self._rtcp.round_trip_s * 1000,
             srtp_rejected=self._srtp.rejected if self._srtp is not None else 0,
+            rejected_sources=self._rejected_sources,
         )
 
     def close(self) -> None:
@@ -348,9 +353,21 @@ class RtpSession:
         self._shed_packets += len(old) - len(kept)
         return kept + recent
 
+    def _may_latch(self, source: Address) -> bool:
+        """Symmetric RTP answers where the caller's packets really come from (a NAT's port), but only on
+        a host the call named: the SDP's address or the SIP peer's. Anyone else who sprays packets at
+        a fresh port ("RTP bleed") would otherwise be sent the agent's audio, greeting first."""
+        allowed = {host for host in (self._signalled[0] if self._signalled else None, self._signalling_host) if host}
+        return not allowed or source[0] in allowed
+
     def _on_rtp(self, data: bytes, source: Address) -> None:
         if self._locked is not None and source != self._locked:
-            self._ignored += 1
+            if source != self._signalled or not self._symmetric:
+                self._ignored += 1
+                return
+            self._locked = None  # the very address the SDP gave: it wins back a latch a NAT port had
+        if self._symmetric and self._locked is None and not self._may_latch(source):
+            self._rejected_sources += 1
             return
         if self._srtp is not None:
             # Before anything trusts the packet (the symmetric-RTP latch included): forged ones count only here.

@@ -18,16 +18,27 @@ _PROFILES = {
 class SrtpContext:
     """Both directions of one call: we encrypt with `local_key`, the peer with `remote_key`."""
 
-    def __init__(self, suite: str, local_key: bytes, remote_key: bytes) -> None:
+    def __init__(self, suite: str, local_key: bytes, remote_key: bytes, *,
+                 sending: pylibsrtp.Session | None = None) -> None:
         profile = _PROFILES[suite]
         self.suite = suite
-        self._tx = pylibsrtp.Session(pylibsrtp.Policy(key=local_key, ssrc_type=pylibsrtp.Policy.SSRC_ANY_OUTBOUND,
-                                                      srtp_profile=profile))
+        self.local_key = local_key
+        self._tx = sending or pylibsrtp.Session(pylibsrtp.Policy(
+            key=local_key, ssrc_type=pylibsrtp.Policy.SSRC_ANY_OUTBOUND, srtp_profile=profile))
         # Any SSRC: the peer picks its own, and may change it (a transfer, a new media source).
         self._rx = pylibsrtp.Session(pylibsrtp.Policy(key=remote_key, ssrc_type=pylibsrtp.Policy.SSRC_ANY_INBOUND,
                                                       srtp_profile=profile))
         self.remote_key = remote_key
         self.rejected = 0  # received packets dropped: authentication or replay check failed
+
+    def with_remote(self, remote_key: bytes) -> SrtpContext:
+        """The peer's new key, with our sending session kept as it is. A fresh sending session with the
+        same key would count from zero again (the SRTCP index restarts at 1, the RTP rollover counter at
+        0), so two packets would be encrypted with one keystream: the XOR of their ciphertexts is the XOR
+        of their plaintexts. A new local key needs a new context instead."""
+        context = SrtpContext(self.suite, self.local_key, remote_key, sending=self._tx)
+        context.rejected = self.rejected
+        return context
 
     def __repr__(self) -> str:
         return f"SrtpContext(suite={self.suite!r}, rejected={self.rejected})"

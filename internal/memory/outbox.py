@@ -5,10 +5,14 @@ small `HangupWrite` (a few hundred characters, or a bounded redacted transcript 
 needs one) and written to one file in `<data_dir>/memory-outbox/`, fsynced; the Session and its
 transcript are released at once. A single worker lands the entries oldest first. When a step cannot
 land (the store is unreachable) the whole outbox backs off, doubling up to `memory.write_retry_max_s`,
-and then tries one entry again: an outage costs one attempt (and one log line) per back-off, not one
-per pending call. An entry older than `memory.outbox_max_age_h` is dropped (logged). So an outage costs disk, not
-memory; a restart picks the files up again; and shutdown drains what can land before the store's
-clients close.
+and then tries the oldest entry that is not waiting out a back-off of its own: an outage costs one
+attempt (and one log line) per back-off, not one per pending call, and an entry that keeps failing
+while others land waits longer each time instead of holding the others up. A step the store refuses
+for what it holds (bad data, not a lost connection: `transient`) is dropped at once, logged and
+audited, never retried. An entry older than `memory.outbox_max_age_h` is dropped (logged). So an
+outage costs disk, not memory; a restart picks the files up again; shutdown drains what can land
+before the store's clients close; and `describe()` (in /health) says when writes have stopped
+landing.
 
 An entry carries the erasure epoch its call started with: when the caller is erased meanwhile, the
 provider refuses it and the file is deleted. Files are named by owner key (an HMAC), so
@@ -35,12 +39,53 @@ log = logging.getLogger(__name__)
 
 OUTBOX_DIR = "memory-outbox"
 FIRST_RETRY_S = 0.5
+STUCK_AFTER = 3  # attempts in a row that could not land before /health calls the outbox stuck
 TRANSCRIPT_CHARS = 8000  # what a model step (reconciliation, session digest) may see of a call
 SAID_LINES = 20  # caller lines kept for the keyword session digest
 
 
 class StepFailed(Exception):
     """A step could not land now and should be tried again later (the store is unreachable)."""
+
+
+class StepRejected(Exception):
+    """The store refused a step's write for what it holds, not for where it is: trying it again cannot
+    land it, so the step is dropped (logged and audited) and the entry's other steps go on."""
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether a write failed because the store could not be reached (try again later) rather than
+    because of what it was asked to store (never lands). Judged on the whole chain of causes: a wrapper
+    such as MemoryUnavailable keeps the database's error as its context."""
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(chain) < 8:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    for error in chain:
+        verdict = _database_verdict(error)
+        if verdict is not None:
+            return verdict
+    return any(isinstance(error, OSError | TimeoutError | ConnectionError) for error in chain) or any(
+        type(error).__name__ in ("MemoryUnavailable", "StepFailed") for error in chain)
+
+
+def _database_verdict(error: BaseException) -> bool | None:
+    """psycopg: a lost or refused connection, a timeout, a deadlock is transient; bad data, a broken
+    constraint or statement is not. httpx (a provider over HTTP): transport errors, 429 and 5xx are."""
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - psycopg is a dependency
+        psycopg = None  # type: ignore[assignment]
+    if psycopg is not None and isinstance(error, psycopg.Error):
+        return isinstance(error, psycopg.OperationalError | psycopg.InterfaceError)
+    import httpx
+
+    if isinstance(error, httpx.HTTPStatusError):
+        return error.response.status_code == 429 or error.response.status_code >= 500
+    if isinstance(error, httpx.TransportError):
+        return True
+    return None
 
 
 @dataclass(slots=True)
@@ -100,14 +145,19 @@ class HangupOutbox:
         # Names of the entries on disk not landed yet (the entries stay on disk until worked on). When
         # one is tried is the outbox's back-off, not the entry's: see _paused_until.
         self._pending: set[str] = set()
+        self._not_before: dict[str, float] = {}  # an entry's own back-off (it failed while others may land)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._busy = False
         self._failures = 0  # consecutive attempts that could not land: the store's back-off
+        self._failing_since: float | None = None  # when that run of failures began
         self._paused_until = 0.0
         self.landed = 0
         self.dropped = 0
+        self.rejected = 0  # steps the store refused for their content: dropped, never retried
         self.failed_attempts = 0  # attempts that could not land, in all
+        # Told (entry, step, reason) when a step is rejected: the memory runtime audits it.
+        self.on_rejected: Callable[[HangupWrite, str, str], Awaitable[None]] | None = None
 
     def add_step(self, name: str, step: Step) -> None:
         """Register how a step is carried out; a step raises StepFailed to be retried later,
@@ -117,6 +167,20 @@ class HangupOutbox:
     @property
     def pending(self) -> int:
         return len(self._pending)
+
+    @property
+    def stuck(self) -> bool:
+        """Writes have stopped landing: STUCK_AFTER attempts in a row failed."""
+        return self._failures >= STUCK_AFTER
+
+    def describe(self) -> dict[str, Any]:
+        """For /health: counts only, never what an entry holds."""
+        now = self._clock()
+        oldest = min((int(_created(name)) / 1000.0 for name in self._pending), default=None)
+        return {"pending": len(self._pending), "stuck": self.stuck, "failing_attempts": self._failures,
+                "failing_for_s": round(now - self._failing_since, 1) if self._failing_since is not None else 0.0,
+                "oldest_pending_s": round(now - oldest, 1) if oldest is not None else 0.0,
+                "landed": self.landed, "dropped": self.dropped, "rejected": self.rejected}
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -160,6 +224,7 @@ class HangupOutbox:
         for at most `timeout_s`; True when nothing is left."""
         deadline = asyncio.get_running_loop().time() + timeout_s
         self._paused_until = 0.0
+        self._not_before.clear()
         self._wake.set()
         while (self._busy or self._pending) and asyncio.get_running_loop().time() < deadline:
             if self._task is None or self._task.done():
@@ -181,16 +246,24 @@ class HangupOutbox:
 
     # ---- the worker ----------------------------------------------------------------------------
 
+    def _next(self, now: float) -> tuple[str | None, float]:
+        """The oldest entry not waiting out its own back-off, else how long until one is due."""
+        due = [name for name in self._pending if self._not_before.get(name, 0.0) <= now]
+        if due:
+            return min(due, key=_created), 0.0  # oldest first, whoever the owner
+        return None, min((self._not_before[name] for name in self._pending), default=now) - now
+
     async def _run(self) -> None:
         while True:
-            paused_s = self._paused_until - self._clock()
-            if not self._pending or paused_s > 0:
+            now = self._clock()
+            paused_s = self._paused_until - now
+            name, wait_s = self._next(now) if self._pending and paused_s <= 0 else (None, paused_s)
+            if name is None:
                 self._wake.clear()  # woken by put() and drain(); or when the back-off is over
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(paused_s if self._pending else None):
+                    async with asyncio.timeout(max(0.0, wait_s) if self._pending else None):
                         await self._wake.wait()
                 continue
-            name = min(self._pending, key=_created)  # oldest first, whoever the owner
             self._busy = True
             try:
                 await self._work(name)
@@ -204,6 +277,7 @@ class HangupOutbox:
 
     def _forget(self, name: str) -> None:
         self._pending.discard(name)
+        self._not_before.pop(name, None)
         self._remove(name)
 
     async def _work(self, name: str) -> None:
@@ -238,15 +312,29 @@ class HangupOutbox:
                 entry.attempts += 1
                 self._failures += 1
                 self.failed_attempts += 1
+                if self._failing_since is None:
+                    self._failing_since = self._clock()
                 delay = retry_delay(self._failures, self._retry_max_s)
                 log.warning("memory %s write failed, retrying in %.1f s (%d pending): %s", entry.steps[0], delay,
                             len(self._pending), exc)
                 await asyncio.to_thread(self._store, entry, name)
                 self._paused_until = self._clock() + delay
+                # Its own back-off grows with its own attempts and outlasts the outbox's: the next try is
+                # another entry's, whose landing tells an outage from one entry that cannot land.
+                self._not_before[name] = self._clock() + retry_delay(entry.attempts + 1, 2 * self._retry_max_s)
                 return
+            except StepRejected as exc:
+                self.rejected += 1
+                log.error("memory outbox: the store refused the %s write of a call (%s); it is dropped, "
+                          "not retried", entry.steps[0], exc)
+                if self.on_rejected is not None:
+                    try:
+                        await self.on_rejected(entry, entry.steps[0], str(exc))
+                    except Exception:
+                        log.exception("memory outbox: could not audit a refused write")
             except Exception:
                 log.exception("memory outbox: step %s failed; skipped", entry.steps[0])
-            self._failures = 0
+            self._failures, self._failing_since = 0, None
             entry.steps.pop(0)
             if entry.steps:
                 await asyncio.to_thread(self._store, entry, name)

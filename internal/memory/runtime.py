@@ -60,6 +60,7 @@ from internal.memory.provider import (
 from internal.memory.records import SessionDigest
 from internal.memory.results import applied_documents, valid_documents
 from internal.memory.surface import ProviderSurface
+from internal.pipeline.text import control_characters
 
 __all__ = [
     "UNKNOWN_EPOCH",
@@ -201,6 +202,10 @@ class FrontendMemoryRuntime(ProviderSurface):
         if scope not in SCOPES:
             raise EditRejected("unknown_document", f"unknown document {scope!r}; use 'user' or 'memory'")
         content, new_text = neutralise_for_storage(content), neutralise_for_storage(new_text)
+        unwanted = control_characters(content + old_text + new_text)
+        if unwanted:  # refused here, as bad input, rather than by the database as a failed write
+            raise EditRejected("control_characters", f"the text holds control characters ({', '.join(unwanted)}); "
+                               "remove them and try again")
         async with self._locks.hold(owner):
             context = await self._writer_context(owner, context)
             for attempt in range(3):
@@ -387,6 +392,10 @@ class FrontendMemoryRuntime(ProviderSurface):
         for owner in self._listeners.owners():
             await self.prefetch(owner)
             self._listeners.tell(owner)
+
+    async def audit_refused(self, owner: str, context: ChangeContext, operation: str, error: str) -> None:
+        """A write the store refused outside an edit (a hang-up step the outbox dropped)."""
+        await self._audit(owner, context, operation, "refused", error=error)
 
     async def _audit(self, owner: str, context: ChangeContext, operation: str, outcome: str, scope: str = "",
                      base: int | None = None, revision: int | None = None, error: str = "",

@@ -26,11 +26,28 @@ from typing import Any
 
 from internal.memory.digest import bounded_line, call_summary, fact_words, merge_digest, scrub_summary
 from internal.memory.injection import memory_context
-from internal.memory.outbox import SAID_LINES, TRANSCRIPT_CHARS, HangupOutbox, HangupWrite, Step, StepFailed
-from internal.memory.provider import AudioEvent, ChangeContext, Exchange, OwnerErased, SessionContext
+from internal.memory.outbox import (
+    SAID_LINES,
+    TRANSCRIPT_CHARS,
+    HangupOutbox,
+    HangupWrite,
+    Step,
+    StepFailed,
+    StepRejected,
+    transient,
+)
+from internal.memory.provider import (
+    AudioEvent,
+    ChangeContext,
+    ChangeSource,
+    Exchange,
+    OwnerErased,
+    SessionContext,
+)
 from internal.memory.runtime import UNKNOWN_EPOCH, CallerErased, FrontendMemoryRuntime
 from internal.pipeline.events import MemoryChangedEvent
 from internal.pipeline.rolling_summary import format_transcript_for_summary
+from internal.pipeline.text import clean
 from internal.pipeline.vad import VadEvent
 from internal.session.session import Session
 
@@ -79,6 +96,11 @@ class SessionMemory:
         self._writes: set[asyncio.Task[None]] = set()
         outbox.add_step("digest", self._land_digest)
         outbox.add_step("flush", self._land_flush)
+        outbox.on_rejected = self._refused
+
+    async def _refused(self, entry: HangupWrite, step: str, reason: str) -> None:
+        source: ChangeSource = "reconciliation" if step.startswith("reconcil") else "digest"
+        await self.runtime.audit_refused(entry.owner, ChangeContext(source, entry.session_id), step, reason)
 
     def add_after_session(self, name: str, step: Step) -> None:
         """A step every call with something said runs after its digest (through the outbox)."""
@@ -251,11 +273,12 @@ class SessionMemory:
         redact = self.runtime.sensitive.redact
         entries = conversation.transcript.entries()
         forgotten = sorted(session.data.get(FORGOTTEN, ()))
-        summary = scrub_summary(redact(call_summary(entries, conversation.summary.text)), set(forgotten))
+        # The transcript is clean already (TranscriptLog); the rolling summary is a model's text.
+        summary = scrub_summary(redact(clean(call_summary(entries, conversation.summary.text))), set(forgotten))
         summarise = self.summarise is not None and not conversation.summary.text.strip()
         transcript = ""
         if self.after_session or summarise:
-            transcript = redact(format_transcript_for_summary(entries))[-TRANSCRIPT_CHARS:]
+            transcript = redact(clean(format_transcript_for_summary(entries)))[-TRANSCRIPT_CHARS:]
         said = [redact(e.text.strip()) for e in entries if e.role == "user" and e.text.strip()][:SAID_LINES]
         return HangupWrite(**base, steps=["digest", *self.after_session],  # type: ignore[arg-type]
                            summary=summary, transcript=transcript, said=said, summarise=summarise,
@@ -300,7 +323,8 @@ class SessionMemory:
 
 
 async def landing(write: Awaitable[Any]) -> Any:
-    """Run one outbox step's write: an erased caller drops the entry, an unreachable store retries it."""
+    """Run one outbox step's write: an erased caller drops the entry, an unreachable store retries it,
+    and a write the store refuses for its content drops the step (retrying could never land it)."""
     try:
         return await write
     except (CallerErased, OwnerErased) as exc:
@@ -308,4 +332,6 @@ async def landing(write: Awaitable[Any]) -> Any:
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        raise StepFailed(type(exc).__name__) from exc
+        if transient(exc):
+            raise StepFailed(type(exc).__name__) from exc
+        raise StepRejected(type(exc).__name__) from exc

@@ -28,6 +28,7 @@ from internal.pipeline.events import AgentState, DtmfEvent, EventSink, Transcrip
 from internal.pipeline.playout import Playout
 from internal.pipeline.responder import APOLOGY, Responder, TurnTimes
 from internal.pipeline.services import PipelineServices
+from internal.pipeline.text import clean
 from internal.pipeline.turns import PendingTurn, TurnBuffer
 from internal.pipeline.vad import VadEvent, VadProfile
 from internal.session.session import Session
@@ -343,8 +344,9 @@ class VoicePipeline:
         self.responder.release(Turn(text=pending.text), pending.confidence, times)
 
     def submit_text(self, text: str) -> None:
-        """A typed turn (e.g. from the browser's DataChannel): answered like speech, without STT."""
-        text = text.strip()
+        """A typed turn (e.g. from the browser's DataChannel): answered like speech, without STT. Control
+        characters are removed first (internal/pipeline/text.py): nothing downstream keeps them."""
+        text = clean(text).strip()
         if not text or self._closed:
             return
         if self.agent_active:

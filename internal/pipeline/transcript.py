@@ -10,6 +10,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from internal.pipeline.text import clean
+
 Speaker = Literal["user", "agent"]
 
 
@@ -30,7 +32,7 @@ class TranscriptLog:
         self._entries: list[TranscriptEntry] = []
 
     def add(self, role: Speaker, text: str, *, interrupted: bool = False, intended: str = "") -> TranscriptEntry:
-        entry = TranscriptEntry(role, text.strip(), time.time(), interrupted, intended)
+        entry = TranscriptEntry(role, clean(text).strip(), time.time(), interrupted, clean(intended))
         self._entries.append(entry)
         return entry
 

@@ -28,6 +28,15 @@ class _Request(Protocol):
     def headers(self) -> Mapping[str, str]: ...
 
 
+def forwarded_for(headers: Mapping[str, str]) -> str:
+    """Every X-Forwarded-For line, in order, as one list. A proxy may append its own line rather than
+    extend the client's (HAProxy's `option forwardfor` does), so the first line alone is the client's
+    own claim: reading only it would let anyone pick their bucket."""
+    getlist = getattr(headers, "getlist", None)
+    lines = getlist(FORWARDED_FOR) if callable(getlist) else [headers.get(FORWARDED_FOR) or ""]
+    return ",".join(line for line in lines if line)
+
+
 def forwarded_client(peer: str, forwarded_for: str | None, trusted_proxies: Sequence[str]) -> str:
     """The client behind a chain of trusted proxies: the right-most X-Forwarded-For address that is not
     itself a trusted proxy. Anyone can write the header, so only entries appended by proxies we trust
@@ -47,4 +56,4 @@ def client_address(request: _Request, trusted_proxies: Sequence[str] = ()) -> st
     peer = request.client.host if request.client is not None else "unknown"
     if not trusted_proxies:
         return peer
-    return forwarded_client(peer, request.headers.get(FORWARDED_FOR), trusted_proxies)
+    return forwarded_client(peer, forwarded_for(request.headers), trusted_proxies)

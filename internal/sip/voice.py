@@ -169,7 +169,7 @@ class VoiceCallHandler:
         voice.negotiated = negotiated
         voice.rtp.update((negotiated.remote_host, negotiated.remote_port), negotiated.payload_type,
                          negotiated.dtmf_payload_type, direction(negotiated.direction))
-        secure(voice, keys)
+        keys = secure(voice, keys)  # a new suite gets a new key of ours: the answer carries it
         log.info("sip call media updated", extra={"call_id": dialog.call_id, "direction": negotiated.direction,
                                                   "codec": negotiated.codec})
         peer = dialog.peer.host if dialog.peer else negotiated.remote_host
@@ -291,7 +291,7 @@ class VoiceCallHandler:
         rtp = RtpSession(local_host=self.config.bind_host, allocator=self._allocator, scheduler=self._scheduler,
                          payload_type=0, dtmf_payload_type=None, symmetric=self.config.symmetric_rtp,
                          timeout_s=self.config.rtp_timeout_s, jitter_ms=self.config.jitter_ms, source=source,
-                         sink=sink, on_dtmf=on_dtmf, on_timeout=on_timeout)
+                         sink=sink, on_dtmf=on_dtmf, on_timeout=on_timeout, signalling_host=toward)
         voice = SipVoiceCall(call_id, rtp, route=route)
         route["call_id"] = call_id
         self.calls[call_id] = voice

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import secrets
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from internal.audio.rtp_session import MediaDirection, RtpSession
@@ -23,7 +23,7 @@ from internal.identity.sip_caller import unless_shared
 from internal.pipeline.events import Event, StateEvent, TimingEvent, TranscriptEvent
 from internal.pipeline.pipeline import VoicePipeline
 from internal.session import Session
-from internal.sip.sdes import SrtpKeys
+from internal.sip.sdes import SrtpKeys, new_key
 from internal.sip.sdp import Negotiated
 from internal.sip.uri import SipUri
 
@@ -55,14 +55,28 @@ def direction(value: str) -> MediaDirection:
     return value  # type: ignore[return-value]
 
 
-def secure(voice: SipVoiceCall, keys: SrtpKeys | None) -> None:
-    """SRTP with these keys from now on; the same keys again (a re-INVITE) keep the running context,
-    whose rollover counter and replay window must not start over."""
-    if keys == voice.srtp_keys:
-        return
-    voice.srtp_keys = keys
-    voice.rtp.secure(SrtpContext(keys.suite, keys.local, keys.remote) if keys is not None else None)
+def secure(voice: SipVoiceCall, keys: SrtpKeys | None) -> SrtpKeys | None:
+    """SRTP with these keys from now on; returns the keys the media runs with, whose local key is what
+    our SDP must carry.
+
+    A key never starts counting again: the same keys (a re-INVITE) keep the running context, a new peer
+    key keeps our sending session (its packet indices go on), and a new suite with our old key gets a
+    new key of ours, since a fresh session under the old key would repeat its keystream."""
+    old, context = voice.srtp_keys, voice.srtp
+    if keys == old:
+        return keys
+    if keys is None:
+        context = None
+    elif old is not None and context is not None and keys.local == old.local and keys.suite == old.suite:
+        context = context.with_remote(keys.remote)
+    else:
+        if old is not None and keys.local == old.local:
+            keys = replace(keys, local=new_key())
+        context = SrtpContext(keys.suite, keys.local, keys.remote)
+    voice.srtp_keys, voice.srtp = keys, context
+    voice.rtp.secure(context)
     log.info("sip call media security", extra={"call_id": voice.call_id, "srtp": keys.suite if keys else "off"})
+    return keys
 
 
 def media_address(config: SipConfig, toward: str) -> str:
@@ -109,6 +123,7 @@ class SipVoiceCall:
     sdp_version: int = -1
     srtp_offered: bytes | None = None  # the SRTP key in our own offer (outbound, offerless INVITE)
     srtp_keys: SrtpKeys | None = None  # what the media runs with, when it is SRTP
+    srtp: SrtpContext | None = None  # the running context of those keys (its sending session goes on)
 
     def next_sdp_version(self) -> int:
         self.sdp_version = self.sdp_session_id if self.sdp_version < 0 else self.sdp_version + 1

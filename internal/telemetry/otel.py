@@ -93,6 +93,9 @@ class Telemetry:
         self.srtp_rejected = meter.create_counter(
             "voicegate_srtp_packets_rejected_total",
             description="SRTP/SRTCP packets dropped: failed authentication or a replay")
+        self.rtp_rejected_sources = meter.create_counter(
+            "voicegate_rtp_rejected_source_packets_total",
+            description="RTP packets from a host the call's SDP and signalling never named, refused by the latch")
         self.turn_events = meter.create_counter(
             "voicegate_turn_events_total",
             description="Turn-taking outcomes: prepared replies used or discarded, callers who went on after a release")

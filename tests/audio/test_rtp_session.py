@@ -7,6 +7,7 @@ loaded machine makes them slower, not flaky.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -197,6 +198,52 @@ async def test_symmetric_rtp_learns_the_remote_address_from_the_first_packet(
     raw_peer.sendto(rtp_header(PCMU, 1, 160, 0x1234) + b"\x00" * 160, ("127.0.0.1", b.local_port))
     await wait_for(lambda: b.stats().ignored >= 1)
     assert b.stats().packets_received >= 1 and a.stats().packets_received >= 5
+
+
+async def test_a_sprayer_on_another_host_is_never_latched_and_never_hears_the_agent(sessions: Sessions) -> None:
+    """RTP bleed: during call set-up someone on another address sprays packets at our port before the
+    caller's first one. Only a host the call named (the SDP's, the SIP peer's) is latched; the caller,
+    behind a NAT that changed its port, gets the agent's audio, and the sprayer none of it."""
+    sprayer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sprayer.bind(("127.0.0.2", 0))
+    sprayer.setblocking(False)
+    caller = Peer(outgoing=chirp_frames(0.6))
+    natted = sessions.open(caller, symmetric=False)  # the caller's packets come from this port...
+    agent = Peer(outgoing=chirp_frames(1.0))
+    session = sessions.open(agent, symmetric=True, signalling_host="127.0.0.1")
+    try:
+        session.start(("127.0.0.1", 9))  # ... but its SDP named another one (port 9: discard)
+        for seq in range(10):  # the sprayer gets in first
+            sprayer.sendto(rtp_header(PCMU, seq, 160 * seq, 0xBAD) + b"\xff" * 160, ("127.0.0.1", session.local_port))
+        await wait_for(lambda: session.stats().rejected_sources >= 10)
+        natted.start(("127.0.0.1", session.local_port))
+        await wait_for(lambda: len(caller.received) >= 10)  # the agent's audio reached the caller
+        heard_by_sprayer = 0
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                sprayer.recvfrom(2048)
+                heard_by_sprayer += 1
+        assert heard_by_sprayer == 0, "the agent's audio went to the sprayer"
+        stats = session.stats()
+        assert stats.rejected_sources >= 10 and stats.packets_received >= 1
+    finally:
+        sprayer.close()
+
+
+async def test_the_address_the_sdp_gave_wins_back_a_latch(sessions: Sessions, raw_peer: socket.socket) -> None:
+    """Latched to a NAT port on the signalled host, the session answers the SDP's own address once packets
+    come from exactly there."""
+    first, exact = Peer(outgoing=chirp_frames(0.4)), Peer(outgoing=chirp_frames(2.0))
+    other = sessions.open(first, symmetric=False)
+    signalled = sessions.open(exact, symmetric=False)
+    session = sessions.open(Peer(outgoing=chirp_frames(2.0)), symmetric=True)
+    session.start(("127.0.0.1", signalled.local_port))
+    other.start(("127.0.0.1", session.local_port))
+    await wait_for(lambda: len(first.received) >= 3)  # latched to the first one's port
+    signalled.start(("127.0.0.1", session.local_port))
+    await asyncio.sleep(0.2)  # what reached the SDP's port before the latch has been read by now
+    before = signalled.stats().packets_received
+    await wait_for(lambda: signalled.stats().packets_received >= before + 10)
 
 
 async def test_no_rtp_for_the_timeout_calls_on_timeout_once(sessions: Sessions, raw_peer: socket.socket) -> None:

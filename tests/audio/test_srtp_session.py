@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
+from typing import cast
 
 import numpy as np
+import pytest
 
 from internal.audio.g711 import ulaw_decode, ulaw_encode
 from internal.audio.rtp import rtp_header
+from internal.audio.rtp_session import RtpSession
 from internal.audio.srtp import SrtpContext
-from internal.sip.sdes import new_key
+from internal.sip.sdes import SrtpKeys, new_key
+from internal.sip.voice_call import SipVoiceCall, secure
 from tests.audio import test_rtp_session as plain
 from tests.audio.test_rtp_session import Peer, Sessions, best_correlation, chirp_frames, wait_for
 
@@ -95,3 +100,63 @@ async def test_rtcp_reports_are_exchanged_as_srtcp(sessions: Sessions) -> None:
     # A round-trip time needs the peer's report about our SR: both directions decrypted.
     await wait_for(lambda: a.stats().round_trip_ms is not None and b.stats().round_trip_ms is not None)
     assert a.stats().srtp_rejected == 0 and b.stats().srtp_rejected == 0
+
+
+def keystream(clear: bytes, protected: bytes, start: int) -> bytes:
+    """What AES counter mode XORed onto the packet from byte `start` on (its encrypted part)."""
+    return bytes(a ^ b for a, b in zip(clear[start:], protected[start:len(clear)], strict=True))
+
+
+async def test_a_re_invite_with_a_new_peer_key_never_reuses_our_keystream(
+        sessions: Sessions, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The peer re-keys (a re-INVITE with a new a=crypto, ours kept): every packet we protect, RTP and
+    SRTCP, before and after, has a keystream of its own, and the peer, who still holds our key, accepts
+    them all (a restarted SRTCP index would be refused by its replay window)."""
+    sent: list[tuple[str, bytes, bytes]] = []
+    protect, protect_rtcp = SrtpContext.protect, SrtpContext.protect_rtcp
+
+    def recording(kind: str, method: Callable[[SrtpContext, bytes], bytes]) -> Callable[[SrtpContext, bytes], bytes]:
+        def wrapped(self: SrtpContext, packet: bytes) -> bytes:
+            out = method(self, packet)
+            if all(self is not context for context in theirs):
+                sent.append((kind, packet, out))
+            return out
+        return wrapped
+
+    monkeypatch.setattr(SrtpContext, "protect", recording("rtp", protect))
+    monkeypatch.setattr(SrtpContext, "protect_rtcp", recording("rtcp", protect_rtcp))
+    ours, first, second = new_key(), new_key(), new_key()
+    theirs = [SrtpContext(SUITE, first, ours), SrtpContext(SUITE, second, ours)]  # the peer's, not recorded
+    session = sessions.open(Peer(outgoing=chirp_frames(3.0)), rtcp_interval_s=0.1)
+    peer = sessions.open(Peer(), rtcp_interval_s=0.1)
+    voice = SipVoiceCall("call-1", session)
+    secure(voice, SrtpKeys(SUITE, ours, first))
+    peer.secure(theirs[0])
+    session.start(("127.0.0.1", peer.local_port))
+    peer.start(("127.0.0.1", session.local_port))
+    await wait_for(lambda: sum(kind == "rtcp" for kind, _, _ in sent) >= 3)
+    before = len(sent)
+    # The re-INVITE: the peer's new key, ours unchanged (negotiate_media keeps our local key).
+    secure(voice, SrtpKeys(SUITE, ours, second))
+    peer.secure(theirs[1])
+    await wait_for(lambda: sum(kind == "rtcp" for kind, _, _ in sent[before:]) >= 3)
+    streams = [keystream(clear, out, 12 if kind == "rtp" else 8) for kind, clear, out in sent]
+    assert len(set(streams)) == len(streams), "two packets were encrypted with the same keystream"
+    assert peer.stats().srtp_rejected == 0, "the peer refused packets we protected after the re-key"
+    assert voice.srtp_keys == SrtpKeys(SUITE, ours, second)  # our key stays what the peer knows
+
+
+def test_a_new_suite_under_our_old_key_gets_a_new_key_of_ours() -> None:
+    """Both suites are AES-128 counter mode: the same master key under the other suite would repeat the
+    keystream of every index already used, so our key changes with the suite (the answer carries it)."""
+    voice = SipVoiceCall("call-2", cast(RtpSession, _NoMedia()))
+    ours = new_key()
+    secure(voice, SrtpKeys(SUITE, ours, new_key()))
+    changed = secure(voice, SrtpKeys("AES_CM_128_HMAC_SHA1_32", ours, new_key()))
+    assert changed is not None and changed.local != ours and voice.srtp_keys == changed
+    assert voice.srtp is not None and voice.srtp.local_key == changed.local
+
+
+class _NoMedia:
+    def secure(self, context: SrtpContext | None) -> None:
+        self.context = context

@@ -92,6 +92,24 @@ async def test_bad_edits_get_422_and_change_nothing(server: LiveServer, edit: di
         assert (await http.get("/api/memory", headers=auth("alice"))).json()["documents"]["memory"]["revision"] == 1
 
 
+@pytest.mark.parametrize("server", ["pgvector"], indirect=True)
+@pytest.mark.parametrize("text", ["- Likes \u0000 tea.", "- Likes \u001b[31m tea.", "- Likes tea.\u0085"])
+async def test_control_characters_get_422_naming_them_and_change_nothing(server: LiveServer, text: str) -> None:
+    """PostgreSQL refuses U+0000 in text: refused here as bad input (422), never a failed write (503)."""
+    await patch(server, "alice", document="memory", action="append", content="- Likes coffee.")
+    for edit in ({"action": "append", "content": text},
+                 {"action": "replace", "old_text": "coffee", "new_text": text}):
+        response = await patch(server, "alice", document="memory", **edit)
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert error["code"] == "control_characters" and "U+" in error["message"], error
+    async with server.http() as http:
+        document = (await http.get("/api/memory", headers=auth("alice"))).json()["documents"]["memory"]
+    assert document["revision"] == 1 and document["content"] == "- Likes coffee."
+    windows = await patch(server, "alice", document="memory", action="append", content="- Likes tea.\r\n")
+    assert windows.status_code == 200, windows.text  # a CR LF line ending is a line break, not refused
+
+
 async def test_malformed_bodies_are_422_not_500(server: LiveServer) -> None:
     async with server.http() as http:
         for body in ({"document": "secrets", "action": "append", "content": "x"},

@@ -17,8 +17,10 @@ import pytest
 
 from internal.db import EmbeddedPostgres
 from internal.identity import CallerIdentity
-from internal.memory.outbox import HangupOutbox, HangupWrite, StepFailed, retry_delay
+from internal.memory.errors import MemoryUnavailable
+from internal.memory.outbox import HangupOutbox, HangupWrite, StepFailed, retry_delay, transient
 from internal.memory.provider import OwnerErased
+from internal.memory.sessions import landing
 from internal.pipeline.events import CollectingSink
 from internal.pipeline.localcall import LocalCall
 from internal.session import Session
@@ -87,6 +89,99 @@ async def test_an_erased_caller_drops_the_entry_and_later_steps(tmp_path: Path) 
     await wait_until(lambda: box.pending == 0)
     assert ran == ["digest"] and list(tmp_path.glob("*.json")) == []
     await box.stop(1)
+
+
+async def test_a_write_the_store_refuses_for_its_content_is_dropped_audited_and_never_blocks_the_next(
+        tmp_path: Path) -> None:
+    """PostgreSQL refusing what an entry holds (DataError) is not an outage: that step is dropped at once,
+    reported to the audit hook, and the entries behind it land."""
+    box = outbox(tmp_path)
+    tried: list[str] = []
+    refused: list[tuple[str, str]] = []
+
+    async def digest(item: HangupWrite) -> None:
+        tried.append(item.summary)
+
+        async def write() -> None:
+            if "\x00" in item.summary:
+                raise psycopg.DataError("invalid byte sequence for encoding \"UTF8\": 0x00")
+
+        await landing(write())
+
+    async def audit(item: HangupWrite, step: str, reason: str) -> None:
+        refused.append((step, reason))
+
+    box.add_step("digest", digest)
+    box.on_rejected = audit
+    await box.start()
+    await box.put(entry(summary="bad \x00 line", created_at=time.time() - 10))
+    await box.put(entry(owner="cd" * 32, summary="a later caller"))
+    await wait_until(lambda: box.pending == 0)
+    assert tried == ["bad \x00 line", "a later caller"]  # each tried once: a refusal is not retried
+    assert box.rejected == 1 and box.landed == 2 and box.failed_attempts == 0
+    assert refused == [("digest", "DataError")]
+    await box.stop(1)
+
+
+def test_only_an_unreachable_store_is_worth_another_try() -> None:
+    import httpx
+
+    def wrapped(inner: Exception) -> Exception:
+        try:
+            try:
+                raise inner
+            except Exception:
+                raise MemoryUnavailable("memory could not be saved") from None
+        except MemoryUnavailable as outer:
+            return outer
+
+    request = httpx.Request("POST", "http://store/v1")
+    for retry in (psycopg.OperationalError("connection refused"), ConnectionRefusedError(), TimeoutError(),
+                  wrapped(psycopg.OperationalError("server closed the connection")),
+                  MemoryUnavailable("memory kept changing underneath this write"),
+                  httpx.ConnectError("refused", request=request),
+                  httpx.HTTPStatusError("busy", request=request, response=httpx.Response(503, request=request))):
+        assert transient(retry), retry
+    for drop in (psycopg.DataError("0x00"), psycopg.errors.UniqueViolation("duplicate"),
+                 wrapped(psycopg.DataError("0x00")), ValueError("bad"), KeyError("x"),
+                 httpx.HTTPStatusError("bad", request=request, response=httpx.Response(422, request=request))):
+        assert not transient(drop), drop
+
+
+async def test_an_entry_that_keeps_failing_does_not_hold_up_the_ones_behind_it(tmp_path: Path) -> None:
+    box = outbox(tmp_path, retry_max_s=5.0)
+    landed: list[str] = []
+
+    async def digest(item: HangupWrite) -> None:
+        if item.summary == "stuck":
+            raise StepFailed("LockNotAvailable")
+        landed.append(item.summary)
+
+    box.add_step("digest", digest)
+    await box.start()
+    await box.put(entry(summary="stuck", created_at=time.time() - 10))  # the oldest: tried first
+    for n in range(3):
+        await box.put(entry(owner=f"{n:02d}" * 32, summary=f"caller {n}"))
+    await wait_until(lambda: len(landed) == 3, timeout=10)
+    assert landed == ["caller 0", "caller 1", "caller 2"] and box.pending == 1
+    assert not box.stuck  # others land: the store is not down
+    await box.stop(0.2)
+
+
+async def test_a_store_that_keeps_failing_shows_the_outbox_stuck(tmp_path: Path) -> None:
+    box = outbox(tmp_path, retry_max_s=0.2)
+
+    async def down(item: HangupWrite) -> None:
+        raise StepFailed("OperationalError")
+
+    box.add_step("digest", down)
+    await box.start()
+    await box.put(entry(summary="waiting"))
+    await wait_until(lambda: box.stuck)
+    described = box.describe()
+    assert described["stuck"] is True and described["pending"] == 1 and described["failing_attempts"] >= 3
+    assert "waiting" not in json.dumps(described)  # counts only
+    await box.stop(0.2)
 
 
 async def test_pending_writes_survive_a_restart_and_old_ones_expire(tmp_path: Path) -> None:
@@ -160,8 +255,8 @@ async def gateway_on(tmp_path: Path) -> AsyncIterator[Any]:
         await gateway.stop()
 
 
-async def talk(gateway: Gateway, *turns: str) -> Session:
-    session = await gateway.open_session(SAM, "talk")
+async def talk(gateway: Gateway, *turns: str, caller: CallerIdentity = SAM) -> Session:
+    session = await gateway.open_session(caller, "talk")
     pipeline = gateway.new_pipeline(session, 16000, CollectingSink())
     async with LocalCall(pipeline, speed=6.0) as live:
         await live.wait_agent_quiet(100)
@@ -249,3 +344,26 @@ async def test_shutdown_lands_pending_writes_before_closing_the_store(own_postgr
         cursor = await conn.execute("SELECT content FROM memories WHERE scope = 'memory'")
         rows = await cursor.fetchall()
     assert len(rows) == 1 and "invoice for march" in rows[0][0]
+
+
+async def test_a_typed_nul_neither_poisons_the_outbox_nor_holds_up_later_callers(
+        own_postgres: EmbeddedPostgres, gateway_on: Any) -> None:
+    """A DataChannel turn with U+0000 (PostgreSQL refuses it in text): the call's memory lands without
+    it, and the next caller's lands too, with /health saying all is well."""
+    uri = own_postgres.start_sync()
+    gateway = await gateway_on(uri)
+    assert gateway.sessions is not None and gateway.session_memory is not None and gateway.memory is not None
+    first = await talk(gateway, "my order number is 55\u0000\u001b7 and the parcel is late")
+    await gateway.sessions.end(first, "caller hung up")
+    kim = CallerIdentity("sip", "+15557654321", "trusted peer")
+    second = await talk(gateway, "I am calling about the broken heater", caller=kim)
+    await gateway.sessions.end(second, "caller hung up")
+    outbox = gateway.session_memory.outbox
+    await wait_until(lambda: outbox.pending == 0 and outbox.landed == 2, timeout=60)
+    for caller, said in ((SAM, "parcel is late"), (kim, "broken heater")):
+        owner = gateway.memory.owner_key(caller)
+        assert owner is not None
+        assert said in (await gateway.memory.latest(owner))["memory"].content
+    assert outbox.rejected == 0 and outbox.failed_attempts == 0
+    health = (await gateway.health())["components"]["memory"]
+    assert health["ok"] is True and health["outbox"]["stuck"] is False, health

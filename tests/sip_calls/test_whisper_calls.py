@@ -104,7 +104,7 @@ async def test_a_caller_who_pauses_mid_sentence_gets_one_reply_to_the_whole_sent
         make_server: ServerFactory, capture: RtpCapture, tmp_path: Path, whisper: WhisperSpeechToText) -> None:
     server = await make_server(stt=whisper, config=defaults_config(tmp_path))
     audio = paused_caller(tmp_path, "I'd like to book a table for, four people on Friday.", 1200)
-    scenario = render(tmp_path, media=stream(audio), ending=caller_bye(16000), media_port=capture.port)
+    scenario = render(tmp_path, media=stream(audio), ending=caller_bye(12000), media_port=capture.port)
     (await run_sipp(tmp_path, scenario, server.target)).check()
     (session,) = await server.wait_ended()
     # One turn on record, the whole sentence, and one reply to it: whether the agent waited through the
@@ -112,8 +112,10 @@ async def test_a_caller_who_pauses_mid_sentence_gets_one_reply_to_the_whole_sent
     users = [m.content for m in session.conversation.history if m.role == "user"]
     assert len(users) == 1, users
     assert "table" in users[0].lower() and "friday" in users[0].lower(), users
-    replies = [e for e in session.conversation.transcript.entries() if e.role == "agent" and not e.interrupted]
-    assert len(replies) == 1, replies
+    # The local agent's answer is long, so the hang-up may cut it: what counts is that there is one,
+    # and that it answers the whole sentence.
+    replies = [e for e in session.conversation.transcript.entries() if e.role == "agent"]
+    assert len(replies) == 1 and "friday" in (replies[0].intended or replies[0].text).lower(), replies
 
 
 async def test_a_reply_released_during_the_pause_never_reaches_the_wire_before_the_caller_goes_on(

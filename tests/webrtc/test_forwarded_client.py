@@ -8,7 +8,7 @@ import pytest
 
 from internal.config import Config
 from internal.config.loader import ConfigError, load_config
-from internal.signaling.ratelimit import forwarded_client
+from internal.signaling.ratelimit import client_address, forwarded_client
 
 PROXIES = ["127.0.0.1/32", "10.0.0.0/8"]
 
@@ -24,6 +24,18 @@ def test_behind_a_trusted_proxy_the_address_it_appended_is_the_client() -> None:
 def test_a_forged_entry_before_the_proxys_own_is_ignored() -> None:
     # The caller wrote "203.0.113.9"; HAProxy appended the address it really saw.
     assert forwarded_client("127.0.0.1", "203.0.113.9, 198.51.100.7", PROXIES) == "198.51.100.7"
+
+
+def test_a_proxy_that_adds_its_own_header_line_is_believed_not_the_clients_first_line() -> None:
+    """HTTP lets X-Forwarded-For come as several lines (HAProxy's `option forwardfor` adds one): they
+    are one list in order, so the client's own line never decides."""
+    from starlette.datastructures import Headers
+    from starlette.requests import Request
+
+    scope = {"type": "http", "client": ("127.0.0.1", 5000),
+             "headers": [(b"x-forwarded-for", b"203.0.113.9"), (b"x-forwarded-for", b"198.51.100.7")]}
+    assert Headers(scope=scope).get("x-forwarded-for") == "203.0.113.9"  # what reading one line gives
+    assert client_address(Request(scope), PROXIES) == "198.51.100.7"
 
 
 def test_a_chain_of_trusted_proxies_is_walked_from_the_right() -> None:
