@@ -65,7 +65,7 @@ SPEECH_DBFS = -45.0  # a 20 ms packet louder than this is speech (comfort silenc
 SAME_TURN_S = 1.5  # loud caller packets closer than this are one question (a comma's pause is shorter)
 TALKING_OVER_S = 0.3  # agent speech this close before the caller's end: it had not finished its last reply
 LEAD_S = 1.0  # silence before the first question: the call's media settles first
-READY = "voicegate: SIP at"  # the banner `serve` prints once it listens
+READY = "voicegate is ready."  # the banner `serve` prints once it listens
 STAGE_ORDER = ["stt", "end_of_turn", "llm_first_token", "tts_first_audio", "first_audio"]
 
 # Questions the local agent answers in a sentence ("who are you" or an unknown request would get a speech

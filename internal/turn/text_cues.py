@@ -52,6 +52,16 @@ DICTATION_CONTEXT = frozenset("number numbers code postcode zip pin reference ac
 ANSWER_WORDS = frozenset("yes yeah yep yup no nope nah okay ok sure right correct exactly fine great perfect thanks "
                          "thank you please maybe alright absolutely definitely certainly indeed agreed that's it "
                          "all good".split())
+# Whole turns that close a conversation's exchange: thanks and farewells, which a caller says and then
+# waits ("Thank you very much.", "Thanks a lot.", "Bye for now."). Greetings are not here: "Hello," is as
+# often the start of a sentence that goes on after a breath.
+CLOSING_PHRASES = frozenset([
+    "thank you very much", "thank you so much", "thanks a lot", "thanks so much", "thanks very much",
+    "thank you very much indeed", "many thanks", "thanks a million", "much appreciated", "that's great thanks",
+    "that's all thanks", "that's all thank you", "that's everything", "that's everything thanks", "that's all",
+    "bye", "bye bye", "goodbye", "bye for now", "see you", "have a nice day", "have a good day", "you too",
+    "cheers", "take care",
+])
 QUESTION_START = frozenset("what where when why who whom whose which how can could would will do does did is are "
                            "was were have has should may shall am isn't aren't don't doesn't won't can't".split())
 
@@ -115,7 +125,7 @@ class TextCues:
     number_tail: bool  # ends on a digit, number word or spelled letter
     dictation: bool  # ...and the turn announced something read out ("my number is", "spelled")
     closer: bool  # ends on a word that closes requests ("please", "thank you", "that's all")
-    answer_only: bool  # nothing but answer words ("yes", "no thanks", "okay sure")
+    answer_only: bool  # nothing but answer words ("yes", "no thanks", "okay sure"), or thanks and farewells
     trailing_off: bool  # the recogniser wrote the words trailing off ("I'd like to...") or a word cut short
 
 
@@ -137,7 +147,8 @@ def text_cues(text: str) -> TextCues:
         number_tail=number_tail,
         dictation=number_tail and any(token in DICTATION_CONTEXT for token in tokens[:-1]),
         closer=last in CLOSER_TAIL,
-        answer_only=bool(tokens) and all(token in ANSWER_WORDS for token in tokens),
+        answer_only=bool(tokens) and (all(token in ANSWER_WORDS for token in tokens)
+                                      or " ".join(tokens) in CLOSING_PHRASES),
         trailing_off=trails_off(text),
     )
 

@@ -38,6 +38,13 @@ def test_a_finished_sentence_is_answered_when_it_sounds_finished_and_waits_when_
     assert fusion.needs_audio(text, THRESHOLD, CLEAN_DB)
 
 
+@pytest.mark.parametrize("text", ["Thank you very much.", "Thanks a lot.", "That's everything, thanks."])
+def test_thanks_and_farewells_are_answered_unless_they_sound_plainly_cut_off(text: str) -> None:
+    """Said, then waited on: a caller who thanks the agent is rarely halfway through a sentence, so a
+    sound Smart Turn is unsure of (what it says of most short turns) is enough."""
+    assert shared_fusion().probability(0.3, text, CLEAN_DB) >= THRESHOLD
+
+
 def test_a_closing_phrase_needs_no_sound() -> None:
     fusion = shared_fusion()
     text = "Thank you, that's all."
