@@ -83,7 +83,7 @@ def test_explicit_env_name_beats_conventional_secret_name(monkeypatch: pytest.Mo
         ("[sip]\ntrusted_peers = ['10.0.0.0/8', 'office']\n", "sip.trusted_peers: not an IP address or CIDR: 'office'"),
         ("[sip]\ntransports = []\n", "sip.transports: must name at least one"),
         ("[sip]\ntransports = ['tls']\n", 'sip: tls_cert is required when transports include "tls"'),
-        ("[sip]\nsrtp = 'always'\n", "sip.srtp: must be one of 'off', 'optional' or 'required'"),
+        ("[sip]\nsrtp = 'always'\n", "sip.srtp: must be one of 'off', 'accept', 'optional' or 'required'"),
         ("[sip]\ntransports = ['sctp']\n", "sip.transports.0: must be one of 'udp', 'tcp' or 'tls'"),
         ("[pgvector]\ntable = 'x; drop table y'\n", "pgvector.table: must be a plain SQL identifier"),
         ("[memory]\nsensitive_patterns = ['(']\n", "memory.sensitive_patterns: bad regular expression '('"),

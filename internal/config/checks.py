@@ -23,7 +23,7 @@ def security_warnings(config: Config) -> list[str]:
             "server.trusted_header_sources is set but server.trusted_header_secret is not: "
             "X-Voicegate-Resource-Id is never believed (those requests are anonymous). Set "
             "server.trusted_header_secret and have your proxy send it as X-Voicegate-Proxy-Secret.")
-    if config.sip.srtp != "off" and "tls" not in config.sip.transports:
+    if config.sip.srtp in ("optional", "required") and "tls" not in config.sip.transports:
         found.append(
             f'sip.srtp is "{config.sip.srtp}" but sip.transports has no "tls": SDES keys travel in the SDP, so '
             "anyone who can read the SIP signalling can decrypt the media. Add \"tls\" to sip.transports "

@@ -186,7 +186,7 @@ class SipConfig(Section):
     tls_cert: str = ""
     tls_key: str = ""
     tls_ca: str = ""
-    srtp: Literal["off", "optional", "required"] = "off"
+    srtp: Literal["off", "accept", "optional", "required"] = "accept"
     auth: SipAuthConfig = Field(default_factory=SipAuthConfig)
     outbound: SipOutboundConfig = Field(default_factory=SipOutboundConfig)
     registrations: list[SipRegistration] = Field(default_factory=list)

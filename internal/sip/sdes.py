@@ -9,6 +9,9 @@ SRTP. Nothing here logs or formats a key except `crypto_line`, which is what goe
 Policy (`sip.srtp`):
 - "off": plain RTP only. An offer whose audio is only RTP/SAVP gets 488 (Warning 302); a=crypto lines
   on an RTP/AVP stream are ignored, so the caller falls back to plain RTP.
+- "accept" (default): an offer is answered in kind, SRTP when it carries a usable key (RTP/SAVP, or
+  RTP/AVP with a=crypto), plain RTP when it is plain; our own offers are plain RTP/AVP. A caller that
+  offers only SRTP is not turned away, and nothing changes for one that does not.
 - "optional": an offered key (RTP/SAVP, or RTP/AVP with a=crypto, "best effort" SRTP) is accepted and
   answered with ours; a plain offer gets plain RTP. Our own offers are RTP/AVP with a=crypto, so a
   peer without SRTP still answers (plain) while one with SRTP encrypts.
@@ -27,7 +30,7 @@ from typing import Literal
 
 from internal.sip.sdp import MediaDescription, Negotiated, NoCommonCodec, SdpError, SessionDescription, negotiate
 
-SrtpMode = Literal["off", "optional", "required"]
+SrtpMode = Literal["off", "accept", "optional", "required"]
 # Suites we can run with pylibsrtp, in order of preference; both take a 30-byte key || salt.
 SUITES = ("AES_CM_128_HMAC_SHA1_80", "AES_CM_128_HMAC_SHA1_32")
 KEY_SALT_BYTES = 30
@@ -137,14 +140,14 @@ def negotiate_media(sdp: SessionDescription, codecs: list[str] | tuple[str, ...]
         keys.append(crypto)
         if mode == "off":
             usable.append(proto in PLAIN_PROTOS)
-        elif mode == "optional":
+        elif mode in ("accept", "optional"):
             usable.append(proto in PLAIN_PROTOS or crypto is not None)
         else:
             usable.append(crypto is not None)
     if not any(usable):
         raise _refusal(sdp, mode)
     secure = [ok and key is not None for ok, key in zip(usable, keys, strict=True)]
-    if mode == "optional" and any(secure) and secure != usable:
+    if mode in ("accept", "optional") and any(secure) and secure != usable:
         # An SRTP stream and a plain alternative (two m= lines): take the secure one when we can.
         try:
             negotiated = _negotiate_among(sdp, codecs, secure)
@@ -197,7 +200,7 @@ def secure_answer(answer: SessionDescription, offer: SessionDescription, negotia
 
 def secure_offer(offer: SessionDescription, mode: SrtpMode) -> bytes | None:
     """Add our key to an offer from `sdp.build_offer` (see the policy above); returns that key."""
-    if mode == "off":
+    if mode in ("off", "accept"):
         return None
     key = new_key()
     for media in offer.media:

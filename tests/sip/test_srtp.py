@@ -76,7 +76,7 @@ def test_mki_and_session_parameters_are_not_used_and_the_80_bit_tag_is_preferred
 
 def test_srtp_offer_gets_an_srtp_answer_with_our_own_key() -> None:
     sdp = offer("RTP/SAVP", f"1 AES_CM_128_HMAC_SHA1_80 inline:{INLINE}")
-    modes: tuple[SrtpMode, ...] = ("optional", "required")
+    modes: tuple[SrtpMode, ...] = ("accept", "optional", "required")
     for mode in modes:
         answer, local = answer_for(sdp, mode)
         media = answer.media[0]
@@ -84,6 +84,19 @@ def test_srtp_offer_gets_an_srtp_answer_with_our_own_key() -> None:
         crypto = CryptoAttribute.parse(media.attribute("crypto") or "")
         assert crypto.tag == 1 and crypto.suite == "AES_CM_128_HMAC_SHA1_80"
         assert crypto.key_salt == local and len(crypto.key_salt) == 30 and crypto.key_salt != KEY
+
+
+def test_the_default_answers_an_srtp_offer_with_srtp_a_plain_one_plain_and_offers_plain() -> None:
+    """A caller that offers only SRTP is not turned away by a server nobody configured for it."""
+    default = load_config(None).sip.srtp
+    assert default == "accept"
+    secured, key = answer_for(offer("RTP/SAVP", f"1 AES_CM_128_HMAC_SHA1_80 inline:{INLINE}"), default)
+    assert secured.media[0].proto == "RTP/SAVP" and key is not None
+    plain, none = answer_for(offer("RTP/AVP"), default)
+    assert plain.media[0].proto == "RTP/AVP" and plain.media[0].attribute("crypto") is None and none is None
+    ours = build_offer("127.0.0.1", 40000, ["PCMU"], session_id=1)
+    assert secure_offer(ours, default) is None and b"crypto" not in ours.serialise()
+    assert not [w for w in security_warnings(load_config(None)) if w.startswith("sip.srtp")]
 
 
 def test_srtp_only_offer_is_refused_when_srtp_is_off() -> None:

@@ -117,10 +117,10 @@ async def test_baresip_over_tls_is_understood_and_hears_the_reply(make_server: S
     await assert_heard_the_replies(server, home, await call)
 
 
-async def test_baresip_requiring_srtp_over_tls_gets_srtp_and_hears_the_reply(
+async def test_baresip_requiring_srtp_over_tls_gets_srtp_and_hears_the_reply_under_the_default_policy(
         make_server: ServerFactory, tmp_path: Path) -> None:
     ca = ThrowawayCa(tmp_path / "ca")
-    server = await tls_server(make_server, tmp_path, ca, srtp="optional")
+    server = await tls_server(make_server, tmp_path, ca)  # sip.srtp as shipped: "accept"
     tls_port = server.gateway.sip.local_address("tls").port  # type: ignore[union-attr]
     home = secure_baresip(tmp_path, ca, ";mediaenc=srtp-mand")
     call = asyncio.create_task(baresip_call(server, home, f"sip:agent@127.0.0.1:{tls_port};transport=tls"))
