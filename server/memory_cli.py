@@ -20,6 +20,7 @@ from typing import Any
 from internal.config import Config
 from internal.identity import CallerIdentity
 from internal.identity.phone import normalise_e164
+from internal.memory.durable import write_atomically
 from internal.memory.owner import OwnerKeySecretError
 from internal.memory.provider import ChangeContext
 from internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
@@ -166,7 +167,8 @@ async def _export(args: argparse.Namespace, runtime: FrontendMemoryRuntime, iden
         return EXIT_UNKNOWN_CALLER
     text = json.dumps(export, indent=2, ensure_ascii=False) + "\n"
     if args.output:
-        await asyncio.to_thread(Path(args.output).write_text, text, encoding="utf-8")
+        # A caller's whole memory: readable by its owner only (0600), and never half written.
+        await asyncio.to_thread(write_atomically, Path(args.output), text)
         print(f"exported {sum(export['counts'].values())} record(s) of {_who(args, owner)} to {args.output}",
               file=sys.stderr)
     else:

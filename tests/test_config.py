@@ -53,12 +53,12 @@ def test_conventional_secret_names_are_read(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env-123456")
     monkeypatch.setenv("DEEPGRAM_API_KEY", "dg-key")
     monkeypatch.setenv("VOICEGATE_JWT_SECRET", "jwt-secret-value")
-    monkeypatch.setenv("VOICEGATE_API_KEY", "deployer-key")
+    monkeypatch.setenv("VOICEGATE_API_KEY", "deployer-key-0123456")
     config = load_config(None)
     assert config.openai.api_key == "sk-from-env-123456"
     assert config.deepgram.api_key == "dg-key"
     assert config.server.jwt_secret == "jwt-secret-value"
-    assert config.server.api_key == "deployer-key"
+    assert config.server.api_key == "deployer-key-0123456"
     assert config.effective_llm_provider == "openai"
 
 
@@ -84,6 +84,8 @@ def test_explicit_env_name_beats_conventional_secret_name(monkeypatch: pytest.Mo
         ("[sip]\ntransports = []\n", "sip.transports: must name at least one"),
         ("[sip]\ntransports = ['tls']\n", 'sip: tls_cert is required when transports include "tls"'),
         ("[sip]\nsrtp = 'always'\n", "sip.srtp: must be one of 'off', 'accept', 'optional' or 'required'"),
+        ("[server]\napi_key = 'hunter2'\n", "server.api_key: must be at least 16 bytes (it has 7)"),
+        ("[server]\njwt_secret = 'short'\n", "server.jwt_secret: must be at least 16 bytes (it has 5)"),
         ("[sip]\ntransports = ['sctp']\n", "sip.transports.0: must be one of 'udp', 'tcp' or 'tls'"),
         ("[pgvector]\ntable = 'x; drop table y'\n", "pgvector.table: must be a plain SQL identifier"),
         ("[memory]\nsensitive_patterns = ['(']\n", "memory.sensitive_patterns: bad regular expression '('"),
@@ -126,18 +128,18 @@ def test_broken_toml_and_missing_file_are_reported(tmp_path: Path) -> None:
 
 def test_secrets_are_masked(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, (
-        "[openai]\napi_key = 'sk-real-key-000'\n[server]\njwt_secret = 'jwt-s3cret'\n"
-        "trusted_header_secret = 'proxy-s3cret'\n"
+        "[openai]\napi_key = 'sk-real-key-000'\n[server]\njwt_secret = 'jwt-s3cret-0123456789'\n"
+        "trusted_header_secret = 'proxy-s3cret-0123'\n"
         "[sip.auth]\nusers = { alice = 'pw-alice' }\n"
         "[pgvector]\nconnection_string = 'postgresql://u:p@db/x'\n"
     )))
     text = render_toml(masked(config))
-    for secret in ("sk-real-key-000", "jwt-s3cret", "proxy-s3cret", "pw-alice", "postgresql://u:p@db/x"):
+    for secret in ("sk-real-key-000", "jwt-s3cret-0123456789", "proxy-s3cret-0123", "pw-alice", "postgresql://u:p@db/x"):
         assert secret not in text
     assert 'api_key = "********"' in text
     assert 'trusted_header_secret = "********"' in text
     assert '"alice" = "********"' in text
-    assert set(secret_values(config)) >= {"sk-real-key-000", "jwt-s3cret", "proxy-s3cret", "pw-alice"}
+    assert set(secret_values(config)) >= {"sk-real-key-000", "jwt-s3cret-0123456789", "proxy-s3cret-0123", "pw-alice"}
 
 
 def test_config_check_prints_masked_config_and_exits_zero(tmp_path: Path) -> None:
@@ -158,9 +160,10 @@ def test_config_check_warns_on_stderr_about_identities_nobody_can_use(tmp_path: 
     assert "server.jwt_secret is set but server.api_key is not: POST /token refuses every request (403)" in warnings[0]
     assert "X-API-Key" in warnings[0]
     assert "server.trusted_header_secret is not" in warnings[1] and "X-Voicegate-Proxy-Secret" in warnings[1]
-    assert "warning" not in result.stdout and "jwt-s3cret" not in result.stdout + result.stderr
-    configured = write(tmp_path, "[server]\njwt_secret = 'jwt-s3cret-0123456789'\napi_key = 'backend-key'\n"
-                                 "trusted_header_sources = ['10.0.0.0/8']\ntrusted_header_secret = 'proxy-s3cret'\n")
+    assert "warning" not in result.stdout and "jwt-s3cret-0123456789" not in result.stdout + result.stderr
+    configured = write(tmp_path, "[server]\njwt_secret = 'jwt-s3cret-0123456789'\napi_key = 'backend-key-01234'\n"
+                                 "trusted_header_sources = ['10.0.0.0/8']\n"
+                                 "trusted_header_secret = 'proxy-s3cret-0123'\n")
     quiet = run_cli("--config", str(configured), "config", "check")
     assert quiet.returncode == 0 and "warning" not in quiet.stderr, quiet.stderr
 

@@ -50,6 +50,9 @@ def split_host_port(value: str, default_port: int) -> tuple[str, int]:
     return host, int(port_text)
 
 
+MIN_SECRET_BYTES = 16  # server.jwt_secret, api_key, trusted_header_secret
+
+
 class ServerConfig(Section):
     host: str = "0.0.0.0"
     port: int = Field(8080, gt=0, lt=65536)
@@ -79,6 +82,15 @@ class ServerConfig(Section):
     drain_timeout_s: float = Field(30.0, gt=0)
 
     _cidrs = field_validator("trusted_header_sources", "trusted_proxies")(_check_cidrs)
+
+    @field_validator("jwt_secret", "api_key", "trusted_header_secret")
+    @classmethod
+    def _long_enough(cls, value: str) -> str:
+        """A shared secret short enough to guess is worse than none: it looks like protection."""
+        if value and len(value.encode()) < MIN_SECRET_BYTES:
+            raise ValueError(f"must be at least {MIN_SECRET_BYTES} bytes (it has {len(value.encode())}); "
+                             "leave it empty to turn it off")
+        return value
 
 
 def _default_digest_algorithms() -> list[Literal["MD5", "SHA-256"]]:

@@ -156,12 +156,17 @@ class DigestAuthenticator:
         age = self._nonce_age(nonce, bind)
         if age is None or age < -5:
             return AuthResult("invalid", username, "nonce not issued by us")
+        # Only what our challenge offered: qop "auth" (RFC 7616 3.4: a client must use the qop offered;
+        # the older no-qop form has no client nonce) and one of our algorithms, so a weaker answer
+        # than the one asked for is refused rather than verified.
         qop = params.get("qop")
-        if qop not in (None, "auth"):
-            return AuthResult("invalid", username, "unsupported qop")
-        if qop and not (params.get("cnonce") and re.fullmatch(r"[0-9a-fA-F]{8}", params.get("nc", ""))):
+        if qop != "auth":
+            return AuthResult("invalid", username, "qop not offered" if qop else "no qop: auth was offered")
+        if not (params.get("cnonce") and re.fullmatch(r"[0-9a-fA-F]{8}", params.get("nc", ""))):
             return AuthResult("invalid", username, "qop without cnonce/nc")
         algorithm = params.get("algorithm", "MD5")
+        if algorithm.upper() not in (offered.upper() for offered in self.algorithms):
+            return AuthResult("invalid", username, "algorithm not offered")
         # Compare against something even for unknown users, so timing does not reveal who exists.
         password = self._users.get(username)
         try:

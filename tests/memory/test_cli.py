@@ -40,6 +40,7 @@ def test_edit_show_export_list_and_delete_by_key_as_written(tmp_path: Path, fres
     rc, out, err = memory(operator, "export", "--caller", CALLER, "--output", str(exported))
     assert rc == 0, err
     assert "row(s) read" in err and str(exported) in err  # progress and where it went, on stderr
+    assert exported.stat().st_mode & 0o777 == 0o600  # a caller's whole memory: the operator's eyes only
     data = json.loads(exported.read_text())
     tables = data["tables"]
     assert data["caller"] == CALLER and data["owner_key"] and data["stored"] is True

@@ -24,7 +24,7 @@ def _app():  # type: ignore[no-untyped-def]
     config = load_config(None)
     config.server.data_dir = tempfile.mkdtemp(prefix="voicegate-fuzz-")
     config.server.jwt_secret = SECRET
-    config.server.api_key = "fuzz-api-key"
+    config.server.api_key = "fuzz-api-key-0123456789"
     config.server.patch_rate_per_min = 0
     config.sip.enabled = False
     config.memory.enabled = True
@@ -48,6 +48,6 @@ TOKEN = mint_token(SECRET, "fuzzer", issuer="voicegate", audience="voicegate", t
 @schema.include(path_regex=r"^/(api/memory|token|health)$").parametrize()
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 def test_no_request_gets_a_server_error(case: schemathesis.Case, server: ThreadedServer, tmp_path: Path) -> None:
-    headers = {"Authorization": f"Bearer {TOKEN}", "X-API-Key": "fuzz-api-key"}
+    headers = {"Authorization": f"Bearer {TOKEN}", "X-API-Key": "fuzz-api-key-0123456789"}
     response = case.call(base_url=server.url, headers=headers, timeout=30)
     assert response.status_code < 500, f"{case.method} {case.path} -> {response.status_code}: {response.text[:300]}"

@@ -76,6 +76,21 @@ def test_correct_credentials_verify(which: int) -> None:
     assert (result.status, result.username) == ("ok", "alice")
 
 
+def test_only_the_algorithms_and_qop_our_challenge_offered_are_verified() -> None:
+    """Right password, but an answer weaker than asked for: an algorithm we did not offer (MD5-sess, or MD5
+    from a server offering SHA-256 only) or no qop at all is refused, not verified."""
+    sha_only = DigestAuthenticator("voicegate", {"alice": "s3cret"}, nonce_ttl_s=60, secret=b"k" * 32,
+                                   clock=Clock(), algorithms=("SHA-256",))
+    (offered,) = sha_only.challenges(bind="192.0.2.9")
+    nonce = parse_digest(offered)["nonce"]
+    for algorithm, qop in (("MD5", "auth"), ("MD5-sess", "auth"), ("SHA-256", None)):
+        challenge = f'Digest realm="voicegate", nonce="{nonce}", algorithm={algorithm}'
+        challenge += f', qop="{qop}"' if qop else ""
+        result = sha_only.verify(answer(challenge), "INVITE", "sip:agent@192.0.2.1", bind="192.0.2.9")
+        assert result.status == "invalid", (algorithm, qop, result)
+    assert sha_only.verify(answer(offered), "INVITE", "sip:agent@192.0.2.1", bind="192.0.2.9").status == "ok"
+
+
 def test_wrong_password_unknown_user_and_other_address_are_invalid() -> None:
     auth = authenticator(Clock())
     challenge = auth.challenges(bind="192.0.2.9")[0]
