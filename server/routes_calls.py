@@ -16,9 +16,10 @@ returns when the call is answered or has failed, at most `sip.outbound.timeout_s
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -55,6 +56,16 @@ def presented_key(request: Request) -> str:
     return token.strip() if scheme.lower() == "bearer" else ""
 
 
+def api_key_guard(api_key: str) -> Callable[[Request], None]:
+    """A route dependency: the key is checked before the body is read or validated, so a client without
+    it learns 401/403 and nothing about what a valid body looks like."""
+
+    def guard(request: Request) -> None:
+        require_api_key(request, api_key)
+
+    return guard
+
+
 def require_api_key(request: Request, api_key: str) -> None:
     if not api_key:
         raise ApiError(403, "outbound_calls_disabled",
@@ -89,9 +100,9 @@ def install_call_routes(app: FastAPI, gateway: Gateway) -> None:
     api_key = gateway.config.server.api_key
 
     @app.post("/calls", tags=["calls"], status_code=201, response_model=CallPlaced,
-              responses={401: {}, 403: {}, 404: {}, 422: {}, 502: {}, 503: {}, 504: {}})
+              responses={401: {}, 403: {}, 404: {}, 422: {}, 502: {}, 503: {}, 504: {}},
+              dependencies=[Depends(api_key_guard(api_key))])
     async def place_call(request: Request, call: CallRequest) -> Any:
-        require_api_key(request, api_key)
         handler = gateway.sip_calls
         if handler is None:
             raise ApiError(404, "sip_disabled", "SIP is off on this server ([sip] enabled = false)")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,7 +25,7 @@ from internal.sip.voice_call import SIP_CALL_ID
 from internal.sip.voice_transfer import NotTransferable, TargetNotAllowed, TransferRefused
 from server.errors import ApiError, error_body
 from server.gateway import Gateway
-from server.routes_calls import require_api_key
+from server.routes_calls import api_key_guard
 
 
 class TransferRequest(BaseModel):
@@ -56,9 +56,9 @@ def install_transfer_routes(app: FastAPI, gateway: Gateway) -> None:
     api_key = gateway.config.server.api_key
 
     @app.post("/calls/{call}/transfer", tags=["calls"], status_code=202, response_model=TransferAccepted,
-              responses={401: {}, 403: {}, 404: {}, 409: {}, 422: {}, 502: {}})
+              responses={401: {}, 403: {}, 404: {}, 409: {}, 422: {}, 502: {}},
+              dependencies=[Depends(api_key_guard(api_key))])
     async def transfer_call(request: Request, call: str, body: TransferRequest) -> Any:
-        require_api_key(request, api_key)
         session = find_call(gateway, call)
         transfers = gateway.sip_transfers
         if transfers is None:

@@ -115,18 +115,48 @@ class BodySizeLimit:
             await JSONResponse(error_body(error.code, error.message), 413, headers={"Connection": "close"})(
                 scope, receive, send)
             return
-        received = 0
+        if declared is not None and declared.isdigit():
+            # Announced within the limit; a client that sends more than it announced is cut off.
+            received = 0
 
-        async def limited() -> Message:
-            nonlocal received
+            async def limited() -> Message:
+                nonlocal received
+                message = await receive()
+                if message["type"] == "http.request":
+                    received += len(message.get("body", b""))
+                    if received > self.max_bytes:
+                        raise self._too_large()
+                return message
+
+            await self.app(scope, limited, send)
+            return
+        # Streamed without a length (chunked): read it here, up to the limit, so an oversized body gets the
+        # same 413 whatever route it was sent to (a route's JSON parser would turn a limit raised inside
+        # its read into a 400), then hand the app what was read.
+        messages: list[Message] = []
+        size = 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise self._too_large()
-            return message
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                while message.get("more_body", False) and size <= DISCARD_LIMIT_BYTES:  # then the 413 is read
+                    message = await receive()
+                    size += len(message.get("body", b""))
+                error = self._too_large()
+                await JSONResponse(error_body(error.code, error.message), 413, headers={"Connection": "close"})(
+                    scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+        pending = iter(messages)
 
-        await self.app(scope, limited, send)
+        async def replay() -> Message:
+            return next(pending, None) or await receive()
+
+        await self.app(scope, replay, send)
 
     @staticmethod
     async def _discard(receive: Receive, declared: int) -> None:

@@ -77,6 +77,14 @@ async def test_calls_route_is_never_open(tmp_path: Path) -> None:
             response = await client.post("/calls", json=body, headers=headers)
             assert response.status_code == 401, headers
             assert response.headers["WWW-Authenticate"] == "Bearer"
+        # Without the key, a bad body is not worth validating: 401 first, never a 422 that describes the
+        # schema. The same for a transfer.
+        for path in ("/calls", "/calls/some-call/transfer"):
+            for bad in ({"to": 5, "extra": True}, {}):
+                response = await client.post(path, json=bad)
+                assert response.status_code == 401, (path, bad, response.text)
+        authorised = await client.post("/calls", json={"to": 5}, headers=AUTH)
+        assert authorised.status_code == 422  # with the key, the body is checked
 
 
 async def test_post_calls_connects_and_the_callee_hears_the_outgoing_greeting(

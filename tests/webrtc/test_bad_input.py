@@ -50,6 +50,17 @@ async def test_a_body_over_the_limit_gets_413(config: Config) -> None:
 
         streamed = await http.post("/whip", content=chunked(), headers=SDP)  # type: ignore[arg-type]
         assert streamed.status_code == 413
+        # The same on a JSON route, whose parser would have turned the limit into a 400.
+        for path in ("/api/memory", "/calls", "/token"):
+            json_route = await http.request("POST" if path != "/api/memory" else "PATCH", path, content=chunked(),
+                                            headers={"Content-Type": "application/json"})  # type: ignore[arg-type]
+            assert json_route.status_code == 413, (path, json_route.text)
+            assert json_route.json()["error"]["code"] == "body_too_large"
+        async def little() -> object:
+            yield b"v=0\r\n"
+
+        small = await http.post("/whip", content=little(), headers=SDP)  # type: ignore[arg-type]
+        assert small.status_code not in (413, 500), small.text  # a small streamed body still reaches the route
         assert (await http.get("/health")).status_code == 200
         assert len(server.sessions) == 0
 
