@@ -16,6 +16,7 @@ extension to WHIP, not part of RFC 9725.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,6 +62,12 @@ class ResumeTokens:
         self._session_by_digest[digest] = session.id
         self._digest_by_session[session.id] = digest
         return token
+
+    def holds(self, session_id: str, token: str | None) -> bool:
+        """Whether `token` is the session's current resume token (the proof an anonymous caller has that
+        a session is theirs: anyone may be anonymous, only its client has the token)."""
+        digest = self._digest_by_session.get(session_id)
+        return bool(token) and digest is not None and hmac.compare_digest(digest, _digest(token or ""))
 
     def redeem(self, token: str | None, caller: CallerIdentity) -> ResumeOutcome:
         """Spend `token` to resume its session, if it is live and belongs to `caller`."""

@@ -173,6 +173,11 @@ class WhipEndpoint:
         if session is None or session.ended or session.transport != "webrtc" \
                 or not same_caller(session.identity, caller):
             raise not_found("no such WHIP session (it ended, or was never yours)")
+        # Every anonymous caller is "the same caller": for them only the session's resume token (sent
+        # back as X-Resume-Token) shows the session is theirs, not its id, which logs and URLs carry.
+        presented = request.headers.get(RESUME_TOKEN_HEADER)
+        if session.identity.is_anonymous and not self.tokens.holds(session.id, presented):
+            raise not_found("no such WHIP session (it ended, or was never yours)")
         return session
 
     async def delete(self, request: Request, resource: str) -> Response:

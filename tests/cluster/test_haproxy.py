@@ -169,7 +169,7 @@ async def test_the_memory_api_answers_from_any_node_and_a_draining_node_keeps_on
                 after = (await logged(balancer, "GET", "/api/memory", before + 6))[before:]
                 assert holder_name not in {node for node, _ in after}, after
                 # ... but the session stuck to it still reaches it (option persist): its hang-up ends the drain.
-                assert (await http.delete(caller.location)).status_code == 200
+                assert (await caller.hang_up(http)).status_code == 200
                 assert _session_requests(balancer, "DELETE") == [(holder_name, 200)]
             finally:
                 await caller.close()

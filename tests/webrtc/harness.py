@@ -178,6 +178,10 @@ class WhipClient:
         assert self.response is not None
         return str(self.response.headers["x-resume-token"])
 
+    async def hang_up(self, http: httpx.AsyncClient, headers: dict[str, str] | None = None) -> httpx.Response:
+        """DELETE the session as the page does: with its resume token (an anonymous call's only proof)."""
+        return await http.delete(self.location, headers={"X-Resume-Token": self.resume_token, **(headers or {})})
+
     def send(self, message: str | dict[str, Any]) -> None:
         assert self.channel is not None
         self.channel.send(message if isinstance(message, str) else json.dumps(message))

@@ -72,7 +72,7 @@ async def test_patch_is_answered_405_with_allow_and_the_way_to_recover(config: C
         assert "accept-patch" not in client.response.headers  # type: ignore[union-attr]
         fragment = "a=ice-ufrag:abcd\r\na=ice-pwd:0123456789012345678901\r\n"
         response = await http.patch(client.location, content=fragment, headers={
-            "Content-Type": "application/trickle-ice-sdpfrag", "If-Match": "*"})
+            "Content-Type": "application/trickle-ice-sdpfrag", "If-Match": "*", "X-Resume-Token": client.resume_token})
         assert response.status_code == 405
         assert response.headers["allow"] == "DELETE, OPTIONS"
         assert "resume with POST /whip?resume=TOKEN instead" in response.json()["error"]["message"]
@@ -91,8 +91,11 @@ async def test_delete_of_an_unknown_or_ended_session_is_404(config: Config) -> N
         assert (await http.delete("/whip/0123456789abcdef01234567")).status_code == 404
         client = WhipClient()
         assert (await client.dial(http)).status_code == 201
-        assert (await http.delete(client.location)).status_code == 200
-        assert (await http.delete(client.location)).status_code == 404
+        assert (await http.delete(client.location)).status_code == 404  # anonymous: its id alone is not enough
+        assert (await http.delete(client.location, headers={"X-Resume-Token": "guessed"})).status_code == 404
+        assert server.session_at(client.location) is not None
+        assert (await client.hang_up(http)).status_code == 200  # the client holding its resume token
+        assert (await client.hang_up(http)).status_code == 404
         assert len(server.sessions) == 0
         await client.close()
 

@@ -62,7 +62,7 @@ async def test_spoken_question_is_transcribed_answered_and_heard(
         assert states[:3] == ["thinking", "speaking", "listening"]
         assert {"stt", "first_audio"} <= {e["stage"] for e in client.of_type("timing")}
 
-        ended = await http.delete(client.location)
+        ended = await client.hang_up(http)
         assert ended.status_code == 200
         ending = await client.wait_for(lambda e: e["type"] == "connection" and e["state"] == "ended")
         assert ending["reason"] == "client hung up"

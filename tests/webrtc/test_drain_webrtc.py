@@ -52,6 +52,6 @@ async def test_the_drain_ends_as_soon_as_the_last_browser_call_hangs_up(config: 
         draining = asyncio.create_task(drain(server.gateway, 120.0))
         await wait_until(lambda: server.gateway.draining, what="the drain to start")
         assert not draining.done()
-        assert (await http.delete(caller.location)).status_code == 200  # in-dialog requests still served
+        assert (await caller.hang_up(http)).status_code == 200  # in-dialog requests still served
         assert await asyncio.wait_for(draining, 30) == "idle"
         await caller.close()

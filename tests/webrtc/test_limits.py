@@ -55,7 +55,8 @@ async def test_patch_is_rate_limited_on_its_own_bucket(config: Config) -> None:
     async with live_server(config, stt=ScriptedStt([])) as server, server.http() as http:
         client = WhipClient()
         assert (await client.dial(http)).status_code == 201
-        headers = {"Content-Type": "application/trickle-ice-sdpfrag", "If-Match": "*"}
+        headers = {"Content-Type": "application/trickle-ice-sdpfrag", "If-Match": "*",
+                   "X-Resume-Token": client.resume_token}
         assert (await http.patch(client.location, content="a=ice-ufrag:x", headers=headers)).status_code == 405
         limited = await http.patch(client.location, content="a=ice-ufrag:x", headers=headers)
         assert limited.status_code == 429

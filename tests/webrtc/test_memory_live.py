@@ -81,8 +81,7 @@ async def browser_call(server: LiveServer, subject: str | None, text: str, *, he
                                   and e["text"] != client.of_type("transcript")[0]["text"])
         else:
             await client.wait_for(lambda e: e["type"] == "transcript" and e["role"] == "user")
-        hang_up = await http.delete(client.location, headers={"Authorization": f"Bearer {token(subject)}"}
-                                    if subject else {})
+        hang_up = await client.hang_up(http, {"Authorization": f"Bearer {token(subject)}"} if subject else {})
         assert hang_up.status_code == 200, hang_up.text  # the call ends now, not when its grace runs out
     await client.close()
     assert server.gateway.sessions is not None and server.gateway.session_memory is not None

@@ -266,10 +266,13 @@ async function hangUp() {
   if (!call) return;
   call.hungUp = true;
   const location = call.location;
+  const stored = JSON.parse(sessionStorage.getItem(RESUME_KEY) || "null");
   endCall(true);
   if (location) {
     try {
-      await fetch(location, { method: "DELETE", headers: authHeaders() });
+      // An anonymous call is ended only by the client holding its resume token.
+      const headers = { ...authHeaders(), ...(stored && stored.token ? { "X-Resume-Token": stored.token } : {}) };
+      await fetch(location, { method: "DELETE", headers });
     } catch {
       // the server reaps the session after its grace period anyway
     }
