@@ -109,6 +109,9 @@ class SipAuthConfig(Section):
 class SipOutboundConfig(Section):
     username: str = ""
     password: str = ""
+    # The provider's digest realm: the credentials answer its challenges only. Empty: they answer only
+    # calls that go through `proxy` (with neither, they are never sent).
+    realm: str = ""
     from_user: str = "voicegate"
     proxy: str = ""
     timeout_s: float = Field(30.0, gt=0)

@@ -43,7 +43,7 @@ from internal.sip.timers import TimerSettings
 from internal.sip.transaction import InviteServerTransaction, ServerTransaction
 from internal.sip.transfer import TransferSubscriptions
 from internal.sip.transport import Address
-from internal.sip.uac import OutboundInvite, parse_target
+from internal.sip.uac import NO_REALM, OutboundInvite, parse_target
 from internal.sip.uas import InboundInvite, capability_headers, handle_reinvite, on_ack
 from internal.sip.update import handle_prack, handle_update
 from internal.sip.uri import SipUri, UriError
@@ -166,8 +166,12 @@ class UserAgent:
         Unset arguments come from `sip.outbound` (timeout_s, username/password, from_user, proxy).
         """
         outbound = self.config.outbound
+        realm: str | None = None  # None: explicit credentials, for whoever challenges this call
         if credentials is None and outbound.username:
             credentials = (outbound.username, outbound.password)
+            # The account's password goes to its provider only: a callee (any host POST /calls names)
+            # that challenges must not get a digest of it to crack offline or replay.
+            realm = outbound.realm or ("" if (proxy or outbound.proxy) else NO_REALM)
         proxy_text = proxy or outbound.proxy
         proxy_uri: SipUri | None = None
         if proxy_text:
@@ -177,7 +181,7 @@ class UserAgent:
             proxy_uri.params.setdefault("lr", None)  # we only speak loose routing to an outbound proxy
         invite = OutboundInvite(
             self, parse_target(target), offer, from_user=from_user or outbound.from_user,
-            credentials=credentials, proxy=proxy_uri,
+            credentials=credentials, proxy=proxy_uri, realm=realm,
         )
         return await invite.run(timeout_s if timeout_s is not None else outbound.timeout_s)
 

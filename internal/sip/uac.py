@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 MAX_422_RETRIES = 2  # RFC 4028 7.1: each 422 raises the interval; a third one means a peer that loops
 
 
+NO_REALM = "\x00none"  # OutboundInvite.realm: the credentials answer nobody
+
+
 def make_cancel(invite: SipRequest) -> SipRequest:
     """9.1: same Request-URI, Call-ID, From, To, CSeq number and top Via (branch) as the INVITE."""
     headers = Headers()
@@ -61,13 +64,16 @@ def parse_target(target: str) -> SipUri:
 
 class OutboundInvite:
     def __init__(self, ua: UaCore, target: SipUri, offer: SessionDescription, *, from_user: str,
-                 credentials: tuple[str, str] | None, proxy: SipUri | None) -> None:
+                 credentials: tuple[str, str] | None, proxy: SipUri | None, realm: str | None = None) -> None:
         self.ua = ua
         self.target = target
         self.offer = offer
         self.from_user = from_user
         self.credentials = credentials
         self.proxy = proxy
+        # Whose challenges the credentials answer: None anyone's (they were given for this call), "" any
+        # realm (the call goes through the provider's proxy), NO_REALM nobody's, else that realm only.
+        self.realm = realm
         self.provisional = False
         self.call_id = ua.stack.new_call_id()
         self.from_tag = new_tag()
@@ -158,6 +164,12 @@ class OutboundInvite:
             challenge = choose_challenge(challenges)
         except DigestError as exc:
             raise CallFailed(response.status, response.reason) from exc
+        offered = challenge.get("realm", "")
+        if self.realm == NO_REALM or (self.realm and offered.lower() != self.realm.lower()):
+            log.warning("outbound call challenged by a realm the credentials are not for; not answered",
+                        extra={"sip_status": response.status, "realm": offered[:64]})
+            raise CallFailed(response.status, f"{response.reason} (realm {offered[:64]!r} is not "
+                             "sip.outbound.realm: credentials withheld)")
         username, password = self.credentials
         value = authorization_header(
             challenge, method="INVITE", uri=self.invite.uri, username=username, password=password

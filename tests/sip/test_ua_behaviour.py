@@ -209,6 +209,27 @@ async def test_uac_answers_a_digest_challenge_and_the_uas_sees_the_number(make_u
     assert caller.reasons == ["hangup"]
 
 
+@pytest.mark.parametrize(("realm", "answered"), [("voicegate", True), ("provider.example", False), ("", False)])
+async def test_the_configured_account_answers_only_its_providers_realm(
+        make_ua: UaFactory, realm: str, answered: bool) -> None:
+    """sip.outbound's password is the provider's: a callee that challenges in another realm (any host a
+    POST /calls names), or any callee when neither a realm nor a proxy is configured, never gets a
+    digest of it to crack or replay."""
+    callee = RecordingHandler()
+    uas = await make_ua(callee, auth={"enabled": True, "users": {"trunk": "pw"}})  # realm "voicegate"
+    uac = await make_ua(RecordingHandler(), outbound={"username": "trunk", "password": "pw", "realm": realm})
+    target = f"sip:agent@127.0.0.1:{uas.local_address().port}"
+    if answered:
+        call = await uac.call(target, build_offer("127.0.0.1", 40010), timeout_s=20)
+        assert call.answer is not None
+        await uac.hangup(call.dialog)
+        return
+    with pytest.raises(CallFailed) as failed:
+        await uac.call(target, build_offer("127.0.0.1", 40010), timeout_s=20)
+    assert failed.value.status == 401 and "withheld" in str(failed.value)
+    assert callee.answered == []
+
+
 @pytest.mark.parametrize(("credentials", "status"), [(None, 401), (("trunk", "wrong"), 403)])
 async def test_uac_without_valid_credentials_fails(
     make_ua: UaFactory, credentials: tuple[str, str] | None, status: int
