@@ -134,7 +134,7 @@ class Registration:
     def peer(self) -> RegistrarPeer | None:
         if self.dest is None:
             return None
-        return RegistrarPeer(self.dest.host, self.status.up)
+        return RegistrarPeer(self.dest.host, self.status.up, self.dest.transport)
 
     # ---- the loop --------------------------------------------------------------------------------
 
@@ -277,5 +277,5 @@ class Registrations:
         now = time.time()
         return [item.status.describe(now) for item in self.items]
 
-    def trusted_sources(self) -> list[str]:
-        return registrar_sources(peer for item in self.items if (peer := item.peer) is not None)
+    def trusted_sources(self, transport: str | None = None) -> list[str]:
+        return registrar_sources((peer for item in self.items if (peer := item.peer) is not None), transport)

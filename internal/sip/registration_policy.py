@@ -92,9 +92,13 @@ class RegistrarPeer:
 
     host: str
     registered: bool
+    transport: str = "udp"  # how the registration reached it: the only transport its trust covers
 
 
-def registrar_sources(peers: Iterable[RegistrarPeer]) -> list[str]:
+def registrar_sources(peers: Iterable[RegistrarPeer], transport: str | None = None) -> list[str]:
     """Addresses to treat like `sip.trusted_peers`: only while registered, since that is when the
-    registrar routes calls for our account to us (and when we have proved our account to it)."""
-    return sorted({peer.host for peer in peers if peer.registered})
+    registrar routes calls for our account to us (and when we have proved our account to it), and,
+    given a `transport`, only registrars reached over it: a registrar we reach over TLS vouches for
+    INVITEs over TLS, not for a UDP packet anyone can send with its address."""
+    return sorted({peer.host for peer in peers
+                   if peer.registered and (transport is None or peer.transport == transport)})

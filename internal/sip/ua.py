@@ -145,6 +145,11 @@ class UserAgent:
         """sip.trusted_peers plus the registrars we are registered with (docs/sip.md "Registration")."""
         return [*self.config.trusted_peers, *self.registrations.trusted_sources()]
 
+    def trusted_peers_for(self, transport: str) -> list[str]:
+        """What a message that arrived over `transport` may be trusted from: sip.trusted_peers, and the
+        registrars whose registration went over that same transport."""
+        return [*self.config.trusted_peers, *self.registrations.trusted_sources(transport)]
+
     @property
     def dialogs(self) -> list[Dialog]:
         return [leg.dialog for leg in self.calls.legs()]

@@ -77,7 +77,7 @@ class InboundInvite:
     def _authenticate(self) -> tuple[bool, str | None]:
         """(may proceed, authenticated username). Responds itself when it may not proceed."""
         auth = self.ua.authenticator
-        if auth is None or is_trusted(self.source.host, self.ua.trusted_peers):
+        if auth is None or is_trusted(self.source.host, self.ua.trusted_peers_for(self.source.transport)):
             return True, None
         header = self.request.headers.get("Authorization")
         if header is None:
@@ -116,7 +116,7 @@ class InboundInvite:
             return
         self.timer = timer
         identity = resolve_sip_identity(
-            request, self.source.host, trusted_peers=ua.trusted_peers,
+            request, self.source.host, trusted_peers=ua.trusted_peers_for(self.source.transport),
             authenticated_user=username, region=ua.config.default_region, shared_numbers=ua.shared_numbers,
         )
         log.info("sip incoming call", extra={"sip_call_id": request.call_id, "sip_identity": identity.reason})

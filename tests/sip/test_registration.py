@@ -107,6 +107,21 @@ def test_only_registrars_we_are_registered_with_are_trusted() -> None:
     assert registrar_sources(peers) == ["192.0.2.10"]
 
 
+def test_a_registrar_reached_over_tls_is_trusted_over_tls_only() -> None:
+    """Its TLS connection proves who it is; a UDP packet with its address proves nothing."""
+    peers = [RegistrarPeer("192.0.2.10", True, "tls"), RegistrarPeer("192.0.2.20", True, "udp")]
+    assert registrar_sources(peers, "tls") == ["192.0.2.10"]
+    assert registrar_sources(peers, "udp") == ["192.0.2.20"]
+    assert registrar_sources(peers, "tcp") == []
+    invite = parse(b"INVITE sip:alice@203.0.113.5 SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.10;branch=z9hG4bK-3\r\n"
+                    b"From: <sip:+14155550100@pbx>;tag=x\r\nTo: <sip:alice@203.0.113.5>\r\nCall-ID: c\r\n"
+                    b"CSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n")
+    assert isinstance(invite, SipRequest)
+    over_udp = resolve_sip_identity(invite, "192.0.2.10", trusted_peers=registrar_sources(peers, "udp"),
+                                    authenticated_user=None, region="US")
+    assert over_udp.is_anonymous  # a forged From over UDP from the TLS registrar's address names nobody
+
+
 def test_an_invite_from_a_registered_registrar_is_resolved_like_a_trusted_peer() -> None:
     invite = parse(b"INVITE sip:alice@203.0.113.5 SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.10;branch=z9hG4bK-2\r\n"
                     b"From: <sip:+14155550100@pbx>;tag=x\r\nTo: <sip:alice@203.0.113.5>\r\nCall-ID: c\r\n"
