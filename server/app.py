@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import hmac
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 
 from internal.config import Config, load_config
@@ -20,11 +21,26 @@ from internal.web import STATIC_DIR
 from server.errors import install_error_handlers
 from server.gateway import Gateway
 from server.routes_agent import install_agent_routes
-from server.routes_calls import install_call_routes
+from server.routes_calls import install_call_routes, presented_key
 from server.routes_memory import install_memory_routes
 from server.routes_transfer import install_transfer_routes
 from server.routes_webrtc import install_webrtc_routes
 from server.version import package_version
+
+ACCOUNT_FIELDS = ("registrar", "username", "last_reason")  # of a registration: for the API key's holder only
+
+
+def holds_api_key(request: Request, api_key: str) -> bool:
+    return bool(api_key) and hmac.compare_digest(presented_key(request).encode(), api_key.encode())
+
+
+def without_accounts(report: dict[str, Any]) -> dict[str, Any]:
+    """/health for anyone: every status and count, but not which accounts are registered where."""
+    registrations = report.get("components", {}).get("sip_registrations", {}).get("registrations", [])
+    for entry in registrations:
+        for key in ACCOUNT_FIELDS:
+            entry.pop(key, None)
+    return report
 
 
 def create_gateway_application(config: Config | None = None, *, tools: ToolRegistry | None = None,
@@ -56,9 +72,11 @@ def create_gateway_application(config: Config | None = None, *, tools: ToolRegis
     install_error_handlers(app)
 
     @app.get("/health")
-    async def health() -> JSONResponse:
+    async def health(request: Request) -> JSONResponse:
         report = await gateway.health()
         report["version"] = package_version()
+        if not holds_api_key(request, cfg.server.api_key):
+            report = without_accounts(report)
         return JSONResponse(report, status_code=200 if report["status"] == "ok" else 503)
 
     @app.get("/metrics", include_in_schema=False)

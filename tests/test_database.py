@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import psycopg
@@ -77,6 +78,31 @@ async def test_database_opens_with_a_connection_string_and_reports_health(fresh_
     finally:
         await database.close()
     assert (await database.health())["ok"] is False
+
+
+async def test_a_fast_health_poller_costs_the_database_one_probe_a_second(
+        fresh_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """/health is public: 200 requests at once, then 100 in a tight loop, take one connection from the
+    pool to probe (SELECT 1), not one each."""
+    database = Database(PgvectorConfig(connection_string=fresh_db), tmp_path)
+    await database.open()
+    probes = 0
+    connection = database.pool.connection
+
+    def counted(*args: object, **kwargs: object) -> object:
+        nonlocal probes
+        probes += 1
+        return connection(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(database.pool, "connection", counted)
+    try:
+        reports = await asyncio.gather(*(database.health() for _ in range(200)))
+        for _ in range(100):
+            reports.append(await database.health())
+        assert all(report["ok"] for report in reports)
+        assert probes <= 2, f"{probes} probes for 300 health checks"
+    finally:
+        await database.close()
 
 
 def test_migration_files_are_well_named() -> None:

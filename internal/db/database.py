@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ from internal.db.migrations import migrate
 
 log = logging.getLogger(__name__)
 
+HEALTH_PROBE_S = 1.0  # the database is asked SELECT 1 at most this often by /health
+
 
 class DatabaseUnavailable(Exception):
     pass
@@ -32,6 +35,9 @@ class Database:
         self._embedded = EmbeddedPostgres(data_dir) if not config.connection_string else None
         self._pool: AsyncConnectionPool | None = None
         self.uri = config.connection_string
+        self._health_lock = asyncio.Lock()
+        self._health_at = -HEALTH_PROBE_S
+        self._health: dict[str, Any] = {}
 
     @property
     def embedded(self) -> bool:
@@ -73,14 +79,20 @@ class Database:
             return await migrate(conn)
 
     async def health(self, timeout_s: float = 2.0) -> dict[str, Any]:
+        """SELECT 1, at most once per HEALTH_PROBE_S however often /health is asked (concurrent askers
+        share one probe): a client polling fast must not turn the endpoint into load on the database."""
         if self._pool is None:
             return {"ok": False, "error": "not open"}
-        try:
-            async with asyncio.timeout(timeout_s), self._pool.connection() as conn:
-                await conn.execute("SELECT 1")
-            return {"ok": True, "embedded": self.embedded}
-        except Exception as exc:  # health reports any failure, it never raises
-            return {"ok": False, "embedded": self.embedded, "error": type(exc).__name__}
+        async with self._health_lock:
+            if time.monotonic() - self._health_at >= HEALTH_PROBE_S:
+                try:
+                    async with asyncio.timeout(timeout_s), self._pool.connection() as conn:
+                        await conn.execute("SELECT 1")
+                    self._health = {"ok": True, "embedded": self.embedded}
+                except Exception as exc:  # health reports any failure, it never raises
+                    self._health = {"ok": False, "embedded": self.embedded, "error": type(exc).__name__}
+                self._health_at = time.monotonic()
+            return dict(self._health)
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None

@@ -21,6 +21,8 @@ from tests.sip.registrar import challenge_round, write_scenario
 
 pytestmark = pytest.mark.slow
 
+API_KEY = "operator-api-key-0123456789"
+
 
 async def test_registration_state_is_in_health_and_metrics_and_ends_with_the_server(tmp_path: Path) -> None:
     registrar_port = free_port()
@@ -30,6 +32,7 @@ async def test_registration_state_is_in_health_and_metrics_and_ends_with_the_ser
     config = load_config(None)
     config.server.data_dir = str(tmp_path / "data")
     config.pipeline.greeting = ""
+    config.server.api_key = API_KEY  # the registrations' accounts are in /health for its holder only
     config.sip.bind = f"127.0.0.1:{free_port()}"
     config.sip.transports = ["udp"]
     config.sip.registrations = [SipRegistration(registrar=f"sip:127.0.0.1:{registrar_port}", username="alice",
@@ -40,8 +43,13 @@ async def test_registration_state_is_in_health_and_metrics_and_ends_with_the_ser
         status = gateway.sip.registrations.statuses()[0]
         await eventually(lambda: status.state == "registered", what="registered")
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as http:
-            health = await http.get("/health")
+            health = await http.get("/health", headers={"X-API-Key": API_KEY})
+            anyone = await http.get("/health")
             metrics = await http.get("/metrics")
+    # Without the API key: the state, not which account is registered where.
+    (public,) = anyone.json()["components"]["sip_registrations"]["registrations"]
+    assert public["state"] == "registered" and "username" not in public and "registrar" not in public
+    assert "alice" not in anyone.text
     component = health.json()["components"]["sip_registrations"]
     assert component["ok"] is True
     (entry,) = component["registrations"]
