@@ -239,6 +239,8 @@ class Gateway:
         self.sip = UserAgent(config.sip, self.sip_calls, digest_algorithms=tuple(config.sip.auth.algorithms),
                              shared_numbers=config.memory.shared_numbers)
         self.sip_calls.ua = self.sip
+        self.sip.stack.transport.on_connection_refused = (
+            lambda reason: self.telemetry.sip_connections_refused.add(1, {"reason": reason}))
         self.sip_calls.on_media_stats = self._count_media
         if config.sip.transfer_targets:
             from internal.sip.voice_transfer import CallTransfers, register_transfer_tool

@@ -190,6 +190,8 @@ class SipConfig(Section):
     session_expires_s: int = Field(1800, ge=0)
     min_se_s: int = Field(90, ge=1)
     max_message_bytes: int = Field(65536, gt=512)
+    max_connections: int = Field(1000, ge=1)  # accepted TCP/TLS connections at once, in all
+    max_connections_per_source: int = Field(32, ge=1)  # ... from one IP address
     invite_rate_per_min: int = Field(120, ge=0)
     user_agent: str = "voicegate"
     outbound_memory: Literal["none", "dialled"] = "none"

@@ -86,6 +86,10 @@ class TransportLayer:
         self._ports: dict[str, tuple[str, int]] = {}
         self._allow = allow
         self._reaper: asyncio.Task[None] | None = None
+        self._accepted: dict[str, int] = {}  # accepted TCP/TLS connections open, by source host
+        self.refused_connections = 0
+        # Told why ("total" or "per_source") each time an accepted connection is refused (a metric).
+        self.on_connection_refused: Callable[[str], None] | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -277,6 +281,31 @@ class TransportLayer:
 
         self._receive(data, source, reply)
 
+    def _admit(self, host: str) -> bool:
+        """An accepted connection from `host` may stay: within sip.max_connections in all and
+        sip.max_connections_per_source from one address; else it is closed at once and counted, so a
+        flood of idle connections cannot exhaust descriptors or memory."""
+        reason = ("total" if sum(self._accepted.values()) >= self._config.max_connections
+                  else "per_source" if self._accepted.get(host, 0) >= self._config.max_connections_per_source
+                  else None)
+        if reason is None:
+            self._accepted[host] = self._accepted.get(host, 0) + 1
+            return True
+        self.refused_connections += 1
+        if self.refused_connections & (self.refused_connections - 1) == 0:  # the 1st, 2nd, 4th, 8th...
+            log.warning("sip connection refused: too many open", extra={"sip_source": host, "sip_reason": reason,
+                                                                        "refused": self.refused_connections})
+        if self.on_connection_refused is not None:
+            self.on_connection_refused(reason)
+        return False
+
+    def _release(self, host: str) -> None:
+        left = self._accepted.get(host, 0) - 1
+        if left > 0:
+            self._accepted[host] = left
+        else:
+            self._accepted.pop(host, None)
+
     def _register(self, connection: _TcpConnection) -> None:
         if connection.peer is not None:
             old = self._connections.get(connection.peer.key)
@@ -340,6 +369,7 @@ class _TcpConnection(asyncio.Protocol):
         self._kind = transport
         self._framer = StreamFramer(layer._max)
         self._transport: asyncio.Transport | None = None
+        self._accepted_from: str | None = None  # counted against the caps while open
         self.last_activity = time.monotonic()
 
     @property
@@ -348,12 +378,20 @@ class _TcpConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
-        if self.peer is None:
+        if self.peer is None:  # accepted, not opened by us: within the caps or closed at once
             host, port = transport.get_extra_info("peername")[:2]
+            if not self._layer._admit(str(host)):
+                self._transport.abort()
+                self._transport = None
+                return
+            self._accepted_from = str(host)
             self.peer = Address(str(host), int(port), self._kind)
         self._layer._register(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._accepted_from is not None:
+            self._layer._release(self._accepted_from)
+            self._accepted_from = None
         self._layer._forget(self)
         self._transport = None
 

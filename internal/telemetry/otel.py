@@ -93,6 +93,10 @@ class Telemetry:
         self.srtp_rejected = meter.create_counter(
             "voicegate_srtp_packets_rejected_total",
             description="SRTP/SRTCP packets dropped: failed authentication or a replay")
+        self.sip_connections_refused = meter.create_counter(
+            "voicegate_sip_connections_refused_total",
+            description="SIP TCP/TLS connections closed on accept: sip.max_connections (reason total) or "
+                        "sip.max_connections_per_source (reason per_source) reached")
         self.rtp_rejected_sources = meter.create_counter(
             "voicegate_rtp_rejected_source_packets_total",
             description="RTP packets from a host the call's SDP and signalling never named, refused by the latch")

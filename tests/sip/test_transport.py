@@ -107,3 +107,47 @@ async def test_tcp_headers_that_never_end_are_cut_off(make_ua: UaFactory) -> Non
     assert await tcp_exchange(ua.local_address("tcp").port, b"OPTIONS sip:a SIP/2.0\r\nX: " + b"y" * 3000) == b""
 
 
+
+
+async def test_a_connection_flood_is_capped_per_source_and_in_all_and_counted(make_ua: UaFactory) -> None:
+    """Idle TCP connections cost a descriptor and a buffer each: past sip.max_connections_per_source from
+    one address (and sip.max_connections in all) a new one is closed at once, and the ones already open,
+    and other addresses, keep working."""
+    ua = await make_ua(RecordingHandler(), max_connections=5, max_connections_per_source=3)
+    port = ua.local_address("tcp").port
+    transport = ua.stack.transport
+    refused: list[str] = []
+    transport.on_connection_refused = refused.append
+    held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+    extra_reader, extra_writer = await asyncio.open_connection("127.0.0.1", port)
+    assert await asyncio.wait_for(extra_reader.read(100), 10) == b""  # closed by the server at once
+    extra_writer.close()
+    assert refused == ["per_source"]
+    others = [await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0))  # 5 open: the cap
+              for _ in range(2)]
+    last_reader, last_writer = await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.3", 0))
+    assert await asyncio.wait_for(last_reader.read(100), 10) == b""
+    last_writer.close()
+    assert refused == ["per_source", "total"] and transport.refused_connections == 2
+    reader, writer = held[0]
+    options = sip_text("OPTIONS", 5060, port, cseq=1).replace(b"UDP", b"TCP")
+    writer.write(options)
+    await writer.drain()
+    assert b"SIP/2.0 200 OK" in await asyncio.wait_for(reader.read(4096), 20)  # what was admitted works
+    for _reader, each in [*held, *others]:
+        each.close()
+    # Closed connections free their places.
+    async def admitted() -> bool:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"\r\n\r\n")
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(100), 10)
+        writer.close()
+        return answer == b"\r\n"
+
+    for _ in range(50):
+        if await admitted():
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("a closed connection's place was never freed")
