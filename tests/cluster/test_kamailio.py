@@ -5,7 +5,10 @@ the trunks gets no identity. Memory across nodes, erasure and drain are in test_
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import secrets
+import socket
 import time
 from pathlib import Path
 
@@ -105,3 +108,47 @@ async def test_a_caller_outside_the_trunks_cannot_assert_an_identity_nor_flood(
     assert memory_decisions(node) == ["anonymous caller"]
     assert replies and replies[0].startswith("SIP/2.0 405"), replies[:3]
     assert sum(r.startswith("SIP/2.0 503") for r in replies) >= 100, replies
+
+
+def forged_in_dialog(proxy: Proxy, next_hop: str, source: socket.socket) -> str:
+    """A to-tagged INVITE (as if a re-INVITE) whose Route names the proxy and whose Request-URI is
+    `next_hop`, carrying the sender's own P-Asserted-Identity: Kamailio's answer, or "" for none."""
+    port = source.getsockname()[1]
+    tag = secrets.token_hex(4)
+    source.sendto((f"INVITE sip:victim@{next_hop} SIP/2.0\r\n"
+                   f"Via: SIP/2.0/UDP 127.0.0.1:{port};branch=z9hG4bK-{tag}\r\n"
+                   f"Route: <sip:{proxy.target};lr>\r\n"
+                   f"From: <sip:+15551234567@forged.invalid>;tag={tag}\r\nTo: <sip:victim@{next_hop}>;tag=theirs\r\n"
+                   f"Call-ID: forged-{tag}\r\nCSeq: 2 INVITE\r\nMax-Forwards: 70\r\n"
+                   "P-Asserted-Identity: <sip:+15551234567@trusted.invalid>\r\nContent-Length: 0\r\n\r\n").encode(),
+                  ("127.0.0.2", proxy.port))
+    source.settimeout(5)
+    try:
+        while True:
+            data = source.recv(4096)
+            if not data.startswith(b"SIP/2.0 1"):
+                return data.split(b"\r\n", 1)[0].decode(errors="replace")
+    except OSError:
+        return ""
+
+
+async def test_a_forged_route_cannot_send_an_in_dialog_request_past_the_proxy_to_another_host(
+        tmp_path: Path, fresh_db: str) -> None:
+    """The proxy is a trusted address to the nodes (and maybe to others): an in-dialog request from a
+    caller may only go to a node, never to a host its own Route or Request-URI names."""
+    with cluster(tmp_path, fresh_db, count=1, trunk_nets="192.0.2.0/24") as (proxy, (node,)), \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as victim, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as caller:
+        victim.bind(("127.0.0.5", 0))
+        caller.bind(("127.0.0.1", 0))
+        answer = await asyncio.to_thread(forged_in_dialog, proxy, f"127.0.0.5:{victim.getsockname()[1]}", caller)
+        victim.settimeout(2)
+        with contextlib.suppress(TimeoutError):
+            leaked = victim.recv(4096)
+            raise AssertionError(f"the proxy relayed a forged in-dialog request:\n{leaked.decode(errors='replace')}")
+        assert answer.startswith("SIP/2.0 403"), answer
+        # A real call's in-dialog requests (ACK, BYE) still reach its node.
+        directory = tmp_path / "call"
+        directory.mkdir()
+        (await run_sipp(directory, scenario(directory), proxy.target, timeout=60)).check()
+        assert await ended_on([node], 1) == [1]
