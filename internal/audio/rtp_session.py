@@ -361,11 +361,12 @@ class RtpSession:
         return not allowed or source[0] in allowed
 
     def _on_rtp(self, data: bytes, source: Address) -> None:
-        if self._locked is not None and source != self._locked:
-            if source != self._signalled or not self._symmetric:
-                self._ignored += 1
-                return
-            self._locked = None  # the very address the SDP gave: it wins back a latch a NAT port had
+        # The very address the SDP gave wins back a latch a NAT port had (once its packet authenticates).
+        relatch = self._symmetric and self._locked is not None and source != self._locked \
+            and source == self._signalled
+        if self._locked is not None and source != self._locked and not relatch:
+            self._ignored += 1
+            return
         if self._symmetric and self._locked is None and not self._may_latch(source):
             self._rejected_sources += 1
             return
@@ -389,7 +390,7 @@ class RtpSession:
                 # a phone that sends only CN while its user is silent must not be hung up on.
                 self._last_rx = self._clock()
             return
-        if self._symmetric and self._locked is None:
+        if self._symmetric and (self._locked is None or relatch):
             self._locked = self._remote = source  # latch: answer where the peer really is (NAT)
             self._rtcp.accept_host = source[0]
             if self._rtcp.remote is None or self._rtcp.remote[0] != source[0]:

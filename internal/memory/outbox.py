@@ -32,6 +32,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+import psycopg
+
 from internal.memory.durable import write_atomically
 from internal.memory.provider import OwnerErased
 
@@ -73,14 +76,8 @@ def transient(exc: BaseException) -> bool:
 def _database_verdict(error: BaseException) -> bool | None:
     """psycopg: a lost or refused connection, a timeout, a deadlock is transient; bad data, a broken
     constraint or statement is not. httpx (a provider over HTTP): transport errors, 429 and 5xx are."""
-    try:
-        import psycopg
-    except ImportError:  # pragma: no cover - psycopg is a dependency
-        psycopg = None  # type: ignore[assignment]
-    if psycopg is not None and isinstance(error, psycopg.Error):
+    if isinstance(error, psycopg.Error):
         return isinstance(error, psycopg.OperationalError | psycopg.InterfaceError)
-    import httpx
-
     if isinstance(error, httpx.HTTPStatusError):
         return error.response.status_code == 429 or error.response.status_code >= 500
     if isinstance(error, httpx.TransportError):

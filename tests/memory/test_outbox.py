@@ -41,6 +41,11 @@ def outbox(directory: Path, **limits: Any) -> HangupOutbox:
     return HangupOutbox(directory, **settings)
 
 
+async def store_down(item: HangupWrite) -> None:
+    """A step whose store cannot be reached: every attempt fails, to be retried."""
+    raise StepFailed("OperationalError")
+
+
 async def wait_until(condition: Any, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -171,10 +176,7 @@ async def test_an_entry_that_keeps_failing_does_not_hold_up_the_ones_behind_it(t
 async def test_a_store_that_keeps_failing_shows_the_outbox_stuck(tmp_path: Path) -> None:
     box = outbox(tmp_path, retry_max_s=0.2)
 
-    async def down(item: HangupWrite) -> None:
-        raise StepFailed("OperationalError")
-
-    box.add_step("digest", down)
+    box.add_step("digest", store_down)
     await box.start()
     await box.put(entry(summary="waiting"))
     await wait_until(lambda: box.stuck)
@@ -187,10 +189,7 @@ async def test_a_store_that_keeps_failing_shows_the_outbox_stuck(tmp_path: Path)
 async def test_pending_writes_survive_a_restart_and_old_ones_expire(tmp_path: Path) -> None:
     first = outbox(tmp_path, max_age_s=10**9)
 
-    async def down(item: HangupWrite) -> None:
-        raise StepFailed("down")
-
-    first.add_step("digest", down)
+    first.add_step("digest", store_down)
     await first.start()
     await first.put(entry(summary="kept"))
     await first.put(entry(owner="ef" * 32, summary="too old", created_at=time.time() - 7200))
@@ -212,10 +211,7 @@ async def test_pending_writes_survive_a_restart_and_old_ones_expire(tmp_path: Pa
 async def test_a_full_outbox_drops_its_oldest_entry(tmp_path: Path) -> None:
     box = outbox(tmp_path, max_entries=3)
 
-    async def down(item: HangupWrite) -> None:
-        raise StepFailed("down")
-
-    box.add_step("digest", down)
+    box.add_step("digest", store_down)
     await box.start()
     for n in range(5):
         await box.put(entry(owner=f"{n:02d}" * 32, created_at=time.time() - 100 + n, summary=str(n)))
