@@ -20,6 +20,7 @@ from internal.tts.base import TextToSpeech
 from internal.web import STATIC_DIR
 from server.errors import install_error_handlers
 from server.gateway import Gateway
+from server.routes_admin import install_admin_routes
 from server.routes_agent import install_agent_routes
 from server.routes_calls import install_call_routes, presented_key
 from server.routes_memory import install_memory_routes
@@ -91,6 +92,7 @@ def create_gateway_application(config: Config | None = None, *, tools: ToolRegis
 
     install_webrtc_routes(app, gateway)
     install_memory_routes(app, gateway)
+    install_admin_routes(app, gateway)
     install_call_routes(app, gateway)
     install_transfer_routes(app, gateway)
     install_agent_routes(app, gateway)

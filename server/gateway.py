@@ -18,7 +18,7 @@ from internal.db import Database
 from internal.identity import CallerIdentity
 from internal.llm.base import ChatModel
 from internal.memory.runtime import FrontendMemoryRuntime
-from internal.memory.sessions import SessionMemory
+from internal.memory.sessions import SESSION_DIGEST_STEP, SessionMemory
 from internal.pipeline.events import EventSink
 from internal.pipeline.pipeline import VoicePipeline
 from internal.pipeline.responder import SESSION_SPAN
@@ -280,8 +280,8 @@ class Gateway:
         elif automatic:
             log.warning("memory.auto is on but no model key is configured ([memory] api_key or [openai] api_key)")
         if memory.session_digests:
-            session_memory.add_after_session(
-                "session_digest", SessionDigestRecorder(session_memory.runtime, model, memory.digest_retention_days))
+            session_memory.add_after_session(SESSION_DIGEST_STEP, SessionDigestRecorder(
+                session_memory.runtime, model, memory.session_digest_retention_days))
 
     async def open_session(self, identity: CallerIdentity, transport: TransportKind) -> Session:
         """A new session for a verified (or anonymous) caller, with their memory loaded when enabled.

@@ -1,7 +1,10 @@
 """`voicegate memory ...`: the operator's tools for caller memory (subject access, deletion, retention).
 
-Every command goes through FrontendMemoryRuntime like the rest of the server. Exit codes: 0 done,
-1 failure (unreachable store, refused edit), 3 the caller has no memory, 4 cancelled at the prompt.
+Every command goes through FrontendMemoryRuntime like the rest of the server. The in-process provider
+(`memory.provider = "memory"`) lives inside `voicegate serve`, so there `delete` asks the running server
+(DELETE /api/admin/memory/{caller}, with server.api_key) and the other actions refuse rather than read an
+empty store of their own. Exit codes: 0 done, 1 failure (unreachable store or server, refused edit),
+3 the caller has no memory, 4 cancelled at the prompt.
 """
 
 from __future__ import annotations
@@ -9,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -19,15 +21,17 @@ from typing import Any
 
 from internal.config import Config
 from internal.identity import CallerIdentity
-from internal.identity.phone import normalise_e164
 from internal.memory.durable import write_atomically
 from internal.memory.owner import OwnerKeySecretError
 from internal.memory.provider import ChangeContext
 from internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
-from internal.memory.subject import delete_everywhere, export_everything
+from internal.memory.subject import delete_everywhere, export_everything, is_owner_key, resolve_caller
 from server.cli_logging import configure_tool_logging
 
 EXIT_OK, EXIT_FAILED, EXIT_UNKNOWN_CALLER, EXIT_CANCELLED = 0, 1, 3, 4
+IN_SERVER = ('memory.provider = "memory" keeps memory inside the running server, not in a store this command '
+             "can open; use the server's HTTP API (GET /api/memory as the caller, "
+             "DELETE /api/admin/memory/{caller} with server.api_key), or `voicegate memory delete`, which asks it")
 
 
 def add_memory_commands(commands: Any) -> None:
@@ -49,7 +53,11 @@ def add_memory_commands(commands: Any) -> None:
     export = actions.add_parser("export", help="everything stored of a caller, as JSON (subject-access requests)")
     caller_args(export, by_key=True)
     export.add_argument("--output", "-o", metavar="FILE", help="write the JSON here (default: standard output)")
-    delete = actions.add_parser("delete", help="delete every trace of a caller's memory, on every node")
+    delete = actions.add_parser(
+        "delete", help="delete every trace of a caller's memory, on every node",
+        description="Delete every trace of a caller's memory, on every node. With memory.provider = \"memory\" "
+                    "the memory lives inside `voicegate serve`: this asks the running server (DELETE "
+                    "/api/admin/memory/{caller} at server.host:server.port, with server.api_key).")
     caller_args(delete, by_key=True)
     delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     listing = actions.add_parser("list", help="callers with memory: keys, sizes, ages")
@@ -68,19 +76,6 @@ def add_memory_commands(commands: Any) -> None:
     memory.set_defaults(run=run_memory)
 
 
-def resolve_caller(caller: str, kind: str | None, region: str) -> CallerIdentity:
-    if kind is None:
-        identity = CallerIdentity.parse(caller)
-    else:
-        identity = CallerIdentity(kind, caller)  # type: ignore[arg-type]
-    if identity.kind == "sip":
-        number = normalise_e164(identity.value, region)
-        if number is None:
-            raise ValueError(f"not a valid phone number: {identity.value!r}")
-        identity = CallerIdentity("sip", number)
-    return identity
-
-
 def run_memory(args: argparse.Namespace, config: Config) -> int:
     configure_tool_logging(config)
     try:
@@ -97,6 +92,8 @@ async def _run(args: argparse.Namespace, config: Config) -> int:
 
     caller = getattr(args, "caller", None)
     identity = resolve_caller(caller, args.kind, config.sip.default_region) if caller else None
+    if config.memory.provider == "memory":
+        return await _in_server(args, config, identity)
     async with AsyncExitStack() as stack:
         database = None
         if needs_database(config) and config.memory.provider == "pgvector":
@@ -125,11 +122,15 @@ async def _run(args: argparse.Namespace, config: Config) -> int:
             return EXIT_FAILED
 
 
+def _checked_key(key: str) -> str:
+    if not is_owner_key(key):
+        raise ValueError("--owner-key is the 64-hex-digit key `voicegate memory list` shows in full with --full")
+    return key
+
+
 def _owner(runtime: FrontendMemoryRuntime, identity: CallerIdentity | None, key: str | None = None) -> str:
     if key:
-        if not re.fullmatch(r"[0-9a-f]{64}", key):
-            raise ValueError("--owner-key is the 64-hex-digit key `voicegate memory list` shows in full with --full")
-        return key
+        return _checked_key(key)
     assert identity is not None
     owner = runtime.owner_key(identity)
     assert owner is not None
@@ -176,19 +177,20 @@ async def _export(args: argparse.Namespace, runtime: FrontendMemoryRuntime, iden
     return EXIT_OK
 
 
-async def _delete(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identity: CallerIdentity | None) -> int:
-    owner = _owner(runtime, identity, getattr(args, "owner_key", None))
-    who = _who(args, owner)
-    if not args.yes:
-        if not sys.stdin.isatty():
-            print("voicegate memory delete: refusing without --yes when not at a terminal", file=sys.stderr)
-            return EXIT_CANCELLED
-        answer = await asyncio.to_thread(input, f"Delete all memory of {who}? This cannot be undone. [y/N] ")
-        if answer.strip().lower() not in ("y", "yes"):
-            print("cancelled")
-            return EXIT_CANCELLED
-    print(f"deleting memory of {who} ...", file=sys.stderr)
-    removed, announced = await delete_everywhere(runtime, owner, runtime.outbox_dir)
+async def _confirmed(args: argparse.Namespace, who: str) -> bool:
+    if args.yes:
+        return True
+    if not sys.stdin.isatty():
+        print("voicegate memory delete: refusing without --yes when not at a terminal", file=sys.stderr)
+        return False
+    answer = await asyncio.to_thread(input, f"Delete all memory of {who}? This cannot be undone. [y/N] ")
+    if answer.strip().lower() not in ("y", "yes"):
+        print("cancelled")
+        return False
+    return True
+
+
+def _report_erasure(removed: dict[str, int], announced: bool, who: str) -> int:
     for place, count in removed.items():
         print(f"  {place}: {count} removed")
     total = sum(removed.values())
@@ -199,6 +201,47 @@ async def _delete(args: argparse.Namespace, runtime: FrontendMemoryRuntime, iden
         return EXIT_UNKNOWN_CALLER
     print(f"deleted {total} record(s) of {who}")
     return EXIT_OK
+
+
+async def _delete(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identity: CallerIdentity | None) -> int:
+    owner = _owner(runtime, identity, getattr(args, "owner_key", None))
+    who = _who(args, owner)
+    if not await _confirmed(args, who):
+        return EXIT_CANCELLED
+    print(f"deleting memory of {who} ...", file=sys.stderr)
+    removed, announced = await delete_everywhere(runtime, owner, runtime.outbox_dir)
+    return _report_erasure(removed, announced, who)
+
+
+async def _in_server(args: argparse.Namespace, config: Config, identity: CallerIdentity | None) -> int:
+    """The in-process provider's memory exists only in the running server: a deletion asks it over HTTP
+    (the same erasure, there), and no other action pretends to read a store this process does not have."""
+    from server.admin_client import AdminClient, AdminRefused
+    from server.routes_admin import BY_OWNER_KEY
+
+    command = f"voicegate memory {args.memory_command}"
+    if args.memory_command != "delete":
+        print(f"{command}: {IN_SERVER}", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        server = AdminClient(config)
+    except AdminRefused as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    key = None if identity is not None else _checked_key(args.owner_key)
+    who = _who(args, key or "")
+    if not await _confirmed(args, who):
+        return EXIT_CANCELLED
+    print(f"deleting memory of {who} in the server at {server.url} ...", file=sys.stderr)
+    try:
+        if identity is not None:
+            erasure = await server.delete_memory(str(identity.resource_id))
+        else:
+            erasure = await server.delete_memory(str(key), BY_OWNER_KEY)
+    except AdminRefused as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    return _report_erasure(erasure.removed, erasure.servers_told, who)
 
 
 async def _list(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identity: CallerIdentity | None) -> int:

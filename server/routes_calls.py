@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -56,22 +57,34 @@ def presented_key(request: Request) -> str:
     return token.strip() if scheme.lower() == "bearer" else ""
 
 
-def api_key_guard(api_key: str) -> Callable[[Request], None]:
+@dataclass(frozen=True, slots=True)
+class KeyedRoute:
+    """How a route that only the API key's holder may use names itself when it refuses a request."""
+
+    name: str  # "POST /calls"
+    closed_code: str  # the 403's code when no server.api_key is configured
+    closed_why: str  # why the route is then closed rather than open to anyone
+
+
+OUTBOUND_CALLS = KeyedRoute("POST /calls", "outbound_calls_disabled", "outbound calling is never open")
+
+
+def api_key_guard(api_key: str, route: KeyedRoute = OUTBOUND_CALLS) -> Callable[[Request], None]:
     """A route dependency: the key is checked before the body is read or validated, so a client without
     it learns 401/403 and nothing about what a valid body looks like."""
 
     def guard(request: Request) -> None:
-        require_api_key(request, api_key)
+        require_api_key(request, api_key, route)
 
     return guard
 
 
-def require_api_key(request: Request, api_key: str) -> None:
+def require_api_key(request: Request, api_key: str, route: KeyedRoute = OUTBOUND_CALLS) -> None:
     if not api_key:
-        raise ApiError(403, "outbound_calls_disabled",
-                       "POST /calls needs server.api_key to be configured: outbound calling is never open")
+        raise ApiError(403, route.closed_code,
+                       f"{route.name} needs server.api_key to be configured: {route.closed_why}")
     if not hmac.compare_digest(presented_key(request).encode(), api_key.encode()):
-        raise ApiError(401, "unauthorized", "POST /calls requires the server's API key "
+        raise ApiError(401, "unauthorized", f"{route.name} requires the server's API key "
                        "(X-API-Key or Authorization: Bearer)", {"WWW-Authenticate": "Bearer"})
 
 

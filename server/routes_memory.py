@@ -75,6 +75,13 @@ def memory_body(documents: dict[Scope, MemoryDocument], max_chars: int) -> dict[
             "limits": {"max_chars": max_chars}}
 
 
+def memory_runtime(gateway: Gateway) -> FrontendMemoryRuntime:
+    """The server's memory, or the 404 every memory route answers when memory is off."""
+    if gateway.memory is None:
+        raise ApiError(404, "memory_disabled", "memory is not enabled on this server ([memory] enabled)")
+    return gateway.memory
+
+
 def install_memory_routes(app: FastAPI, gateway: Gateway) -> None:
     config = gateway.config
     limiter = TokenBucketLimiter(config.server.patch_rate_per_min)
@@ -86,9 +93,7 @@ def install_memory_routes(app: FastAPI, gateway: Gateway) -> None:
         return existing  # type: ignore[no-any-return]
 
     def runtime() -> FrontendMemoryRuntime:
-        if gateway.memory is None:
-            raise ApiError(404, "memory_disabled", "memory is not enabled on this server ([memory] enabled)")
-        return gateway.memory
+        return memory_runtime(gateway)
 
     async def owner_of(request: Request | _WithQueryToken) -> str:
         memory = runtime()

@@ -59,3 +59,13 @@ def test_content_fields_are_dropped_unless_content_logging_is_on() -> None:
     log, stream = capture(log_content=True)
     log.info("turn", extra={"text": "hello there"})
     assert lines(stream)[0]["text"] == "hello there"
+
+
+def test_memory_text_is_never_logged_even_with_content_logging_on() -> None:
+    for log_content in (False, True):
+        log, stream = capture(log_content=log_content)
+        log.info("memory loaded", extra={"memory": "- The caller has diabetes.", "memory_context": "<caller_memory>",
+                                         "preferences": "- Call me Sam.", "chars": 26})
+        (entry,) = lines(stream)
+        assert entry["chars"] == 26
+        assert "diabetes" not in stream.getvalue() and "Call me Sam" not in stream.getvalue(), log_content

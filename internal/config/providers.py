@@ -163,6 +163,21 @@ class MemoryConfig(Section):
     read_timeout_ms: int = Field(300, gt=0)
     shared_numbers: list[str] = Field(default_factory=list)  # normalised to E.164 by load_config
 
+    @property
+    def erasure_fence_s(self) -> float:
+        """How long an erasure's epoch record must outlive the erasure: past the retention, and past the
+        longest a write begun before it can still wait to land (a pending hang-up write lives up to
+        `outbox_max_age_h`), plus a day for a call that was live at the erasure. Derived, never set, so
+        no configuration can make the fence expire before the writes it stops."""
+        return max(self.retention_days * 86400.0, self.outbox_max_age_h * 3600.0) + 86400.0
+
+    @property
+    def session_digest_retention_days(self) -> float:
+        """How long a session digest lives: `digest_retention_days`, but never longer than
+        `retention_days`, the promise made for everything memory keeps of a caller (a digest holds what
+        the call was about, and what the agent did)."""
+        return min(self.digest_retention_days, self.retention_days)
+
     @field_validator("auto", mode="before")
     @classmethod
     def _empty_means_automatic(cls, value: object) -> object:

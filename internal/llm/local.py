@@ -4,7 +4,8 @@ It greets, tells the time, repeats what it is asked to, ends the call on "goodby
 "my name is ...", "I'm on the ... plan", "call me ...", "keep your answers short", "remember that ...",
 "forget ..." and "what do you remember about me" through the same tools a language model would call
 (`memory`, `end_call`, and on a phone call `transfer_call`: "put me through to sales"): several memory
-calls in one turn, then one spoken reply. Deterministic: the same
+calls in one turn, then one spoken reply. "What did we talk about / what did you do for me last time"
+is answered from `recall` when it is offered (session digests kept). Deterministic: the same
 request always gets the same answer.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from internal.llm.base import ChatMessage, ChatRequest, ReplyDelta, ToolCall, ToolSpec
 from internal.llm.local_capabilities import Capability, local_capabilities
-from internal.memory.digest import DIGEST_HEADING
+from internal.memory.digest import DIGEST_HEADINGS
 
 WHO_I_AM = ("I'm the simple offline assistant built into voicegate, not a full language model. I can tell you "
             "the time, repeat what you say, and remember things you ask me to.")
@@ -49,6 +50,7 @@ _TRANSFER = re.compile(r"\b(?:(?:transfer|put|connect|forward) me (?:through |ov
 _QUESTIONS: list[tuple[str, re.Pattern[str]]] = [
     ("goodbye", re.compile(r"\b(good ?bye|bye|hang up|that's all|that is all)\b")),
     ("forget", re.compile(r"\bforget (?:that |about |my )?(?P<what>.+)")),
+    ("last_call", re.compile(r"\bwhat did (?P<who>you do|we do|we (?:talk|speak|chat) about|we discuss)\b")),
     ("recall", re.compile(r"\bwhat do you (?:remember|know) about me\b|\bdo you remember me\b")),
     ("my_name", re.compile(r"\bwhat(?:'s| is) my name\b")),
     ("time", re.compile(r"\bwhat(?:'s| is)? (?:the )?time\b|\bwhat time\b|\btell me the time\b")),
@@ -58,6 +60,9 @@ _QUESTIONS: list[tuple[str, re.Pattern[str]]] = [
     ("greeting", re.compile(r"^(hello|hi|hey|good (morning|afternoon|evening))\b")),
     ("thanks", re.compile(r"\b(thank you|thanks)\b")),
 ]
+
+
+_QUESTIONS_BY_INTENT = dict(_QUESTIONS)
 
 
 def normalise(text: str) -> str:
@@ -162,11 +167,52 @@ def memory_lines(result: dict[str, Any], *, facts_only: bool = False) -> list[st
     lines = []
     for scope in ("memory", "user"):
         for line in str((documents.get(scope) or {}).get("content", "")).splitlines():
-            if facts_only and line.strip() == DIGEST_HEADING:
+            if facts_only and line.strip() in DIGEST_HEADINGS.values():
                 break
             if line.strip().startswith("- "):
                 lines.append(line.strip())
     return lines
+
+
+def _spoken_date(date: str) -> str:
+    try:
+        return time.strftime("%B %-d", time.strptime(date, "%Y-%m-%d"))
+    except ValueError:
+        return date
+
+
+def _done(action: dict[str, Any]) -> str:
+    """One action of the recall tool's ledger, as the agent says it ("put you through to sales")."""
+    status = action.get("status")
+    if action.get("action") == "transfer":
+        target = action.get("target", "")
+        if status == "succeeded":
+            return f"put you through to {target}"
+        if status == "failed":
+            return f"tried to put you through to {target}, but it didn't go through"
+        return f"started putting you through to {target}"
+    name = str(action.get("name", "")).replace("_", " ")
+    return f"ran {name}" if status == "ok" else f"tried {name}, but it failed"
+
+
+def last_call_answer(result: dict[str, Any], *, asked_about_actions: bool) -> str:
+    """"What did we talk about / what did you do for me last time", from the recall tool's latest call:
+    its date, topics and gist, and what the agent did."""
+    calls = result.get("calls") if isinstance(result, dict) else None
+    if not isinstance(calls, list) or not calls or not isinstance(calls[0], dict):
+        return "I don't have notes of an earlier call with you."
+    last = calls[0]
+    topics = [str(t) for t in last.get("topics") or [] if str(t).strip()]
+    answer = f"Last time, on {_spoken_date(str(last.get('date', '')))}, "
+    answer += f"we talked about {', '.join(topics)}." if topics else "we spoke."
+    if str(last.get("gist") or "").strip():
+        answer += f" My note says: {str(last['gist']).strip().rstrip('.')}."
+    actions = [a for a in last.get("actions") or [] if isinstance(a, dict)]
+    if actions:
+        answer += " I " + ", then ".join(_done(a) for a in actions) + "."
+    elif asked_about_actions:
+        answer += " I didn't do anything for you beyond talking."
+    return answer
 
 
 class LocalAgent:
@@ -217,6 +263,8 @@ class LocalAgent:
             return [ToolCall(base, "end_call", {})] if "end_call" in tools else "Goodbye, thanks for calling."
         if intent in ("recall", "forget") and "memory" in tools:
             return [ToolCall(base, "memory", {"action": "read"})]
+        if intent == "last_call":
+            return [ToolCall(base, "recall", {})] if "recall" in tools else "I don't keep notes of our earlier calls."
         if writes:  # no memory on this call: acknowledge without pretending to remember
             return " ".join(w.confirmation for w in writes if w.intent in ("name",)) or \
                 "I can't keep memories on this call, but I'll keep that in mind for now."
@@ -256,6 +304,9 @@ class LocalAgent:
         text = request.turn.text
         if results[-1][0].name == "transfer_call":
             return f"Putting you through to {results[-1][0].arguments.get('target')}."
+        if results[-1][0].name == "recall":
+            match = _QUESTIONS_BY_INTENT["last_call"].search(normalise(text))
+            return last_call_answer(results[-1][1], asked_about_actions=bool(match and "do" in match.group("who")))
         writes = memory_writes(text)
         if writes and all(call.arguments.get("action") == "append" for call, _ in results):
             return " ".join(w.confirmation for w in writes)

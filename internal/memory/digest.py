@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import re
 import time
+import unicodedata
 
 from internal.memory.injection import neutralise_for_storage
+from internal.memory.provider import DocumentFormat
 from internal.pipeline.rolling_summary import extractive_summary
 from internal.pipeline.transcript import TranscriptEntry
 
 DIGEST_HEADING = "## Recent calls"
+# A plain-text document gets no Markdown: its digest section is headed by a plain line.
+DIGEST_HEADINGS: dict[DocumentFormat, str] = {"markdown": DIGEST_HEADING, "text": "Recent calls:"}
 CALL_LINE_CHARS = 240  # one call's line at most
 QUOTED_PREFIX = "the caller said "  # a short call's line without a summary: the caller's words, quoted
 
@@ -47,35 +51,36 @@ def call_summary(entries: list[TranscriptEntry], rolling_summary: str) -> str:
     return bounded_line(QUOTED_PREFIX + quotes)
 
 
-def split_document(content: str) -> tuple[str, list[str]]:
+def split_document(content: str, fmt: DocumentFormat = "markdown") -> tuple[str, list[str]]:
     """(everything above the digest section, the digest's call lines)."""
-    head, heading, tail = content.partition(DIGEST_HEADING)
+    head, heading, tail = content.partition(DIGEST_HEADINGS[fmt])
     if not heading:
         return content.rstrip(), []
     lines = [line.strip() for line in tail.splitlines() if line.strip().startswith("- ")]
     return head.rstrip(), lines
 
 
-def render_document(head: str, lines: list[str]) -> str:
+def render_document(head: str, lines: list[str], fmt: DocumentFormat = "markdown") -> str:
     parts = [head.rstrip()] if head.strip() else []
     if lines:
-        parts.append(DIGEST_HEADING + "\n" + "\n".join(lines))
+        parts.append(DIGEST_HEADINGS[fmt] + "\n" + "\n".join(lines))
     return ("\n\n".join(parts) + "\n") if parts else ""
 
 
-def merge_digest(content: str, summary: str, max_chars: int, when: float | None = None) -> str:
+def merge_digest(content: str, summary: str, max_chars: int, when: float | None = None,
+                 fmt: DocumentFormat = "markdown") -> str:
     """The `memory` document with this call's line added, bounded to `max_chars` (deterministic)."""
     if not summary.strip():
         return content
-    head, lines = split_document(content)
+    head, lines = split_document(content, fmt)
     date = time.strftime("%Y-%m-%d", time.localtime(when if when is not None else time.time()))
     lines = [f"- {date}: {summary.strip()}", *lines]
     while lines:
-        document = render_document(head, lines)
+        document = render_document(head, lines, fmt)
         if len(document) <= max_chars:
             return document
         lines.pop()  # the oldest call goes first
-    return render_document(head, []) if len(render_document(head, [])) <= max_chars else content
+    return render_document(head, [], fmt) if len(render_document(head, [], fmt)) <= max_chars else content
 
 
 # Words that say nothing about what a fact is about: a forgotten fact's other words find the digest
@@ -85,7 +90,7 @@ i me my mine you your caller caller's callers their they them he she his her it 
 has have had having do does did not no yes name named called call calls said says say told tell asked ask
 wants want wanted would will can could should on off up down out over under again also just very really
 one two some any all more most other such than then there here when where what which who whom why how
-plan plans""".split())
+plan plans go if oh ok so us we i'm i've i'd yeah""".split())
 
 
 class FactsTooLong(ValueError):
@@ -98,63 +103,99 @@ class FactsTooLong(ValueError):
         self.max_chars = max_chars
 
 
-def fit_document(head: str, lines: list[str], max_chars: int) -> str:
+def fit_document(head: str, lines: list[str], max_chars: int, fmt: DocumentFormat = "markdown") -> str:
     """The document with as many recent call lines as fit beside the facts (oldest dropped first); the
     facts are never dropped: when they alone exceed `max_chars`, FactsTooLong."""
-    facts_only = render_document(head, [])
+    facts_only = render_document(head, [], fmt)
     if len(facts_only) > max_chars:
         raise FactsTooLong(len(facts_only), max_chars)
     kept = list(lines)
-    while kept and len(render_document(head, kept)) > max_chars:
+    while kept and len(render_document(head, kept, fmt)) > max_chars:
         kept.pop()
-    return render_document(head, kept) if kept else head.rstrip()
+    return render_document(head, kept, fmt) if kept else head.rstrip()
 
 
-def append_fact(content: str, addition: str, max_chars: int) -> str:
+def append_fact(content: str, addition: str, max_chars: int, fmt: DocumentFormat = "markdown") -> str:
     """`addition` added at the end of the facts, above the call digests, wherever it comes from (tool,
     API, reconciliation); digests make room oldest first."""
-    head, lines = split_document(content)
+    head, lines = split_document(content, fmt)
     cleaned = addition.strip("\n")
     new_head = f"{head}\n{cleaned}" if head.strip() else cleaned
-    return fit_document(new_head, lines, max_chars)
+    return fit_document(new_head, lines, max_chars, fmt)
+
+
+# Scripts written without spaces between words: a run of them is read as overlapping character pairs
+# (the usual way to match such text without a dictionary), so "我有糖尿病" yields 糖尿 and 尿病.
+_UNSPACED = re.compile("[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf"
+                       "\u4e00-\u9fff\uf900-\ufaff]+")
+# Characters that are grammar, not subject, in those scripts: a pair holding one says nothing alone.
+_PLAIN_CHARACTERS = set("的了是我你他她它们在有和就不也都这那个说要会对吗呢吧啊很把被给让从到过着"
+                        "はがをにでとのもへやねよかな")
+_WORD = re.compile(r"[\w']+")
+
+
+def words_of(text: str) -> list[str]:
+    """The words of `text`, in any script: Unicode word characters, lower-cased (casefolded, NFKC),
+    possessives cut ("caller's" -> "caller"), runs of unspaced scripts as character pairs. Numbers are
+    words of their own, however short."""
+    text = unicodedata.normalize("NFKC", text).casefold().replace("\u2019", "'")
+    words: list[str] = []
+    for run in _WORD.findall(text):
+        run = run.strip("'_").removesuffix("'s")
+        position = 0
+        for unspaced in _UNSPACED.finditer(run):
+            words.extend(_WORD.findall(run[position:unspaced.start()]))
+            chars = unspaced.group()
+            pairs = [chars[i:i + 2] for i in range(len(chars) - 1)] or [chars]
+            words.extend(pair for pair in pairs if not _PLAIN_CHARACTERS & set(pair))
+            position = unspaced.end()
+        words.extend(_WORD.findall(run[position:]))
+    return [word.strip("'_") for word in words if word.strip("'_")]
 
 
 def fact_words(line: str) -> set[str]:
-    """The words of a fact that say what it is about (lower case, plain words dropped)."""
-    words = {w.strip("'").removesuffix("'s") for w in re.findall(r"[a-z0-9']+", line.lower())}
-    return {w for w in words if len(w) > 2 and w not in _PLAIN_WORDS}
+    """The words of a fact that say what it is about: plain words dropped, and single letters (a
+    number is kept at any length: "42" is what "I turned 42" is about)."""
+    return {w for w in words_of(line) if w not in _PLAIN_WORDS and (len(w) > 1 or w.isdigit() or not w.isascii())}
 
 
-def _mentions(line: str, words: set[str]) -> bool:
+def mentions(line: str, words: set[str]) -> bool:
     """Whether `line` uses any of `words` (a plural matches its singular and back)."""
-    for said in re.findall(r"[a-z0-9']+", line.lower()):
-        said = said.strip("'").removesuffix("'s")
-        if said in words or said.removesuffix("s") in words or f"{said}s" in words:
-            return True
-    return False
+    return any(said in words or said.removesuffix("s") in words or f"{said}s" in words for said in words_of(line))
 
 
-def forget_in_digests(before: str, after: str) -> str:
+def forgotten_words(before: str, after: str, fmt: DocumentFormat = "markdown") -> set[str]:
+    """What an edit of the `memory` document made it forget: the distinctive words of the fact lines
+    that were there before and are gone after ("- The caller has a dog." -> {"dog"}), less those of the
+    fact lines it added (a corrected fact keeps what it still says: "diabetes and a dog" -> "a dog"
+    forgets "diabetes" only). Every place that must not restate a removed fact (the call lines, the
+    session digests, the call's own digest, reconciliation) matches against these words."""
+    old_facts = {line.strip() for line in split_document(before, fmt)[0].splitlines() if line.strip()}
+    new_facts = {line.strip() for line in split_document(after, fmt)[0].splitlines() if line.strip()}
+    removed: set[str] = set()
+    for line in old_facts - new_facts:
+        removed |= fact_words(line)
+    added: set[str] = set()
+    for line in new_facts - old_facts:
+        added |= fact_words(line)
+    return removed - added
+
+
+def forget_in_digests(before: str, after: str, fmt: DocumentFormat = "markdown") -> str:
     """After an edit of the `memory` document: the call lines that state a fact the edit removed go too.
 
-    An exact-word pass (no model): a fact line that was in the facts before and is gone after is
-    reduced to its distinctive words ("- The caller has a dog." -> {"dog"}), and every call line that
-    mentions any of them is removed. It errs toward forgetting more, never less: a call line that shares
-    a word with a forgotten fact goes, even if it said something else too.
+    An exact-word pass (no model): every call line that mentions any of the edit's `forgotten_words`
+    is removed. It errs toward forgetting more, never less: a call line that shares a word with a
+    forgotten fact goes, even if it said something else too.
     """
-    old_head, _ = split_document(before)
-    new_head, lines = split_document(after)
-    kept_facts = {line.strip() for line in new_head.splitlines()}
-    removed = [line for line in old_head.splitlines() if line.strip() and line.strip() not in kept_facts]
-    words: set[str] = set()
-    for line in removed:
-        words |= fact_words(line)
+    new_head, lines = split_document(after, fmt)
+    words = forgotten_words(before, after, fmt)
     if not words:
         return after
-    remaining = [line for line in lines if not _mentions(line.split(":", 1)[-1], words)]
+    remaining = [line for line in lines if not mentions(line.split(":", 1)[-1], words)]
     if remaining == lines:
         return after
-    return render_document(new_head, remaining)
+    return render_document(new_head, remaining, fmt)
 
 
 def scrub_summary(summary: str, forgotten: set[str]) -> str:
@@ -164,15 +205,16 @@ def scrub_summary(summary: str, forgotten: set[str]) -> str:
         return summary
     if summary.startswith(QUOTED_PREFIX):
         quotes = summary[len(QUOTED_PREFIX):].split("; ")
-        kept = [quote for quote in quotes if not _mentions(quote, forgotten)]
+        kept = [quote for quote in quotes if not mentions(quote, forgotten)]
         return QUOTED_PREFIX + "; ".join(kept) if kept else ""
-    return "" if _mentions(summary, forgotten) else summary
+    return "" if mentions(summary, forgotten) else summary
 
 
-def replace_digest_section(content: str, section_lines: list[str], max_chars: int) -> str:
+def replace_digest_section(content: str, section_lines: list[str], max_chars: int,
+                           fmt: DocumentFormat = "markdown") -> str:
     """Install a digest section written by a model, still bounded (oldest lines dropped)."""
-    head, _ = split_document(content)
+    head, _ = split_document(content, fmt)
     lines = [line if line.startswith("- ") else f"- {line}" for line in section_lines if line.strip()]
-    while lines and len(render_document(head, lines)) > max_chars:
+    while lines and len(render_document(head, lines, fmt)) > max_chars:
         lines.pop()
-    return render_document(head, lines)
+    return render_document(head, lines, fmt)

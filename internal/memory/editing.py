@@ -3,7 +3,8 @@
 In `memory`, facts live above the call digests (internal/memory/digest.py): an append goes to the
 facts wherever it comes from (tool, API, CLI, reconciliation), call lines make room oldest first, a fact
 is refused only when the facts alone exceed `max_chars`, and removing a fact removes the call lines
-that state it. `user` (preferences) is a plain document.
+that state it. `user` (preferences) is a plain document. A document in plain-text format gets no
+Markdown (its digest section is headed by a plain line, internal/memory/digest.py DIGEST_HEADINGS).
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ from typing import Literal
 
 from internal.memory import digest
 from internal.memory import documents as edits
-from internal.memory.provider import Scope
+from internal.memory.provider import DocumentFormat, Scope
 
 Action = Literal["append", "replace"]
 
 
 def resolve_edit(scope: Scope, current: str, action: str, *, content: str, old_text: str, new_text: str,
-                 max_chars: int) -> str:
+                 max_chars: int, fmt: DocumentFormat = "markdown") -> str:
     """The document after the edit; raises documents.EditError with a stable code when it cannot be."""
     if action not in ("append", "replace"):
         raise edits.EditError("unknown_action", f"unknown action {action!r}; use append or replace")
@@ -29,9 +30,9 @@ def resolve_edit(scope: Scope, current: str, action: str, *, content: str, old_t
     try:
         if action == "append":
             edits.append("", content, max_chars)  # the same checks of the addition (empty, too long)
-            return digest.append_fact(current, content, max_chars)
+            return digest.append_fact(current, content, max_chars, fmt)
         replaced = edits.replace(current, old_text, new_text, 1 << 62)
-        head, lines = digest.split_document(replaced)
-        return digest.forget_in_digests(current, digest.fit_document(head, lines, max_chars))
+        head, lines = digest.split_document(replaced, fmt)
+        return digest.forget_in_digests(current, digest.fit_document(head, lines, max_chars, fmt), fmt)
     except digest.FactsTooLong as exc:
         raise edits.EditError("too_long", str(exc)) from None

@@ -99,6 +99,9 @@ class HangupWrite:
     said: list[str] = field(default_factory=list)  # the caller's first lines (redacted), for keyword digests
     summarise: bool = False  # the digest line is to be written by the summary model from `transcript`
     forgotten: list[str] = field(default_factory=list)  # words of facts removed in the call: not restated
+    # What the agent did (internal/session/actions.py, at most MAX_ACTIONS small entries), for the session
+    # digest; an entry written before this field existed has none.
+    actions: list[dict[str, str]] = field(default_factory=list)
     created_at: float = field(default_factory=time.time)
     attempts: int = 0
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])

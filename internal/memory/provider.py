@@ -102,6 +102,8 @@ class MemoryChange:
     # The edit as requested (kept for providers that store edits rather than documents).
     old_text: str = ""
     new_text: str = ""
+    # The document's format, kept as it was: a provider stores it with the content.
+    format: DocumentFormat = "markdown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,15 +174,39 @@ class MemoryProvider(Protocol):
     async def apply(self, owner_id: str, changes: Sequence[MemoryChange], context: ChangeContext) -> ApplyResult: ...
 
 
-def capabilities_of(provider: Any) -> ProviderCapabilities:
-    """A provider's declared capabilities; v1 providers (no version, no capabilities) have none."""
+def _field(description: Any, name: str, camel: str) -> Any:
+    """A field of a provider's description, which hand-written providers may return as a plain dict
+    (snake_case or camelCase keys, as the seed's JSON spells them)."""
+    if isinstance(description, dict):
+        return description.get(name, description.get(camel))
+    return getattr(description, name, None)
+
+
+def protocol_version(description: Any) -> int:
+    """The protocol version a description declares (1 when it declares none or nonsense)."""
+    version = _field(description, "protocol_version", "protocolVersion")
     try:
-        description = provider.describe()
-    except Exception:
-        return ProviderCapabilities()
-    if getattr(description, "protocol_version", 1) < 2:
-        return ProviderCapabilities()
-    capabilities = getattr(description, "capabilities", None)
+        return int(version) if version is not None and not isinstance(version, bool) else 1
+    except (TypeError, ValueError):
+        return 1
+
+
+def normalised_description(description: Any) -> ProviderDescription:
+    """What a provider's describe() answered, as a ProviderDescription: hand-written providers may answer
+    with another object or a plain dict; a v1 description (no version) has no capabilities."""
+    if isinstance(description, ProviderDescription):
+        if description.protocol_version < 2 and description.capabilities != ProviderCapabilities():
+            return ProviderDescription(description.key, description.label, description.protocol_version)
+        return description
+    key, label = _field(description, "key", "key"), _field(description, "label", "label")
+    version = protocol_version(description)
+    return ProviderDescription(key if isinstance(key, str) and key else "unknown",
+                               label if isinstance(label, str) else "", version,
+                               _capabilities(_field(description, "capabilities", "capabilities"))
+                               if version >= 2 else ProviderCapabilities())
+
+
+def _capabilities(capabilities: Any) -> ProviderCapabilities:
     if isinstance(capabilities, ProviderCapabilities):
         return capabilities
     if isinstance(capabilities, dict):  # accept plain dicts from hand-written providers
@@ -192,3 +218,12 @@ def capabilities_of(provider: Any) -> ProviderCapabilities:
                                           or capabilities.get("audioStreamObservation")),
         )
     return ProviderCapabilities()
+
+
+def capabilities_of(provider: Any) -> ProviderCapabilities:
+    """A provider's declared capabilities; v1 providers (no version, no capabilities) have none."""
+    try:
+        description = provider.describe()
+    except Exception:
+        return ProviderCapabilities()
+    return normalised_description(description).capabilities

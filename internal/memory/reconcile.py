@@ -8,8 +8,14 @@ tool, on the caller's explicit request during the call (seed 000), so nothing a 
 the call can acquire the authority preferences have. It never touches the assistant profile.
 Sensitive data is removed from the transcript before the model sees it.
 
-A session digest (when `memory.session_digests` is on) records a call's topics and a gist of at most
-50 characters for the `recall` tool; it is never injected into prompts.
+A session digest (when `memory.session_digests` is on) records a call's topics, a gist of at most
+50 characters and what the agent did (internal/session/actions.py) for the `recall` tool; it is never
+injected into prompts and lives min(`digest_retention_days`, `retention_days`).
+
+Forgetting holds after the call too: what the caller had removed during it (`HangupWrite.forgotten`,
+words of the removed facts) is kept out of both. Transcript lines that mention a forgotten word are not
+shown to the model, a proposed edit whose new text mentions one is dropped, and the session digest
+leaves out the topics, gist and caller lines that mention one.
 """
 
 from __future__ import annotations
@@ -21,11 +27,13 @@ from collections import Counter
 from typing import Any
 
 from internal.llm.base import ChatModel, LlmError
+from internal.memory.digest import mentions
 from internal.memory.outbox import HangupWrite
 from internal.memory.provider import ChangeContext, OwnerErased
 from internal.memory.records import SessionDigest
 from internal.memory.runtime import DAY_S, CallerErased, FrontendMemoryRuntime, MemoryRuntimeError
 from internal.memory.sessions import landing
+from internal.session.actions import call_actions
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +97,40 @@ def keyword_topics(text: str, limit: int = 3) -> list[str]:
     return [word for word, _ in Counter(words).most_common(limit)]
 
 
+def without_forgotten(text: str, forgotten: set[str]) -> str:
+    """`text` without the lines that mention a word of a fact the caller had removed."""
+    if not forgotten:
+        return text
+    return "\n".join(line for line in text.splitlines() if not mentions(line, forgotten))
+
+
+def restates(edit: dict[str, str], forgotten: set[str]) -> bool:
+    """Whether a proposed edit would write a forgotten fact again (its appended or replacement text)."""
+    return bool(forgotten) and mentions(f"{edit.get('content', '')}\n{edit.get('new_text', '')}", forgotten)
+
+
 def fallback_digest(call: HangupWrite) -> SessionDigest:
-    said = [line for line in call.said if line.strip()]
-    gist = (said[0] if said else "a short call").strip()
+    """Keywords and the first line of what the caller said, leaving out the lines that mention a
+    forgotten fact; what the agent did comes along."""
+    forgotten = set(call.forgotten)
+    said = [line for line in call.said if line.strip() and not mentions(line, forgotten)]
+    gist = (said[0] if said else "a short call" if call.said else "").strip()
     if len(gist) > 50:
         gist = gist[:49].rsplit(" ", 1)[0] + "…"
-    return SessionDigest(call.session_id, keyword_topics(" ".join(said)), gist)
+    return SessionDigest(call.session_id, keyword_topics(" ".join(said)), gist, actions=call_actions(call.actions))
+
+
+def model_digest(call: HangupWrite, value: dict[str, Any], fallback: SessionDigest) -> SessionDigest:
+    """The model's topics and gist, bounded, without any that mention a forgotten fact (the fallback's
+    stand in for what is left out)."""
+    forgotten = set(call.forgotten)
+    topics = [str(t)[:40] for t in value.get("topics", []) if not mentions(str(t)[:40], forgotten)][:4] \
+        if isinstance(value.get("topics"), list) else []
+    gist = str(value.get("gist") or "")[:50]
+    if mentions(gist, forgotten):
+        gist = ""
+    return SessionDigest(call.session_id, topics or fallback.topics, gist or fallback.gist,
+                         actions=fallback.actions)
 
 
 class CallSummariser:
@@ -114,7 +150,7 @@ class Reconciler:
 
     async def __call__(self, call: HangupWrite) -> None:
         """An outbox step: the call's transcript (redacted and bounded at hang-up) against the documents."""
-        transcript, owner = call.transcript, call.owner
+        transcript, owner = without_forgotten(call.transcript, set(call.forgotten)), call.owner
         if not transcript.strip():
             return
         documents = await landing(self.runtime.latest(owner))
@@ -128,6 +164,9 @@ class Reconciler:
             return
         applied = 0
         for edit in edits:
+            if restates(edit, set(call.forgotten)):
+                log.info("a reconciliation edit was dropped: it restates a fact the caller had removed")
+                continue
             try:
                 outcome = await self.runtime.edit(owner, edit["document"], edit["action"],  # type: ignore[arg-type]
                                                   content=edit.get("content", ""), old_text=edit.get("old_text", ""),
@@ -143,28 +182,29 @@ class Reconciler:
 
 
 class SessionDigestRecorder:
-    def __init__(self, runtime: FrontendMemoryRuntime, model: ChatModel | None, retention_days: float) -> None:
+    def __init__(self, runtime: FrontendMemoryRuntime, model: ChatModel | None,
+                 retention_days: float | None = None) -> None:
         self.runtime = runtime
         self.model = model
-        self.retention_s = retention_days * DAY_S
+        # By default never longer than the rest of the caller's memory (MemoryConfig.session_digest_retention_days).
+        days = retention_days if retention_days is not None else runtime.config.session_digest_retention_days
+        self.retention_s = days * DAY_S
 
     async def __call__(self, call: HangupWrite) -> None:
         """An outbox step: a model's topics and gist of the call, or keywords of what the caller said."""
         if not self.runtime.keeps_session_digests:
             return
         digest = fallback_digest(call)
-        if self.model is not None and call.transcript.strip():
-            transcript = call.transcript
+        transcript = without_forgotten(call.transcript, set(call.forgotten))
+        if self.model is not None and transcript.strip():
             try:
                 value = parse_json_object(await self.model.complete(DIGEST_SYSTEM_PROMPT, transcript,
                                                                     RECONCILE_TIMEOUT_S))
-                topics = [str(t)[:40] for t in value.get("topics", [])][:4] or digest.topics
-                gist = str(value.get("gist") or digest.gist)[:50]
-                digest = SessionDigest(call.session_id, topics, gist)
+                digest = model_digest(call, value, digest)
             except (LlmError, ValueError) as exc:
                 log.info("session digest from the model failed; using keywords: %s", exc)
         digest = SessionDigest(digest.session_id, [self.runtime.sensitive.redact(t) for t in digest.topics],
-                               self.runtime.sensitive.redact(digest.gist)[:50])
+                               self.runtime.sensitive.redact(digest.gist)[:50], actions=digest.actions)
         await landing(self.runtime.add_session_digest(call.owner, digest, self.retention_s,
                                                       ChangeContext("digest", call.session_id,
                                                                     erasure_epoch=call.epoch)))

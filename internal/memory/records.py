@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from collections.abc import Collection
+from dataclasses import dataclass, field, replace
 
+from internal.memory.digest import mentions
 from internal.memory.provider import SCOPES, ListOptions, MemoryDocument, Scope
 
 
@@ -23,6 +25,22 @@ class SessionDigest:
     topics: list[str]
     gist: str  # at most 50 characters
     created_at: float = field(default_factory=time.time)
+    # What the agent did on the call (internal/session/actions.py): kind, tool or target name, status.
+    actions: list[dict[str, str]] = field(default_factory=list)
+
+
+def forget_in_session_digest(digest: SessionDigest, words: Collection[str]) -> SessionDigest | None:
+    """`digest` without what states a forgotten fact: topics that mention one of `words` go, a gist that
+    does is cleared (the same exact-word match as the call lines of the `memory` document). The digest
+    itself when nothing changes; None when nothing is left of it (no topic, no gist, no action)."""
+    forgotten = set(words)
+    topics = [topic for topic in digest.topics if not mentions(topic, forgotten)]
+    gist = "" if mentions(digest.gist, forgotten) else digest.gist
+    if topics == digest.topics and gist == digest.gist:
+        return digest
+    if not topics and not gist and not digest.actions:
+        return None
+    return replace(digest, topics=topics, gist=gist)
 
 
 @dataclass(slots=True)

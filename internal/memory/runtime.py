@@ -28,6 +28,7 @@ from internal.config.providers import MemoryConfig
 from internal.identity import CallerIdentity
 from internal.memory import documents as edits
 from internal.memory.audit import AuditLog
+from internal.memory.digest import forgotten_words
 from internal.memory.editing import Action, resolve_edit
 from internal.memory.errors import (
     UNKNOWN_EPOCH,
@@ -84,6 +85,8 @@ NO_CHANGE = "provider_changed_nothing"  # audit error of a write its provider re
 class EditOutcome:
     changed: bool
     documents: dict[Scope, MemoryDocument]
+    # The words of the facts the edit removed from `memory` (digest.forgotten_words): not to be restated.
+    forgotten: frozenset[str] = frozenset()
 
 
 class FrontendMemoryRuntime(ProviderSurface):
@@ -218,7 +221,7 @@ class FrontendMemoryRuntime(ProviderSurface):
                                         f"not {expected_revision}; reload and try again", docs)
                 try:
                     updated = resolve_edit(scope, current.content, action, content=content, old_text=old_text,
-                                           new_text=new_text, max_chars=self.config.max_chars)
+                                           new_text=new_text, max_chars=self.config.max_chars, fmt=current.format)
                 except edits.EditError as exc:
                     await self._audit(owner, context, action, "rejected", scope, current.revision, None, exc.code)
                     raise EditRejected(exc.code, exc.message) from None
@@ -230,7 +233,8 @@ class FrontendMemoryRuntime(ProviderSurface):
                 if updated == current.content:
                     await self._audit(owner, context, action, "unchanged", scope, current.revision, current.revision)
                     return EditOutcome(False, docs)
-                change = MemoryChange(scope, updated, current.revision, action, old_text, new_text)
+                change = MemoryChange(scope, updated, current.revision, action, old_text, new_text,
+                                      current.format)
                 try:
                     result = await self._apply(owner, [change], context)
                 except OwnerErased:
@@ -254,29 +258,39 @@ class FrontendMemoryRuntime(ProviderSurface):
                     return EditOutcome(False, docs)
                 docs.update(written)
                 await self._audit(owner, context, action, "applied", scope, current.revision, docs[scope].revision)
+                forgotten = forgotten_words(current.content, updated, current.format) if scope == "memory" \
+                    else set()
+                if forgotten:
+                    await self._forget_in_session_digests(owner, forgotten, context)
                 self._notify(owner)
-                return EditOutcome(True, docs)
+                return EditOutcome(True, docs, frozenset(forgotten))
         raise AssertionError("unreachable")
 
     async def set_document(self, owner: str, scope: Scope, content: str, context: ChangeContext,
-                           transform: Callable[[str], str] | None = None) -> EditOutcome:
-        """Replace a whole document computed from the latest one (digest writer, reconciliation)."""
+                           transform: Callable[[MemoryDocument], str] | None = None) -> EditOutcome:
+        """Replace a whole document computed from the latest one (digest writer, reconciliation); the
+        document keeps its format."""
         async with self._locks.hold(owner):
             context = await self._writer_context(owner, context)
             for _attempt in range(3):
                 docs = await self.latest(owner)
                 current = docs[scope]
-                updated = transform(current.content) if transform is not None else content
+                updated = transform(current) if transform is not None else content
                 if updated == current.content:
                     return EditOutcome(False, docs)
                 try:
-                    result = await self._apply(owner, [MemoryChange(scope, updated, current.revision)], context)
+                    result = await self._apply(owner, [MemoryChange(scope, updated, current.revision,
+                                                                    format=current.format)], context)
                 except OwnerErased:
                     await self._audit(owner, context, "set", "refused", scope, current.revision, None, "erased")
                     raise CallerErased("this caller's memory was erased after the call began; not saved") \
                         from None
                 except RevisionConflict:
                     continue
+                except Exception as exc:  # audited like an edit's failure; the caller decides on a retry
+                    await self._audit(owner, context, "set", "failed", scope, current.revision, None,
+                                      type(exc).__name__)
+                    raise
                 written = applied_documents(result, scope, self.config.max_chars)
                 if written is None:
                     await self._audit(owner, context, "set", "unchanged", scope, current.revision,
@@ -316,14 +330,36 @@ class FrontendMemoryRuntime(ProviderSurface):
             context = await self._writer_context(owner, context)
             if getattr(self.provider, "erasure_epoch", None) is None and \
                     context.erasure_epoch != self._local_epochs.get(owner, 0):
+                await self._audit(owner, context, "session_digest", "refused", error="erased")
                 raise CallerErased("this caller's memory was erased after the call began; not saved")
             try:
                 await add(owner, digest, retention_s, erasure_epoch=context.erasure_epoch,
                           max_per_owner=self.config.max_session_digests)
             except OwnerErased:
+                await self._audit(owner, context, "session_digest", "refused", error="erased")
                 raise CallerErased("this caller's memory was erased after the call began; not saved") from None
+            except Exception as exc:
+                await self._audit(owner, context, "session_digest", "failed", error=type(exc).__name__)
+                raise
             await self._audit(owner, context, "session_digest", "applied")
         return True
+
+    async def _forget_in_session_digests(self, owner: str, words: set[str], context: ChangeContext) -> None:
+        """A fact just left `memory`: the owner's session digests lose the topics and gists that state it,
+        so `recall` cannot bring it back. Called with the owner's lock held, after the edit landed; what
+        it changed is audited as a count, a failure by its error type (never text), and the edit stands."""
+        scrub = getattr(self.provider, "scrub_session_digests", None)
+        if not callable(scrub):
+            return
+        try:
+            changed = await scrub(owner, words)
+        except Exception as exc:
+            log.warning("session digests could not forget a removed fact: %s", type(exc).__name__)
+            await self._audit(owner, context, "scrub_session_digests", "failed", error=type(exc).__name__)
+            return
+        count = changed if isinstance(changed, int) and not isinstance(changed, bool) else 0
+        if count:  # a scrub that found nothing to take wrote nothing
+            await self._audit(owner, context, "scrub_session_digests", "applied", extra={"digests": count})
 
     # ---- lifecycle of owners ---------------------------------------------------------------------
 

@@ -21,11 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
-from internal.memory.digest import bounded_line, call_summary, fact_words, merge_digest, scrub_summary
-from internal.memory.injection import memory_context
+from internal.memory.digest import bounded_line, call_summary, merge_digest, scrub_summary
+from internal.memory.injection import memory_context, memory_text
 from internal.memory.outbox import (
     SAID_LINES,
     TRANSCRIPT_CHARS,
@@ -41,6 +41,7 @@ from internal.memory.provider import (
     ChangeContext,
     ChangeSource,
     Exchange,
+    MemoryDocument,
     OwnerErased,
     SessionContext,
 )
@@ -49,6 +50,7 @@ from internal.pipeline.events import MemoryChangedEvent
 from internal.pipeline.rolling_summary import format_transcript_for_summary
 from internal.pipeline.text import clean
 from internal.pipeline.vad import VadEvent
+from internal.session.actions import ACTIONS, call_actions
 from internal.session.session import Session
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,7 @@ EPOCH = "memory.epoch"  # the owner's erasure epoch when the call began (UNKNOWN
 DIRTY = "memory.dirty"
 UNSUBSCRIBE = "memory.unsubscribe"
 FORGOTTEN = "memory.forgotten"  # words of facts the caller had removed during this call
+SESSION_DIGEST_STEP = "session_digest"  # the outbox step that records a call's session digest
 _NAME = re.compile(r"(?:caller's name is|call the caller|their name is|name:)\s*([A-Z][\w'-]+)", re.IGNORECASE)
 
 
@@ -144,12 +147,10 @@ class SessionMemory:
             log.warning("memory erasure state unreadable; this call will not write memory: %s", type(exc).__name__)
             return UNKNOWN_EPOCH
 
-    def forgotten(self, session: Any, old_text: str, new_text: str) -> None:
-        """The caller had a fact removed during this call: its digest must not state it again."""
-        if session is None:
-            return
-        words = fact_words(old_text) - fact_words(new_text)
-        if words:
+    def forgotten(self, session: Any, words: Collection[str]) -> None:
+        """The caller had a fact removed during this call (`words`: digest.forgotten_words of the edit):
+        nothing the call leaves (its digest line, its session digest, reconciliation) may state it again."""
+        if session is not None and words:
             session.data.setdefault(FORGOTTEN, set()).update(words)
 
     def epoch(self, session: Session) -> int:
@@ -162,6 +163,7 @@ class SessionMemory:
         conversation.user_preferences = user
         conversation.memory = memory
         conversation.memory_context = memory_context(user, memory, self.runtime.config.max_chars)
+        conversation.memory_text = memory_text(user, memory, self.runtime.config.max_chars)
         session.data[DIRTY] = False
 
     # ---- pipeline hooks --------------------------------------------------------------------------
@@ -201,8 +203,8 @@ class SessionMemory:
             return None
         relevant = "\n".join(f"- {line}" for line in lines)
         preferences = session.conversation.user_preferences
-        return (memory_context(preferences, relevant, self.runtime.config.max_chars),
-                "\n".join(part for part in (preferences, relevant) if part))
+        max_chars = self.runtime.config.max_chars
+        return memory_context(preferences, relevant, max_chars), memory_text(preferences, relevant, max_chars)
 
     def observe_audio(self, session: Session, pcm: bytes, event: VadEvent | None) -> None:
         if not self.runtime.capabilities.audio_stream_observation or self.owner(session) is None:
@@ -268,8 +270,14 @@ class SessionMemory:
             # The provider learns on its own; the built-in digest and extractor stay off. It is always
             # told the session ended, even when the caller said nothing.
             return HangupWrite(**base, steps=["flush"])  # type: ignore[arg-type]
+        # What the agent did goes with the session digest, when one is kept (internal/session/actions.py).
+        actions = call_actions(session.data.get(ACTIONS)) if SESSION_DIGEST_STEP in self.after_session else []
         if conversation.transcript.user_turns() == 0:
-            return None  # nothing was said: nothing to remember
+            if not actions:
+                return None  # nothing was said or done: nothing to remember
+            # Nothing said but something done (a transfer asked for over the API): the session digest
+            # records it; there is no call line to write and nothing to reconcile.
+            return HangupWrite(**base, steps=[SESSION_DIGEST_STEP], actions=actions)  # type: ignore[arg-type]
         redact = self.runtime.sensitive.redact
         entries = conversation.transcript.entries()
         forgotten = sorted(session.data.get(FORGOTTEN, ()))
@@ -282,7 +290,7 @@ class SessionMemory:
         said = [redact(e.text.strip()) for e in entries if e.role == "user" and e.text.strip()][:SAID_LINES]
         return HangupWrite(**base, steps=["digest", *self.after_session],  # type: ignore[arg-type]
                            summary=summary, transcript=transcript, said=said, summarise=summarise,
-                           forgotten=forgotten)
+                           forgotten=forgotten, actions=actions)
 
     async def _hand_over(self, session: Session, owner: str, epoch: int, exchanges: list[Exchange]) -> None:
         """Off the call path: reduce the ended call to its bounded record (formatting and redacting a
@@ -309,8 +317,11 @@ class SessionMemory:
             except Exception as exc:  # the quoted lines stand in; never retry a model for a digest
                 log.info("the call summary model failed; the digest keeps the caller's quoted lines: %s",
                          type(exc).__name__)
-        await landing(self.runtime.set_document(entry.owner, "memory", "", context,
-                                                transform=lambda current: merge_digest(current, summary, max_chars)))
+
+        def merged(current: MemoryDocument) -> str:
+            return merge_digest(current.content, summary, max_chars, fmt=current.format)
+
+        await landing(self.runtime.set_document(entry.owner, "memory", "", context, transform=merged))
 
     async def _land_flush(self, entry: HangupWrite) -> None:
         await landing(self.runtime.flush(entry.owner, SessionContext(entry.session_id, entry.transport)))

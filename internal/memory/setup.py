@@ -17,21 +17,22 @@ from internal.rag.embedding import build_embedder
 def build_provider(config: Config, database: Database | None, node_id: str | None = None) -> Any:
     """`node_id` names this process in the change notices a shared PostgreSQL store sends (server/node.py)."""
     retention_s = config.memory.retention_days * DAY_S
+    fence_s = config.memory.erasure_fence_s
     if config.memory.provider == "memory":
         from internal.memory.providers.inmemory import InMemoryProvider
 
-        return InMemoryProvider(retention_s)
+        return InMemoryProvider(retention_s, fence_s=fence_s)
     if config.memory.provider == "markdown":
         from internal.memory.providers.markdown import MarkdownProvider
 
         directory = Path(config.memory.markdown_dir) if config.memory.markdown_dir else config.data_dir / "memory"
-        return MarkdownProvider(directory, retention_s)
+        return MarkdownProvider(directory, retention_s, fence_s=fence_s)
     from internal.memory.providers.pgvector import PgvectorProvider
 
     if database is None:
         raise ValueError("memory.provider = pgvector needs the database")
     return PgvectorProvider(database, build_embedder(config.memory.embedding, config.openai), retention_s,
-                            node_id=node_id)
+                            node_id=node_id, fence_s=fence_s)
 
 
 def build_runtime(config: Config, provider: Any) -> FrontendMemoryRuntime:

@@ -10,17 +10,47 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from internal.identity import CallerIdentity
+from internal.identity.phone import normalise_e164
 from internal.memory.outbox import owner_files
 from internal.memory.owner import audit_hash
+from internal.memory.provider import ChangeSource
 from internal.memory.runtime import FrontendMemoryRuntime
 
 ProgressSink = Callable[[str, int], None]
+CALLER_KINDS = ("sip", "jwt", "trusted_header")
+_OWNER_KEY = re.compile(r"[0-9a-f]{64}")
+
+
+def resolve_caller(caller: str, kind: str | None, region: str) -> CallerIdentity:
+    """The identity an operator means (`sip:+15551234567`, `jwt:alice`, or a raw value of `kind`), as
+    memory is keyed on it: a phone number in E.164, a national one read in `region`. ValueError if none."""
+    if kind is None:
+        identity = CallerIdentity.parse(caller)
+    elif kind in CALLER_KINDS:
+        identity = CallerIdentity(kind, caller)  # type: ignore[arg-type]
+    else:
+        raise ValueError(f"not a kind of caller: {kind!r} (one of {', '.join(CALLER_KINDS)})")
+    if not identity.value:
+        raise ValueError("the caller's value is empty")
+    if identity.kind == "sip":
+        number = normalise_e164(identity.value, region)
+        if number is None:
+            raise ValueError(f"not a valid phone number: {identity.value!r}")
+        identity = CallerIdentity("sip", number)
+    return identity
+
+
+def is_owner_key(text: str) -> bool:
+    """An owner key as stored (`voicegate memory list --full`): 64 lowercase hex digits."""
+    return _OWNER_KEY.fullmatch(text) is not None
 
 
 def stderr_progress(what: str, rows: int) -> None:
@@ -28,11 +58,12 @@ def stderr_progress(what: str, rows: int) -> None:
     print(f"  {what}: {rows} row(s) read", file=sys.stderr, flush=True)
 
 
-async def delete_everywhere(runtime: FrontendMemoryRuntime, owner: str,
-                            outbox_dir: Path | None) -> tuple[dict[str, int], bool]:
+async def delete_everywhere(runtime: FrontendMemoryRuntime, owner: str, outbox_dir: Path | None,
+                            source: ChangeSource = "cli") -> tuple[dict[str, int], bool]:
     """Erase `owner` (every table or file of the store, plus this data directory's pending writes);
-    returns what was removed where, and whether running servers were told through the database."""
-    removed = await runtime.delete_owner(owner, source="cli")
+    returns what was removed where, and whether running servers were told through the database.
+    `source` is who asked, for the audit log: "cli", or "api" for the server's admin route."""
+    removed = await runtime.delete_owner(owner, source=source)
     if outbox_dir is not None:
         files = await asyncio.to_thread(owner_files, outbox_dir, owner)
         for path in files:

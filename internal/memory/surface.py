@@ -22,6 +22,7 @@ from internal.memory.provider import (
     ProviderCapabilities,
     ProviderDescription,
     SessionContext,
+    normalised_description,
 )
 from internal.memory.records import OwnerSummary, SessionDigest
 
@@ -43,10 +44,7 @@ class ProviderSurface:
             description = self.provider.describe()
         except Exception:
             return ProviderDescription("unknown", "a provider that cannot describe itself", 1)
-        if isinstance(description, ProviderDescription):
-            return description
-        key = getattr(description, "key", None)
-        return ProviderDescription(key if isinstance(key, str) and key else "unknown", "", 1)
+        return normalised_description(description)
 
     async def health(self) -> Health:
         """The provider's health, never raising: a failing or malformed answer is reported as not ok with

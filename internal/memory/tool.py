@@ -6,6 +6,10 @@ lines when the provider supports semantic recall. `append` adds to `user` (prefe
 the caller, reply style) or `memory` (durable facts). `replace` needs `old_text` to occur exactly
 once; an empty `new_text` deletes it. Failures come back as errors the model can act on and change
 nothing. Offered only to verified callers. A write carries the trace id of the turn that made it.
+
+`recall` (with `memory.session_digests`) returns the caller's latest session digests: per call its
+date, topics, gist and what the agent did (tool names and transfer targets with their status, never
+arguments or results: internal/session/actions.py).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from internal.memory.provider import ChangeContext, MemoryDocument, Scope
 from internal.memory.runtime import UNKNOWN_EPOCH, FrontendMemoryRuntime, MemoryRuntimeError
 from internal.memory.sessions import OWNER, SessionMemory
 from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
+from internal.session.actions import call_actions
 from internal.telemetry.otel import current_trace_id
 
 MEMORY_TOOL_DESCRIPTION = (
@@ -42,8 +47,11 @@ MEMORY_TOOL_PARAMETERS: dict[str, Any] = {
     "required": ["action"],
     "additionalProperties": False,
 }
-RECALL_TOOL_DESCRIPTION = ("What you and the caller talked about in earlier calls (dates, topics, a short gist). "
-                           "Use for 'what did we discuss last time'. Returns nothing when no digests are kept.")
+RECALL_TOOL_DESCRIPTION = ("What you and the caller talked about in earlier calls and what you did for them, "
+                           "newest call first: its date, topics, a short gist, and its actions (each a tool that "
+                           "ran or a transfer, with its status: ok or error; requested, succeeded, failed or "
+                           "ended). Use for 'what did we discuss last time' or 'what did you do for me last "
+                           "time'. Returns no calls when none are kept.")
 
 
 def documents_json(documents: dict[Scope, MemoryDocument]) -> dict[str, Any]:
@@ -100,13 +108,12 @@ def register_memory_tools(registry: ToolRegistry, runtime: FrontendMemoryRuntime
                                                                erasure_epoch=_epoch(context, sessions)))
         except MemoryRuntimeError as exc:
             raise ToolError(exc.message) from None
-        if action == "replace" and document == "memory" and outcome.changed:
-            sessions.forgotten(context.extras.get("session"), str(arguments.get("old_text") or ""),
-                               str(arguments.get("new_text") or ""))
+        sessions.forgotten(context.extras.get("session"), outcome.forgotten)
         return {"ok": True, "changed": outcome.changed, "documents": documents_json(outcome.documents)}
 
     registry.register("memory", MEMORY_TOOL_DESCRIPTION, MEMORY_TOOL_PARAMETERS, memory, available=_has_owner,
-                      side_effects=lambda arguments: arguments.get("action") != "read")
+                      side_effects=lambda arguments: arguments.get("action") != "read",
+                      ledger=False)  # memory writes are audited; they are not actions to recall
 
     if not session_digests:
         return
@@ -118,7 +125,7 @@ def register_memory_tools(registry: ToolRegistry, runtime: FrontendMemoryRuntime
         except MemoryRuntimeError as exc:
             raise ToolError(exc.message) from None
         return {"calls": [{"date": time.strftime("%Y-%m-%d", time.localtime(d.created_at)), "topics": d.topics,
-                           "gist": d.gist} for d in items]}
+                           "gist": d.gist, "actions": call_actions(d.actions)} for d in items]}
 
     registry.register("recall", RECALL_TOOL_DESCRIPTION, {"type": "object", "properties": {},
                                                           "additionalProperties": False},

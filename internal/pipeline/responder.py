@@ -39,6 +39,7 @@ from internal.pipeline.request import build_request
 from internal.pipeline.services import PipelineServices, misunderstanding_note
 from internal.pipeline.tools import ToolContext
 from internal.pipeline.turn_reply import TurnReply, same_turn_text
+from internal.session.actions import record_action, tool_action
 from internal.session.session import Session
 
 log = logging.getLogger(__name__)
@@ -318,8 +319,10 @@ class Responder:
         user_text = turn.text if turn.text else f"[The caller pressed keypad keys: {' '.join(turn.dtmf)}]"
         streak, turn.note = misunderstanding_note(confidence, self.config.min_confidence,
                                                   conversation.misunderstanding_streak)
+        data = self.session.data
         tool_context = ToolContext(self.session.id, self.session.resource_id, number, self._request_hangup,
-                                   extras={"session": self.session})
+                                   extras={"session": self.session},
+                                   record_tool=lambda name, ok: record_action(data, tool_action(name, ok)))
         request = await build_request(self.session, self.services, turn, user_text, tool_context)
 
         async def before_tool(call: ToolCall) -> None:

@@ -141,7 +141,7 @@ class PipelineServices:
             persona=self.persona,
             assistant_profile=self.assistant_profile,
             memory_context=conversation.memory_context,
-            memory_text="\n".join(part for part in (conversation.user_preferences, conversation.memory) if part),
+            memory_text=conversation.memory_text,
             skills=self.skills,
         )
 

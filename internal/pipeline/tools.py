@@ -7,7 +7,9 @@ something the model can apologise for, not a dropped call.
 A tool says whether a call of it changes anything outside the reply (`side_effects`: memory writes,
 transfers, ending the call). A reply prepared before the caller's turn is over may be thrown away, so
 it runs only the tools without side effects until the turn is released (internal/pipeline/responder.py).
-Unknown is treated as "has side effects".
+Unknown is treated as "has side effects". A run of a tool with side effects is told to the call's
+ledger of what the agent did (`ToolContext.record_tool`: the tool's name and whether it worked, never
+its arguments or result), unless the tool keeps its own record (`ledger=False`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class ToolContext:
     turn: int
     end_call: Callable[[], None] = lambda: None
     extras: dict[str, Any] = field(default_factory=dict)
+    # Told (tool name, ran without error) after a tool with side effects ran: the call's ledger of actions.
+    record_tool: Callable[[str, bool], None] = lambda name, ok: None
 
 
 ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
@@ -55,6 +59,7 @@ class _Tool:
     handler: ToolHandler
     available: Availability | None = None
     side_effects: SideEffects = True
+    ledger: bool = True
 
 
 class ToolRegistry:
@@ -62,11 +67,14 @@ class ToolRegistry:
         self._tools: dict[str, _Tool] = {}
 
     def register(self, name: str, description: str, parameters: dict[str, Any], handler: ToolHandler,
-                 available: Availability | None = None, side_effects: SideEffects = True) -> None:
-        """Add a tool; `available(context)` decides per call whether the model is offered it at all."""
+                 available: Availability | None = None, side_effects: SideEffects = True,
+                 ledger: bool = True) -> None:
+        """Add a tool; `available(context)` decides per call whether the model is offered it at all.
+        `ledger=False`: its runs are not the call's actions to recall (memory writes are audited, a
+        transfer records its own outcome, ending the call does nothing for the caller)."""
         if name in self._tools:
             raise ValueError(f"a tool named {name!r} is already registered")
-        self._tools[name] = _Tool(ToolSpec(name, description, parameters), handler, available, side_effects)
+        self._tools[name] = _Tool(ToolSpec(name, description, parameters), handler, available, side_effects, ledger)
 
     def has_side_effects(self, call: ToolCall) -> bool:
         """Would running this call change anything outside the reply? (An unknown tool does nothing.)"""
@@ -97,15 +105,28 @@ class ToolRegistry:
             return json.dumps({"error": f"unknown tool {call.name!r}"})
         if "_raw" in call.arguments:
             return json.dumps({"error": "the arguments were not valid JSON; call the tool again with a JSON object"})
+        recorded = tool.ledger and self.has_side_effects(call)
         try:
             result = await tool.handler(call.arguments, context)
         except ToolError as exc:
+            self._record(context, call.name, recorded, ok=False)
             return json.dumps({"error": str(exc)})
         except Exception as exc:  # a tool bug must not end the turn
             log.warning("tool %s failed", call.name, exc_info=exc)
+            self._record(context, call.name, recorded, ok=False)
             return json.dumps({"error": f"the tool failed ({type(exc).__name__})"})
+        self._record(context, call.name, recorded, ok=True)
         text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
         return text[:MAX_RESULT_CHARS]
+
+    @staticmethod
+    def _record(context: ToolContext, name: str, recorded: bool, *, ok: bool) -> None:
+        if not recorded:
+            return
+        try:
+            context.record_tool(name, ok)
+        except Exception:  # the ledger is a note about the call, never a reason to fail a tool
+            log.warning("could not record the run of tool %s", name, exc_info=True)
 
 
 def register_end_call(registry: ToolRegistry) -> None:
@@ -120,4 +141,5 @@ def register_end_call(registry: ToolRegistry) -> None:
         "End the call after your next reply. Use only when the caller says goodbye or asks to hang up.",
         {"type": "object", "properties": {}, "additionalProperties": False},
         end_call,
+        ledger=False,
     )

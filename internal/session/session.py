@@ -40,6 +40,8 @@ class Conversation:
     memory: str = ""
     # What memory adds to the system context: fenced, labelled and bounded by memory.max_chars as a whole.
     memory_context: str = ""
+    # The same memory as plain text, bounded the same way: a bring-your-own agent's `memory` field.
+    memory_text: str = ""
     memory_revision: int = 0
     # Index into `history` where messages observed by the memory provider end (restored history excluded).
     observed_upto: int = 0

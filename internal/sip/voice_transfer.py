@@ -5,6 +5,8 @@ a name or URI from `sip.transfer_targets`: a transfer makes the caller's phone d
 choosing, so neither an API client nor a model (which a caller can talk into anything) may name one
 freely. Once the REFER is accepted the outcome follows in the background: on success our leg is hung up
 (the caller is now talking to the target), on failure the agent says so and the call carries on.
+Each transfer goes into the call's ledger of actions (internal/session/actions.py): its target's name
+and how it ended, for a later "what did you do for me last time".
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Literal
 from internal.config.sections import SipConfig
 from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
 from internal.session import Session
+from internal.session.actions import record_action, settle_transfer, transfer_action
 from internal.sip.dialog import Dialog
 from internal.sip.transfer import ReferSubscription, TransferBusy, TransferOutcome, await_outcome, send_refer
 from internal.sip.voice_call import SIP_CALL_ID
@@ -138,6 +141,7 @@ class CallTransfers:
             raise NotTransferable(str(exc)) from None
         state = TransferState(name, uri)
         session.data[TRANSFER_STATE] = state
+        record_action(session.data, transfer_action(name))  # the call's ledger: settled by _finish
         try:
             refused = await send_refer(self._ua.stack, dialog, uri)
         except BaseException:
@@ -170,6 +174,7 @@ class CallTransfers:
     def _finish(self, session: Session, state: TransferState, outcome: TransferOutcome) -> None:
         state.phase = "succeeded" if outcome.succeeded else "ended" if outcome.stage == "ended" else "failed"
         state.status, state.reason = outcome.status, outcome.reason
+        settle_transfer(session.data, state.target, state.phase)
         log.info("sip transfer %s", state.phase, extra={
             "call_id": session.data.get(SIP_CALL_ID), "transfer_target": state.target, "stage": outcome.stage,
             "sip_status": outcome.status, "sip_reason": outcome.reason})
@@ -214,4 +219,5 @@ def register_transfer_tool(registry: ToolRegistry, transfers: CallTransfers) -> 
          "required": ["target"], "additionalProperties": False},
         transfer_call,
         available=_is_sip_call,
+        ledger=False,  # the transfer records itself, with its outcome (CallTransfers.start and _finish)
     )

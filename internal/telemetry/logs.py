@@ -1,8 +1,9 @@
 """JSON-lines (or console) logging with a session id on every line and secrets redacted wherever they appear.
 
-Content (what callers said, what the model answered, memory text, audio) is passed to a log call
-only as named extra fields listed in CONTENT_FIELDS; the formatter drops those fields unless
-`telemetry.log_content` is on, so the policy lives here and nowhere else.
+Content (what callers said, what the model answered, audio) is passed to a log call only as named
+extra fields listed in CONTENT_FIELDS; the formatter drops those fields unless `telemetry.log_content`
+is on. Caller memory is never logged, whatever the setting: fields named in NEVER_LOGGED are dropped
+always. The policy lives here and nowhere else.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from opentelemetry import trace
 
 session_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("session_id", default=None)
 
-CONTENT_FIELDS = frozenset(
-    {"text", "transcript", "reply", "prompt", "memory", "content", "audio", "caller_number", "summary"}
-)
+CONTENT_FIELDS = frozenset({"text", "transcript", "reply", "prompt", "content", "audio", "caller_number", "summary"})
+# Caller memory (documents, the injected context, preferences): never in a log line, even for debugging.
+NEVER_LOGGED = frozenset({"memory", "memory_text", "memory_context", "preferences", "documents"})
 REDACTED = "[REDACTED]"
 
 _STANDARD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
@@ -99,7 +100,7 @@ def record_fields(record: logging.LogRecord, redact: Redactor, log_content: bool
     for key, value in record.__dict__.items():
         if key in _STANDARD_ATTRS or key.startswith("_") or key in entry:
             continue
-        if key in CONTENT_FIELDS and not log_content:
+        if key in NEVER_LOGGED or (key in CONTENT_FIELDS and not log_content):
             continue
         entry[key] = redact.value(value)
     return entry

@@ -108,3 +108,30 @@ async def test_an_unwritable_audit_log_never_fails_the_write_it_describes(tmp_pa
     audit = AuditLog(tmp_path / "blocked" / "memory-audit.jsonl")
     await record(audit)
     assert await audit.prune() == 0 and audit.files() == []
+
+
+class FailingStore(InMemoryProvider):
+    """A store that takes reads but fails every write (a full disk, a dropped table)."""
+
+    async def apply(self, owner_id, changes, context):  # type: ignore[no-untyped-def]
+        raise OSError(28, "No space left on device")
+
+    async def add_session_digest(self, owner_id, digest, retention_s, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError(28, "No space left on device")
+
+
+async def test_a_digest_or_session_digest_write_that_fails_is_audited_as_failed(tmp_path: Path) -> None:
+    import pytest
+
+    from internal.memory.records import SessionDigest
+
+    audit = AuditLog(tmp_path / "audit.jsonl")
+    runtime = FrontendMemoryRuntime(FailingStore(86400.0), MemoryConfig(enabled=True), OwnerKeys(b"k" * 16),
+                                    audit=audit)
+    with pytest.raises(OSError):
+        await runtime.set_document(OWNER, "memory", "- A call line.", ChangeContext("digest", "s1"))
+    with pytest.raises(OSError):
+        await runtime.add_session_digest(OWNER, SessionDigest("s1", ["billing"], "asked about billing"), 3600.0,
+                                         ChangeContext("digest", "s1"))
+    recorded = [(r["source"], r["operation"], r["outcome"], r["error"]) for r in lines(tmp_path / "audit.jsonl")]
+    assert recorded == [("digest", "set", "failed", "OSError"), ("digest", "session_digest", "failed", "OSError")]

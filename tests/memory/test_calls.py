@@ -235,3 +235,32 @@ async def call_without_waiting_for_memory(gateway: Gateway, identity: CallerIden
         await live.wait_agent_quiet(100)
     await gateway.sessions.end(session, "caller hung up")
     return session, sink
+
+
+async def test_a_bring_your_own_agent_gets_memory_bounded_by_max_chars(gateway_factory: Any) -> None:
+    from internal.agent.client import AgentChatModel
+    from internal.config.providers import AgentConfig
+    from internal.memory.provider import ChangeContext
+    from tests.fakes.agent_fake import FakeAgent
+
+    async with FakeAgent(reply="Noted.") as agent:
+        gateway = await gateway_factory(AgentChatModel(AgentConfig(url=agent.url + "/agent")), max_chars=600)
+        assert gateway.memory is not None
+        owner = gateway.memory.owner_key(SAM)
+        assert owner is not None
+        for scope, prefix in (("user", "Preference"), ("memory", "Fact")):
+            for n in range(12):  # both documents filled to their limit, one whole line at a time
+                line = f"- {prefix} {n}: the caller told us something about item {n}."
+                try:
+                    await gateway.memory.edit(owner, scope, "append", content=line, context=ChangeContext("api"))
+                except Exception:
+                    break
+        await call(gateway, SAM, "what do you know about me")
+        sent = [r.body["memory"] for r in agent.requests if r.body.get("memory")]
+        assert sent, "the agent was never sent the caller's memory"
+        stored = set((await documents(gateway, SAM))["user"].splitlines()) | set(
+            (await documents(gateway, SAM))["memory"].splitlines())
+        for memory in sent:
+            assert len(memory) <= 600, len(memory)
+            assert "- Preference 0:" in memory and "- Fact 0:" in memory  # both documents, fairly shared
+            assert all(line in stored or line.startswith("[") for line in memory.splitlines())  # whole lines

@@ -42,7 +42,7 @@ async def test_twenty_calls_of_digests_never_cost_a_fact(provider: Any, tmp_path
         summary = f"call {n}: " + "the caller asked about an order and a refund and a delivery slot " * 3
         summary = summary[:200]
         await runtime.set_document(owner, "memory", "", ChangeContext("digest", f"s{n}"),
-                                   transform=lambda current, s=summary: merge_digest(current, s, 2000))
+                                   transform=lambda current, s=summary: merge_digest(current.content, s, 2000))
         fact = f"- Fact {n}: the caller's reference number {n} is for the blue kettle."
         outcome = await runtime.edit(owner, "memory", "append", content=fact,
                                      context=ChangeContext(SOURCES[n % 3], f"s{n}"))  # type: ignore[arg-type]
@@ -59,7 +59,7 @@ async def test_a_fact_is_refused_only_when_the_facts_alone_do_not_fit(provider: 
     runtime = make_runtime(provider, tmp_path, max_chars=300)
     owner = owner_of(runtime)
     await runtime.set_document(owner, "memory", "", ChangeContext("digest", "s0"),
-                               transform=lambda current: merge_digest(current, "x" * 200, 300))
+                               transform=lambda current: merge_digest(current.content, "x" * 200, 300))
     for n in range(3):
         await runtime.edit(owner, "memory", "append", content=f"- Fact number {n} is worth keeping for good.",
                            context=ChangeContext("tool"))
@@ -77,7 +77,7 @@ async def test_removing_a_fact_removes_the_call_lines_that_state_it(provider: An
                        context=ChangeContext("tool"))
     for summary in ("the caller said \u201cmy dogs bark at the postman\u201d", "asked about green tea prices"):
         await runtime.set_document(owner, "memory", "", ChangeContext("digest"),
-                                   transform=lambda current, s=summary: merge_digest(current, s, 2000))
+                                   transform=lambda current, s=summary: merge_digest(current.content, s, 2000))
     await runtime.edit(owner, "memory", "replace", old_text="- The caller has a dog.\n", new_text="",
                        context=ChangeContext("tool"))
     content = (await runtime.latest(owner))["memory"].content

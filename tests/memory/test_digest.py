@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from internal.memory.digest import DIGEST_HEADING, call_summary, merge_digest, split_document
+from internal.memory.digest import (
+    DIGEST_HEADING,
+    call_summary,
+    fact_words,
+    forget_in_digests,
+    mentions,
+    merge_digest,
+    split_document,
+)
 from internal.pipeline.transcript import TranscriptEntry
 
 
@@ -44,3 +52,37 @@ def test_merge_is_bounded_by_dropping_the_oldest_calls_never_the_facts() -> None
 
 def test_an_empty_summary_changes_nothing() -> None:
     assert merge_digest("- Fact.\n", "   ", 2000) == "- Fact.\n"
+
+
+def _forget(document: str, fact: str) -> list[str]:
+    """The call lines left after `fact` is removed from `document`'s facts."""
+    _, lines = split_document(forget_in_digests(document, document.replace(fact + "\n", "")))
+    return lines
+
+
+def test_forgetting_a_fact_with_a_number_removes_the_call_line_that_states_the_number() -> None:
+    document = ("- The caller is 42 years old.\n- The caller's name is Sam.\n\n" + DIGEST_HEADING +
+                "\n- 2026-11-30: the caller said \u201cI turned 42\u201d\n- 2026-11-29: asked about billing\n")
+    assert _forget(document, "- The caller is 42 years old.") == ["- 2026-11-29: asked about billing"]
+
+
+def test_forgetting_reaches_short_words_accents_and_unspaced_scripts() -> None:
+    cases = [
+        ("- The caller has a TV licence issue.", "- 2026-11-30: the caller said \u201cmy TV is broken\u201d"),
+        ("- José lives in Zürich.", "- 2026-11-30: the caller said \u201cI moved to ZÜRICH last year\u201d"),
+        ("- 我有糖尿病", "- 2026-11-30: the caller said \u201c医生说我得了糖尿病\u201d"),
+        ("- 私はすしが好きです", "- 2026-11-30: the caller said \u201cすしを予約したい\u201d"),
+    ]
+    for fact, line in cases:
+        document = (f"{fact}\n- The caller's name is Sam.\n\n{DIGEST_HEADING}\n{line}\n"
+                    "- 2026-11-29: asked about billing\n")
+        assert _forget(document, fact) == ["- 2026-11-29: asked about billing"], fact
+
+
+def test_fact_words_keep_numbers_and_any_script_but_not_grammar() -> None:
+    assert fact_words("The caller is 42 years old.") == {"42", "years", "old"}
+    assert fact_words("- José lives in Zürich") == {"josé", "lives", "zürich"}
+    assert fact_words("- 我有糖尿病") == {"糖尿", "尿病"}  # 我有 is grammar: it would match every line
+    assert fact_words("- I have a dog") == {"dog"}
+    assert not mentions("the caller said \u201cmy cat is fine\u201d", fact_words("- I have a dog"))
+    assert mentions("walked the dogs", {"dog"})

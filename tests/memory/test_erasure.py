@@ -65,7 +65,7 @@ async def test_a_write_begun_before_an_erasure_never_lands_after_it(two_runtimes
     await eraser.delete_owner(owner)
     with pytest.raises(CallerErased):
         await writer.set_document(owner, "memory", "", ChangeContext("digest", "s1", erasure_epoch=call_epoch),
-                                  transform=lambda current: merge_digest(current, "talked about zanzibar", 2000))
+                                  transform=lambda d: merge_digest(d.content, "talked about zanzibar", 2000))
     with pytest.raises(CallerErased):
         await writer.edit(owner, "memory", "append", content="- New fact.",
                           context=ChangeContext("tool", "s1", erasure_epoch=call_epoch))
@@ -91,7 +91,7 @@ async def test_writes_and_deletes_racing_never_resurrect(two_runtimes: Any, fres
             try:
                 await writer.set_document(owner, "memory", "", ChangeContext("digest", f"s{round_}",
                                                                              erasure_epoch=epoch),
-                                          transform=lambda current: merge_digest(current, f"call {round_}", 2000))
+                                          transform=lambda d: merge_digest(d.content, f"call {round_}", 2000))
             except CallerErased:
                 pass
 
@@ -208,3 +208,58 @@ async def test_the_store_remembers_the_secret_and_refuses_another(fresh_db: str,
             await other.verify_owner_key()
     finally:
         await database.close()
+
+
+async def test_the_erasure_fence_outlives_a_short_retention_and_the_outbox(tmp_path: Path, fresh_db: str) -> None:
+    """retention_days below a day: a hang-up write begun before an erasure still cannot land after a
+    sweep, on every built-in provider (the fence lasts past the outbox's oldest entry, not the retention)."""
+    from internal.memory.setup import build_provider
+    from tests.memory.conftest import base_config
+
+    config = base_config(tmp_path)
+    config.memory.enabled, config.memory.retention_days, config.memory.outbox_max_age_h = True, 1e-5, 24.0
+    config.pgvector.connection_string = fresh_db
+    assert config.memory.erasure_fence_s >= 24 * 3600 + 86400
+    database = Database(PgvectorConfig(connection_string=fresh_db), tmp_path / "db")
+    await database.open()
+    try:
+        for kind in ("memory", "markdown", "pgvector"):
+            config.memory.provider = kind
+            runtime = make_runtime(build_provider(config, database), tmp_path / kind,
+                                   retention_days=config.memory.retention_days)
+            owner = key(runtime)
+            await runtime.edit(owner, "memory", "append", content="- Old fact zanzibar.", context=API)
+            call_epoch = await runtime.epoch(owner)
+            await runtime.delete_owner(owner)
+            await asyncio.sleep(1.0)  # past the retention (0.86 s)
+            await runtime.purge_expired()
+            with pytest.raises(CallerErased):
+                await runtime.set_document(owner, "memory", "", ChangeContext("digest", "s1", erasure_epoch=call_epoch),
+                                           transform=lambda current: merge_digest(current.content, "zanzibar", 2000))
+            assert (await runtime.latest(owner))["memory"].revision == 0, kind
+    finally:
+        await database.close()
+
+
+async def test_a_plain_text_document_stays_plain_text_through_edits_and_digests(two_runtimes: Any,
+                                                                                fresh_db: str) -> None:
+    """A document stored as plain text (imported, or written by another tool) never gets Markdown from
+    us: its digest section has a plain heading, edits keep its format, a read says "text"."""
+    writer, other = two_runtimes
+    owner = key(writer)
+    await writer.edit(owner, "memory", "append", content="- The caller has a dog named Rex.", context=API)
+    async with await psycopg.AsyncConnection.connect(fresh_db, autocommit=True) as conn:
+        await conn.execute("UPDATE memories SET format = 'text' WHERE owner_key = %s", (owner,))
+    writer.provider.invalidate(owner)
+    await writer.set_document(owner, "memory", "", ChangeContext("digest", "s1"),
+                              transform=lambda d: merge_digest(d.content, "asked about Rex's vet", 2000, fmt=d.format))
+    await writer.edit(owner, "memory", "append", content="- The caller lives in Oslo.", context=API)
+    document = (await other.latest(owner))["memory"]
+    assert document.format == "text"
+    assert "## " not in document.content and "\nRecent calls:\n- " in document.content
+    assert document.content.index("lives in Oslo") < document.content.index("Recent calls:")  # facts on top
+    # Forgetting the dog removes the call line about Rex, in the plain-text layout too.
+    await writer.edit(owner, "memory", "replace", old_text="- The caller has a dog named Rex.", new_text="",
+                      context=API)
+    document = (await other.latest(owner))["memory"]
+    assert document.format == "text" and "Rex" not in document.content, document.content

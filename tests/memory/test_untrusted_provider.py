@@ -352,3 +352,33 @@ async def test_the_postgres_provider_announces_each_change_once(tmp_path: Path, 
         await gateway.memory.edit(owner, "memory", "append", content="- Alice moved to Lisbon.", context=API)
         notices = [n.payload async for n in listener.notifies(timeout=1.0)]
     assert len([payload for payload in notices if owner in payload]) == 1
+
+
+class DictDescribingProvider(ScriptedProvider):
+    """A hand-written provider that describes itself with a plain dict, as the seed's JSON spells it."""
+
+    def __init__(self, description: dict[str, Any]) -> None:
+        super().__init__()
+        self.description = description
+
+    def describe(self) -> Any:
+        return self.description
+
+    async def query(self, owner_id: str, text: str, options: Any, context: Any = None) -> Any:
+        return SimpleNamespace(memories=["The caller's name is Sam."])
+
+
+async def test_a_provider_describing_itself_with_a_dict_is_read_as_the_version_it_declares(tmp_path: Path) -> None:
+    for spelling in ({"key": "dicty", "label": "Dicty", "protocolVersion": 2,
+                      "capabilities": {"semanticQuery": True}},
+                     {"key": "dicty", "label": "Dicty", "protocol_version": 2,
+                      "capabilities": {"semantic_query": True}}):
+        runtime = make_runtime(DictDescribingProvider(spelling), tmp_path)
+        assert runtime.capabilities.semantic_query
+        assert runtime.describe().protocol_version == 2 and runtime.describe().key == "dicty"
+        assert await runtime.query("owner", "what is my name") == ["The caller's name is Sam."]
+    # No version, or nonsense: version 1, every capability off, as for any v1 provider.
+    for v1 in ({"key": "old", "capabilities": {"semanticQuery": True}},
+               {"key": "old", "protocolVersion": "two", "capabilities": {"semanticQuery": True}}):
+        runtime = make_runtime(DictDescribingProvider(v1), tmp_path)
+        assert not runtime.capabilities.semantic_query and runtime.describe().protocol_version == 1

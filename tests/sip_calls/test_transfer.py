@@ -12,6 +12,7 @@ import pytest
 from internal.config import Config
 from internal.identity import CallerIdentity
 from internal.session import Session
+from internal.session.actions import ACTIONS
 from internal.sip.voice_call import SIP_CALL_ID
 from internal.sip.voice_transfer import TRANSFER_STATE, TRANSFERRED, failure_message
 from tests.sip_calls.conftest import (
@@ -80,6 +81,8 @@ async def test_a_transfer_the_phone_completes_ends_our_leg_with_bye(http_server:
     assert ended is session and ended.end_reason == TRANSFERRED
     state = session.data[TRANSFER_STATE]
     assert (state.phase, state.status) == ("succeeded", 200)
+    # The call's ledger of what the agent did (recalled on a later call): the target's name and outcome.
+    assert session.data[ACTIONS] == [{"action": "transfer", "target": "sales", "status": "succeeded"}]
 
 
 async def test_a_busy_target_is_announced_and_the_call_carries_on(http_server: Any, tmp_path: Path) -> None:
@@ -93,6 +96,7 @@ async def test_a_busy_target_is_announced_and_the_call_carries_on(http_server: A
     await agent_said(session, failure_message("sales"))
     assert not session.ended and server.ended == []  # still on the line with the agent
     assert (session.data[TRANSFER_STATE].phase, session.data[TRANSFER_STATE].status) == ("failed", 486)
+    assert session.data[ACTIONS] == [{"action": "transfer", "target": "sales", "status": "failed"}]
     (await caller).check()  # then the caller hangs up: the call had carried on
     (ended,) = await server.wait_ended()
     assert ended.end_reason == "sip bye"

@@ -12,7 +12,7 @@ import asyncio
 import builtins
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from internal.memory.provider import (
@@ -28,7 +28,7 @@ from internal.memory.provider import (
     RevisionConflict,
     Scope,
 )
-from internal.memory.records import OwnerSummary, SessionDigest
+from internal.memory.records import OwnerSummary, SessionDigest, forget_in_session_digest
 
 EXPORT_PROGRESS_EVERY = 500  # rows between two progress reports of an export
 
@@ -65,8 +65,11 @@ class _Erasure:
 
 
 class InMemoryProvider:
-    def __init__(self, retention_s: float, history_limit: int = 20) -> None:
-        self._retention_s = retention_s  # also how long an erasure's epoch is remembered
+    def __init__(self, retention_s: float, history_limit: int = 20, *, fence_s: float | None = None) -> None:
+        self._retention_s = retention_s
+        # How long an erasure's epoch is remembered: longer than any write begun before it can wait
+        # (MemoryConfig.erasure_fence_s; at least the retention).
+        self._fence_s = max(fence_s or 0.0, retention_s)
         self._history_limit = history_limit  # entries kept per document
         self._records: dict[tuple[str, Scope], _Record] = {}
         self._history: dict[tuple[str, Scope], builtins.list[HistoryEntry]] = {}
@@ -127,7 +130,7 @@ class InMemoryProvider:
             for change in changes:
                 key = (owner_id, change.scope)
                 revision = change.base_revision + 1
-                document = MemoryDocument(change.scope, change.content, revision, "markdown", now)
+                document = MemoryDocument(change.scope, change.content, revision, change.format, now)
                 self._records[key] = _Record(document, expires_at)
                 entry = HistoryEntry(change.scope, revision, context.source, context.session_id, now,
                                      len(change.content), expires_at)
@@ -140,8 +143,9 @@ class InMemoryProvider:
         async with self._lock:
             self._check_epoch(owner_id, erasure_epoch)
             now = time.time()
+            kept = replace(digest, topics=list(digest.topics), actions=[dict(a) for a in digest.actions])
             items = [*(d for d in self._digests.get(owner_id, []) if d.expires_at > now),
-                     _Digest(digest, now + retention_s)]
+                     _Digest(kept, now + retention_s)]
             items.sort(key=lambda d: d.digest.created_at)  # stable: equal times keep their order
             self._digests[owner_id] = items[-max_per_owner:]
 
@@ -149,6 +153,20 @@ class InMemoryProvider:
         now = time.time()
         live = [d.digest for d in self._digests.get(owner_id, []) if d.expires_at > now]
         return sorted(live, key=lambda d: d.created_at, reverse=True)[:limit]
+
+    async def scrub_session_digests(self, owner_id: str, words: set[str]) -> int:
+        """A fact was forgotten: every digest of the owner (expired ones too) loses what states it;
+        returns how many changed or went."""
+        async with self._lock:
+            items = self._digests.get(owner_id, [])
+            kept, changed = [], 0
+            for item in items:
+                scrubbed = forget_in_session_digest(item.digest, words)
+                changed += scrubbed is not item.digest
+                if scrubbed is not None:
+                    kept.append(_Digest(scrubbed, item.expires_at))
+            self._keep(self._digests, owner_id, kept)
+            return changed
 
     # ---- erasure and retention -------------------------------------------------------------------
 
@@ -179,8 +197,8 @@ class InMemoryProvider:
                 live = [d for d in items if d.expires_at > now]
                 removed["session_digests"] += len(items) - len(live)
                 self._keep(self._digests, owner, live)
-            # Past the retention no writer that started before an erasure is still alive.
-            for owner in [o for o, e in self._erasures.items() if e.erased_at + self._retention_s <= now]:
+            # Past the fence no writer that started before an erasure is still alive.
+            for owner in [o for o, e in self._erasures.items() if e.erased_at + self._fence_s <= now]:
                 del self._erasures[owner]
             return removed
 

@@ -40,7 +40,7 @@ from internal.memory.provider import (
     RevisionConflict,
     Scope,
 )
-from internal.memory.records import DocumentCache, OwnerSummary, SessionDigest
+from internal.memory.records import DocumentCache, OwnerSummary, SessionDigest, forget_in_session_digest
 
 FILES: dict[Scope, str] = {"user": "USER.md", "memory": "MEMORY.md"}
 STATE = "state.json"
@@ -72,6 +72,15 @@ def _write_or_remove(path: Path, value: dict[str, Any] | builtins.list[Any]) -> 
         path.unlink(missing_ok=True)
 
 
+def _digest(item: dict[str, Any]) -> SessionDigest:
+    """A digests.json entry as a SessionDigest (an entry written before `actions` existed has none)."""
+    topics = item.get("topics")
+    actions = item.get("actions")
+    return SessionDigest(str(item.get("session_id", "")), [str(t) for t in topics] if isinstance(topics, list) else [],
+                         str(item.get("gist") or ""), float(item.get("created_at") or 0.0),
+                         [a for a in actions if isinstance(a, dict)] if isinstance(actions, list) else [])
+
+
 def report_progress(tables: dict[str, builtins.list[dict[str, Any]]], progress: Progress | None) -> None:
     """`progress(table, rows so far)` every EXPORT_PROGRESS_EVERY rows and once at the end of each table."""
     if progress is None:
@@ -83,9 +92,11 @@ def report_progress(tables: dict[str, builtins.list[dict[str, Any]]], progress: 
 
 
 class MarkdownProvider:
-    def __init__(self, directory: Path, retention_s: float) -> None:
+    def __init__(self, directory: Path, retention_s: float, *, fence_s: float | None = None) -> None:
         self._root = directory
-        self._retention_s = retention_s  # also how long an erasure's epoch is remembered
+        self._retention_s = retention_s
+        # How long an erasure's epoch is remembered (MemoryConfig.erasure_fence_s; at least the retention).
+        self._fence_s = max(fence_s or 0.0, retention_s)
         self._cache = DocumentCache()
         self._lock = asyncio.Lock()
 
@@ -217,7 +228,8 @@ class MarkdownProvider:
             now = time.time()
             items = [i for i in self._digest_items(owner_id) if i.get("expires_at", 0) > now]
             items.append({"session_id": digest.session_id, "topics": digest.topics, "gist": digest.gist[:50],
-                          "created_at": digest.created_at, "expires_at": now + retention_s})
+                          "actions": digest.actions, "created_at": digest.created_at,
+                          "expires_at": now + retention_s})
             items.sort(key=lambda i: i.get("created_at", 0))  # stable: equal times keep their order
             write_atomically(folder / DIGESTS, json.dumps(items[-max_per_owner:]))
 
@@ -228,7 +240,28 @@ class MarkdownProvider:
         items = await asyncio.to_thread(self._digest_items, owner_id)  # one file, replaced atomically
         now = time.time()
         live = sorted((i for i in items if i.get("expires_at", 0) > now), key=lambda i: i["created_at"], reverse=True)
-        return [SessionDigest(i["session_id"], i["topics"], i["gist"], i["created_at"]) for i in live[:limit]]
+        return [_digest(i) for i in live[:limit]]
+
+    async def scrub_session_digests(self, owner_id: str, words: set[str]) -> int:
+        """A fact was forgotten: every digest entry of the owner (expired ones too) loses what states it;
+        returns how many changed or went."""
+        def scrub() -> int:
+            kept, changed = [], 0
+            for item in self._digest_items(owner_id):
+                scrubbed = forget_in_session_digest(_digest(item), words)
+                if scrubbed is None:
+                    changed += 1
+                    continue
+                if scrubbed.topics != item.get("topics") or scrubbed.gist != item.get("gist"):
+                    changed += 1
+                    item = {**item, "topics": scrubbed.topics, "gist": scrubbed.gist}
+                kept.append(item)
+            if changed:
+                _write_or_remove(self._folder(owner_id) / DIGESTS, kept)
+            return changed
+
+        self._folder(owner_id)
+        return await self._exclusive(scrub)
 
     # ---- erasure and retention -------------------------------------------------------------------
 
@@ -307,10 +340,10 @@ class MarkdownProvider:
         return removed, self._read_sync(owner)
 
     def _prune_erasures_sync(self, now: float) -> None:
-        """Forget epochs older than the retention: by then no writer that started before them is alive."""
+        """Forget epochs older than the fence: by then no writer that started before them is alive."""
         erasures = self._erasures()
         kept = {owner: entry for owner, entry in erasures.items()
-                if isinstance(entry, dict) and entry.get("erased_at", 0) + self._retention_s > now}
+                if isinstance(entry, dict) and entry.get("erased_at", 0) + self._fence_s > now}
         if kept != erasures:
             _write_or_remove(self._root / ERASURES, kept)
 

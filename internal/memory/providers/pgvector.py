@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
 
 from internal.db import Database
 from internal.memory.provider import (
@@ -37,7 +38,7 @@ from internal.memory.provider import (
     Scope,
 )
 from internal.memory.providers import pgvector_owners
-from internal.memory.records import DocumentCache, OwnerSummary, SessionDigest
+from internal.memory.records import DocumentCache, OwnerSummary, SessionDigest, forget_in_session_digest
 from internal.rag.embedding import Embedder
 
 log = logging.getLogger(__name__)
@@ -86,10 +87,12 @@ class PgvectorProvider:
     notifies_changes = True  # in each write's own transaction (see `_announce`): no change bus announces for it
 
     def __init__(self, database: Database, embedder: Embedder | None, retention_s: float,
-                 node_id: str | None = None) -> None:
+                 node_id: str | None = None, *, fence_s: float | None = None) -> None:
         self._db = database
         self._embedder = embedder
         self._retention_s = retention_s
+        # How long an erasure's epoch is kept (MemoryConfig.erasure_fence_s; at least the retention).
+        self._fence_s = max(fence_s or 0.0, retention_s)
         self._cache = DocumentCache()
         # Names this process in change notices, so a node can skip the ones it sent itself.
         self.node_id = node_id or secrets.token_hex(6)
@@ -204,14 +207,15 @@ class PgvectorProvider:
         revision = current + 1
         embedding = vectors[0] if vectors else None
         cursor = await conn.execute(
-            "INSERT INTO memories (owner_key, scope, content, char_count, revision, embedding, expires_at, "
-            "source_session) VALUES (%s, %s, %s, %s, %s, %s, now() + make_interval(secs => %s), %s) "
+            "INSERT INTO memories (owner_key, scope, content, char_count, format, revision, embedding, expires_at, "
+            "source_session) VALUES (%s, %s, %s, %s, %s, %s, %s, now() + make_interval(secs => %s), %s) "
             "ON CONFLICT (owner_key, scope) DO UPDATE SET content = EXCLUDED.content, "
-            "char_count = EXCLUDED.char_count, revision = EXCLUDED.revision, embedding = EXCLUDED.embedding, "
-            "updated_at = now(), expires_at = EXCLUDED.expires_at, source_session = EXCLUDED.source_session "
-            "RETURNING extract(epoch FROM updated_at), extract(epoch FROM expires_at)",
-            (owner, change.scope, change.content, len(change.content), revision, embedding, retention_s,
-             context.session_id),
+            "char_count = EXCLUDED.char_count, format = EXCLUDED.format, revision = EXCLUDED.revision, "
+            "embedding = EXCLUDED.embedding, updated_at = now(), expires_at = EXCLUDED.expires_at, "
+            "source_session = EXCLUDED.source_session "
+            "RETURNING extract(epoch FROM updated_at), extract(epoch FROM expires_at), format",
+            (owner, change.scope, change.content, len(change.content), change.format, revision, embedding,
+             retention_s, context.session_id),
         )
         stamps = await cursor.fetchone()
         assert stamps is not None
@@ -236,7 +240,7 @@ class PgvectorProvider:
                     [(owner, change.scope, i, line, vector, retention_s)
                      for i, (line, vector) in enumerate(zip(lines, vectors, strict=True))],
                 )
-        document = MemoryDocument(change.scope, change.content, revision, "markdown", float(stamps[0]))
+        document = MemoryDocument(change.scope, change.content, revision, stamps[2], float(stamps[0]))
         return document, float(stamps[1])
 
     async def delete_owner(self, owner_id: str) -> dict[str, int]:
@@ -251,7 +255,7 @@ class PgvectorProvider:
                 "INSERT INTO memory_erasures (owner_key, epoch, expires_at) "
                 "VALUES (%s, 1, now() + make_interval(secs => %s)) ON CONFLICT (owner_key) DO UPDATE SET "
                 "epoch = memory_erasures.epoch + 1, erased_at = now(), expires_at = EXCLUDED.expires_at",
-                (owner_id, self._retention_s),
+                (owner_id, self._fence_s),
             )
             await self._announce(conn, owner_id, "erased")
         self._cache.forget(owner_id)
@@ -274,9 +278,9 @@ class PgvectorProvider:
             await lock_owner(conn, owner_id)
             await check_epoch(conn, owner_id, erasure_epoch)
             await conn.execute(
-                "INSERT INTO session_digests (owner_key, session_id, topics, gist, expires_at) "
-                "VALUES (%s, %s, %s, %s, now() + make_interval(secs => %s))",
-                (owner_id, digest.session_id, digest.topics, digest.gist[:50], retention_s),
+                "INSERT INTO session_digests (owner_key, session_id, topics, gist, actions, expires_at) "
+                "VALUES (%s, %s, %s, %s, %s, now() + make_interval(secs => %s))",
+                (owner_id, digest.session_id, digest.topics, digest.gist[:50], Jsonb(digest.actions), retention_s),
             )
             await conn.execute(
                 "DELETE FROM session_digests WHERE owner_key = %s AND id NOT IN (SELECT id FROM session_digests "
@@ -287,12 +291,31 @@ class PgvectorProvider:
     async def session_digests(self, owner_id: str, limit: int = 5) -> builtins.list[SessionDigest]:
         async with self._db.pool.connection() as conn:
             cursor = await conn.execute(
-                "SELECT session_id, topics, gist, extract(epoch FROM created_at) FROM session_digests "
-                "WHERE owner_key = %s AND expires_at > now() ORDER BY created_at DESC LIMIT %s",
+                "SELECT session_id, topics, gist, extract(epoch FROM created_at), actions FROM session_digests "
+                "WHERE owner_key = %s AND expires_at > now() ORDER BY created_at DESC, id DESC LIMIT %s",
                 (owner_id, limit),
             )
             rows = await cursor.fetchall()
-        return [SessionDigest(r[0], list(r[1]), r[2], float(r[3])) for r in rows]
+        return [SessionDigest(r[0], list(r[1]), r[2], float(r[3]), list(r[4])) for r in rows]
+
+    async def scrub_session_digests(self, owner_id: str, words: set[str]) -> int:
+        """A fact was forgotten: every digest row of the owner (expired ones too) loses what states it, in
+        one transaction under the owner's lock; returns how many rows changed or went."""
+        changed = 0
+        async with self._db.pool.connection() as conn, conn.transaction():
+            await lock_owner(conn, owner_id)
+            cursor = await conn.execute(
+                "SELECT id, session_id, topics, gist, actions FROM session_digests WHERE owner_key = %s", (owner_id,))
+            for row_id, session_id, topics, gist, actions in await cursor.fetchall():
+                digest = SessionDigest(session_id, list(topics), gist, 0.0, list(actions))
+                scrubbed = forget_in_session_digest(digest, words)
+                if scrubbed is None:
+                    await conn.execute("DELETE FROM session_digests WHERE id = %s", (row_id,))
+                elif scrubbed is not digest:
+                    await conn.execute("UPDATE session_digests SET topics = %s, gist = %s WHERE id = %s",
+                                       (scrubbed.topics, scrubbed.gist, row_id))
+                changed += scrubbed is not digest
+        return changed
 
     async def export_owner(self, owner_id: str, progress: Callable[[str, int], None] | None = None,
                            ) -> dict[str, builtins.list[dict[str, Any]]]:

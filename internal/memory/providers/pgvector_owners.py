@@ -18,7 +18,7 @@ EXPORT_TABLES: dict[str, str] = {
                 "source_session",
     "memory_items": "scope, position, text, embedding, expires_at",
     "memory_history": "scope, revision, source, char_count, session_id, changed_at, expires_at",
-    "session_digests": "id, session_id, topics, gist, created_at, expires_at",
+    "session_digests": "id, session_id, topics, gist, actions, created_at, expires_at",
     "memory_erasures": "epoch, erased_at, expires_at",
 }
 ORDER = {"memories": "scope", "memory_items": "scope, position", "memory_history": "scope, revision",

@@ -1,0 +1,78 @@
+"""DELETE /api/admin/memory/{caller}: the operator erases one caller's memory over HTTP.
+
+    DELETE /api/admin/memory/sip:+15551234567                 X-API-Key: <server.api_key>
+    DELETE /api/admin/memory/5551234567?kind=sip&region=US    a raw value of a kind (phones: E.164)
+    DELETE /api/admin/memory/<64-hex owner key>?kind=owner_key
+    -> 200 {"caller": "sip:+15551234567", "removed": {"memories": 1, ...}, "total": 3, "servers_told": false}
+
+The same erasure as `voicegate memory delete` (internal/memory/subject.py, `delete_everywhere`): under
+the writers' lock, raising the erasure epoch, with this node's pending hang-up writes, live calls and
+other nodes told, audited with source "api". It is the only way to erase from `memory.provider =
+"memory"`, whose store lives in this process, so the CLI calls it for that provider. Counts, never
+content. An owner with nothing stored is a 200 with `total` 0: the caller is forgotten either way.
+Like POST /calls it is never open: with no `server.api_key` it answers 403.
+  400  invalid_caller: the caller cannot be resolved     401  no or wrong API key
+  403  admin_api_disabled: no server.api_key configured  404  memory_disabled: memory is off
+  503  memory_unavailable: the store is unreachable
+"""
+
+from __future__ import annotations
+
+from fastapi import Depends, FastAPI, Query
+from pydantic import BaseModel
+
+from internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
+from internal.memory.subject import delete_everywhere, is_owner_key, resolve_caller
+from server.errors import ApiError
+from server.gateway import Gateway
+from server.routes_calls import KeyedRoute, api_key_guard
+from server.routes_memory import memory_runtime
+
+ADMIN_MEMORY = KeyedRoute("DELETE /api/admin/memory/{caller}", "admin_api_disabled",
+                          "erasing callers' memory over HTTP is never open")
+BY_OWNER_KEY = "owner_key"  # the `kind` whose caller is a stored owner key, as `memory list --full` shows
+
+
+class Erasure(BaseModel):
+    caller: str | None  # the caller as resolved (`sip:+E164`); None when named by owner key
+    removed: dict[str, int]  # per table (pgvector), file (markdown) or store, plus pending hang-up writes
+    total: int
+    servers_told: bool  # running servers on the shared database were told (their caches and calls drop it)
+
+
+def owner_named(memory: FrontendMemoryRuntime, caller: str, kind: str | None, region: str) -> tuple[str, str | None]:
+    """The owner key that `caller` names, and its resource id (None for an owner key); 400 if none."""
+    if kind == BY_OWNER_KEY:
+        if not is_owner_key(caller):
+            raise ApiError(400, "invalid_caller", "an owner key is the 64 hex digits `voicegate memory list --full` "
+                           "shows")
+        return caller, None
+    try:
+        identity = resolve_caller(caller, kind, region)
+    except ValueError as exc:
+        raise ApiError(400, "invalid_caller", f"{exc} (or ?kind={BY_OWNER_KEY} for an owner key)") from None
+    owner = memory.owner_key(identity)
+    if owner is None:  # resolve_caller never returns an anonymous caller; an anonymous one has no memory
+        raise ApiError(400, "invalid_caller", "an anonymous caller has no memory")
+    return owner, identity.resource_id
+
+
+def install_admin_routes(app: FastAPI, gateway: Gateway) -> None:
+    config = gateway.config
+
+    @app.delete("/api/admin/memory/{caller:path}", tags=["admin"], response_model=Erasure,
+                responses={400: {}, 401: {}, 403: {}, 404: {}, 503: {}},
+                dependencies=[Depends(api_key_guard(config.server.api_key, ADMIN_MEMORY))])
+    async def delete_caller_memory(
+            caller: str,
+            kind: str | None = Query(None, description=f"sip, jwt, trusted_header or {BY_OWNER_KEY}: what a "
+                                     "raw `caller` is (default: `caller` is `kind:value`)"),
+            region: str | None = Query(None, description="reads a national phone number "
+                                       "(default: sip.default_region)")) -> Erasure:
+        memory = memory_runtime(gateway)
+        owner, resource_id = owner_named(memory, caller, kind, region or config.sip.default_region)
+        try:
+            removed, told = await delete_everywhere(memory, owner, memory.outbox_dir, source="api")
+        except MemoryRuntimeError as exc:
+            raise ApiError(exc.status, exc.code, exc.message) from None
+        return Erasure(caller=resource_id, removed=removed, total=sum(removed.values()), servers_told=told)
