@@ -18,7 +18,7 @@ test:
 	@scripts/bootstrap.sh test
 	$(VENV)/bin/ruff check server internal tests bench scripts examples
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n 2 --dist loadgroup --durations=30 $(PYTEST_ARGS)
 
 soak:
 	@scripts/bootstrap.sh test

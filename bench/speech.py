@@ -70,6 +70,8 @@ PAD_MS = 300
 TALK_SHARE = 0.3
 WAIT_LIMIT_S = 1.5
 LEVELS = [4, 8, 12, 16, 24, 32, 48, 64]
+NOT_MEASURED: dict[str, Any] = {**{f"wer_{v}": "-" for v in ("piper_8k", "piper_16k", "espeak_8k", "espeak_16k")},
+                                "rtf": "-", "eos_to_transcript_ms": {"p50": "-", "p95": "-"}}
 
 
 async def synthesise(engine: Any, rate: int, timing: dict[str, Any]) -> list[bytes]:
@@ -111,15 +113,18 @@ async def speech_set(timing: dict[str, Any]) -> dict[tuple[str, int], list[bytes
 
 
 def build_engine(name: str, work: Path) -> Any:
-    """`pocketsphinx`, a Whisper model name, or `<model>@<threads>` (one worker with that many threads)."""
+    """`pocketsphinx`, a Whisper model name, `<model>@<threads>` (one worker with that many threads), and
+    `/b<N>` after either for a batch size other than the default (`tiny.en/b1`: every utterance alone)."""
     if name == "pocketsphinx":
         from internal.stt.pocketsphinx import PocketsphinxSpeechToText
 
         return PocketsphinxSpeechToText(PocketsphinxConfig(workers=1), work / "pocketsphinx")
     from internal.stt.whisper import WhisperSpeechToText
 
+    name, _, batch = name.partition("/b")
     model, _, threads = name.partition("@")
-    config = WhisperConfig(model=model, workers=1, cpu_threads=int(threads or 1), download=False)
+    config = WhisperConfig(model=model, workers=1, cpu_threads=int(threads or 1), download=False,
+                           batch_size=int(batch or WhisperConfig().batch_size), shed_after_ms=0)
     return WhisperSpeechToText(config, work / "models")
 
 
@@ -201,6 +206,7 @@ async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--engines", default="pocketsphinx,tiny.en,tiny.en@2,base")
     parser.add_argument("--level-seconds", type=float, default=20.0)
+    parser.add_argument("--capacity-only", action="store_true", help="skip the accuracy pass (callers per core only)")
     args = parser.parse_args()
     tts: dict[str, Any] = {}
     clips = await speech_set(tts)
@@ -214,7 +220,7 @@ async def main() -> int:
                 continue
             try:
                 await engine.warm_up()
-                results[name] = await accuracy(engine, clips, name)
+                results[name] = NOT_MEASURED if args.capacity_only else await accuracy(engine, clips, name)
                 if "@" not in name:  # a many-threaded worker is for an idle machine's latency, not capacity
                     results[name].update(await capacity(engine, clips[("piper", 8000)], 8000, args.level_seconds,
                                                         name))

@@ -123,7 +123,9 @@ async def gather_banner_info(config: Config, gateway: Any, http_port: int, confi
     except Exception:  # a banner must not take a listening server down; fall back to what the config says
         log.warning("the banner could not read the engines from /health", exc_info=True)
         components = {}
-    engines = {"Speech-to-text": str(components.get("stt", {}).get("engine", config.stt.provider)),
+    stt = components.get("stt", {})
+    engines = {"Speech-to-text": " ".join(str(stt[k]) for k in ("engine", "device", "compute_type") if k in stt)
+               or config.stt.provider,  # e.g. "whisper cpu int8"
                "Text-to-speech": str(components.get("tts", {}).get("engine", config.tts.provider)),
                "Language model": config.effective_llm_provider}
     turn = components.get("turn_taking")

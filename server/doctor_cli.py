@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from server.doctor import Check, exit_code, format_check, report_json, run_checks, summary_line
-from server.doctor_probes import check_database, check_models, check_ports
+from server.doctor_probes import check_database, check_devices, check_models, check_ports
 
-PROBES = (check_ports, check_models, check_database)
+PROBES = (check_ports, check_models, check_devices, check_database)
 
 
 def add_doctor_command(commands: Any) -> None:

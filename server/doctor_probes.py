@@ -251,3 +251,64 @@ def _check_smart_turn(config: Config) -> Check:
              else " and pipeline.end_of_turn_download is off")
     return Check("model smart turn", False, f"Smart Turn v3.2 is not at {places}{later}",
                  f'{SETUP}, or set pipeline.end_of_turn = "off"')
+
+
+# ---- compute devices -----------------------------------------------------------------------------------
+
+WHISPER_GPU_FIX = ('install the NVIDIA driver, cuBLAS for CUDA 12 and cuDNN 9 (docs/performance.md, "GPU"), '
+                   'or set whisper.device = "auto" (the GPU when there is one, else the CPU)')
+ONNX_GPU_FIX = (f"{sys.executable} -m pip uninstall -y onnxruntime && {sys.executable} -m pip install "
+                'onnxruntime-gpu (it needs CUDA 12 and cuDNN 9: docs/performance.md, "GPU"), or set {key} = "auto"')
+
+
+def check_devices(config: Config) -> list[Check]:
+    """Where each local engine will compute: what `serve` would choose here, or why it would refuse."""
+    from internal.devices import cuda_devices_ctranslate2, onnx_available_providers
+    from server.providers import tts_choice
+
+    available = onnx_available_providers()
+    checks = [_whisper_device(config, cuda_devices_ctranslate2()) if config.stt.provider == "whisper"
+              else Check("device whisper", None, f"not needed (stt.provider is {config.stt.provider})")]
+    tts = tts_choice(config)[0]
+    checks.append(_piper_device(config, available) if tts == "piper"
+                  else Check("device piper", None, f"not needed (TTS is {tts})"))
+    pipeline = config.pipeline
+    checks.append(_onnx_device("device smart turn", pipeline.end_of_turn_device, available,
+                               "pipeline.end_of_turn_device") if pipeline.end_of_turn == "smart_turn"
+                  else Check("device smart turn", None, f"not needed (pipeline.end_of_turn is {pipeline.end_of_turn})"))
+    return checks
+
+
+def _whisper_device(config: Config, cuda_count: int) -> Check:
+    from internal.devices import DeviceUnavailable, devices_phrase, whisper_device
+
+    requested = config.whisper.device
+    try:
+        device, compute_type = whisper_device(requested, cuda_count, config.whisper.compute_type)
+    except DeviceUnavailable as exc:
+        return Check("device whisper", False, str(exc), WHISPER_GPU_FIX)
+    chosen = "" if requested == "auto" else f'whisper.device = "{requested}"; '
+    return Check("device whisper", True, f"{device} {compute_type} ({chosen}{devices_phrase(cuda_count)})")
+
+
+def _piper_device(config: Config, available: list[str]) -> Check:
+    from internal.tts.piper_voice import piper_uses_cuda
+
+    if not config.piper.command:  # `-m piper` under this Python: its onnxruntime is the one `available` lists
+        return _onnx_device("device piper", config.piper.device, available, "piper.device")
+    if piper_uses_cuda(config.piper, available):
+        return Check("device piper", True, "cuda (--cuda passed to your piper.command, as piper.device asks)")
+    return Check("device piper", True, "cpu (piper.command is your own program, whose onnxruntime this process "
+                 'cannot see: set piper.device = "cuda" to pass it --cuda)')
+
+
+def _onnx_device(name: str, requested: str, available: list[str], key: str) -> Check:
+    from internal.devices import CUDA_PROVIDER, DeviceUnavailable, onnx_device, onnx_providers
+
+    try:
+        device = onnx_device(onnx_providers(requested, available, key))
+    except DeviceUnavailable as exc:
+        return Check(name, False, str(exc), ONNX_GPU_FIX.format(key=key))
+    chosen = "" if requested == "auto" else f'{key} = "{requested}"; '
+    has = "onnxruntime has its CUDA provider" if CUDA_PROVIDER in available else "onnxruntime has no CUDA provider"
+    return Check(name, True, f"{device} ({chosen}{has})")

@@ -27,6 +27,7 @@ from internal.pipeline.tools import ToolRegistry
 from internal.session import Session, SessionLimitReached, SessionManager, TransportKind
 from internal.stt.base import SpeechToText
 from internal.telemetry.otel import Telemetry
+from internal.telemetry.queues import WorkQueue, queues_of
 from internal.tts.base import TextToSpeech
 from server.node import resolve_node_id
 from server.providers import (
@@ -93,6 +94,8 @@ class Gateway:
         self.started = False
         self.node_id = resolve_node_id(config.server.node_id)  # serve sets it in the config first: one id
         self.draining = False  # server/drain.py: no new calls, OPTIONS and /health answer 503
+        self.queues: list[WorkQueue] = []  # the speech workers' queues (/metrics, /health, load shedding)
+        self._shedding = False
         self.telemetry = Telemetry(config.telemetry, package_version(), node_id=self.node_id)
 
     async def start(self) -> None:
@@ -133,6 +136,7 @@ class Gateway:
         self.sessions.add_end_hook(self._session_ended)
         self.telemetry.watch_live_sessions(self._live_sessions)
         self.telemetry.watch_event_loop(asyncio.get_running_loop())
+        self._watch_load(queues_of(self.stt, self.tts, self.services.turn_model))
         self.sessions.start()
         self._stack.callback(self.telemetry.shutdown)
         self._stack.push_async_callback(self.sessions.shutdown)
@@ -306,6 +310,25 @@ class Gateway:
                 raise
         return session
 
+    def _watch_load(self, queues: list[WorkQueue]) -> None:
+        """/metrics shows every pool's queue; new calls are refused while recognition or synthesis is
+        too far behind (server.shed_wait_ms). Smart Turn is not counted: it is bounded on its own and the
+        text rules stand in for it when it is busy."""
+        self.queues = queues
+        self.telemetry.watch_worker_queues(queues)
+        bound = self.config.server.shed_wait_ms
+        speech = [queue for queue in queues if queue.pool != "smart_turn"]
+        if bound and speech and self.sessions is not None:
+            self.sessions.overloaded = lambda: self.overloaded(speech, bound)
+
+    def overloaded(self, queues: list[WorkQueue], bound_ms: float) -> bool:
+        late = [queue for queue in queues if queue.pressure_ms() > bound_ms]
+        if late and not self._shedding:
+            log.warning("shedding load: new calls get 503 while the %s workers are over %d ms behind",
+                        "/".join(queue.pool for queue in late), bound_ms)
+        self._shedding = bool(late)
+        return self._shedding
+
     def _live_sessions(self) -> dict[str, int]:
         counts = {"sip": 0, "webrtc": 0}
         for session in self.sessions.sessions() if self.sessions is not None else []:
@@ -380,6 +403,9 @@ class Gateway:
         if self.sessions is not None:
             components["sessions"] = {"ok": True, "live": len(self.sessions),
                                       "max": self.config.server.max_sessions}
+        if self.queues:  # advisory: a node that sheds load still serves the calls it has
+            components["workers"] = {"ok": not self._shedding, "advisory": True, "shedding": self._shedding,
+                                     "queues": [queue.describe() for queue in self.queues]}
         if self.sip is not None and self.sip.registrations.items:
             # Not registered means that PBX cannot route calls to us, but this node still serves browsers,
             # trunks and other registrations: advisory, so a PBX outage does not make a load balancer

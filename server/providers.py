@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from internal.config import Config, ConfigError
+from internal.devices import DeviceUnavailable
 from internal.llm.base import ChatModel
 from internal.pipeline.rolling_summary import RollingSummary, Summariser
 from internal.pipeline.services import PipelineServices
@@ -42,8 +43,31 @@ def check_providers(config: Config) -> None:
             problems.append(f"tts.provider: \"piper\" cannot run: {reason}")
     if config.pocketsphinx.grammar and not Path(config.pocketsphinx.grammar).is_file():
         problems.append(f"pocketsphinx.grammar: no such file ({config.pocketsphinx.grammar})")
+    problems += device_problems(config)
     if problems:
         raise ConfigError(problems)
+
+
+def device_problems(config: Config) -> list[str]:
+    """Each "cuda" this machine cannot honour, for the engines this config runs, before any model loads.
+    Only "cuda" is probed: "auto" and "cpu" always have a device."""
+    from internal.devices import cuda_devices_ctranslate2, onnx_available_providers, onnx_providers, whisper_device
+    from internal.tts.piper_voice import piper_uses_cuda
+
+    problems: list[str] = []
+    checks: list[Callable[[], object]] = []
+    if config.stt.provider == "whisper" and config.whisper.device == "cuda":
+        checks.append(lambda: whisper_device("cuda", cuda_devices_ctranslate2()))
+    if config.piper.device == "cuda" and tts_choice(config)[0] == "piper":
+        checks.append(lambda: piper_uses_cuda(config.piper, onnx_available_providers()))
+    if config.pipeline.end_of_turn == "smart_turn" and config.pipeline.end_of_turn_device == "cuda":
+        checks.append(lambda: onnx_providers("cuda", onnx_available_providers(), "pipeline.end_of_turn_device"))
+    for check in checks:
+        try:
+            check()
+        except DeviceUnavailable as exc:
+            problems.append(str(exc))
+    return problems
 
 
 def build_stt(config: Config) -> SpeechToText:
@@ -66,6 +90,8 @@ def build_stt(config: Config) -> SpeechToText:
         return WhisperSpeechToText(config.whisper, config.data_dir / "models", progress=log.info)
     except WhisperModelError as exc:
         raise ConfigError([f"whisper.model: {exc}"]) from exc
+    except DeviceUnavailable as exc:
+        raise ConfigError([str(exc)]) from exc
 
 
 def tts_choice(config: Config) -> tuple[str, str]:
@@ -95,7 +121,10 @@ def build_tts(config: Config) -> TextToSpeech:
     if provider == "piper":
         from internal.tts.piper import PiperTextToSpeech
 
-        return PiperTextToSpeech(config.piper)
+        try:
+            return PiperTextToSpeech(config.piper)
+        except DeviceUnavailable as exc:
+            raise ConfigError([str(exc)]) from exc
     from internal.tts.espeak import EspeakTextToSpeech
 
     return EspeakTextToSpeech(config.espeak)
@@ -141,7 +170,7 @@ def build_services(config: Config, stt: SpeechToText, tts: TextToSpeech, model: 
     try:
         return PipelineServices(stt=stt, tts=tts, model=model, config=config.pipeline, tools=registry,
                                 persona=persona)
-    except TurnModelError as exc:
+    except (TurnModelError, DeviceUnavailable) as exc:
         raise ConfigError([str(exc)]) from exc
 
 

@@ -105,7 +105,8 @@ def call_failed_response(failure: CallFailed) -> JSONResponse:
 
 
 def at_capacity() -> JSONResponse:
-    return JSONResponse(error_body("at_capacity", "every session slot is taken (server.max_sessions)"), 503,
+    return JSONResponse(error_body("at_capacity", "every session slot is taken (server.max_sessions), or the "
+                                   "speech workers are too far behind (server.shed_wait_ms)"), 503,
                         headers={"Retry-After": RETRY_AFTER_S})
 
 

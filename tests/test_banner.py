@@ -164,6 +164,7 @@ def test_make_serve_prints_a_banner_whose_page_and_sip_uri_answer(tmp_path: Path
         assert int(sip.group(2)) == sip_port
         assert sip_options(sip.group(1), int(sip.group(2))).startswith("SIP/2.0 200")
         assert "Memory         off" in banner
+        assert re.search(r"Speech-to-text +whisper (cpu int8|cuda float16)\n", banner), banner  # its device
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
     finally:

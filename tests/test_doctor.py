@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from internal.devices import cuda_devices_ctranslate2, devices_phrase, onnx_cuda_available
 from server.doctor import Check, exit_code, format_check, report_json, summary_line
 from server.doctor_probes import check_port, port_holder
 from tests.conftest import free_port, run_cli
@@ -184,6 +185,29 @@ def test_empty_models_dir_fails_with_the_set_up_command(tmp_path: Path, data_dir
     [turn] = lines_of(result.stdout, "model smart turn")
     assert turn.startswith("FAIL model smart turn: pipeline.end_of_turn_model: ") and str(empty) in turn
     assert "-m internal.turn.weights" in turn and 'pipeline.end_of_turn = "off"' in turn
+
+
+def test_each_local_engine_reports_the_device_it_would_compute_on(tmp_path: Path, data_dir: Path) -> None:
+    result = doctor(tmp_path, healthy_toml(data_dir, "[pipeline]\nend_of_turn_device = 'cpu'\n"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    count = cuda_devices_ctranslate2()
+    whisper = "cuda float16" if count else "cpu int8"
+    assert lines_of(result.stdout, "device whisper") == [f"ok   device whisper: {whisper} ({devices_phrase(count)})"]
+    cuda = onnx_cuda_available()
+    onnx = "onnxruntime has its CUDA provider" if cuda else "onnxruntime has no CUDA provider"
+    assert lines_of(result.stdout, "device piper") == [f"ok   device piper: {'cuda' if cuda else 'cpu'} ({onnx})"]
+    assert lines_of(result.stdout, "device smart turn") == [
+        f'ok   device smart turn: cpu (pipeline.end_of_turn_device = "cpu"; {onnx})']
+
+
+@pytest.mark.skipif(cuda_devices_ctranslate2() > 0, reason="this machine has a CUDA device: nothing to refuse")
+def test_whisper_on_cuda_without_a_gpu_fails_naming_the_key_with_the_fix(tmp_path: Path, data_dir: Path) -> None:
+    result = doctor(tmp_path, healthy_toml(data_dir, "[whisper]\ndevice = 'cuda'\n"))
+    assert result.returncode == 1
+    [line] = lines_of(result.stdout, "device whisper")
+    assert line.startswith('FAIL device whisper: whisper.device: "cuda" but CTranslate2 sees no CUDA device')
+    assert "fix: install the NVIDIA driver, cuBLAS for CUDA 12 and cuDNN 9" in line
+    assert 'set whisper.device = "auto"' in line
 
 
 def test_json_output_is_one_document_with_every_check(tmp_path: Path, data_dir: Path) -> None:

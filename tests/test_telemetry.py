@@ -90,6 +90,13 @@ async def test_metrics_are_served_in_prometheus_text(tmp_path: Path) -> None:
     assert re.search(r'voicegate_live_sessions\{transport="webrtc"\} 0', text)
     assert re.search(r'^voicegate_event_loop_tasks [1-9][0-9]*$', text, re.MULTILINE)  # at least the scrape's own
     assert "# TYPE voicegate_turn_latency_ms histogram" in text
+    # Where callers wait: every pool's queue, and the reply's sentence waited for a synthesis worker.
+    pools = {queue.pool for queue in gateway.queues}
+    assert gateway.tts is not None and gateway.tts.name in pools
+    for pool in pools:
+        assert re.search(rf'voicegate_worker_queue\{{pool="{pool}",state="(waiting|running)"\}} 0', text), pool
+    assert re.search(rf'voicegate_worker_wait_ms_count\{{pool="{gateway.tts.name}"\}} [1-9]', text)
+    assert re.search(rf'voicegate_worker_service_ms_count\{{pool="{gateway.tts.name}"\}} [1-9]', text)
 
 
 def test_log_lines_carry_the_trace_and_span_ids() -> None:

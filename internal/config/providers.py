@@ -73,10 +73,17 @@ class PocketsphinxConfig(Section):
 
 class WhisperConfig(Section):
     model: str = "tiny.en"  # a model name ("tiny.en", "base", ...) or a CTranslate2 model directory
-    compute_type: str = "int8"
+    # "auto": the GPU when CTranslate2 sees one, else the CPU; "cuda" on a machine without one stops start-up.
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    compute_type: str = "auto"  # "auto": int8 on the CPU, float16 on CUDA (internal/devices.py)
     beam_size: int = Field(1, ge=1, le=10)
-    workers: int = Field(2, ge=1, le=64)
+    workers: int = Field(0, ge=0, le=64)  # 0: one per core this process may use (internal/stt/sizing.py)
     cpu_threads: int = Field(1, ge=1, le=64)
+    # Utterances of several calls that are waiting together are decoded as one batch, at most this many.
+    batch_size: int = Field(4, ge=1, le=16)
+    # An utterance still waiting for a worker after this long is dropped and the caller hears a short
+    # apology: the answer would come too late to help. 0: never.
+    shed_after_ms: int = Field(6000, ge=0)
     language: str = "en"
     vad_filter: bool = True
     # Encode only the utterance (plus a margin), not Whisper's fixed 30 s window; falls back to the full
@@ -93,8 +100,11 @@ class PiperConfig(Section):
     voice: str = ""  # a Piper .onnx voice path; empty: the pinned voice package
     speaker: int = Field(0, ge=0)
     length_scale: float = Field(1.0, gt=0, le=4)
-    workers: int = Field(2, ge=1, le=16)
+    workers: int = Field(0, ge=0, le=16)  # 0: one per core this process may use
     timeout_s: float = Field(20.0, gt=0)
+    # "auto": `--cuda` when this Python's onnxruntime has the CUDA provider (a custom `command` runs its own
+    # onnxruntime, which auto cannot see: there it means the CPU).
+    device: Literal["auto", "cpu", "cuda"] = "auto"
 
 
 class EspeakConfig(Section):

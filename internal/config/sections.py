@@ -67,6 +67,10 @@ class ServerConfig(Section):
     api_key: str = ""
     session_grace_ms: int = Field(30000, ge=0)
     max_sessions: int = Field(0, ge=0)
+    # New calls get 503 + Retry-After while an utterance or a sentence has waited longer than this for a
+    # free recognition or synthesis worker (in the last few seconds): past it replies are too slow to
+    # help, and a new caller would only make every call slower. 0: never.
+    shed_wait_ms: int = Field(3000, ge=0)
     whip_rate_per_min: int = Field(30, ge=0)
     patch_rate_per_min: int = Field(60, ge=0)
     trusted_header_sources: list[str] = Field(default_factory=list)
@@ -287,6 +291,7 @@ class PipelineConfig(Section):
     end_of_turn_threshold: float = Field(0.75, gt=0, lt=1)
     end_of_turn_model: str = ""
     end_of_turn_download: bool = True
+    end_of_turn_device: Literal["auto", "cpu", "cuda"] = "auto"  # Smart Turn's onnxruntime device (internal/devices.py)
     max_turn_wait_ms: int = Field(2000, ge=0)
     preemptive_reply: bool = True
     continuation_window_ms: int = Field(1200, ge=0)

@@ -301,7 +301,9 @@ class VoicePipeline:
             return
         if not text:
             self._turns.add_final("")
-            if self._speech_frames * 20 >= 400 and not self._utterance_over_agent and not self.agent_active:
+            if transcript.overloaded and not self.agent_active:
+                self.responder.too_busy()
+            elif self._speech_frames * 20 >= 400 and not self._utterance_over_agent and not self.agent_active:
                 self.responder.not_understood()
             return
         over = self._utterance_over_agent

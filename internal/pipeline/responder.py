@@ -45,6 +45,7 @@ from internal.session.session import Session
 log = logging.getLogger(__name__)
 
 APOLOGY = "Sorry, I'm having trouble answering right now. Could you try again?"
+TOO_BUSY = "Sorry, I'm very busy right now. Please say that again."
 NOT_UNDERSTOOD = "Sorry, I didn't catch that. Could you say it again?"
 STILL_NOT_UNDERSTOOD = ("I'm having trouble hearing you. You could try again from a quieter place, "
                         "or use your keypad.")
@@ -283,6 +284,11 @@ class Responder:
         if record:
             record_agent(self.session, self.sink, text)
         self.set_state("listening")
+
+    def too_busy(self) -> None:
+        """The recogniser shed the caller's words (server at capacity): say so, briefly; not a
+        misunderstanding, so it does not count towards giving up."""
+        self.start(lambda: self.announce(TOO_BUSY))
 
     def not_understood(self) -> None:
         conversation = self.session.conversation

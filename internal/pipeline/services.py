@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 from opentelemetry import trace
 
 from internal.config.sections import PipelineConfig
+from internal.devices import onnx_available_providers, onnx_device, onnx_providers
 from internal.llm.base import ChatModel
 from internal.pipeline.context import BUILTIN_PROMPT, ContextLayers, load_text
 from internal.pipeline.tools import ToolRegistry
@@ -108,7 +109,10 @@ class PipelineServices:
         if self.config.end_of_turn == "smart_turn" and self.turn_model is None:
             from internal.turn.smart_turn import shared_smart_turn
 
-            self.turn_model = shared_smart_turn(self.config.end_of_turn_model, self.config.end_of_turn_download)
+            providers = onnx_providers(self.config.end_of_turn_device, onnx_available_providers(),
+                                       "pipeline.end_of_turn_device")
+            self.turn_model = shared_smart_turn(self.config.end_of_turn_model, self.config.end_of_turn_download,
+                                                tuple(providers))
         if self.config.end_of_turn == "smart_turn" and self.turn_fusion is None:
             from internal.turn.fusion import FusionWeightsError, shared_fusion
 
@@ -158,6 +162,7 @@ class PipelineServices:
         if self.turn_model is not None:
             out["end_of_turn"] = "smart_turn"
             out["end_of_turn_model"] = str(self.turn_model.path)
+            out["end_of_turn_device"] = onnx_device(self.turn_model.providers)
             out["end_of_turn_inferences"] = self.turn_model.inferences
             out["end_of_turn_skipped"] = self.turn_model.skipped
         return out

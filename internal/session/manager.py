@@ -39,6 +39,7 @@ class SessionManager:
         self._end_hooks: list[EndHook] = []
         self._background: set[asyncio.Task[None]] = set()
         self._reaper: asyncio.Task[None] | None = None
+        self.overloaded: Callable[[], bool] = lambda: False
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -80,7 +81,10 @@ class SessionManager:
         return [s for s in self._sessions.values() if s.resource_id == resource_id and not s.ended]
 
     def at_capacity(self) -> bool:
-        return self.max_sessions > 0 and len(self._sessions) >= self.max_sessions
+        """Every slot is taken, or the node is overloaded (`overloaded`: set by the gateway from the speech
+        workers' queues, server.shed_wait_ms): a new call is refused either way."""
+        full = self.max_sessions > 0 and len(self._sessions) >= self.max_sessions
+        return full or self.overloaded()
 
     def create(self, identity: CallerIdentity, transport: TransportKind) -> Session:
         if self.at_capacity():

@@ -23,6 +23,7 @@ class Transcript:
     final: bool
     confidence: float | None = None  # 0-1 when the engine reports one
     whole_turn: bool = False  # the text of the whole turn so far, not only of the latest utterance
+    overloaded: bool = False  # no text because the engine was too busy to decode it in time (load shed)
 
 
 class SttError(Exception):

@@ -1,4 +1,4 @@
-"""Local speech-to-text with Whisper (faster-whisper, CTranslate2, int8 on the CPU), in worker processes.
+"""Local speech-to-text with Whisper (faster-whisper, CTranslate2: int8 on the CPU, or a GPU), in worker processes.
 
 The offline default: on telephone speech it was not tuned to, Whisper tiny.en gets a few words in a
 hundred wrong where pocketsphinx's general model gets most of them wrong (bench/speech.py). It runs
@@ -15,9 +15,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 from internal.config.providers import WhisperConfig
-from internal.stt.whisper_decode import MODEL_RATE, Decoded, DecodeSettings, decode_utterance, init_worker
+from internal.config.sizing import worker_count
+from internal.devices import cuda_devices_ctranslate2, whisper_device
+from internal.stt.whisper_decode import (
+    MODEL_RATE,
+    Decoded,
+    DecodeSettings,
+    decode_utterance,
+    decode_utterances,
+    init_worker,
+    utterance_window,
+)
 from internal.stt.whisper_models import ResolvedModel, resolve_model
 from internal.stt.workers import DecoderPool, UtteranceStream
+from internal.telemetry.queues import WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +44,14 @@ def vocabulary_prompt(config: WhisperConfig) -> str:
     return " ".join(parts)
 
 
-def decode_settings(config: WhisperConfig, model: ResolvedModel) -> DecodeSettings:
-    return DecodeSettings(str(model.path), config.compute_type, config.cpu_threads, config.beam_size,
-                          config.language, config.vad_filter, config.short_window, vocabulary_prompt(config))
+def decode_settings(config: WhisperConfig, model: ResolvedModel, cuda_count: int | None = None) -> DecodeSettings:
+    """`cuda_count`: the CUDA devices CTranslate2 sees (None: ask it). Raises DeviceUnavailable for a
+    "cuda" this machine does not have."""
+    count = cuda_devices_ctranslate2() if cuda_count is None else cuda_count
+    device, compute_type = whisper_device(config.device, count, config.compute_type)
+    return DecodeSettings(model_dir=str(model.path), compute_type=compute_type, cpu_threads=config.cpu_threads,
+                          beam_size=config.beam_size, language=config.language, vad_filter=config.vad_filter,
+                          short_window=config.short_window, vocabulary=vocabulary_prompt(config), device=device)
 
 
 class WhisperSpeechToText:
@@ -48,13 +64,20 @@ class WhisperSpeechToText:
                  progress: Callable[[str], None] | None = None) -> None:
         self.model = resolve_model(config.model, models_dir, download=config.download, progress=progress)
         self.settings = decode_settings(config, self.model)
-        self.pool = DecoderPool("whisper", config.workers, decode_utterance, init_worker, (self.settings,),
-                                queue_limit=config.queue_limit)
+        self.pool = DecoderPool("whisper", worker_count(config.workers), decode_utterance, init_worker,
+                                (self.settings,), queue_limit=config.queue_limit, decode_batch=decode_utterances,
+                                batch_size=config.batch_size, batch_key=utterance_window,
+                                max_wait_s=config.shed_after_ms / 1000)
         self.retried = 0  # utterances decoded again in the full window (see whisper_decode.py)
 
     def describe(self) -> dict[str, object]:
         return {"engine": self.name, "model": self.model.name, "source": self.model.source,
-                "workers": self.pool.workers, "beam_size": self.settings.beam_size, "replaced": self.pool.replaced}
+                "device": self.settings.device, "compute_type": self.settings.compute_type,
+                "workers": self.pool.workers, "beam_size": self.settings.beam_size, "replaced": self.pool.replaced,
+                "batch_size": self.pool.batch_size, "batches": self.pool.batches, "shed": self.pool.shed}
+
+    def queues(self) -> list[WorkQueue]:
+        return self.pool.queues()
 
     async def warm_up(self) -> None:
         """Start every worker; each loads and warms its model before taking work."""

@@ -50,6 +50,7 @@ class DecodeSettings:
     vad_filter: bool
     short_window: bool
     vocabulary: str  # the deployer's initial prompt and hotwords, as one previous-text prompt
+    device: str = "cpu"  # CTranslate2's device, resolved from whisper.device (internal/devices.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +116,7 @@ class WhisperDecoder:
         from faster_whisper.transcribe import get_suppressed_tokens
 
         self.settings = settings
-        self.model = WhisperModel(settings.model_dir, device="cpu", compute_type=settings.compute_type,
+        self.model = WhisperModel(settings.model_dir, device=settings.device, compute_type=settings.compute_type,
                                   cpu_threads=settings.cpu_threads, num_workers=1)
         multilingual = bool(self.model.model.is_multilingual)
         language = settings.language if multilingual else "en"
@@ -138,34 +139,53 @@ class WhisperDecoder:
         return np.concatenate([audio[span["start"] : span["end"]] for span in spans])
 
     def run(self, audio: np.ndarray, frames: int) -> Decoded:
+        return self.run_batch([audio], frames)[0]
+
+    def run_batch(self, audios: list[np.ndarray], frames: int) -> list[Decoded]:
+        """Encode and decode several utterances as one CTranslate2 batch, each in a window of `frames`."""
         import ctranslate2
 
-        padded = np.zeros(frames * (MODEL_RATE // FRAMES_PER_S) + 160, dtype=np.float32)
-        padded[: min(audio.size, padded.size)] = audio[: padded.size]
-        features = self.model.feature_extractor(padded)[:, :frames]
-        encoded = self.model.model.encode(ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None])),
+        features = []
+        for audio in audios:
+            padded = np.zeros(frames * (MODEL_RATE // FRAMES_PER_S) + 160, dtype=np.float32)
+            padded[: min(audio.size, padded.size)] = audio[: padded.size]
+            features.append(self.model.feature_extractor(padded)[:, :frames])
+        encoded = self.model.model.encode(ctranslate2.StorageView.from_array(np.ascontiguousarray(np.stack(features))),
                                           to_cpu=False)
-        duration_s = audio.size / MODEL_RATE
+        duration_s = max(audio.size for audio in audios) / MODEL_RATE
         max_length = min(MAX_TOKENS, len(self.prompt) + int(duration_s * TOKENS_PER_S) + 16)
-        result: Any = self.model.model.generate(
-            encoded, [self.prompt], beam_size=self.settings.beam_size, patience=1.0, length_penalty=1.0,
-            max_length=max_length, return_scores=True, return_no_speech_prob=True, suppress_blank=True,
-            suppress_tokens=self.suppressed, max_initial_timestamp_index=0,
-        )[0]
-        tokens = [t for t in result.sequences_ids[0] if t < self.tokenizer.eot]
-        # CTranslate2 scores a hypothesis by its summed log-probability over its length (length_penalty 1).
-        return Decoded(self.tokenizer.decode(tokens).strip(), float(result.scores[0]),
-                       float(result.no_speech_prob), frames)
+        results: Any = self.model.model.generate(
+            encoded, [self.prompt] * len(audios), beam_size=self.settings.beam_size, patience=1.0,
+            length_penalty=1.0, max_length=max_length, return_scores=True, return_no_speech_prob=True,
+            suppress_blank=True, suppress_tokens=self.suppressed, max_initial_timestamp_index=0,
+        )
+        decoded = []
+        for result in results:
+            tokens = [t for t in result.sequences_ids[0] if t < self.tokenizer.eot]
+            # CTranslate2 scores a hypothesis by its summed log-probability over its length (length_penalty 1).
+            decoded.append(Decoded(self.tokenizer.decode(tokens).strip(), float(result.scores[0]),
+                                   float(result.no_speech_prob), frames))
+        return decoded
 
     def decode(self, audio: np.ndarray) -> Decoded:
+        return self.decode_many([audio])[0]
+
+    def decode_many(self, audios: list[np.ndarray]) -> list[Decoded]:
+        """Several callers' utterances in one batch (the window of the longest); each one that looks
+        unreliable in its short window is decoded again alone in the full one."""
         if self.settings.vad_filter:
-            audio = self.speech_only(audio)
-            if audio.size == 0:
-                return Decoded("", 0.0, 1.0, 0)
-        duration_s = audio.size / MODEL_RATE
-        frames = window_frames(duration_s, self.settings.short_window)
-        decoded = self.run(audio, frames)
-        if frames < FULL_WINDOW_FRAMES and (unreliable(decoded) or no_words(decoded)):
+            audios = [self.speech_only(audio) for audio in audios]
+        out = [Decoded("", 0.0, 1.0, 0)] * len(audios)
+        live = [i for i, audio in enumerate(audios) if audio.size]
+        if not live:
+            return out
+        frames = max(window_frames(audios[i].size / MODEL_RATE, self.settings.short_window) for i in live)
+        for i, decoded in zip(live, self.run_batch([audios[i] for i in live], frames), strict=True):
+            out[i] = self._settled(audios[i], decoded)
+        return out
+
+    def _settled(self, audio: np.ndarray, decoded: Decoded) -> Decoded:
+        if decoded.window_frames < FULL_WINDOW_FRAMES and (unreliable(decoded) or no_words(decoded)):
             full = self.run(audio, FULL_WINDOW_FRAMES)
             decoded = Decoded(full.text, full.avg_logprob, full.no_speech_prob, FULL_WINDOW_FRAMES, retried=True)
         if no_words(decoded):
@@ -192,3 +212,15 @@ def decode_utterance(pcm: bytes, sample_rate: int) -> Decoded:
 
 def worker_ready() -> bool:
     return _decoder is not None
+
+
+def decode_utterances(items: list[tuple[bytes, int]]) -> list[Decoded]:
+    """Several utterances (pcm, sample rate) decoded as one batch (DecoderPool's decode_batch)."""
+    assert _decoder is not None, "init_worker has not run in this process"
+    return _decoder.decode_many([to_model_audio(pcm, rate) for pcm, rate in items])
+
+
+def utterance_window(pcm: bytes, sample_rate: int) -> int:
+    """The encoder window an utterance will likely need (DecoderPool's batch_key: only utterances of one
+    window are batched, so a short one is not padded to a long one's length)."""
+    return window_frames(len(pcm) / 2 / sample_rate, short_window=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from internal.stt.base import SttError, Transcript
+from internal.telemetry.queues import WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,8 @@ class _Job:
     args: tuple[Any, ...]
     future: asyncio.Future[Any]
     attempts: int = 0
+    token: int = -1  # its place in the pool's WorkQueue while it waits
+    alone: bool = False  # failed inside a batch: decoded on its own from now on
 
 
 @dataclass
@@ -89,14 +93,35 @@ class _Lane:
     jobs: deque[_Job] = field(default_factory=deque)
 
 
+def _no_key(*args: Any) -> object:
+    return None
+
+
 class DecoderPool:
+    """`decode_batch` (optional) decodes several callers' utterances in one call of a worker: a free
+    worker takes up to `batch_size` waiting utterances, at most one per caller (so no caller waits
+    behind another's for more than one batch) and only utterances with the same `batch_key` (for
+    Whisper, the same encoder window, so a short one is not padded to a long one's length). Batches form
+    only when utterances queue up; a quiet pool decodes each one at once, alone.
+    `max_wait_s` sheds an utterance that waited that long for a worker (SttOverloaded): its answer would
+    come too late to be of use, and the workers catch up sooner without it."""
+
     def __init__(self, name: str, workers: int, decode: Callable[..., Any], initializer: Callable[..., None],
-                 initargs: tuple[Any, ...], queue_limit: int = 64) -> None:
+                 initargs: tuple[Any, ...], queue_limit: int = 64, *,
+                 decode_batch: Callable[[list[tuple[Any, ...]]], list[Any]] | None = None, batch_size: int = 1,
+                 batch_key: Callable[..., object] = _no_key, max_wait_s: float = 0.0) -> None:
         self.name = name
         self.workers = workers
         self.queue_limit = queue_limit
         self.replaced = 0  # pools replaced after a worker died (for /health and tests)
+        self.batches = 0  # worker calls that decoded more than one utterance
+        self.shed = 0  # utterances refused after waiting max_wait_s
+        self.queue = WorkQueue(name)
         self._decode = decode
+        self._decode_batch = decode_batch
+        self._batch_size = batch_size if decode_batch is not None else 1
+        self._batch_key = batch_key
+        self._max_wait_ms = max_wait_s * 1000.0
         self._initializer = initializer
         self._initargs = initargs
         self._lanes: dict[object, _Lane] = {}
@@ -116,8 +141,15 @@ class DecoderPool:
 
     @property
     def running(self) -> int:
-        """Utterances handed to the workers and not yet back."""
+        """Worker calls under way (one utterance or one batch each)."""
         return self._running
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    def queues(self) -> list[WorkQueue]:
+        return [self.queue]
 
     def worker_pids(self) -> list[int]:
         return [p.pid for p in getattr(self._executor, "_processes", {}).values() if p.pid is not None]
@@ -135,59 +167,125 @@ class DecoderPool:
         if self._waiting >= self.queue_limit:
             raise SttOverloaded(f"{self.name}: {self._waiting} utterances already waiting")
         job = _Job(args, asyncio.get_running_loop().create_future())
-        lane = self._lanes.get(caller)
-        if lane is None:
-            lane = self._lanes[caller] = _Lane()
-            self._turns.append(caller)
-        lane.jobs.append(job)
-        self._waiting += 1
+        self._enqueue(caller, job)
         self._dispatch()
         return await job.future
 
+    def _enqueue(self, caller: object, job: _Job, front: bool = False) -> None:
+        job.token = self.queue.enter()
+        lane = self._lanes.get(caller)
+        if lane is None:
+            lane = self._lanes[caller] = _Lane()
+            if front:
+                self._turns.appendleft(caller)
+            else:
+                self._turns.append(caller)
+        lane.jobs.append(job)
+        self._waiting += 1
+
     def _dispatch(self) -> None:
         while self._running < self.workers and self._turns:
-            caller = self._turns.popleft()
-            lane = self._lanes[caller]
-            job = lane.jobs.popleft()
-            if lane.jobs:
-                self._turns.append(caller)  # back of the line: the next caller goes first
-            else:
-                del self._lanes[caller]
-            self._waiting -= 1
-            if job.future.cancelled():
-                continue
-            self._running += 1
-            asyncio.get_running_loop().create_task(self._run(job))
+            batch = self._next_batch()
+            if batch:
+                self._set_running(+1)
+                asyncio.get_running_loop().create_task(self._run(batch))
 
-    async def _run(self, job: _Job) -> None:
+    def _next_batch(self) -> list[_Job]:
+        first, callers = None, set()
+        while first is None and self._turns:
+            caller = self._turns.popleft()
+            callers.add(id(caller))
+            first = self._pop(caller)
+        if first is None or first.alone or self._batch_size == 1:
+            return [first] if first is not None else []
+        batch: list[_Job] = [first]
+        skipped: list[object] = []
+        key = self._batch_key(*first.args)
+        while len(batch) < self._batch_size and self._turns:
+            caller = self._turns.popleft()
+            if id(caller) in callers:
+                self._turns.appendleft(caller)  # round the line once: one utterance per caller per batch
+                break
+            head = self._lanes[caller].jobs[0]
+            if head.alone or self._batch_key(*head.args) != key:
+                skipped.append(caller)
+                continue
+            callers.add(id(caller))
+            job = self._pop(caller)
+            if job is not None:
+                batch.append(job)
+        self._turns.extendleft(reversed(skipped))  # they keep their place at the front
+        return batch
+
+    def _pop(self, caller: object) -> _Job | None:
+        """The next utterance of `caller` for a worker; None when it was cancelled or shed."""
+        lane = self._lanes[caller]
+        job = lane.jobs.popleft()
+        if lane.jobs:
+            self._turns.append(caller)  # back of the line: the next caller goes first
+        else:
+            del self._lanes[caller]
+        self._waiting -= 1
+        if job.future.cancelled():
+            self.queue.drop(job.token)
+            return None
+        if self._max_wait_ms and self.queue.age_ms(job.token) > self._max_wait_ms:
+            self.queue.drop(job.token)
+            self.shed += 1
+            self._settle(job, error=SttOverloaded(
+                f"{self.name}: an utterance waited over {self._max_wait_ms:.0f} ms for a worker"))
+            return None
+        self.queue.leave(job.token)
+        return job
+
+    def _set_running(self, delta: int) -> None:
+        self._running += delta
+        self.queue.running = self._running
+
+    async def _run(self, batch: list[_Job]) -> None:
         executor = self._executor
+        loop = asyncio.get_running_loop()
+        retry: list[_Job] = []
+        started = time.monotonic()
         try:
-            result = await asyncio.get_running_loop().run_in_executor(executor, self._decode, *job.args)
+            if len(batch) == 1:
+                results = [await loop.run_in_executor(executor, self._decode, *batch[0].args)]
+            else:
+                assert self._decode_batch is not None
+                self.batches += 1
+                results = await loop.run_in_executor(executor, self._decode_batch, [job.args for job in batch])
         except BrokenProcessPool:
             self._replace(executor)
-            job.attempts += 1
-            if job.attempts <= RETRIES_AFTER_CRASH and not self._closed:
-                self._running -= 1
-                self._requeue(job)
-                return
-            self._settle(job, error=SttError(f"{self.name} worker died while decoding"))
+            for job in batch:
+                job.attempts += 1
+                if job.attempts <= RETRIES_AFTER_CRASH and not self._closed:
+                    retry.append(job)
+                else:
+                    self._settle(job, error=SttError(f"{self.name} worker died while decoding"))
         except RuntimeError as exc:  # submitting to a pool that is shutting down
-            self._settle(job, error=SttError(f"{self.name}: {exc}"))
+            for job in batch:
+                self._settle(job, error=SttError(f"{self.name}: {exc}"))
         except Exception as exc:
-            self._settle(job, error=SttError(f"{self.name} decode failed: {type(exc).__name__}: {exc}"))
+            if len(batch) > 1 and not self._closed:
+                for job in batch:  # one bad utterance must not cost the others theirs: each goes again alone
+                    job.alone = True
+                    retry.append(job)
+            else:
+                for job in batch:
+                    self._settle(job, error=SttError(f"{self.name} decode failed: {type(exc).__name__}: {exc}"))
         else:
-            self._settle(job, result=result)
-        self._running -= 1
+            self.queue.served(started)
+            for job, result in zip(batch, results, strict=True):
+                self._settle(job, result=result)
+        self._set_running(-1)
+        for job in reversed(retry):
+            self._requeue(job)
         if not self._closed:
             self._dispatch()
 
     def _requeue(self, job: _Job) -> None:
         # A retried utterance goes to the front: it has waited longest.
-        key = object()
-        self._lanes[key] = _Lane(deque([job]))
-        self._turns.appendleft(key)
-        self._waiting += 1
-        self._dispatch()
+        self._enqueue(object(), job, front=True)
 
     @staticmethod
     def _settle(job: _Job, *, result: Any = None, error: Exception | None = None) -> None:
@@ -210,6 +308,7 @@ class DecoderPool:
         self._closed = True
         for lane in self._lanes.values():
             for job in lane.jobs:
+                self.queue.drop(job.token)
                 self._settle(job, error=SttError(f"{self.name} is shut down"))
         self._lanes.clear()
         self._turns.clear()
@@ -277,9 +376,13 @@ class UtteranceStream:
 
     async def _decode(self, audio: bytes, previous: asyncio.Task[None] | None, whole: bool) -> None:
         text = ""
+        overloaded = False
         try:
             if audio:
                 text = await self._engine.transcribe(audio, self._rate, self)
+        except SttOverloaded as exc:  # shed: the caller is asked to say it again, not left in silence
+            overloaded = True
+            log.warning("%s", exc)
         except Exception as exc:  # a failed decode loses one utterance, never the call
             log.warning("%s decode failed: %s", self._engine.name, exc)
         if previous is not None:
@@ -289,7 +392,7 @@ class UtteranceStream:
                 self._turn_text = text
             else:
                 text = self._turn_text
-        self._results.put_nowait(Transcript(text, final=True, whole_turn=whole))
+        self._results.put_nowait(Transcript(text, final=True, whole_turn=whole, overloaded=overloaded))
 
     async def results(self) -> AsyncIterator[Transcript]:
         while (item := await self._results.get()) is not None:

@@ -36,6 +36,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from internal.config.providers import TelemetryConfig
+from internal.telemetry.queues import WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -82,12 +83,21 @@ class Telemetry:
         readers: list[MetricReader] = [self._reader]
         if config.traces == "console":
             readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter(), export_interval_millis=60_000))
-        view = View(instrument_name="voicegate_turn_latency_ms",
-                    aggregation=ExplicitBucketHistogramAggregation(LATENCY_BUCKETS_MS))
-        self._meter_provider = MeterProvider(metric_readers=readers, resource=resource, views=[view])
+        views = [View(instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(LATENCY_BUCKETS_MS))
+                 for name in ("voicegate_turn_latency_ms", "voicegate_worker_wait_ms", "voicegate_worker_service_ms")]
+        self._meter_provider = MeterProvider(metric_readers=readers, resource=resource, views=views)
         meter = self._meter_provider.get_meter("voicegate")
         self.turn_latency = meter.create_histogram("voicegate_turn_latency_ms", unit="ms",
                                                    description="Time of each turn stage")
+        self.worker_waits = meter.create_histogram(
+            "voicegate_worker_wait_ms", unit="ms",
+            description="Time an utterance or sentence waited for a free worker, by pool")
+        self.worker_services = meter.create_histogram(
+            "voicegate_worker_service_ms", unit="ms",
+            description="Time a worker spent on each call (a decode, a batch, a sentence, a verdict), by pool")
+        self._queues: Callable[[], list[WorkQueue]] = list
+        meter.create_observable_gauge("voicegate_worker_queue", callbacks=[self._observe_queues],
+                                      description="Items waiting for (and held by) each pool's workers")
         self.calls = meter.create_counter("voicegate_calls_total", description="Calls ended, by transport and outcome")
         self.rtp_lost = meter.create_counter("voicegate_rtp_packets_lost_total", description="RTP packets lost")
         self.srtp_rejected = meter.create_counter(
@@ -127,6 +137,23 @@ class Telemetry:
     def watch_registrations(self, states: Callable[[], list[tuple[dict[str, str], bool]]]) -> None:
         """`states` gives (labels, registered) per SIP registration, read at each scrape."""
         self._registrations = states
+
+    def watch_worker_queues(self, queues: list[WorkQueue]) -> None:
+        """Export these pools' queue lengths, and record every wait they report."""
+        for queue in queues:
+            queue.observer = self.worker_wait
+            queue.service_observer = self.worker_service
+        self._queues = lambda: queues
+
+    def worker_wait(self, pool: str, ms: float) -> None:
+        self.worker_waits.record(ms, {"pool": pool})
+
+    def worker_service(self, pool: str, ms: float) -> None:
+        self.worker_services.record(ms, {"pool": pool})
+
+    def _observe_queues(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(value, {"pool": queue.pool, "state": state}) for queue in self._queues()
+                for state, value in (("waiting", queue.waiting), ("running", queue.running))]
 
     def watch_event_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

@@ -11,10 +11,11 @@ import asyncio
 import contextlib
 import logging
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from internal.audio.resample import Resampler
 from internal.config.providers import EspeakConfig
+from internal.telemetry.queues import WorkQueue
 from internal.tts.base import TtsError
 
 log = logging.getLogger(__name__)
@@ -40,44 +41,64 @@ class EspeakTextToSpeech:
     def __init__(self, config: EspeakConfig) -> None:
         self._config = config
         self._slots = asyncio.Semaphore(config.workers)
+        self.queue = WorkQueue("espeak")
+
+    def queues(self) -> list[WorkQueue]:
+        return [self.queue]
 
     async def synthesize(self, text: str, sample_rate: int) -> AsyncIterator[bytes]:
         text = text.strip()
         if not text:
             return
-        async with self._slots:
-            try:
-                process = await asyncio.create_subprocess_exec(
-                    self._config.binary, "-v", self._config.voice, "-s", str(self._config.rate_wpm),
-                    "-p", str(self._config.pitch), "--stdout", "--", text,
-                    stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.DEVNULL,
-                )
-            except OSError as exc:
-                raise TtsError(f"cannot run {self._config.binary}: {exc.strerror}") from exc
-            assert process.stdout is not None
-            try:
-                header = await process.stdout.readexactly(WAV_HEADER)
-                resampler = Resampler(parse_wav_header(header), sample_rate)
-                carry = b""
-                while chunk := await process.stdout.read(READ_CHUNK):
-                    data = carry + chunk
-                    usable = len(data) - len(data) % 2
-                    carry = data[usable:]
-                    out = resampler.process(data[:usable])
-                    if out:
-                        yield out
-                tail = resampler.flush()
-                if tail:
-                    yield tail
+        token = self.queue.enter()
+        try:
+            await self._slots.acquire()
+        except BaseException:  # the caller gave up waiting
+            self.queue.drop(token)
+            raise
+        self.queue.leave(token)
+        self.queue.running += 1
+        try:
+            async with contextlib.aclosing(self._speak(text, sample_rate)) as chunks:  # kills espeak-ng if abandoned
+                async for chunk in chunks:
+                    yield chunk
+        finally:
+            self.queue.running -= 1
+            self._slots.release()
+
+    async def _speak(self, text: str, sample_rate: int) -> AsyncGenerator[bytes, None]:
+        try:
+            process = await asyncio.create_subprocess_exec(
+                self._config.binary, "-v", self._config.voice, "-s", str(self._config.rate_wpm),
+                "-p", str(self._config.pitch), "--stdout", "--", text,
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+        except OSError as exc:
+            raise TtsError(f"cannot run {self._config.binary}: {exc.strerror}") from exc
+        assert process.stdout is not None
+        try:
+            header = await process.stdout.readexactly(WAV_HEADER)
+            resampler = Resampler(parse_wav_header(header), sample_rate)
+            carry = b""
+            while chunk := await process.stdout.read(READ_CHUNK):
+                data = carry + chunk
+                usable = len(data) - len(data) % 2
+                carry = data[usable:]
+                out = resampler.process(data[:usable])
+                if out:
+                    yield out
+            tail = resampler.flush()
+            if tail:
+                yield tail
+            await process.wait()
+        except asyncio.IncompleteReadError as exc:
+            raise TtsError("espeak-ng produced no audio") from exc
+        finally:
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
                 await process.wait()
-            except asyncio.IncompleteReadError as exc:
-                raise TtsError("espeak-ng produced no audio") from exc
-            finally:
-                if process.returncode is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        process.kill()
-                    await process.wait()
 
     async def aclose(self) -> None:
         return None

@@ -30,12 +30,16 @@ from pathlib import Path
 
 from internal.audio.resample import Resampler
 from internal.config.providers import PiperConfig
+from internal.config.sizing import worker_count
+from internal.devices import onnx_available_providers
+from internal.telemetry.queues import WorkQueue
 from internal.tts.base import TtsError
 from internal.tts.piper_voice import (
     PINNED_VOICE_SHA256,
     pinned_digests,
     piper_available,
     piper_command,
+    piper_uses_cuda,
     resolve_voice,
     verify_voice,
     voice_config_path,
@@ -192,13 +196,18 @@ class PiperTextToSpeech:
         """`voice_sha256` pins the voice's files by name; None pins the packaged voice only."""
         self._config = config
         self._expected = voice_sha256 if voice_sha256 is not None else pinned_digests(config)
+        self.cuda = piper_uses_cuda(config, onnx_available_providers())
         self._voice: Path | TtsError | None = None
         self._voice_lock = asyncio.Lock()
-        self._slots = [_Slot(i) for i in range(config.workers)]
+        self._slots = [_Slot(i) for i in range(worker_count(config.workers))]
         self._idle: asyncio.Queue[_Slot] = asyncio.Queue()
         for slot in self._slots:
             self._idle.put_nowait(slot)
+        self.queue = WorkQueue("piper")
         self._closed = False
+
+    def queues(self) -> list[WorkQueue]:
+        return [self.queue]
 
     @property
     def worker_pids(self) -> list[int]:
@@ -237,10 +246,20 @@ class PiperTextToSpeech:
 
     async def _render(self, line: str) -> tuple[bytes, int]:
         model = await self._checked_voice()
-        slot = await self._idle.get()
+        token = self.queue.enter()
+        try:
+            slot = await self._idle.get()
+        except BaseException:  # the caller gave up waiting
+            self.queue.drop(token)
+            raise
+        self.queue.leave(token)
+        self.queue.running += 1
+        started = time.monotonic()
         try:
             path = await self._speak_on(slot, line, model)
+            self.queue.served(started)
         finally:
+            self.queue.running -= 1
             self._idle.put_nowait(slot)  # the WAV is ours now: the worker can take the next sentence
         return await asyncio.to_thread(_take_wav, path)
 
@@ -305,6 +324,7 @@ class PiperTextToSpeech:
         return [
             *piper_command(self._config), "-m", str(model), "-c", str(voice_config_path(model)),
             "--length-scale", str(self._config.length_scale), "-s", str(self._config.speaker),
+            *(["--cuda"] if self.cuda else []),
         ]
 
 

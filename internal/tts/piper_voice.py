@@ -11,10 +11,11 @@ import hashlib
 import importlib.util
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from internal.config.providers import PiperConfig
+from internal.devices import onnx_device, onnx_providers
 from internal.tts.base import TtsError
 
 # The pinned voice package is one person's repackaging of the voice, so its digests live here.
@@ -86,6 +87,18 @@ def pinned_digests(config: PiperConfig) -> Mapping[str, str] | None:
 
 def piper_command(config: PiperConfig) -> list[str]:
     return list(config.command) or [sys.executable, "-m", "piper"]
+
+
+def piper_uses_cuda(config: PiperConfig, available: Sequence[str]) -> bool:
+    """Whether to start Piper with `--cuda`, from `piper.device` and this Python's onnxruntime providers.
+
+    `-m piper` runs under this Python, so its onnxruntime is the one `available` describes. A deployer's
+    own `piper.command` brings its own onnxruntime, which this process cannot see: there "auto" keeps the
+    CPU and "cuda" is passed on as asked. Raises DeviceUnavailable for a "cuda" this Python cannot run.
+    """
+    if config.command:
+        return config.device == "cuda"
+    return onnx_device(onnx_providers(config.device, available, "piper.device")) == "cuda"
 
 
 def piper_available(config: PiperConfig) -> str | None:

@@ -15,11 +15,15 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+
+from internal.devices import CPU_PROVIDER, DeviceUnavailable, missed_device
+from internal.telemetry.queues import WorkQueue
 
 MODEL_RATE = 16000
 WINDOW_S = 8
@@ -63,7 +67,9 @@ def last_window(samples: np.ndarray) -> np.ndarray:
 
 
 class SmartTurnModel:
-    def __init__(self, path: Path, threads: int = 1, workers: int = 1) -> None:
+    def __init__(self, path: Path, threads: int = 1, workers: int = 1,
+                 providers: Sequence[str] = (CPU_PROVIDER,)) -> None:
+        """`providers`: onnxruntime's, best first (internal/devices.py `onnx_providers`)."""
         import onnxruntime
         from faster_whisper.feature_extractor import FeatureExtractor
 
@@ -75,8 +81,12 @@ class SmartTurnModel:
         options.intra_op_num_threads = threads
         options.log_severity_level = 4
         self.path = path
-        self._session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"],
-                                                     sess_options=options)
+        self._session = onnxruntime.InferenceSession(str(path), providers=list(providers), sess_options=options)
+        self.providers: list[str] = list(self._session.get_providers())
+        if missed_device(providers, self.providers):
+            raise DeviceUnavailable(f'pipeline.end_of_turn_device: "cuda" but onnxruntime could not start its CUDA '
+                                    f"provider for Smart Turn (it runs on {', '.join(self.providers)}); see its "
+                                    'message above, or set it to "auto" or "cpu"')
         self._features = FeatureExtractor(feature_size=80, chunk_length=WINDOW_S)
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="smart-turn")
         self._lock = threading.Lock()
@@ -84,7 +94,12 @@ class SmartTurnModel:
         self.cpu_s = 0.0  # CPU time of every inference so far (features included)
         self.skipped = 0  # asked while the pool was full: the text rules decided those turns
         self._inflight = 0
+        self._workers = workers
         self._max_inflight = workers + 1  # one running per worker, one waiting
+        self.queue = WorkQueue("smart_turn")
+
+    def queues(self) -> list[WorkQueue]:
+        return [self.queue]
 
     def features(self, samples16k: np.ndarray) -> np.ndarray:
         """(1, 80, 800) log-mel features of the last 8 s of float32 samples at 16 kHz."""
@@ -118,19 +133,31 @@ class SmartTurnModel:
             self.skipped += 1
             return None
         self._inflight += 1
+        self.queue.running = min(self._inflight, self._workers)
+        token = self.queue.enter()
+        started: list[float] = []
+
+        def run() -> float:
+            started.append(time.monotonic())
+            return self.probability(pcm, sample_rate)
+
         try:
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._executor, self.probability, pcm, sample_rate)
+            verdict = await asyncio.get_running_loop().run_in_executor(self._executor, run)
+            self.queue.served(started[0])
+            return verdict
         finally:
+            self.queue.leave(token, at=started[0] if started else None)
             self._inflight -= 1
+            self.queue.running = min(self._inflight, self._workers)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
 @lru_cache(maxsize=4)
-def shared_smart_turn(configured: str = "", download: bool = True) -> SmartTurnModel:
+def shared_smart_turn(configured: str = "", download: bool = True,
+                      providers: tuple[str, ...] = (CPU_PROVIDER,)) -> SmartTurnModel:
     """The process's one Smart Turn session (weights found, fetched if allowed, and verified first)."""
     from internal.turn.weights import smart_turn_path
 
-    return SmartTurnModel(smart_turn_path(configured, download=download))
+    return SmartTurnModel(smart_turn_path(configured, download=download), providers=providers)

@@ -82,3 +82,65 @@ async def test_utterances_still_waiting_at_shutdown_fail_cleanly() -> None:
     with pytest.raises(SttError, match="shut down"):
         await pool.decode("c", "z", 0.0)
     running.cancel()
+
+
+@pytest_asyncio.fixture
+async def batching() -> AsyncIterator[DecoderPool]:
+    decoder = DecoderPool("test", 1, pool_jobs.sleep_then_echo, pool_jobs.start_worker, ("w",),
+                          decode_batch=pool_jobs.echo_batch, batch_size=3, batch_key=pool_jobs.length_key)
+    await decoder.warm_up("warm", 0.0)
+    yield decoder
+    await decoder.aclose()
+
+
+async def test_utterances_that_queue_up_are_decoded_together_one_per_caller(batching: DecoderPool) -> None:
+    busy = asyncio.create_task(batching.decode("a", "a0", 0.3))
+    await asyncio.sleep(0.1)  # a0 holds the only worker; everything below queues up behind it
+    queued = {tag: asyncio.create_task(batching.decode(caller, tag, 0.05))
+              for caller, tag in [("a", "a1"), ("a", "a2"), ("b", "b0"), ("c", "c0"), ("d", "d0")]}
+    assert (await busy) == "a0:w"  # alone: nothing was waiting when it came
+    answers = {tag: await task for tag, task in queued.items()}
+    # First batch: the next utterance of a, b and c (one per caller); then d's and a's second.
+    assert [answers[t] for t in ("a1", "b0", "c0")] == ["a1:batch3", "b0:batch3", "c0:batch3"]
+    assert [answers[t] for t in ("d0", "a2")] == ["d0:batch2", "a2:batch2"]
+    assert batching.batches == 2 and batching.waiting == 0
+
+
+async def test_a_batch_holds_only_utterances_of_the_same_window(batching: DecoderPool) -> None:
+    busy = asyncio.create_task(batching.decode("a", "a0", 0.3))
+    await asyncio.sleep(0.1)
+    short = [asyncio.create_task(batching.decode(c, f"{c}0", 0.05)) for c in ("b", "c")]
+    long = asyncio.create_task(batching.decode("d", "long0", 0.05))
+    await busy
+    assert [await t for t in short] == ["b0:batch2", "c0:batch2"]
+    assert (await long) == "long0:w"  # not padded into the short ones' batch; decoded next, alone
+
+
+async def test_one_bad_utterance_in_a_batch_costs_only_its_own_answer(batching: DecoderPool) -> None:
+    busy = asyncio.create_task(batching.decode("a", "a0", 0.3))
+    await asyncio.sleep(0.1)
+    good = asyncio.create_task(batching.decode("b", "b0", 0.0))
+    bad = asyncio.create_task(batching.decode("c", "bad0", 0.0))
+    await busy
+    assert (await good) == "b0:w"  # the batch failed; each went again alone
+    assert (await bad).startswith("bad0")  # alone, the plain decode takes it
+
+
+async def test_an_utterance_that_waited_too_long_is_shed_and_the_wait_is_on_record() -> None:
+    pool = DecoderPool("test", 1, pool_jobs.sleep_then_echo, pool_jobs.start_worker, ("w",), max_wait_s=0.2)
+    waits: list[tuple[str, float]] = []
+    pool.queue.observer = lambda name, ms: waits.append((name, ms))
+    try:
+        await pool.warm_up("warm", 0.0)
+        busy = asyncio.create_task(pool.decode("a", "a0", 0.5))
+        await asyncio.sleep(0.05)
+        late = asyncio.create_task(pool.decode("b", "b0", 0.0))
+        await asyncio.sleep(0.1)
+        assert (pool.queue.waiting, pool.queue.running) == (1, 1)
+        assert await busy == "a0:w"
+        with pytest.raises(SttOverloaded, match="waited over 200 ms"):
+            await late
+        assert pool.shed == 1 and pool.queue.waiting == 0 and pool.queue.running == 0
+        assert [name for name, _ in waits] == ["test"] and waits[0][1] < 100  # a0 was taken at once
+    finally:
+        await pool.aclose()

@@ -20,6 +20,7 @@ from bench.common import word_errors
 from internal.config import Config
 from internal.config.loader import ConfigError
 from internal.config.providers import WhisperConfig
+from internal.devices import cuda_devices_ctranslate2
 from internal.stt.whisper import WhisperSpeechToText, vocabulary_prompt
 from internal.stt.whisper_decode import FULL_WINDOW_FRAMES, repeats_itself, window_frames
 from internal.stt.whisper_models import (
@@ -37,6 +38,7 @@ from server.providers import build_stt
 from tests.speech import neural, neural_telephone, silence, speak, tone
 
 pytestmark = pytest.mark.slow
+CUDA_DEVICES = cuda_devices_ctranslate2()
 shared_loop = pytest.mark.asyncio(loop_scope="module")
 
 SENTENCES = [
@@ -146,6 +148,28 @@ def test_the_deployers_vocabulary_becomes_one_prompt() -> None:
     config = WhisperConfig(initial_prompt="Acme Telecom support line.", hotwords=["FibreMax", " Zentro "])
     assert vocabulary_prompt(config) == "Acme Telecom support line. FibreMax, Zentro."
     assert vocabulary_prompt(WhisperConfig()) == ""
+
+
+@shared_loop
+@pytest.mark.skipif(CUDA_DEVICES > 0, reason="this machine has a CUDA device: whisper.device auto chooses it")
+async def test_auto_on_a_machine_without_a_gpu_decodes_on_the_cpu_in_int8(whisper: WhisperSpeechToText) -> None:
+    assert whisper.settings.device == "cpu" and whisper.settings.compute_type == "int8"
+    assert whisper.describe()["device"] == "cpu" and whisper.describe()["compute_type"] == "int8"
+    text = await whisper.transcribe(padded(neural_telephone("Please cancel my order."), 8000), 8000)
+    assert "cancel" in text.lower(), text
+
+
+@pytest.mark.skipif(CUDA_DEVICES == 0, reason="no CUDA device on this machine: CTranslate2 counts none, so a "
+                    'decode with whisper.device = "cuda" cannot run (test_devices.py checks that it is refused)')
+async def test_a_decode_on_cuda_runs_in_float16_and_hears_the_words(tmp_path: Path) -> None:
+    engine = WhisperSpeechToText(WhisperConfig(workers=1, device="cuda"), tmp_path / "models")
+    try:
+        assert (engine.settings.device, engine.settings.compute_type) == ("cuda", "float16")
+        await engine.warm_up()
+        rate, heard = await error_rate(engine, [neural_telephone(s) for s in SENTENCES], 8000)
+        assert rate <= 0.10, heard
+    finally:
+        await engine.aclose()
 
 
 async def test_hotwords_steer_an_unusual_name(tmp_path: Path) -> None:
@@ -267,3 +291,19 @@ async def test_a_short_phrase_is_not_repeated_back(whisper: WhisperSpeechToText)
     text = await whisper.transcribe(padded(neural_telephone("Repeat after me."), 8000), 8000)
     assert text.lower().count("repeat") == 1, text
     assert whisper.retried == retried + 1  # the short window repeated itself; the full window did not
+
+
+@shared_loop
+async def test_callers_waiting_together_are_decoded_as_one_batch_and_still_understood(
+        whisper: WhisperSpeechToText) -> None:
+    clips = [padded(clip, 8000) for clip in neural(SENTENCES[:4], 8000)]
+    batches = whisper.pool.batches
+    busy = asyncio.create_task(whisper.transcribe(clips[0], 8000, caller="first"))
+    await asyncio.sleep(0.05)  # the one worker is busy: the next three callers queue up together
+    queued = [asyncio.create_task(whisper.transcribe(clip, 8000, caller=f"caller-{i}"))
+              for i, clip in enumerate(clips[1:], start=1)]
+    heard = [await busy, *[await task for task in queued]]
+    assert whisper.pool.batches == batches + 1, "the three queued utterances went to the worker as one batch"
+    errors = [word_errors(ref, text) for ref, text in zip(SENTENCES[:4], heard, strict=True)]
+    assert sum(e for e, _ in errors) / sum(n for _, n in errors) <= 0.1, heard
+    assert whisper.describe()["batch_size"] == 4

@@ -1,0 +1,105 @@
+"""The waits in front of each pool of workers (recogniser, synthesiser, end-of-turn model).
+
+At capacity a caller waits in a queue, not in a computation: an utterance for a free Whisper worker, a
+sentence for a free Piper process. Each pool keeps one `WorkQueue`, so that /metrics shows the queue
+length and the wait per pool (the bottleneck is named, not guessed) and the gateway can refuse new
+calls while the queues are already longer than a reply can afford (`server.shed_wait_ms`).
+
+Pure bookkeeping on the event loop: no locks, no I/O.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from itertools import count
+
+PRESSURE_WINDOW_S = 5.0  # a wait counts towards the pressure this long after it ended
+
+Observer = Callable[[str, float], None]  # (pool, ms), e.g. Telemetry.worker_wait
+
+
+class WorkQueue:
+    """Items waiting for a worker of one pool, and the waits they had."""
+
+    def __init__(self, pool: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.pool = pool
+        self.running = 0  # items a worker holds now (the pool keeps it up to date)
+        self.observer: Observer | None = None  # each wait for a worker
+        self.service_observer: Observer | None = None  # each worker call's own time (decode, synthesis)
+        self._clock = clock
+        self._entered: dict[int, float] = {}
+        self._tokens = count()
+        self._recent: deque[tuple[float, float]] = deque()  # (ended at, wait ms)
+        self.taken = 0
+        self.waited_ms = 0.0
+
+    @property
+    def waiting(self) -> int:
+        return len(self._entered)
+
+    def enter(self) -> int:
+        token = next(self._tokens)
+        self._entered[token] = self._clock()
+        return token
+
+    def leave(self, token: int, at: float | None = None) -> float:
+        """A worker took the item (now, or `at` on this queue's clock): its wait in ms (0 for an unknown
+        token)."""
+        entered = self._entered.pop(token, None)
+        if entered is None:
+            return 0.0
+        now = self._clock() if at is None else at
+        wait_ms = (now - entered) * 1000.0
+        self.taken += 1
+        self.waited_ms += wait_ms
+        self._recent.append((now, wait_ms))
+        self._forget(now)
+        if self.observer is not None:
+            self.observer(self.pool, wait_ms)
+        return wait_ms
+
+    def served(self, started: float) -> None:
+        """A worker call that began at `started` (this queue's clock) is done."""
+        if self.service_observer is not None:
+            self.service_observer(self.pool, (self._clock() - started) * 1000.0)
+
+    def drop(self, token: int) -> None:
+        """The item left without a worker (its caller gave up, or it was shed)."""
+        self._entered.pop(token, None)
+
+    def age_ms(self, token: int) -> float:
+        entered = self._entered.get(token)
+        return 0.0 if entered is None else (self._clock() - entered) * 1000.0
+
+    def oldest_ms(self) -> float:
+        if not self._entered:
+            return 0.0
+        return (self._clock() - min(self._entered.values())) * 1000.0
+
+    def pressure_ms(self) -> float:
+        """How long an item waits here now: the oldest waiting item's age, or the longest wait that
+        ended in the last few seconds (a queue that just emptied is still a queue that was long)."""
+        now = self._clock()
+        self._forget(now)
+        recent = max((wait for _, wait in self._recent), default=0.0)
+        return max(recent, self.oldest_ms())
+
+    def _forget(self, now: float) -> None:
+        while self._recent and now - self._recent[0][0] > PRESSURE_WINDOW_S:
+            self._recent.popleft()
+
+    def describe(self) -> dict[str, object]:
+        return {"pool": self.pool, "waiting": self.waiting, "running": self.running,
+                "mean_wait_ms": round(self.waited_ms / self.taken, 1) if self.taken else 0.0}
+
+
+def queues_of(*engines: object) -> list[WorkQueue]:
+    """The work queues of whichever engines have any (`queues()`), in order."""
+    found: list[WorkQueue] = []
+    for engine in engines:
+        queues = getattr(engine, "queues", None)
+        if callable(queues):
+            found.extend(queue for queue in queues() if isinstance(queue, WorkQueue))
+    return found
