@@ -12,6 +12,8 @@ either side as the VAD would cut them. Each engine runs as the server runs it, i
 - End of speech -> transcript: from the stream's end_of_speech() (the VAD closing the utterance) to
   its final transcript, on an idle engine. The VAD's offset (300 ms of quiet) comes before it; the
   pipeline's quiet window (600 ms) runs at the same time as it.
+- Utterances per second with the worker full: 16 callers' utterances waiting at once (batched when the
+  engine batches: `tiny.en/b1` decodes each alone), best of 3.
 - Callers per core: N simulated callers, each talking 30 % of the time (an utterance from the set,
   then 2.3x its length of silence, jittered), all on the one worker; the largest N whose p95 wait
   stays within 1.5 s.
@@ -185,6 +187,18 @@ async def caller(engine: Any, clips: list[bytes], rate: int, until: float, waits
         await asyncio.sleep(talk_s * (1 - TALK_SHARE) / TALK_SHARE * rng.uniform(0.6, 1.4))
 
 
+async def saturated(engine: Any, clips: list[bytes], rate: int, rounds: int = 3) -> dict[str, Any]:
+    """Utterances per second of one worker kept full: 16 callers' utterances all waiting at once (what
+    batching is for), best of `rounds`."""
+    best = 0.0
+    for _ in range(rounds):
+        began = time.perf_counter()
+        await asyncio.gather(*(engine.transcribe(clip, rate, caller=f"caller-{i}")
+                               for i, clip in enumerate((clips * 2)[:16])))
+        best = max(best, 16 / (time.perf_counter() - began))
+    return {"saturated_utterances_per_s": round(best, 2)}
+
+
 async def capacity(engine: Any, clips: list[bytes], rate: int, seconds: float, label: str) -> dict[str, Any]:
     levels: list[dict[str, Any]] = []
     best = 0
@@ -220,17 +234,19 @@ async def main() -> int:
                 continue
             try:
                 await engine.warm_up()
-                results[name] = NOT_MEASURED if args.capacity_only else await accuracy(engine, clips, name)
+                results[name] = dict(NOT_MEASURED) if args.capacity_only else await accuracy(engine, clips, name)
                 if "@" not in name:  # a many-threaded worker is for an idle machine's latency, not capacity
+                    results[name].update(await saturated(engine, clips[("piper", 8000)], 8000))
                     results[name].update(await capacity(engine, clips[("piper", 8000)], 8000, args.level_seconds,
                                                         name))
             finally:
                 await engine.aclose()
     rows = [[name, f"{r['wer_piper_8k']} %", f"{r['wer_piper_16k']} %", f"{r['wer_espeak_8k']} %",
              f"{r['wer_espeak_16k']} %", str(r["rtf"]), str(r["eos_to_transcript_ms"]["p50"]),
-             str(r["eos_to_transcript_ms"]["p95"]), str(r.get("callers_per_core", "-"))] for name, r in results.items()]
+             str(r["eos_to_transcript_ms"]["p95"]), str(r.get("saturated_utterances_per_s", "-")),
+             str(r.get("callers_per_core", "-"))] for name, r in results.items()]
     print(table(rows, ["engine", "WER piper 8k", "piper 16k", "espeak 8k", "espeak 16k", "RTF", "EoS->text p50 ms",
-                       "p95 ms", "callers/core"]))
+                       "p95 ms", "utterances/s full", "callers/core"]))
     print()
     print(table([[name, str(t["first_audio_ms"]["p50"]), str(t["first_audio_ms"]["p95"]), str(t["rtf"])]
                  for name, t in tts.items()], ["voice", "first audio p50 ms", "p95 ms", "RTF"]))

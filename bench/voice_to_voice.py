@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,11 +90,13 @@ QUESTIONS = [
 # ---- what the caller says ------------------------------------------------------------------------------
 
 
-def caller_stream(path: Path, texts: list[str], gap_s: float) -> float:
-    """Write the questions, each followed by `gap_s` of silence, as RAW mu-law for sipp's rtp_stream;
-    returns how many seconds it lasts."""
-    pause = bytes(int(RATE * gap_s) * 2)
-    pcm = bytes(int(RATE * LEAD_S) * 2) + b"".join(clip + pause for clip in neural(texts, RATE))
+def caller_stream(path: Path, texts: list[str], gap_s: float | Sequence[float]) -> float:
+    """Write the questions, each followed by `gap_s` of silence (one figure for all, or one per question),
+    as RAW mu-law for sipp's rtp_stream; returns how many seconds it lasts."""
+    gaps = [gap_s] * len(texts) if isinstance(gap_s, int | float) else list(gap_s)
+    pauses = [bytes(int(RATE * gap) * 2) for gap in gaps]
+    pcm = bytes(int(RATE * LEAD_S) * 2) + b"".join(clip + pause
+                                                    for clip, pause in zip(neural(texts, RATE), pauses, strict=True))
     path.write_bytes(ulaw_encode(pcm))
     return len(pcm) / 2 / RATE
 
@@ -254,8 +256,11 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
-def server_log(path: Path) -> tuple[dict[str, dict[int, dict[str, float]]], dict[str, list[list[str]]]]:
-    """Per call: each turn's logged stages (ms), and the transcript ([role, text], in order)."""
+def server_log(path: Path, whole_turns: bool = False
+               ) -> tuple[dict[str, dict[int, dict[str, float]]], dict[str, list[list[str]]]]:
+    """Per call: each turn's logged stages (ms), and the transcript ([role, text], in order). With
+    `whole_turns`, a user line that `replaces` (Whisper hearing the whole turn again after the caller went
+    on) takes the place of the last user line, which held part of the same turn (transcript_line)."""
     stages: dict[str, dict[int, dict[str, float]]] = {}
     said: dict[str, list[list[str]]] = {}
     for line in path.read_text(errors="replace").splitlines():
@@ -268,14 +273,29 @@ def server_log(path: Path) -> tuple[dict[str, dict[int, dict[str, float]]], dict
             turn = stages.setdefault(call, {}).setdefault(int(entry.get("turn", 0)), {})
             turn.setdefault(str(entry["stage"]), float(entry["ms"]))
         elif entry.get("message") == "sip call transcript":
-            said.setdefault(call, []).append([str(entry.get("role", "")), str(entry.get("text", ""))])
+            said_line = [str(entry.get("role", "")), str(entry.get("text", ""))]
+            transcript_line(said.setdefault(call, []), said_line, whole_turns and bool(entry.get("replaces")))
     return stages, said
+
+
+def transcript_line(lines: list[list[str]], line: list[str], replaces: bool) -> None:
+    """Add [role, text] to a call's transcript; a user line that `replaces` takes the last user line's
+    place instead. The server sets it only while that turn is still open (not yet answered, or continued
+    after its release), so the last user line is part of it even when an interrupted reply came between;
+    the page (app.js) keeps such a line and adds the whole turn again under the reply."""
+    if replaces and line[0] == "user":
+        for index in range(len(lines) - 1, -1, -1):
+            if lines[index][0] == "user":
+                lines[index] = line
+                return
+    lines.append(line)
 
 
 # ---- one configuration ---------------------------------------------------------------------------------
 
 
-async def place_call(server: Voicegate, texts: list[str], work: Path, gap_s: float) -> tuple[WireTap, int]:
+async def place_call(server: Voicegate, texts: list[str], work: Path,
+                     gap_s: float | Sequence[float]) -> tuple[WireTap, int]:
     audio = work / "caller.pcmu"
     seconds = caller_stream(audio, texts, gap_s)
     with WireTap(server.sip) as tap:

@@ -172,8 +172,6 @@ class ServerProcess:
 
 def caller_audio(kind: str) -> list[bytes]:
     """The caller's looping audio as Opus packets of 20 ms, encoded once for every caller."""
-    from aiortc.codecs.opus import OpusEncoder
-
     from tests.speech import silence, speak, tone
 
     if kind == "tone":
@@ -181,6 +179,13 @@ def caller_audio(kind: str) -> list[bytes]:
     else:  # speech and pauses, so the server's VAD opens and closes utterances as with a person
         pcm = b"".join(speak(p, OPUS_RATE) + silence(900, OPUS_RATE)
                        for p in ("what time is it", "my name is sam", "keep your answers short"))
+    return opus_packets(pcm)
+
+
+def opus_packets(pcm: bytes) -> list[bytes]:
+    """48 kHz mono PCM16 as Opus packets of 20 ms (a trailing part frame is left out)."""
+    from aiortc.codecs.opus import OpusEncoder
+
     encoder, packets = OpusEncoder(), []
     step = SAMPLES * 2
     for offset in range(0, len(pcm) - step + 1, step):
@@ -223,12 +228,12 @@ def caller_track(packets: list[bytes], start: int) -> Any:
 class Caller:
     """One aiortc caller: dials, timestamps every RTP packet of the agent's audio, decodes and counts it."""
 
-    def __init__(self, packets: list[bytes], start: int) -> None:
+    def __init__(self, packets: list[bytes], start: int, track: Any = None) -> None:
         from aiortc import RTCPeerConnection
 
         self.pc = RTCPeerConnection()
-        self.pc.addTrack(caller_track(packets, start))
-        self.pc.createDataChannel("events")  # as the browser page does; the server's events arrive on it
+        self.pc.addTrack(track if track is not None else caller_track(packets, start))
+        self.events = self.pc.createDataChannel("events")  # as the browser page does; its events come here
         self.arrivals: list[tuple[float, int]] = []  # (monotonic time, RTP sequence number)
         self.decoded = 0
         self.voiced: list[float] = []  # arrival times of decoded frames with speech in them

@@ -41,7 +41,8 @@ class CallLog:
 
     def emit(self, event: Event) -> None:
         if isinstance(event, TranscriptEvent) and event.final:
-            log.info("sip call transcript", extra={"call_id": self._call_id, "role": event.role, "text": event.text})
+            log.info("sip call transcript", extra={"call_id": self._call_id, "role": event.role, "text": event.text,
+                                                   "replaces": event.replaces})
         elif isinstance(event, StateEvent):
             log.debug("sip call state", extra={"call_id": self._call_id, "state": event.state})
         elif isinstance(event, TimingEvent):  # emitted only with pipeline.debug; metrics record them always
