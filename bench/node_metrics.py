@@ -157,28 +157,42 @@ async def scrape(http: Any, url: str) -> Scrape | None:
 # ---- the node's processes ------------------------------------------------------------------------------
 
 
-class ProcessTreeMeter:
-    """CPU seconds and resident memory of a process and all its descendants (Whisper workers, Piper)."""
+def merged(scrapes: list[Scrape | None]) -> Scrape | None:
+    """Several nodes' scrapes as one node's: each series summed (counters, histograms and queue depths add
+    up across nodes). None when any node gave none."""
+    if not scrapes or any(s is None for s in scrapes):
+        return None
+    samples: dict[Series, float] = {}
+    for one in scrapes:
+        assert one is not None
+        for series, value in one.samples.items():
+            samples[series] = samples.get(series, 0.0) + value
+    return Scrape(max(s.at for s in scrapes if s is not None), samples)
 
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
+
+class ProcessTreeMeter:
+    """CPU seconds and resident memory of processes and all their descendants (Whisper workers, Piper):
+    one node's server, or every node's."""
+
+    def __init__(self, *pids: int) -> None:
+        self.pids = pids
         self.peak_rss = 0
         self.rss_samples: list[tuple[float, int]] = []
 
     def cpu_seconds(self) -> float:
         from bench.common import process_tree_cpu_seconds
 
-        return process_tree_cpu_seconds(self.pid)
+        return sum(process_tree_cpu_seconds(pid) for pid in self.pids)
 
     def sample_rss(self) -> int:
-        """The tree's resident set now (bytes), kept for the peak."""
+        """The trees' resident set now (bytes), kept for the peak."""
         import psutil
 
-        try:
-            root = psutil.Process(self.pid)
-            tree = [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return 0
+        tree = []
+        for pid in self.pids:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                root = psutil.Process(pid)
+                tree += [root, *root.children(recursive=True)]
         total = 0
         for process in tree:
             with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):

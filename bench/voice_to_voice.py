@@ -46,7 +46,7 @@ import tomllib
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -294,7 +294,11 @@ def transcript_line(lines: list[list[str]], line: list[str], replaces: bool) -> 
 # ---- one configuration ---------------------------------------------------------------------------------
 
 
-async def place_call(server: Voicegate, texts: list[str], work: Path,
+class Dialled(Protocol):
+    sip: Address  # where the caller's INVITE goes: a node, or a proxy in front of nodes
+
+
+async def place_call(server: Dialled, texts: list[str], work: Path,
                      gap_s: float | Sequence[float]) -> tuple[WireTap, int]:
     audio = work / "caller.pcmu"
     seconds = caller_stream(audio, texts, gap_s)
@@ -311,11 +315,14 @@ async def place_call(server: Voicegate, texts: list[str], work: Path,
 
 def through_tap(scenario: Path) -> None:
     """rport in every Via (RFC 3581): voicegate then answers the INVITE to where it came from, the tap,
-    not to sipp's own port, so the tap sees the SDP answer it has to rewrite."""
+    not to sipp's own port, so the tap sees the SDP answer it has to rewrite. And the route set on the
+    in-dialog requests (ACK, BYE): empty when the node is dialled directly (sipp drops the empty line),
+    Kamailio's Record-Route when it is in front (bench/capacity.py --nodes 2)."""
     text = scenario.read_text()
     if ";branch=[branch]" not in text:
         raise RuntimeError(f"{scenario.name}: no Via with ;branch=[branch] to add rport to")
-    scenario.write_text(text.replace(";branch=[branch]", ";branch=[branch];rport"))
+    text = text.replace(";branch=[branch]", ";branch=[branch];rport")
+    scenario.write_text(text.replace("[peer_tag_param]\n", "[peer_tag_param]\n      [routes]\n"))
 
 
 def call_plan(turns: int, calls: int) -> list[list[str]]:

@@ -8,7 +8,15 @@ import struct
 
 import pytest
 
-from bench.capacity_plan import Criteria, StepFigures, sequence_loss, share_out, silence_plan, verdict
+from bench.capacity_plan import (
+    Criteria,
+    StepFigures,
+    load_verdict,
+    sequence_loss,
+    share_out,
+    silence_plan,
+    verdict,
+)
 from bench.node_metrics import Scrape, bottleneck, parse_prometheus, where_callers_wait
 from bench.voice_to_voice import LEAD_S
 from bench.wire_tap import Heard
@@ -119,4 +127,13 @@ def test_a_step_passes_only_fast_right_complete_and_without_failures() -> None:
 
 def test_a_step_with_no_clean_turn_or_nothing_heard_fails() -> None:
     reasons = verdict(figures(clean=0, wait_p95_ms=math.nan, word_error_pct=math.nan), Criteria())
-    assert reasons == ["wait p95 nan ms > 1500 ms", "word errors nan % > 10 %"]
+    assert reasons == ["word errors nan % > 10 %", "wait p95 nan ms > 1500 ms"]
+
+
+def test_against_the_reference_a_step_fails_only_on_what_the_load_added() -> None:
+    reference = figures(wait_p50_ms=450.0, wait_p95_ms=2200.0)  # the turn policy's own holds: over 1.5 s
+    assert load_verdict(figures(wait_p50_ms=700.0, wait_p95_ms=2450.0), reference, Criteria()) == []
+    assert load_verdict(figures(wait_p50_ms=800.0, wait_p95_ms=2450.0), reference, Criteria()) == [
+        "p50 800 ms > reference 450 + 300 ms"]
+    assert load_verdict(figures(wait_p50_ms=500.0, wait_p95_ms=2600.0, answered=18), reference, Criteria()) == [
+        "2 of 20 questions unanswered", "p95 2600 ms > reference 2200 + 300 ms"]

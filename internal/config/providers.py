@@ -96,7 +96,7 @@ class WhisperConfig(Section):
 
 
 class PiperConfig(Section):
-    command: list[str] = Field(default_factory=list)  # empty: this Python's `-m piper`
+    command: list[str] = Field(default_factory=list)  # empty: this Python's Piper (piper_launch.py)
     voice: str = ""  # a Piper .onnx voice path; empty: the pinned voice package
     speaker: int = Field(0, ge=0)
     length_scale: float = Field(1.0, gt=0, le=4)

@@ -279,6 +279,8 @@ class VoicePipeline:
                 self._stt_deadlines.popleft().cancel()
             self._awaiting_finals = max(0, self._awaiting_finals - 1)
             self._turns.awaiting_final = self._awaiting_finals > 0
+        if transcript.superseded:
+            return  # a later final of this turn holds the same words and more
         if text:
             replaces = whole and (self._turns.pending is not None or self._endpointing.continuing)
             self.sink.emit(TranscriptEvent(role="user", text=text, final=transcript.final, replaces=replaces))

@@ -24,6 +24,9 @@ class Transcript:
     confidence: float | None = None  # 0-1 when the engine reports one
     whole_turn: bool = False  # the text of the whole turn so far, not only of the latest utterance
     overloaded: bool = False  # no text because the engine was too busy to decode it in time (load shed)
+    # No text because a later final of the same turn covers this utterance's audio (its decode was
+    # withdrawn before it ran): nothing to say or do for it, the next final follows.
+    superseded: bool = False
 
 
 class SttError(Exception):

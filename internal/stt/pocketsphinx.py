@@ -157,6 +157,9 @@ class PocketsphinxSpeechToText:
     async def transcribe(self, pcm: bytes, sample_rate: int, caller: object | None = None) -> str:
         return str(await self.pool.decode(caller if caller is not None else self, pcm, sample_rate))
 
+    def withdraw(self, caller: object) -> int:
+        return self.pool.withdraw(caller)
+
     def open(self, sample_rate: int) -> UtteranceStream:
         return UtteranceStream(self, sample_rate)
 

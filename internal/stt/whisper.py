@@ -74,7 +74,8 @@ class WhisperSpeechToText:
         return {"engine": self.name, "model": self.model.name, "source": self.model.source,
                 "device": self.settings.device, "compute_type": self.settings.compute_type,
                 "workers": self.pool.workers, "beam_size": self.settings.beam_size, "replaced": self.pool.replaced,
-                "batch_size": self.pool.batch_size, "batches": self.pool.batches, "shed": self.pool.shed}
+                "batch_size": self.pool.batch_size, "batches": self.pool.batches, "shed": self.pool.shed,
+                "superseded": self.pool.withdrawn}
 
     def queues(self) -> list[WorkQueue]:
         return self.pool.queues()
@@ -91,6 +92,10 @@ class WhisperSpeechToText:
 
     async def transcribe(self, pcm: bytes, sample_rate: int, caller: object | None = None) -> str:
         return (await self.decode(pcm, sample_rate, caller)).text
+
+    def withdraw(self, caller: object) -> int:
+        """Take back `caller`'s decodes still waiting for a worker (a later decode of the turn covers them)."""
+        return self.pool.withdraw(caller)
 
     def open(self, sample_rate: int) -> UtteranceStream:
         return UtteranceStream(self, sample_rate)

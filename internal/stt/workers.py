@@ -37,6 +37,10 @@ class SttOverloaded(SttError):
     """More utterances are waiting than the pool's bound allows."""
 
 
+class SttSuperseded(SttError):
+    """Withdrawn before a worker took it: a later decode of the same turn holds all of its audio."""
+
+
 # ---- worker process side ----------------------------------------------------------------------
 
 
@@ -116,6 +120,7 @@ class DecoderPool:
         self.replaced = 0  # pools replaced after a worker died (for /health and tests)
         self.batches = 0  # worker calls that decoded more than one utterance
         self.shed = 0  # utterances refused after waiting max_wait_s
+        self.withdrawn = 0  # utterances taken back before a worker took them (superseded)
         self.queue = WorkQueue(name)
         self._decode = decode
         self._decode_batch = decode_batch
@@ -170,6 +175,21 @@ class DecoderPool:
         self._enqueue(caller, job)
         self._dispatch()
         return await job.future
+
+    def withdraw(self, caller: object) -> int:
+        """Take back every utterance of `caller` that still waits for a worker (each decode raises
+        SttSuperseded); returns how many. One already being decoded is left to finish."""
+        lane = self._lanes.pop(caller, None)
+        if lane is None:
+            return 0
+        self._turns.remove(caller)
+        for job in lane.jobs:
+            if not job.future.done():
+                self.queue.drop(job.token)
+                self._settle(job, error=SttSuperseded(f"{self.name}: superseded by a later decode of the turn"))
+        self._waiting -= len(lane.jobs)
+        self.withdrawn += len(lane.jobs)
+        return len(lane.jobs)
 
     def _enqueue(self, caller: object, job: _Job, front: bool = False) -> None:
         job.token = self.queue.enter()
@@ -324,6 +344,8 @@ class UtteranceEngine(Protocol):
 
     async def transcribe(self, pcm: bytes, sample_rate: int, caller: object | None = None) -> str: ...
 
+    def withdraw(self, caller: object) -> int: ...
+
 
 class UtteranceStream:
     """One call's recognition: whole utterances, decoded when the VAD ends them, results in order.
@@ -365,6 +387,11 @@ class UtteranceStream:
             if len(self._turn) + len(audio) > self._limit:
                 self._turn = bytearray()  # past the engine's window: this utterance starts afresh
                 whole = False
+            elif self._turn:
+                # The turn's earlier utterances are in this decode too: one still waiting for a worker
+                # (a busy node) would only be replaced by it, so it gives its place up. On an idle node
+                # each decode starts at once and nothing is withdrawn.
+                self._engine.withdraw(self)
             self._turn.extend(audio)
             audio = bytes(self._turn)
         elif click:
@@ -376,10 +403,12 @@ class UtteranceStream:
 
     async def _decode(self, audio: bytes, previous: asyncio.Task[None] | None, whole: bool) -> None:
         text = ""
-        overloaded = False
+        overloaded = superseded = False
         try:
             if audio:
                 text = await self._engine.transcribe(audio, self._rate, self)
+        except SttSuperseded:
+            superseded = True
         except SttOverloaded as exc:  # shed: the caller is asked to say it again, not left in silence
             overloaded = True
             log.warning("%s", exc)
@@ -387,6 +416,9 @@ class UtteranceStream:
             log.warning("%s decode failed: %s", self._engine.name, exc)
         if previous is not None:
             await asyncio.gather(previous, return_exceptions=True)
+        if superseded:
+            self._results.put_nowait(Transcript("", final=True, whole_turn=whole, superseded=True))
+            return
         if whole:
             if audio:
                 self._turn_text = text

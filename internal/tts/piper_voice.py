@@ -86,7 +86,10 @@ def pinned_digests(config: PiperConfig) -> Mapping[str, str] | None:
 
 
 def piper_command(config: PiperConfig) -> list[str]:
-    return list(config.command) or [sys.executable, "-m", "piper"]
+    """A deployer's own command as given; else this Python's Piper, started by piper_launch.py (the same
+    program as `-m piper`, with onnxruntime's idle threads asleep rather than spinning)."""
+    # -P: the script's own directory (internal/tts, which has a piper.py of its own) stays off sys.path.
+    return list(config.command) or [sys.executable, "-P", str(Path(__file__).with_name("piper_launch.py"))]
 
 
 def piper_uses_cuda(config: PiperConfig, available: Sequence[str]) -> bool:

@@ -29,7 +29,7 @@ class ScriptedStt:
 
     name = "scripted"
 
-    def __init__(self, finals: list[str], partials: dict[int, str] | None = None, continuous: bool = False,
+    def __init__(self, finals: list[str | Transcript], partials: dict[int, str] | None = None, continuous: bool = False,
                  delay_s: float = 0.05) -> None:
         self.finals = list(finals)
         self.partials = partials or {}
@@ -64,8 +64,9 @@ class ScriptedStream:
         self.engine.utterances.append(self._audio)
         self._audio = 0
         self._sent_partial = False
-        text = self.engine.finals.pop(0) if self.engine.finals else ""
-        asyncio.get_running_loop().call_later(self.engine.delay_s, self._queue.put_nowait, Transcript(text, True))
+        final = self.engine.finals.pop(0) if self.engine.finals else ""
+        transcript = final if isinstance(final, Transcript) else Transcript(final, True)
+        asyncio.get_running_loop().call_later(self.engine.delay_s, self._queue.put_nowait, transcript)
 
     def new_turn(self) -> None:
         return None

@@ -18,6 +18,7 @@ from internal.llm.openai import OpenAIChatModel
 from internal.pipeline.events import ResponseEvent, StateEvent, TimingEvent, TranscriptEvent
 from internal.pipeline.localcall import LocalCall
 from internal.pipeline.pipeline import APOLOGY
+from internal.stt.base import Transcript
 from internal.stt.pocketsphinx import PocketsphinxSpeechToText
 from tests.fakes.models import RecordingModel
 from tests.fakes.openai_fake import FakeOpenAI
@@ -166,6 +167,22 @@ async def test_consecutive_finals_are_merged_into_one_turn(make_pipeline: Pipeli
     assert len(stt.utterances) == 2
     assert [r.turn.text for r in model.requests] == ["I want to book a table"]
     assert [m.content for m in model.requests[0].messages if m.role == "user"] == ["I want to book a table"]
+
+
+async def test_a_superseded_fragment_is_neither_shown_nor_answered_with_a_request_to_repeat(
+        make_pipeline: PipelineFactory) -> None:
+    # On a busy node the first half's decode was withdrawn: the turn's next decode holds its words too.
+    stt = ScriptedStt([Transcript("", True, whole_turn=True, superseded=True),
+                       Transcript("I want to book a table", True, whole_turn=True)])
+    model = RecordingModel("Sure.")
+    pipeline, sink = make_pipeline(stt=stt, model=model, turn_merge_ms=350, user_speech_quiet_ms=300)
+    async with LocalCall(pipeline) as call:
+        call.say(silence(200) + tone(600) + silence(450) + tone(500) + silence(100))
+        await call.wait_caller_done()
+        await call.wait_agent_quiet(600)
+    assert len(stt.utterances) == 2
+    assert [r.turn.text for r in model.requests] == ["I want to book a table"]
+    assert [e.text for e in sink.events if isinstance(e, TranscriptEvent)] == ["I want to book a table", "Sure."]
 
 
 async def test_barge_in_stops_playback_within_a_frame_and_cancels_the_model_request(

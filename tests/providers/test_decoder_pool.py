@@ -9,7 +9,7 @@ import pytest
 import pytest_asyncio
 
 from internal.stt.base import SttError
-from internal.stt.workers import DecoderPool, SttOverloaded
+from internal.stt.workers import DecoderPool, SttOverloaded, SttSuperseded, UtteranceStream
 from tests.providers import pool_jobs
 
 
@@ -144,3 +144,72 @@ async def test_an_utterance_that_waited_too_long_is_shed_and_the_wait_is_on_reco
         assert [name for name, _ in waits] == ["test"] and waits[0][1] < 100  # a0 was taken at once
     finally:
         await pool.aclose()
+
+
+async def test_a_callers_waiting_utterances_are_withdrawn_and_one_being_decoded_finishes(
+        pool: DecoderPool) -> None:
+    running = asyncio.create_task(pool.decode("a", "a0", 0.3))
+    await asyncio.sleep(0.05)  # a0 is with the worker
+    waiting = [asyncio.create_task(pool.decode("a", f"a{i}", 0.0)) for i in (1, 2)]
+    other = asyncio.create_task(pool.decode("b", "b0", 0.0))
+    await asyncio.sleep(0)
+    assert pool.withdraw("a") == 2 and pool.withdrawn == 2
+    assert pool.waiting == 1  # b0 keeps its place
+    for task in waiting:
+        with pytest.raises(SttSuperseded):
+            await task
+    assert (await running).startswith("a0:")
+    assert (await other).startswith("b0:")
+    assert pool.withdraw("a") == 0 and pool.waiting == 0
+
+
+class TurnEngine:
+    """A whole-turn engine on a real pool whose worker echoes how many bytes it heard, slowly: the test
+    controls when the pool is busy."""
+
+    name = "turns"
+    min_utterance_ms = 0
+    max_utterance_s = 30
+    whole_turn = True
+
+    def __init__(self, pool: DecoderPool) -> None:
+        self.pool = pool
+
+    async def transcribe(self, pcm: bytes, sample_rate: int, caller: object | None = None) -> str:
+        return str(await self.pool.decode(caller, f"{len(pcm)}bytes", 0.2))
+
+    def withdraw(self, caller: object) -> int:
+        return self.pool.withdraw(caller)
+
+
+async def test_on_a_busy_node_a_fragment_still_waiting_is_replaced_by_the_whole_turns_decode(
+        pool: DecoderPool) -> None:
+    engine = TurnEngine(pool)
+    busy = asyncio.create_task(pool.decode("someone else", "busy", 0.5))
+    await asyncio.sleep(0.05)
+    stream = UtteranceStream(engine, 8000)
+    for _ in range(3):  # three pauses inside one turn, each ending an utterance of 20 ms
+        stream.push(bytes(320))
+        stream.end_of_speech()
+        await asyncio.sleep(0)
+    finals = []
+    async for transcript in stream.results():
+        finals.append(transcript)
+        if len(finals) == 3:
+            break
+    await busy
+    assert [t.superseded for t in finals] == [True, True, False]
+    assert finals[-1].text.startswith("960bytes") and finals[-1].whole_turn  # the whole turn, decoded once
+    assert pool.withdrawn == 2
+    await stream.aclose()
+
+
+async def test_on_an_idle_node_every_pause_is_decoded_at_once(pool: DecoderPool) -> None:
+    stream = UtteranceStream(TurnEngine(pool), 8000)
+    texts = []
+    for _ in range(2):
+        stream.push(bytes(320))
+        stream.end_of_speech()
+        texts.append((await anext(stream.results())).text.split(":")[0])
+    assert texts == ["320bytes", "640bytes"] and pool.withdrawn == 0
+    await stream.aclose()

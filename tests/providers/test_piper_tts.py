@@ -273,3 +273,18 @@ async def test_workers_exit_when_the_server_is_killed() -> None:
     await wait_until_gone(pids)
     for out_dir in out_dirs:  # a killed server cannot tidy up; the dirs hold nothing but are left behind
         out_dir.rmdir()
+
+
+async def test_piper_is_started_with_onnxruntime_threads_that_sleep_when_idle() -> None:
+    # In a process of its own, as the launcher runs: it changes what every new session starts from.
+    from internal.tts.piper_voice import piper_command
+
+    command = piper_command(PiperConfig())
+    assert command[:2] == [sys.executable, "-P"] and command[2].endswith("piper_launch.py")
+    check = ("import runpy, onnxruntime; "
+             f"runpy.run_path({command[2]!r}, run_name='launcher').get('quiet_session_options')(); "
+             "o = onnxruntime.SessionOptions(); "
+             "print(o.get_session_config_entry('session.intra_op.allow_spinning'))")
+    process = await asyncio.create_subprocess_exec(sys.executable, "-c", check, stdout=asyncio.subprocess.PIPE)
+    out, _ = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0 and out.decode().strip() == "0"
