@@ -47,7 +47,7 @@ class InstantModel:
 class InstantTts:
     name = "stub"
 
-    async def synthesize(self, text: str, sample_rate: int, due_s: float = 0.0) -> AsyncIterator[bytes]:
+    async def synthesize(self, text: str, sample_rate: int) -> AsyncIterator[bytes]:
         yield bytes(sample_rate // 50 * 2 * 10)  # 200 ms of audio per sentence, at once
 
     async def aclose(self) -> None:

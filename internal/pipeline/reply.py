@@ -25,7 +25,6 @@ log = logging.getLogger(__name__)
 # Tool rounds per turn: enough for "read, then replace, then answer"; a model stuck in a tool loop
 # is cut off and answers with what it has.
 MAX_TOOL_ROUNDS = 4
-FRAME_S = 0.02
 _DONE = object()
 
 
@@ -47,14 +46,10 @@ class ReplyResult:
 
 
 async def speak_text(text: str, tts: TextToSpeech, playout: Playout, on_audio: Callable[[], None]) -> None:
-    """Synthesise one sentence into the playout; a synthesis failure skips the sentence, not the reply.
-
-    The audio already queued is how long the caller can wait for this sentence without a gap: a busy
-    shared voice serves another caller's first sentence (due now) before this one."""
-    due_s = playout.queued_frames * FRAME_S
+    """Synthesise one sentence into the playout; a synthesis failure skips the sentence, not the reply."""
     segment = playout.begin_segment(text)
     try:
-        async for pcm in tts.synthesize(text, playout.sample_rate, due_s):
+        async for pcm in tts.synthesize(text, playout.sample_rate):
             if pcm:
                 playout.append(segment, pcm)
                 on_audio()

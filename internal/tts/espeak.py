@@ -46,7 +46,7 @@ class EspeakTextToSpeech:
     def queues(self) -> list[WorkQueue]:
         return [self.queue]
 
-    async def synthesize(self, text: str, sample_rate: int, due_s: float = 0.0) -> AsyncIterator[bytes]:
+    async def synthesize(self, text: str, sample_rate: int) -> AsyncIterator[bytes]:
         text = text.strip()
         if not text:
             return

@@ -38,7 +38,7 @@ class OpenAITextToSpeech:
             timeout=httpx.Timeout(config.timeout_s, connect=min(CONNECT_TIMEOUT_S, config.timeout_s)),
         )
 
-    async def synthesize(self, text: str, sample_rate: int, due_s: float = 0.0) -> AsyncIterator[bytes]:
+    async def synthesize(self, text: str, sample_rate: int) -> AsyncIterator[bytes]:
         if not text.strip():
             return
         body = {

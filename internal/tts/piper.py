@@ -34,7 +34,6 @@ from internal.config.sizing import worker_count
 from internal.devices import onnx_available_providers
 from internal.telemetry.queues import WorkQueue
 from internal.tts.base import TtsError
-from internal.tts.due_order import EarliestDueFirst
 from internal.tts.piper_voice import (
     PINNED_VOICE_SHA256,
     pinned_digests,
@@ -201,7 +200,9 @@ class PiperTextToSpeech:
         self._voice: Path | TtsError | None = None
         self._voice_lock = asyncio.Lock()
         self._slots = [_Slot(i) for i in range(worker_count(config.workers))]
-        self._idle = EarliestDueFirst(list(self._slots))
+        self._idle: asyncio.Queue[_Slot] = asyncio.Queue()
+        for slot in self._slots:
+            self._idle.put_nowait(slot)
         self.queue = WorkQueue("piper")
         self._closed = False
 
@@ -222,12 +223,12 @@ class PiperTextToSpeech:
         except ExceptionGroup as failed:
             raise failed.exceptions[0] from None
 
-    async def synthesize(self, text: str, sample_rate: int, due_s: float = 0.0) -> AsyncIterator[bytes]:
+    async def synthesize(self, text: str, sample_rate: int) -> AsyncIterator[bytes]:
         line = " ".join(text.split())  # Piper reads one sentence per line
         if not any(char.isalnum() for char in line):
             return  # nothing to say, and Piper crashes on a line without phonemes ("…")
         started = time.monotonic()
-        pcm, rate = await self._render(line, started + due_s)
+        pcm, rate = await self._render(line)
         log.debug("piper: %d characters, %.2f s of audio in %.0f ms",
                   len(line), len(pcm) / 2 / rate, 1000 * (time.monotonic() - started))
         resampler = Resampler(rate, sample_rate)
@@ -243,12 +244,11 @@ class PiperTextToSpeech:
         self._closed = True
         await asyncio.gather(*(self._retire(slot, STOP_GRACE_S) for slot in self._slots))
 
-    async def _render(self, line: str, due_at: float = 0.0) -> tuple[bytes, int]:
-        """`due_at` (monotonic): when the caller needs it; the workers serve the earliest due first."""
+    async def _render(self, line: str) -> tuple[bytes, int]:
         model = await self._checked_voice()
         token = self.queue.enter()
         try:
-            slot = await self._idle.acquire(due_at)
+            slot = await self._idle.get()
         except BaseException:  # the caller gave up waiting
             self.queue.drop(token)
             raise
@@ -260,7 +260,7 @@ class PiperTextToSpeech:
             self.queue.served(started)
         finally:
             self.queue.running -= 1
-            self._idle.release(slot)  # the WAV is ours now: the worker can take the next sentence
+            self._idle.put_nowait(slot)  # the WAV is ours now: the worker can take the next sentence
         return await asyncio.to_thread(_take_wav, path)
 
     async def _speak_on(self, slot: _Slot, line: str, model: Path) -> Path:

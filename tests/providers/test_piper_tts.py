@@ -288,26 +288,3 @@ async def test_piper_is_started_with_onnxruntime_threads_that_sleep_when_idle() 
     process = await asyncio.create_subprocess_exec(sys.executable, "-c", check, stdout=asyncio.subprocess.PIPE)
     out, _ = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 0 and out.decode().strip() == "0"
-
-
-async def test_a_sentence_due_now_is_spoken_before_one_due_later_that_asked_first() -> None:
-    engine = PiperTextToSpeech(PiperConfig(workers=1))
-    await engine.warm_up()
-    finished: list[str] = []
-
-    async def say(name: str, text: str, due_s: float) -> None:
-        async for _ in engine.synthesize(text, 8000, due_s):
-            pass
-        finished.append(name)
-
-    try:
-        busy = asyncio.create_task(say("busy", MEDIUM, 0.0))
-        while engine.queue.running == 0:
-            await asyncio.sleep(0.01)
-        later = asyncio.create_task(say("third sentence of a reply", SHORT, 3.0))
-        await asyncio.sleep(0.05)
-        first = asyncio.create_task(say("another caller's first sentence", SHORT, 0.0))
-        await asyncio.gather(busy, later, first)
-    finally:
-        await engine.aclose()
-    assert finished == ["busy", "another caller's first sentence", "third sentence of a reply"]

@@ -35,7 +35,7 @@ class HangingTts:
     def __init__(self) -> None:
         self.hang = True
 
-    async def synthesize(self, text: str, sample_rate: int, due_s: float = 0.0) -> AsyncIterator[bytes]:
+    async def synthesize(self, text: str, sample_rate: int) -> AsyncIterator[bytes]:
         if self.hang:
             await asyncio.sleep(3600)
         yield bytes(sample_rate // 50 * 2 * 10)
