@@ -18,8 +18,11 @@ BENCHMARKS = [
     ["webrtc_sessions.py", "--sessions", "4,8,10,12,16,20", "--seconds", "15", "--profile"],
     ["api_memory.py", "--clients", "20", "--seconds", "20"],
     ["voice_to_voice.py", "--turns", "12", "--calls", "3"],
-    # The short form: two small steps over SIP (the full run, bench/capacity.py alone, steps up to 32 callers).
+    # The short forms: two small steps over SIP, one over WebRTC, one through Kamailio to two nodes (the full
+    # runs, bench/capacity.py alone: docs/performance.md "Capacity with real conversations").
     ["capacity.py", "--calls", "2,4", "--seconds", "30"],
+    ["capacity.py", "--transport", "webrtc", "--calls", "2", "--seconds", "30"],
+    ["capacity.py", "--nodes", "2", "--calls", "2", "--seconds", "30"],
     # The short form: one line's curves (docs/performance.md has the full run's lines and the barge-in run).
     ["turns.py", "curve", "--lines", "piper/8000/none", "--offsets", "120"],
     ["denoise.py", "--seconds", "10", "--repeat", "5"],
