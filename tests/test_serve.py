@@ -13,6 +13,7 @@ import httpx
 import psutil
 import pytest
 
+from server.version import git_revision, package_version
 from tests.conftest import REPO, free_port
 
 pytestmark = pytest.mark.slow
@@ -57,6 +58,8 @@ def test_serve_answers_health_with_database_and_stops_cleanly_on_sigterm(tmp_pat
         health = wait_healthy(f"http://127.0.0.1:{port}/health").json()
         assert health["status"] == "ok"
         assert health["components"]["database"] == {"ok": True, "embedded": True}
+        # Which voicegate answers: run from this checkout, the revision is git's, read at start.
+        assert (health["version"], health["revision"]) == (package_version(), git_revision(REPO))
         assert postgres_processes(tmp_path / "data"), "the embedded PostgreSQL should be running"
         proc.send_signal(signal.SIGTERM)
         _stdout, stderr = proc.communicate(timeout=15)
