@@ -47,3 +47,10 @@ def test_init_works_while_the_current_config_is_broken_and_makes_missing_directo
 def test_init_into_a_directory_says_to_name_a_file(tmp_path: Path) -> None:
     done = run_cli("config", "init", str(tmp_path), cwd=tmp_path)
     assert done.returncode == 1 and "is a directory" in done.stderr, done.stderr
+
+
+def test_init_dash_prints_the_file_and_writes_nothing(tmp_path: Path) -> None:
+    done = run_cli("config", "init", "-", cwd=tmp_path)  # how a container hands its defaults out
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith(DEFAULT_CONFIG.read_text()) and done.stdout.startswith("# Written by")
+    assert list(tmp_path.iterdir()) == []

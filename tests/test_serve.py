@@ -84,3 +84,14 @@ def test_migrate_command_applies_then_reports_up_to_date(tmp_path: Path) -> None
     second = subprocess.run([sys.executable, "-m", "server.cli", "migrate"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=120)
     assert second.returncode == 0 and "up to date" in second.stdout
+
+
+def test_migrate_with_data_dir_starts_the_embedded_database_there_and_not_in_the_cwd(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VOICEGATE_")}
+    work = tmp_path / "work"
+    work.mkdir()
+    done = subprocess.run([sys.executable, "-m", "server.cli", "migrate", "--data-dir", str(tmp_path / "store")],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "0001_init" in done.stdout
+    assert (tmp_path / "store" / "postgres").is_dir() and list(work.iterdir()) == []
