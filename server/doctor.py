@@ -13,6 +13,7 @@ import shutil
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from internal.config import Config, ConfigError, load_config, security_warnings
@@ -91,27 +92,38 @@ def check_package() -> list[Check]:
     """This voicegate, where it runs from, and the files it reads at run time from its own package
     (an installation that lacks them starts and then fails on a caller: no tables, no page)."""
     from internal.config import DEFAULT_CONFIG
-    from internal.db.migrations import MIGRATIONS, MigrationError, discover
+    from internal.db.migrations import MIGRATIONS
     from internal.pipeline.context import BUILTIN_PROMPT
     from internal.web import STATIC_DIR
     from server.version import checkout_root, version_label
 
     root = checkout_root()
     origin = f"from the checkout at {root}" if root is not None else f"installed in {Path(__file__).parents[1]}"
-    missing: list[str] = []
-    try:
-        migrations = f"{len(discover())} migrations"
-    except MigrationError:
-        missing.append(f"migrations ({MIGRATIONS})")
-        migrations = ""
-    wanted = {"default config": DEFAULT_CONFIG, "prompt": BUILTIN_PROMPT, "page": STATIC_DIR / "index.html"}
-    missing += [f"{what} ({where})" for what, where in wanted.items() if not where.is_file()]
-    name = "package"
+    files = {"default config": DEFAULT_CONFIG, "prompt": BUILTIN_PROMPT, "page": STATIC_DIR / "index.html"}
+    found, missing = package_files(MIGRATIONS, files)
     if missing:
         fix = ("git checkout -- internal server (the files are tracked)" if root is not None
                else f"{sys.executable} -m pip install --force-reinstall voicegate")
-        return [Check(name, False, f"voicegate {version_label()} {origin} lacks " + ", ".join(missing), fix)]
-    return [Check(name, True, f"voicegate {version_label()} {origin}: {migrations}, " + ", ".join(wanted))]
+        return [Check("package", False, f"voicegate {version_label()} {origin} lacks " + ", ".join(missing), fix)]
+    return [Check("package", True, f"voicegate {version_label()} {origin}: " + ", ".join(found))]
+
+
+def package_files(migrations: Traversable, files: dict[str, Traversable]) -> tuple[list[str], list[str]]:
+    """What of the package's run-time files is there (named) and what is missing (named, with where)."""
+    from internal.db.migrations import MigrationError, discover
+
+    found: list[str] = []
+    missing: list[str] = []
+    try:
+        found.append(f"{len(discover(migrations))} migrations")
+    except MigrationError:
+        missing.append(f"migrations ({migrations})")
+    for what, where in files.items():
+        if where.is_file():
+            found.append(what)
+        else:
+            missing.append(f"{what} ({where})")
+    return found, missing
 
 
 def check_tools(config: Config) -> list[Check]:
