@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -59,26 +60,32 @@ class Installed:
 
 
 @pytest.fixture(scope="module")
-def installed(built_wheel: BuiltWheel, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
-    root = tmp_path_factory.mktemp("installed")  # the system temp dir: outside the tree
+def installed(built_wheel: BuiltWheel) -> Iterator[Installed]:
+    # The system temp dir, outside the tree. Not under pytest's own temp root: each pytest session that
+    # starts on this machine resets that root to mode 0700, which locks the embedded PostgreSQL (running
+    # as its own user) out of a data directory below it, mid-test.
+    root = Path(tempfile.mkdtemp(prefix="voicegate-installed-"))
     assert not root.resolve().is_relative_to(REPO)
-    home, work = root / "home", root / "work"
-    home.mkdir()
-    work.mkdir()
-    env = outside_env(home)
-    started = time.monotonic()
-    bin_dir = install(built_wheel.path, root / "venv", env)
-    print(f"pip install of the wheel into a fresh venv: {time.monotonic() - started:.0f} s")
-    low, high = rtp_port_range()
-    env.update({  # only what this machine needs: free ports, and the two settings the story turns on
-        "VOICEGATE_SERVER__HOST": "127.0.0.1", "VOICEGATE_SERVER__PORT": str(free_port()),
-        "VOICEGATE_SIP__BIND": f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}", "VOICEGATE_SIP__TRANSPORTS": '["udp"]',
-        "VOICEGATE_SIP__RTP_PORT_MIN": str(low), "VOICEGATE_SIP__RTP_PORT_MAX": str(high),
-        "VOICEGATE_WHISPER__WORKERS": "1", "VOICEGATE_PIPER__WORKERS": "1",  # gentle on a shared machine
-        "VOICEGATE_MEMORY__ENABLED": "true", "VOICEGATE_SIP__TRUSTED_PEERS": '["127.0.0.1/32"]',
-    })
-    yield Installed(bin_dir, work, env)
-    shutil.rmtree(root / "venv", ignore_errors=True)  # 900 MB; pytest keeps its last three temp dirs
+    try:
+        home, work = root / "home", root / "work"
+        home.mkdir()
+        work.mkdir()
+        env = outside_env(home)
+        started = time.monotonic()
+        bin_dir = install(built_wheel.path, root / "venv", env)
+        print(f"pip install of the wheel into a fresh venv: {time.monotonic() - started:.0f} s")
+        low, high = rtp_port_range()
+        env.update({  # only what this machine needs: free ports, and the two settings the story turns on
+            "VOICEGATE_SERVER__HOST": "127.0.0.1", "VOICEGATE_SERVER__PORT": str(free_port()),
+            "VOICEGATE_SIP__BIND": f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}",
+            "VOICEGATE_SIP__TRANSPORTS": '["udp"]',
+            "VOICEGATE_SIP__RTP_PORT_MIN": str(low), "VOICEGATE_SIP__RTP_PORT_MAX": str(high),
+            "VOICEGATE_WHISPER__WORKERS": "1", "VOICEGATE_PIPER__WORKERS": "1",  # gentle on a shared machine
+            "VOICEGATE_MEMORY__ENABLED": "true", "VOICEGATE_SIP__TRUSTED_PEERS": '["127.0.0.1/32"]',
+        })
+        yield Installed(bin_dir, work, env)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)  # 900 MB of virtualenv; failures carry the logs they need
 
 
 def lines_of(output: str, prefix: str) -> list[str]:
