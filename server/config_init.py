@@ -33,6 +33,11 @@ def write_default_config(path: Path, *, overwrite: bool = False) -> Path:
     `overwrite`, since it is most likely someone's edited config."""
     if path.is_dir():
         raise ConfigInitError(f"{path} is a directory; give a file name, e.g. {path / 'config.toml'}")
+    if path.exists() and path.resolve() == Path(str(DEFAULT_CONFIG)).resolve():
+        # A checkout's ./config.toml is a link to the package's defaults: --force would replace the link
+        # with a file, and the defaults' one copy with two.
+        raise ConfigInitError(f"{path} is voicegate's own default config ({DEFAULT_CONFIG}); write your copy "
+                              "to another file, e.g. `voicegate config init my.toml`")
     if path.exists() and not overwrite:
         raise ConfigInitError(f"{path} exists; give another PATH, or add --force to overwrite it")
     partial = path.with_name(f".{path.name}.{os.getpid()}.part")

@@ -54,3 +54,11 @@ def test_init_dash_prints_the_file_and_writes_nothing(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.endswith(DEFAULT_CONFIG.read_text()) and done.stdout.startswith("# Written by")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_init_never_replaces_the_packaged_defaults_a_checkout_links_to(tmp_path: Path) -> None:
+    link = tmp_path / "config.toml"
+    link.symlink_to(str(DEFAULT_CONFIG))  # what ./config.toml is in a checkout
+    done = run_cli("config", "init", "--force", cwd=tmp_path)
+    assert done.returncode == 1 and "voicegate's own default config" in done.stderr, done.stderr
+    assert link.is_symlink() and "Written by" not in DEFAULT_CONFIG.read_text()
