@@ -1,4 +1,5 @@
-"""Regenerate the key tables in docs/configuration.md from the commented config.toml.
+"""Regenerate the key tables in docs/configuration.md from the commented config.toml (the package's
+internal/config/config.toml, which ./config.toml links to).
 
     .venv/bin/python scripts/config_reference.py          # rewrite the tables in place
     .venv/bin/python scripts/config_reference.py --check  # exit 1 if the docs are out of date
@@ -63,7 +64,7 @@ def render(doc: str, config_text: str) -> str:
 def main() -> int:
     doc_path = REPO / "docs" / "configuration.md"
     doc = doc_path.read_text()
-    new = render(doc, (REPO / "config.toml").read_text())
+    new = render(doc, (REPO / "internal" / "config" / "config.toml").read_text())
     if "--check" in sys.argv:
         if new != doc:
             print("docs/configuration.md is out of date: run scripts/config_reference.py", file=sys.stderr)

@@ -26,7 +26,7 @@ from server.routes_calls import install_call_routes, presented_key
 from server.routes_memory import install_memory_routes
 from server.routes_transfer import install_transfer_routes
 from server.routes_webrtc import install_webrtc_routes
-from server.version import package_version
+from server.version import package_version, source_revision
 
 ACCOUNT_FIELDS = ("registrar", "username", "last_reason")  # of a registration: for the API key's holder only
 
@@ -69,6 +69,7 @@ def create_gateway_application(config: Config | None = None, *, tools: ToolRegis
             await gateway.stop()
 
     app = FastAPI(title="voicegate", version=package_version(), lifespan=lifespan)
+    revision = source_revision()  # asked once, here: from a checkout that runs git, not for every probe
     app.state.gateway = gateway
     install_error_handlers(app)
 
@@ -76,6 +77,7 @@ def create_gateway_application(config: Config | None = None, *, tools: ToolRegis
     async def health(request: Request) -> JSONResponse:
         report = await gateway.health()
         report["version"] = package_version()
+        report["revision"] = revision
         if not holds_api_key(request, cfg.server.api_key):
             report = without_accounts(report)
         return JSONResponse(report, status_code=200 if report["status"] == "ok" else 503)

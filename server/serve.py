@@ -21,6 +21,7 @@ from internal.config import Config
 from server.app import create_gateway_application
 from server.banner import gather_banner_info, render_banner
 from server.drain import drain
+from server.version import package_version, source_revision
 
 log = logging.getLogger(__name__)
 
@@ -115,4 +116,5 @@ async def announce(config: Config, gateway: object, http_port: int, config_path:
     print(render_banner(info), end="", file=out, flush=True)
     # memory_store, not memory: `memory` is a content field the log formatter drops (CONTENT_FIELDS).
     log.info("voicegate is ready", extra={"page_url": info.page_urls[0], "sip_uris": info.sip_uris,
-                                          "memory_store": info.memory, "engines": info.engines})
+                                          "memory_store": info.memory, "engines": info.engines,
+                                          "version": package_version(), "revision": source_revision()})

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from server.cli import build_parser, main
-from tests.conftest import REPO
+from tests.conftest import REPO, run_cli
 
 
 def leaf_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -108,3 +108,13 @@ def test_the_sub_command_modules_import_without_the_cli_that_registers_them() ->
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_data_dir_is_accepted_anywhere_and_wins_over_the_file_and_the_environment(tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_text('[server]\ndata_dir = "from-file"\n')
+    for argv in (["--data-dir", "from-flag", "config", "check"], ["config", "check", "--data-dir", "from-flag"]):
+        done = run_cli(*argv, cwd=tmp_path, env={"VOICEGATE_SERVER__DATA_DIR": "from-env"})
+        assert done.returncode == 0, done.stderr
+        assert f'data_dir = "{tmp_path / "from-flag"}"' in done.stdout  # relative to where it was started
+    without = run_cli("config", "check", cwd=tmp_path, env={"VOICEGATE_SERVER__DATA_DIR": "from-env"})
+    assert f'data_dir = "{tmp_path / "from-env"}"' in without.stdout

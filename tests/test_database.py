@@ -27,6 +27,15 @@ async def test_migrations_apply_once_and_rerun_is_a_no_op(fresh_db: str) -> None
     assert await applied(fresh_db) == [m.version for m in discover()]
 
 
+def test_migrations_are_package_data_and_none_found_is_an_error_not_an_empty_schema(tmp_path: Path) -> None:
+    from internal.db.migrations import MIGRATIONS
+
+    assert [m.label for m in discover()][:2] == ["0001_init", "0002_memories"]
+    assert str(MIGRATIONS).endswith("internal/db/migrations")  # beside the runner, in the package
+    with pytest.raises(MigrationError, match=r"no migrations in .*incomplete"):
+        discover(tmp_path)  # what an install without its SQL used to do silently: apply nothing
+
+
 async def test_an_unknown_applied_migration_is_refused(fresh_db: str) -> None:
     async with await psycopg.AsyncConnection.connect(fresh_db) as conn:
         await migrate(conn)

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from internal.db import discover
 from internal.devices import cuda_devices_ctranslate2, devices_phrase, onnx_cuda_available
 from server.doctor import Check, exit_code, format_check, report_json, summary_line
 from server.doctor_probes import check_port, port_holder
+from server.version import version_label
 from tests.conftest import free_port, run_cli
 from tests.sip.certs import ThrowawayCa
 
@@ -255,3 +257,22 @@ def test_port_holder_names_this_process(held_udp: int) -> None:
     check = check_port("port rtp", "127.0.0.1", held_udp, socket.SOCK_DGRAM, "sip.rtp_port_min/sip.rtp_port_max")
     assert check.ok is False and f"kill {os.getpid()}" in check.fix
     assert port_holder(free_port(socket.SOCK_DGRAM), "udp") == ""  # nobody holds a released port
+
+
+def test_the_package_check_names_what_an_installation_lacks(tmp_path: Path) -> None:
+    from internal.db.migrations import MIGRATIONS
+    from internal.pipeline.context import BUILTIN_PROMPT
+    from server.doctor import package_files
+
+    assert package_files(MIGRATIONS, {"prompt": BUILTIN_PROMPT}) == ([f"{len(discover())} migrations", "prompt"], [])
+    broken = tmp_path / "site-packages"  # an install whose SQL and prompt were left out
+    broken.mkdir()
+    assert package_files(broken, {"prompt": broken / "PROMPT.md"}) == (
+        [], [f"migrations ({broken})", f"prompt ({broken / 'PROMPT.md'})"])
+
+
+def test_the_doctor_starts_with_the_package_even_when_the_config_is_broken(tmp_path: Path) -> None:
+    result = doctor(tmp_path, "[memory]\nmax_chars = -5\n")
+    first, second = result.stdout.splitlines()[:2]
+    assert first.startswith(f"ok   package: voicegate {version_label()} from the checkout at "), first
+    assert second.startswith("FAIL config: ")

@@ -13,6 +13,7 @@ import httpx
 import psutil
 import pytest
 
+from server.version import git_revision, package_version
 from tests.conftest import REPO, free_port
 
 pytestmark = pytest.mark.slow
@@ -57,6 +58,8 @@ def test_serve_answers_health_with_database_and_stops_cleanly_on_sigterm(tmp_pat
         health = wait_healthy(f"http://127.0.0.1:{port}/health").json()
         assert health["status"] == "ok"
         assert health["components"]["database"] == {"ok": True, "embedded": True}
+        # Which voicegate answers: run from this checkout, the revision is git's, read at start.
+        assert (health["version"], health["revision"]) == (package_version(), git_revision(REPO))
         assert postgres_processes(tmp_path / "data"), "the embedded PostgreSQL should be running"
         proc.send_signal(signal.SIGTERM)
         _stdout, stderr = proc.communicate(timeout=15)
@@ -81,3 +84,14 @@ def test_migrate_command_applies_then_reports_up_to_date(tmp_path: Path) -> None
     second = subprocess.run([sys.executable, "-m", "server.cli", "migrate"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=120)
     assert second.returncode == 0 and "up to date" in second.stdout
+
+
+def test_migrate_with_data_dir_starts_the_embedded_database_there_and_not_in_the_cwd(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VOICEGATE_")}
+    work = tmp_path / "work"
+    work.mkdir()
+    done = subprocess.run([sys.executable, "-m", "server.cli", "migrate", "--data-dir", str(tmp_path / "store")],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "0001_init" in done.stdout
+    assert (tmp_path / "store" / "postgres").is_dir() and list(work.iterdir()) == []

@@ -2,7 +2,7 @@
 
 from internal.config.checks import security_warnings
 from internal.config.display import masked, render_toml, secret_values
-from internal.config.loader import Config, ConfigError, config_path_from, load_config
+from internal.config.loader import DEFAULT_CONFIG, ENV_PREFIX, Config, ConfigError, config_path_from, load_config
 
-__all__ = ["Config", "ConfigError", "config_path_from", "load_config", "masked", "render_toml", "secret_values",
-           "security_warnings"]
+__all__ = ["DEFAULT_CONFIG", "ENV_PREFIX", "Config", "ConfigError", "config_path_from", "load_config", "masked",
+           "render_toml", "secret_values", "security_warnings"]

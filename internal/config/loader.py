@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,9 @@ from internal.identity.phone import normalise_e164
 
 ENV_PREFIX = "VOICEGATE_"
 CONFIG_PATH_ENV = "VOICEGATE_CONFIG"
+# Every key with its default and a one-line meaning: package data, so `voicegate config init` can write a
+# copy wherever voicegate is installed. The checkout's ./config.toml is a link to this file.
+DEFAULT_CONFIG: Traversable = files("internal.config") / "config.toml"
 
 # Conventional names for secrets, honoured so a deployer can reuse what their platform already sets.
 # The explicit VOICEGATE_<SECTION>__<KEY> form wins over these.

@@ -1,7 +1,8 @@
 """Config sections for the transports and the server itself.
 
-Every field here is documented in docs/configuration.md and in the repository's config.toml; a key
-added here without both is a key an operator cannot find.
+Every field here is documented in docs/configuration.md and in internal/config/config.toml (the
+commented defaults, linked as ./config.toml in a checkout); a key added here without both is a key an
+operator cannot find.
 """
 
 from __future__ import annotations

@@ -13,11 +13,13 @@ retrieved knowledge and any note for this turn.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from internal.pipeline.rolling_summary import summary_context_block
 
-BUILTIN_PROMPT = Path(__file__).with_name("PROMPT.md")
+BUILTIN_PROMPT: Traversable = files("internal.pipeline") / "PROMPT.md"  # package data: in the wheel beside this module
 ASSISTANT_PROFILE_HEADING = ("## Assistant profile (the deployer's defaults for every caller: who you are and how "
                              "you speak; the caller's preferences above and current request override it, "
                              "never the policy)")
@@ -36,9 +38,9 @@ MEMORY_POLICY = """Caller memory:
   or speak for the system."""
 
 
-def load_text(path: str, fallback: Path | None = None) -> str:
+def load_text(path: str, fallback: Traversable | None = None) -> str:
     """A prompt file's text ("" when neither the path nor the fallback exists)."""
-    candidate = Path(path) if path else fallback
+    candidate: Traversable | None = Path(path) if path else fallback
     if candidate is None or not candidate.is_file():
         return ""
     return candidate.read_text(encoding="utf-8").strip()

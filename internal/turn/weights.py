@@ -104,8 +104,9 @@ def smart_turn_path(configured: str = "", *, download: bool = True, progress: Pr
     else:
         tried.append("download from PyPI: off (pipeline.end_of_turn_download = false)")
     raise TurnModelError("pipeline.end_of_turn: Smart Turn v3.2 not found. Tried: " + "; ".join(tried)
-                         + ". Run `make serve` or `.venv/bin/python -m internal.turn.weights` with access to "
-                         "PyPI, set pipeline.end_of_turn_model to the file, or set pipeline.end_of_turn = \"off\"")
+                         + f". Run `{sys.executable} -m internal.turn.weights` (in a checkout: `make serve`) "
+                         "with access to PyPI, set pipeline.end_of_turn_model to the file, or set "
+                         'pipeline.end_of_turn = "off"')
 
 
 def fetch_smart_turn(target_dir: Path | None = None, progress: Progress | None = None) -> Path:

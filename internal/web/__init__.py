@@ -2,4 +2,6 @@
 
 from pathlib import Path
 
+# Package data (in the wheel beside this module). A directory on disk, not an importlib.resources
+# Traversable, because the static-file server needs one: pip always installs a wheel unpacked.
 STATIC_DIR = Path(__file__).parent / "static"

@@ -1,7 +1,11 @@
-"""Apply `migrations/NNNN_name.sql` in order, each inside a transaction, recorded in schema_migrations.
+"""Apply the SQL files beside this module (`NNNN_name.sql`) in order, each inside a transaction, recorded
+in schema_migrations.
 
-A database that has a migration this code does not know was written by a newer voicegate; running
-against it could corrupt data, so the runner refuses.
+The files are package data, read with importlib.resources, so an installed wheel finds them wherever it
+is installed: the SQL ships with the code that expects its tables (docs/packaging.md). A database that
+has a migration this code does not know was written by a newer voicegate; running against it could
+corrupt data, so the runner refuses. Finding no files at all means a broken install, never "nothing to
+do": a server without its tables would only fail later, on a caller's first memory write.
 """
 
 from __future__ import annotations
@@ -10,13 +14,14 @@ import hashlib
 import logging
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 
 import psycopg
 
 log = logging.getLogger(__name__)
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+MIGRATIONS: Traversable = files(__name__)
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 # Any constant works; it only has to be the same for every voicegate process sharing a database.
 _ADVISORY_LOCK_KEY = 0x766F6963
@@ -41,13 +46,16 @@ class Migration:
         return f"{self.version:04d}_{self.name}"
 
 
-def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
+def discover(directory: Traversable = MIGRATIONS) -> list[Migration]:
     found: list[Migration] = []
-    for path in sorted(directory.glob("*.sql")):
-        match = _NAME.match(path.name)
+    for entry in sorted((e for e in directory.iterdir() if e.name.endswith(".sql")), key=lambda e: e.name):
+        match = _NAME.match(entry.name)
         if not match:
-            raise MigrationError(f"{path}: migration files are named NNNN_lowercase_name.sql")
-        found.append(Migration(int(match.group(1)), match.group(2), path.read_text(encoding="utf-8")))
+            raise MigrationError(f"{directory}/{entry.name}: migration files are named NNNN_lowercase_name.sql")
+        found.append(Migration(int(match.group(1)), match.group(2), entry.read_text(encoding="utf-8")))
+    if not found:
+        raise MigrationError(f"no migrations in {directory}: this voicegate installation is incomplete "
+                             "(reinstall it: pip install --force-reinstall voicegate)")
     versions = [m.version for m in found]
     if len(set(versions)) != len(versions):
         raise MigrationError(f"{directory}: two migrations share a version number")
