@@ -30,8 +30,8 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 # bench/webrtc_sessions.py pins its importer to one CPU and sets OPENBLAS_NUM_THREADS for its own layout
 # (server and callers on a core each); here the server this process starts must inherit all of them.
 _CPUS, _BLAS = os.sched_getaffinity(0), os.environ.get("OPENBLAS_NUM_THREADS")
-from bench.voice_to_voice import transcript_line  # noqa: E402
 from bench.webrtc_sessions import FRAME_S, OPUS_RATE, SAMPLES, Caller, opus_packets  # noqa: E402
+from internal.evals.replies import transcript_line  # noqa: E402
 
 os.sched_setaffinity(0, _CPUS)
 if _BLAS is None:

@@ -7,9 +7,10 @@
        {"type": "call.ended", "session_id": "...", "reason": "agent ended the call"}
 
 What `voicegate eval` checks a call against (docs/evals.md); the events and their fields are in
-docs/protocol.md. Refused before the socket is accepted: 4404 when server.call_events is off, 4403 with no
-server.api_key configured, 4401 without the key. A subscriber that falls behind loses events and is sent
-`{"type": "feed.dropped", "count": N}` once it catches up, so it knows its view has gaps.
+docs/protocol.md. Refused by closing right after the handshake: 4404 when server.call_events is off,
+4403 with no server.api_key configured, 4401 without the key (the close reason says which). A
+subscriber that falls behind loses events and is sent `{"type": "feed.dropped", "count": N}` once it
+catches up, so it knows its view has gaps.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ def install_call_feed_routes(app: FastAPI, gateway: Gateway) -> None:
                 raise ApiError(404, "call_events_disabled", "call events are off on this server "
                                "(server.call_events = false)")
         except ApiError as exc:
+            # Accepted first so the client reads the code and the reason (a close before the handshake is
+            # a bare HTTP 403 that says nothing).
+            await socket.accept()
             await socket.close(code=CLOSE_CODES.get(exc.status, 4400), reason=exc.message[:120])
             return
         await socket.accept()
