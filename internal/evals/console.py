@@ -1,8 +1,9 @@
 """What `voicegate eval` prints while it runs and when it is done.
 
-On a terminal: a progress bar per running scenario at the bottom (turns played of its turns), and a
-line per turn as each call is judged, above them. Elsewhere (CI logs): a line when a scenario starts, a
-line per call, every failure with its reason, and the same summary at the end.
+On a terminal: a progress bar per running scenario at the bottom (turns played of its turns) while the
+calls run, then a line per turn as each call is judged (once every call is over, so that hearing and
+judging take no CPU from a live call). Elsewhere (CI logs): a line when a scenario starts and when its
+calls are done, a line per judged call with every failure and its reason, and the summary at the end.
 """
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ class ConsoleProgress:
         self._bars[unit][0] += 1
         self._print([])
 
+    def played(self, unit: str) -> None:
+        """Its calls are over; the verdict comes once every scenario has played (Whisper waits for that)."""
+        self._bars.pop(unit, None)
+        self._print([f"{unit}: calls done"])
+
     def call_done(self, unit: str, call: CallResult) -> None:
         if self.tty:
             self._print([f"{unit}, {call.title}:", *turn_lines(call)])
@@ -72,7 +78,6 @@ class ConsoleProgress:
                      *[f"  {check_line(check)}" for check in bad]])
 
     def finished(self, result: ScenarioResult) -> None:
-        self._bars.pop(result.title, None)
         self._print([verdict_line(result)])
 
 

@@ -2,9 +2,9 @@
 wait for the answer to end, say the next; or cut in while the agent talks (barge_in_ms).
 
 A reply has ended when the agent has been quiet for a while after speaking. With the server's events
-(a WebRTC call's DataChannel, a SIP call's call events) the agent's final transcript says so sooner and
-more surely: it is sent once the whole reply has been played, so a slow sentence boundary is not taken
-for the end. Nothing here judges; it records when each turn's sound left (`Utterance`).
+(a WebRTC call's DataChannel, a SIP call's call events) its line for the reply says so sooner and more
+surely: it is sent once the whole reply has been played, so a slow sentence boundary is not taken for
+the end. Nothing here judges; it records when each turn's sound left (`Utterance`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from internal.evals.wire import Utterance
 
 POLL_S = 0.05
 GREETING_WAIT_S = 5.0  # how long a new call listens for a greeting to begin
-QUIET_AFTER_FINAL_S = 0.4  # after the agent's final transcript, this much quiet ends its reply
+QUIET_AFTER_FINAL_S = 0.5  # after the agent's line for the reply, this much quiet ends it
 QUIET_S = 1.5  # without the server's events: this much quiet after speech ends a reply
 QUIET_FINAL_LATE_S = 3.0  # with them, when the final transcript is late: this much quiet is enough
 LONGEST_REPLY_S = 60.0  # a reply still going after this long is cut short by the caller's next turn
@@ -38,10 +38,23 @@ class TurnRecord:
     barge_in_missed: str = ""  # why there was nothing to cut in on
 
 
-def agent_finished_after(phone: Phone, moment: float) -> bool:
-    """Did the server say the agent finished a reply (its final transcript) after `moment`?"""
-    return any(seen.at > moment and seen.event.get("type") == "transcript" and seen.event.get("role") == "agent"
-               and seen.event.get("final") for seen in phone.server_events())
+def answered_after(phone: Phone, moment: float, *, greeting: bool = False) -> bool:
+    """Did the server, after `moment`, hear the caller's turn and then finish a reply to it?
+
+    Order is what counts: the server's events arrive in the order it sent them, so an agent line after
+    the caller's line is the reply to it. A line of the previous reply that arrives late (a loaded
+    server, a slow network) comes before the caller's line and is not mistaken for this turn's answer.
+    """
+    heard_caller = greeting  # a greeting answers nobody
+    for seen in phone.server_events():
+        event = seen.event
+        if seen.at <= moment or event.get("type") != "transcript" or not event.get("final"):
+            continue
+        if event.get("role") == "user":
+            heard_caller = True
+        elif heard_caller:
+            return True
+    return False
 
 
 async def until(condition: Callable[[], bool], deadline: float, stop: asyncio.Event | None = None) -> bool:
@@ -53,14 +66,14 @@ async def until(condition: Callable[[], bool], deadline: float, stop: asyncio.Ev
     return True
 
 
-async def await_reply(phone: Phone, since: float, timeout_s: float) -> None:
+async def await_reply(phone: Phone, since: float, timeout_s: float, *, greeting: bool = False) -> None:
     """Wait for the agent to begin answering (up to `timeout_s` after `since`), then for it to finish."""
     if not await until(lambda: phone.ear.loud_after(since) is not None, since + timeout_s, phone.ended):
         return
     events = not phone.server_events_problem
 
     def finished() -> bool:
-        if events and agent_finished_after(phone, since) and phone.ear.quiet_for(QUIET_AFTER_FINAL_S):
+        if events and answered_after(phone, since, greeting=greeting) and phone.ear.quiet_for(QUIET_AFTER_FINAL_S):
             return True
         return phone.ear.quiet_for(QUIET_FINAL_LATE_S if events else QUIET_S)
 
@@ -85,7 +98,7 @@ async def converse(phone: Phone, call: Call, turn_sounds: list[list[Sound]],
     # The greeting, if there is one: never cut in on it unless the first turn asks to.
     last_sound = connected
     if call.turns[0].barge_in_ms is None:
-        await await_reply(phone, connected, GREETING_WAIT_S)
+        await await_reply(phone, connected, GREETING_WAIT_S, greeting=True)
     for index, (turn, sounds) in enumerate(zip(call.turns, turn_sounds, strict=True)):
         record = records[index]
         if phone.ended.is_set():

@@ -1,12 +1,16 @@
-"""What a run found, scenario by scenario: the reports (console, JUnit, HTML) read only these."""
+"""What a run did and found, scenario by scenario: calls as they happened (PlacedCall, ScenarioRun), then
+judged (CallResult, ScenarioResult), which is all the reports (console, JUnit, HTML) read."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from internal.evals.checks import CallFacts, Check
+from internal.evals.conversation import TurnRecord
+from internal.evals.phone import Phone
 from internal.evals.replies import TurnView
-from internal.evals.scenario import Scenario, Transport
+from internal.evals.scenario import Call, Scenario, Transport
+from internal.evals.server_api import Observed
 
 
 @dataclass
@@ -72,3 +76,26 @@ class ScenarioResult:
     @property
     def ok(self) -> bool:
         return self.failures == 0
+
+
+@dataclass
+class PlacedCall:
+    """A call as it happened, not judged yet."""
+
+    index: int
+    call: Call
+    facts: CallFacts
+    phone: Phone | None = None  # None: it never connected (facts.setup_error)
+    records: list[TurnRecord] = field(default_factory=list)
+    events: list[Observed] = field(default_factory=list)
+    connected: float = 0.0
+    seconds: float = 0.0
+
+
+@dataclass
+class ScenarioRun:
+    scenario: Scenario
+    transport: Transport
+    placed: list[PlacedCall] = field(default_factory=list)
+    error: str = ""
+    seconds: float = 0.0

@@ -19,27 +19,25 @@ from typing import Protocol
 import httpx
 
 from internal.audio.resample import resample
-from internal.evals.checks import CallFacts, call_checks, turn_checks
-from internal.evals.conversation import TurnRecord, converse, until
-from internal.evals.hearing import Transcriber, hear
-from internal.evals.judge import Completer, judge
+from internal.evals.checks import CallFacts
+from internal.evals.conversation import converse, until
+from internal.evals.hearing import Transcriber
+from internal.evals.judge import Completer
 from internal.evals.phone import CallSetupFailed, Phone
-from internal.evals.replies import GREETING, TurnView, attribute, call_transcript
-from internal.evals.results import CallResult, Clip, ScenarioResult, TurnResult
+from internal.evals.results import CallResult, PlacedCall, ScenarioResult, ScenarioRun
 from internal.evals.scenario import Call, Scenario, Transport
 from internal.evals.server_api import CallEvents, Observed, ServerApi, ServerApiError
 from internal.evals.sip_phone import RATE as SIP_RATE
 from internal.evals.sip_phone import SipLine
+from internal.evals.verdict import judge_call
 from internal.evals.voice import CallerVoice, Sound, VoiceError, sounds
 from internal.evals.webrtc_phone import EAR_RATE, OPUS_RATE, TokenRequired, WebRtcPhone, prepare_ice
-from internal.evals.wire import stereo_clip
 
 log = logging.getLogger(__name__)
 
 SERVER_END_WAIT_S = 10.0  # the server's call.ended after our hang-up
 MEMORY_WAIT_S = 20.0  # a hang-up's memory write landing (the digest is written after the call)
 MEMORY_POLL_S = 0.5
-CLIP_LEAD_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -57,6 +55,8 @@ class Progress(Protocol):
     def started(self, unit: str, turns: int) -> None: ...
 
     def turn_played(self, unit: str) -> None: ...
+
+    def played(self, unit: str) -> None: ...
 
     def call_done(self, unit: str, call: CallResult) -> None: ...
 
@@ -86,12 +86,14 @@ class EvalRunner:
             prepare_ice(targets.http_url)
         limit = asyncio.Semaphore(max(1, jobs))
 
-        async def one(scenario: Scenario, transport: Transport) -> ScenarioResult:
+        async def one(scenario: Scenario, transport: Transport) -> ScenarioRun:
             async with limit:
-                return await self.run_scenario(scenario, transport)
+                return await self.play(scenario, transport)
 
         try:
-            return list(await asyncio.gather(*(one(s, t) for s in scenarios for t in s.transports)))
+            runs = await asyncio.gather(*(one(s, t) for s in scenarios for t in s.transports))
+            # Judged once every call is over: Whisper and the judge then take no CPU from a live call.
+            return [await self._judge(run) for run in runs]
         finally:
             for line in self._lines.values():
                 await line.stop()
@@ -109,9 +111,10 @@ class EvalRunner:
                 self._lines[host] = line
             return self._lines[host]
 
-    async def run_scenario(self, scenario: Scenario, transport: Transport) -> ScenarioResult:
-        result = ScenarioResult(scenario, transport)
-        unit = result.title
+    async def play(self, scenario: Scenario, transport: Transport) -> ScenarioRun:
+        """Every call of one scenario on one transport, one after another."""
+        run = ScenarioRun(scenario, transport)
+        unit = ScenarioResult(scenario, transport).title
         started = time.monotonic()
         self.progress.started(unit, sum(len(call.turns) for call in scenario.calls))
         try:
@@ -121,16 +124,23 @@ class EvalRunner:
                 turn_sounds = [await asyncio.to_thread(sounds, turn.parts, self.voice, rate) for turn in call.turns]
                 if transport == "webrtc":  # rendered in a microphone's band, sent at Opus' rate
                     turn_sounds = [[Sound(resample(s.pcm, rate, OPUS_RATE), s.keys) for s in ss] for ss in turn_sounds]
-                call_result = await self._call(scenario, transport, index, call, turn_sounds,
-                                               lambda: self.progress.turn_played(unit))
-                result.calls.append(call_result)
-                self.progress.call_done(unit, call_result)
+                run.placed.append(await self._place(transport, index, call, turn_sounds,
+                                                    lambda: self.progress.turn_played(unit)))
         except (VoiceError, ServerApiError) as exc:
-            result.error = str(exc)
+            run.error = str(exc)
         except Exception as exc:  # one scenario's breakage is its own failure, not every other one's
             log.exception("eval scenario failed", extra={"scenario": unit})
-            result.error = f"{type(exc).__name__}: {exc}"
-        result.seconds = time.monotonic() - started
+            run.error = f"{type(exc).__name__}: {exc}"
+        run.seconds = time.monotonic() - started
+        self.progress.played(unit)
+        return run
+
+    async def _judge(self, run: ScenarioRun) -> ScenarioResult:
+        result = ScenarioResult(run.scenario, run.transport, error=run.error, seconds=run.seconds)
+        for placed in run.placed:
+            call = await judge_call(placed, self.ears, self.judge_model, self.judge_unavailable)
+            result.calls.append(call)
+            self.progress.call_done(result.title, call)
         self.progress.finished(result)
         return result
 
@@ -168,40 +178,26 @@ class EvalRunner:
             await phone.dial(self.api.http, token)
         return phone, token
 
-    async def _call(self, scenario: Scenario, transport: Transport, index: int, call: Call,
-                    turn_sounds: list[list[Sound]], turn_played: Callable[[], None]) -> CallResult:
+    async def _place(self, transport: Transport, index: int, call: Call, turn_sounds: list[list[Sound]],
+                     turn_played: Callable[[], None]) -> PlacedCall:
+        """Make the call and gather what the server says about it; judging comes later (verdict.py)."""
         started = time.monotonic()
-        facts = CallFacts()
+        placed = PlacedCall(index, call, CallFacts())
         try:
             phone, token = await self._dial(transport, call)
         except (CallSetupFailed, ServerApiError, httpx.HTTPError) as exc:
-            facts.setup_error = str(exc)
+            placed.facts.setup_error = str(exc)
             for _ in call.turns:
                 turn_played()
-            nothing = TurnView(GREETING)
-            return CallResult(index, call.name, call_checks(call, nothing, [], facts), [], nothing, None, [], facts,
-                              time.monotonic() - started)
-        connected = time.monotonic()
-        records = await converse(phone, call, turn_sounds, lambda i, record: turn_played())
-        events = await self._server_side_end(phone)
-        self._learn(phone, events, facts)
+            return placed
+        placed.phone, placed.connected = phone, time.monotonic()
+        placed.records = await converse(phone, call, turn_sounds, lambda i, record: turn_played())
+        placed.events = await self._server_side_end(phone)
+        self._learn(phone, placed.events, placed.facts)
         if call.expect.memory:
-            await self._read_memory(call, transport, token, facts)
-        views = attribute(records, phone.ear.runs(), events)
-        await hear(views, phone.ear.heard, self.ears)
-        greeting, turn_views = views[0], views[1:]
-        turns = [TurnResult(i, record.turn.label, turn_checks(record, view, facts), view,
-                            self._clip(phone, records, i, connected))
-                 for i, (record, view) in enumerate(zip(records, turn_views, strict=True))]
-        checks = call_checks(call, greeting, turn_views, facts)
-        transcript = call_transcript(events)
-        if call.expect.rubric:
-            checks.append(await judge(call.expect.rubric, transcript, self.judge_model, self.judge_unavailable))
-        first = records[0].utterance.started_at if records and records[0].utterance else None
-        greeting_clip = Clip(stereo_clip(phone.mouth.sent, phone.ear.heard, connected, first or connected),
-                             phone.ear.heard.rate) if greeting.runs else None
-        return CallResult(index, call.name, checks, turns, greeting, greeting_clip, transcript, facts,
-                          time.monotonic() - started)
+            await self._read_memory(call, transport, token, placed.facts)
+        placed.seconds = time.monotonic() - started
+        return placed
 
     async def _server_side_end(self, phone: Phone) -> list[Observed]:
         """The call's events once the server has ended it too (or we stopped waiting)."""
@@ -247,15 +243,3 @@ class EvalRunner:
                 await asyncio.sleep(MEMORY_POLL_S)
         except (ServerApiError, httpx.HTTPError) as exc:
             facts.memory, facts.memory_problem = None, str(exc)
-
-    @staticmethod
-    def _clip(phone: Phone, records: list[TurnRecord], index: int, connected: float) -> Clip | None:
-        utterance = records[index].utterance
-        if utterance is None or utterance.started_at is None:
-            return None
-        following = [r.utterance.started_at for r in records[index + 1:] if r.utterance and r.utterance.started_at]
-        end = following[0] if following else (phone.ear.heard.frames[-1].at + 0.1 if phone.ear.heard.frames
-                                             else time.monotonic())
-        start = max(connected, utterance.started_at - CLIP_LEAD_S)
-        return Clip(stereo_clip(phone.mouth.sent, phone.ear.heard, start, end), phone.ear.heard.rate)
-
