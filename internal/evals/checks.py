@@ -96,9 +96,13 @@ def said_checks(patterns: tuple[Pattern, ...], negated: bool, view: TurnView, ev
     return out
 
 
-def tool_check(expected: ToolExpectation, view: TurnView) -> Check:
+def tool_check_name(expected: ToolExpectation) -> str:
     shown = ", ".join(f"{key}=/{value.source}/" for key, value in expected.args.items())
-    name = f"tool {expected.name}" + (f"({shown})" if shown else "")
+    return f"tool {expected.name}" + (f"({shown})" if shown else "")
+
+
+def tool_check(expected: ToolExpectation, view: TurnView) -> Check:
+    name = tool_check_name(expected)
     calls = [tool for tool in view.tools if tool.get("name") == expected.name]
     for tool in calls:
         arguments = tool.get("arguments") or {}
@@ -139,7 +143,7 @@ def turn_checks(record: TurnRecord, view: TurnView, facts: CallFacts) -> list[Ch
             out.append(passed(name, quote(heard)) if matches(pattern, heard)
                        else failed(name, f"the server heard the caller say {quote(heard)}"))
     for tool in expect.tools:
-        out.append(failed(f"tool {tool.name}", f"cannot see the server's tool calls: {facts.tools_problem}")
+        out.append(failed(tool_check_name(tool), f"cannot see the server's tool calls: {facts.tools_problem}")
                    if facts.tools_problem else tool_check(tool, view))
     for name in expect.no_tools:
         calls = [tool for tool in view.tools if tool.get("name") == name]

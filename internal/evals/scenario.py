@@ -346,7 +346,7 @@ def _check_transports(scenario: Scenario, calls: Value) -> None:
         turn_values = call_value.mapping(("name", "caller", "turns", "expect")).require("turns").items()
         for turn_value, turn in zip(turn_values, call.turns, strict=True):
             if "webrtc" in scenario.transports and any(isinstance(part, Keys) for part in turn.parts):
-                raise turn_value.error("keypad keys (dtmf) travel only on a phone call: this scenario also runs "
+                raise turn_value.error("keypad keys (dtmf) travel only on a phone call, and this scenario runs "
                                        "over webrtc (transport)")
         for transport in scenario.transports:
             if call.expect.memory and not call.caller.memory_owner(transport):
@@ -354,5 +354,5 @@ def _check_transports(scenario: Scenario, calls: Value) -> None:
                 raise call_value.error(f"expect.memory needs a caller whose memory to read over {transport}: "
                                        f"set {who}")
             if transport == "webrtc" and call.expect.transferred_to is not None:
-                raise call_value.error("expect.transferred_to: only a phone call can be transferred "
-                                       "(this scenario also runs over webrtc)")
+                raise call_value.error("expect.transferred_to: only a phone call can be transferred, and this "
+                                       "scenario runs over webrtc (transport)")
