@@ -16,6 +16,7 @@ import ipaddress
 import json
 import socket
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -59,6 +60,39 @@ class TokenRequired(CallSetupFailed):
     """The server takes no call without a token (server.jwt_secret): an anonymous caller cannot phone it."""
 
 
+class FramePacer:
+    """One frame every 20 ms on the monotonic clock, for an aiortc track's `recv`. After a stall longer
+    than `resync_s` it starts again from now rather than sending the missed frames in a burst (None:
+    never: a script's timing is kept, late frames go out at once)."""
+
+    def __init__(self, resync_s: float | None = 0.2) -> None:
+        self._next_at = 0.0
+        self._resync_s = resync_s
+
+    async def wait(self) -> None:
+        now = time.monotonic()
+        stalled = self._resync_s is not None and now - self._next_at > self._resync_s
+        self._next_at = now if not self._next_at or stalled else self._next_at + FRAME_S
+        if self._next_at > now:
+            await asyncio.sleep(self._next_at - now)
+
+
+async def audio_frames(track: MediaStreamTrack) -> AsyncIterator[av.AudioFrame]:
+    """The decoded frames of a received audio track, until it ends."""
+    while True:
+        try:
+            frame = await track.recv()
+        except MediaStreamError:
+            return
+        assert isinstance(frame, av.AudioFrame)
+        yield frame
+
+
+def mono(frame: av.AudioFrame) -> bytes:
+    """A decoded frame's samples mixed down to one channel (PCM16)."""
+    return bytes(frame.to_ndarray().reshape(-1, len(frame.layout.channels)).mean(axis=1).astype(np.int16).tobytes())
+
+
 class MouthTrack(MediaStreamTrack):
     """The mouth's frames as an audio track, one every 20 ms on the monotonic clock."""
 
@@ -68,16 +102,13 @@ class MouthTrack(MediaStreamTrack):
         super().__init__()
         self._mouth = mouth
         self._pts = 0
-        self._next_at = 0.0
+        self._pacer = FramePacer()
         self._noise = np.random.default_rng(7)
 
     async def recv(self) -> av.AudioFrame:
         if self.readyState != "live":
             raise MediaStreamError
-        now = time.monotonic()
-        self._next_at = now if not self._next_at or now - self._next_at > 0.2 else self._next_at + FRAME_S
-        if self._next_at > now:
-            await asyncio.sleep(self._next_at - now)
+        await self._pacer.wait()
         pcm = self._mouth.frame()
         samples = np.frombuffer(pcm, np.int16).astype(np.float64) if pcm is not None else np.zeros(960)
         samples = np.clip(samples + self._noise.standard_normal(samples.size) * ROOM_NOISE, -32768, 32767)
@@ -183,14 +214,7 @@ class WebRtcPhone(Phone):
 
     async def _listen(self, track: MediaStreamTrack) -> None:
         resampler: Resampler | None = None
-        while True:
-            try:
-                frame = await track.recv()
-            except MediaStreamError:
-                return
-            assert isinstance(frame, av.AudioFrame)
-            channels = len(frame.layout.channels)
-            mono = frame.to_ndarray().reshape(-1, channels).mean(axis=1).astype(np.int16).tobytes()
+        async for frame in audio_frames(track):
             if resampler is None:
                 resampler = Resampler(frame.sample_rate, EAR_RATE)
-            self.ear.hear(resampler.process(mono))
+            self.ear.hear(resampler.process(mono(frame)))

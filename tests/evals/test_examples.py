@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("eval-examples"), pytest
 
 EXAMPLES = REPO / "examples" / "evals"
 ARTIFACTS = REPO / "test-artifacts"
-# docs/evals.md could show the report; `VOICEGATE_UPDATE_SCREENSHOTS=1 pytest ...` rewrites this picture.
+# docs/evals.md shows the report; `VOICEGATE_UPDATE_SCREENSHOTS=1 pytest ...` rewrites this picture.
 REPORT_SCREENSHOT = REPO / "docs" / "images" / "eval-report.png"
 UPDATE_SCREENSHOTS = os.environ.get("VOICEGATE_UPDATE_SCREENSHOTS") == "1"
 
