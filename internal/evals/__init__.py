@@ -8,7 +8,9 @@ One responsibility per module, from the file to the report:
 - `sip_phone`, `webrtc_phone`: a phone on each transport, built on the product's own SIP stack and
   aiortc; `server_api`: the running server's HTTP API and its call events (server.call_events).
 - `conversation`: plays a call's turns against the agent, waiting for replies like a person would.
-- `replies`: which of the agent's words and sounds answer which turn; `hearing`: Whisper on the wire.
-- `checks`: each expectation as a pure function of what was recorded; `judge`: the optional LLM rubric.
-- `runner`: scenarios in parallel; `junit`, `html_report`, `console`: the reports.
+- `runner`: scenarios in parallel, each call placed and its server-side facts gathered (`results`).
+- `verdict`, once every call is over: `replies` (which of the agent's words and sounds answer which
+  turn), `hearing` (Whisper on the wire), `checks` (each expectation as a pure function of what was
+  recorded) and `judge` (the optional LLM rubric).
+- `console`, `junit`, `html_report`: the reports.
 """
