@@ -21,7 +21,7 @@ from internal.evals.voice import Sound
 from internal.evals.wire import Utterance
 
 POLL_S = 0.05
-GREETING_WAIT_S = 5.0  # how long a new call listens for a greeting to begin
+GREETING_WAIT_S = 6.0  # how long a new call listens for a greeting to begin
 QUIET_AFTER_FINAL_S = 0.5  # after the agent's line for the reply, this much quiet ends it
 QUIET_S = 1.5  # without the server's events: this much quiet after speech ends a reply
 QUIET_FINAL_LATE_S = 3.0  # with them, when the final transcript is late: this much quiet is enough

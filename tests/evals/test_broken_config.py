@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import REPO, run_cli
 from tests.speech import NEURAL_CACHE
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("evals"), pytest.mark.timeout(900)]
 
 MEMORY_EXAMPLES = ["memory_across_calls.yaml", "forgetting.yaml", "untrusted_caller.yaml"]
 

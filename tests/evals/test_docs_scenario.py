@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import REPO, free_port, run_cli
 from tests.speech import NEURAL_CACHE
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("evals"), pytest.mark.timeout(900)]
 
 API_KEY = "docs-scenario-api-key-0123456789"
 MARK = "<!-- tests/evals/test_docs_scenario.py runs the scenario below, as written, on both transports. -->"

@@ -17,7 +17,7 @@ from tests.conftest import REPO, run_cli
 from tests.speech import NEURAL_CACHE
 from tests.webrtc.test_browser import CHROMIUM
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("eval-examples"), pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("evals"), pytest.mark.timeout(1200)]
 
 EXAMPLES = REPO / "examples" / "evals"
 ARTIFACTS = REPO / "test-artifacts"
