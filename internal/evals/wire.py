@@ -21,8 +21,9 @@ from internal.evals.voice import Sound
 
 SPEECH_DBFS = -45.0
 FRAME_S = 0.020
-# A key press on the wire: 100 ms of events, their three end packets, 60 ms apart (internal/audio/dtmf.py).
-KEY_S = 0.24
+# A key press on the wire (internal/audio/dtmf.py): four 20 ms event updates, the end packet three times,
+# then 60 ms before the next key: ten packets.
+KEY_S = 0.20
 # Agent speech closer together than this is one stretch of talk (a sentence boundary is shorter).
 SAME_RUN_S = 0.8
 

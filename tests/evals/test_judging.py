@@ -186,7 +186,7 @@ def test_the_mouth_sends_a_turn_frame_by_frame_and_presses_keys_in_place() -> No
     while mouth.busy:
         frames.append(mouth.frame())
     assert pressed == ["12"] and utterance.done.is_set()
-    assert len(frames) == 3 + 24 + 1  # 50 ms of speech in 3 frames, two key presses (240 ms each), a frame of quiet
+    assert len(frames) == 3 + 20 + 1  # 50 ms of speech in 3 frames, two key presses (200 ms each), a frame of quiet
     assert utterance.first_loud_at is not None and utterance.last_loud_at is not None
     assert mouth.frame() is None  # nothing to say: the transport sends its own silence
     keyless = Mouth(8000)
