@@ -33,7 +33,12 @@ SCENARIO_SUFFIXES = (".yaml", ".yml")
 
 
 def add_eval_command(commands: Any) -> None:
-    evals = commands.add_parser("eval", help="phone the agent with scripted callers (YAML scenarios) and check it")
+    evals = commands.add_parser(
+        "eval", help="phone the agent with scripted callers (YAML scenarios) and check it",
+        description="Phone the agent with scripted callers over real SIP and WebRTC calls and check what it did "
+        "(docs/evals.md). Without --target it starts a server of its own: from --config or $VOICEGATE_CONFIG "
+        "when given, else the offline defaults (a ./config.toml is not read). Exit 0: every expectation held; "
+        "1: one failed; 2: a scenario file error.")
     evals.add_argument("paths", nargs="+", metavar="PATH", help="scenario files, or directories of *.yaml files")
     evals.add_argument("--target", action="append", default=[], metavar="URI",
                        help="a running server: sip:agent@host:port for SIP scenarios, http://host:port for WebRTC "

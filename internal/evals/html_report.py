@@ -13,6 +13,7 @@ import time
 import wave
 from html import escape
 from pathlib import Path
+from urllib.parse import quote
 
 from internal.evals.checks import Check
 from internal.evals.console import MARKS
@@ -127,7 +128,7 @@ def _turn_block(heading: str, view: TurnView, checks: list[Check], clip: Clip | 
     if clip is not None:
         name = f"{key}.wav"
         _write_wav(audio_dir / name, clip)
-        html.append(f"<audio controls preload='metadata' src='{escape(audio_dir.name)}/{escape(name)}'></audio>")
+        html.append(f"<audio controls preload='metadata' src='{escape(quote(audio_dir.name))}/{escape(name)}'></audio>")
     html.append(_checks(checks) + "</div>")
     return "".join(html)
 
