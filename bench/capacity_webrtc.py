@@ -30,8 +30,9 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 # bench/webrtc_sessions.py pins its importer to one CPU and sets OPENBLAS_NUM_THREADS for its own layout
 # (server and callers on a core each); here the server this process starts must inherit all of them.
 _CPUS, _BLAS = os.sched_getaffinity(0), os.environ.get("OPENBLAS_NUM_THREADS")
-from bench.voice_to_voice import transcript_line  # noqa: E402
-from bench.webrtc_sessions import FRAME_S, OPUS_RATE, SAMPLES, Caller, opus_packets  # noqa: E402
+from bench.webrtc_sessions import OPUS_RATE, SAMPLES, Caller, opus_packets  # noqa: E402
+from internal.evals.replies import transcript_line  # noqa: E402
+from internal.evals.webrtc_phone import FramePacer  # noqa: E402
 
 os.sched_setaffinity(0, _CPUS)
 if _BLAS is None:
@@ -72,15 +73,12 @@ class ScriptTrack(MediaStreamTrack):
         self.script = script
         self.sent: list[tuple[float, float]] = []
         self.finished = asyncio.Event()
-        self._index, self._pts, self._next_at = 0, 0, 0.0
+        self._index, self._pts, self._pacer = 0, 0, FramePacer(resync_s=None)
 
     async def recv(self) -> av.Packet:
         if self.readyState != "live":
             raise MediaStreamError
-        now = time.monotonic()
-        self._next_at = now if not self._next_at else self._next_at + FRAME_S
-        if self._next_at > now:
-            await asyncio.sleep(self._next_at - now)
+        await self._pacer.wait()
         if self._index < len(self.script.packets):
             data = self.script.packets[self._index]
             self.sent.append((time.monotonic(), self.script.levels[self._index]))

@@ -210,9 +210,9 @@ def render(voice: str, texts: list[str]) -> list[bytes]:
 def _render_piper(texts: list[str], seed: int, voice: str, cache: Path) -> None:
     import wave
 
+    from internal.evals.voice import RENDER_SCRIPT as script
     from tests.speech import neural_voice
 
-    script = Path(__file__).resolve().parents[1] / "tests" / "piper_render.py"
     with tempfile.TemporaryDirectory() as work:
         done = subprocess.run([sys.executable, str(script), str(neural_voice()), work, str(seed)],
                               input="\n".join(" ".join(t.split()) for t in texts), text=True, capture_output=True,

@@ -56,6 +56,7 @@ from bench.common import percentiles, progress, save, table, word_errors
 from bench.wire_tap import Address, Heard, WireTap
 from internal.audio.g711 import ulaw_decode, ulaw_encode
 from internal.audio.rtp import RtpError, RtpPacket
+from internal.evals.replies import transcript_line
 from tests.sip_calls.conftest import caller_bye, free_port, render, run_sipp, stream
 from tests.speech import neural
 
@@ -276,19 +277,6 @@ def server_log(path: Path, whole_turns: bool = False
             said_line = [str(entry.get("role", "")), str(entry.get("text", ""))]
             transcript_line(said.setdefault(call, []), said_line, whole_turns and bool(entry.get("replaces")))
     return stages, said
-
-
-def transcript_line(lines: list[list[str]], line: list[str], replaces: bool) -> None:
-    """Add [role, text] to a call's transcript; a user line that `replaces` takes the last user line's
-    place instead. The server sets it only while that turn is still open (not yet answered, or continued
-    after its release), so the last user line is part of it even when an interrupted reply came between;
-    the page (app.js) keeps such a line and adds the whole turn again under the reply."""
-    if replaces and line[0] == "user":
-        for index in range(len(lines) - 1, -1, -1):
-            if lines[index][0] == "user":
-                lines[index] = line
-                return
-    lines.append(line)
 
 
 # ---- one configuration ---------------------------------------------------------------------------------

@@ -200,6 +200,8 @@ def opus_packets(pcm: bytes) -> list[bytes]:
 def caller_track(packets: list[bytes], start: int) -> Any:
     from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+    from internal.evals.webrtc_phone import FramePacer
+
     class LoopingOpusTrack(MediaStreamTrack):
         """Pre-encoded Opus, one packet per 20 ms on the monotonic clock, from `start` round the loop."""
 
@@ -207,15 +209,12 @@ def caller_track(packets: list[bytes], start: int) -> Any:
 
         def __init__(self) -> None:
             super().__init__()
-            self._index, self._pts, self._next_at = start, 0, 0.0
+            self._index, self._pts, self._pacer = start, 0, FramePacer()
 
         async def recv(self) -> av.Packet:
             if self.readyState != "live":
                 raise MediaStreamError
-            now = time.monotonic()
-            self._next_at = now if not self._next_at or now - self._next_at > 0.2 else self._next_at + FRAME_S
-            if self._next_at > now:
-                await asyncio.sleep(self._next_at - now)
+            await self._pacer.wait()
             packet = av.Packet(packets[self._index % len(packets)])
             packet.pts, packet.time_base = self._pts, fractions.Fraction(1, OPUS_RATE)
             self._index += 1

@@ -22,6 +22,7 @@ from server.errors import install_error_handlers
 from server.gateway import Gateway
 from server.routes_admin import install_admin_routes
 from server.routes_agent import install_agent_routes
+from server.routes_call_feed import install_call_feed_routes
 from server.routes_calls import install_call_routes, presented_key
 from server.routes_memory import install_memory_routes
 from server.routes_transfer import install_transfer_routes
@@ -96,6 +97,7 @@ def create_gateway_application(config: Config | None = None, *, tools: ToolRegis
     install_memory_routes(app, gateway)
     install_admin_routes(app, gateway)
     install_call_routes(app, gateway)
+    install_call_feed_routes(app, gateway)
     install_transfer_routes(app, gateway)
     install_agent_routes(app, gateway)
     return app

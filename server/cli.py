@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_call_command(commands)
 
+    from server.eval_cli import add_eval_command
+
+    add_eval_command(commands)
+
     from server.doctor_cli import add_doctor_command
 
     add_doctor_command(commands)

@@ -19,7 +19,7 @@ from internal.identity import CallerIdentity
 from internal.llm.base import ChatModel
 from internal.memory.runtime import FrontendMemoryRuntime
 from internal.memory.sessions import SESSION_DIGEST_STEP, SessionMemory
-from internal.pipeline.events import EventSink
+from internal.pipeline.events import EventSink, FanoutSink
 from internal.pipeline.pipeline import VoicePipeline
 from internal.pipeline.responder import SESSION_SPAN
 from internal.pipeline.services import PipelineServices
@@ -29,6 +29,7 @@ from internal.stt.base import SpeechToText
 from internal.telemetry.otel import Telemetry
 from internal.telemetry.queues import WorkQueue, queues_of
 from internal.tts.base import TextToSpeech
+from server.call_feed import CallFeed
 from server.node import resolve_node_id
 from server.providers import (
     build_model,
@@ -97,6 +98,10 @@ class Gateway:
         self.queues: list[WorkQueue] = []  # the speech workers' queues (/metrics, /health, load shedding)
         self._shedding = False
         self.telemetry = Telemetry(config.telemetry, package_version(), node_id=self.node_id)
+        # server.call_events: every call's events for API-key holders (/api/admin/calls/events, evals).
+        self.call_feed: CallFeed | None = CallFeed() if config.server.call_events else None
+        if self.call_feed is not None:
+            self.tools.observe(self.call_feed.tool_ran)
 
     async def start(self) -> None:
         try:
@@ -134,6 +139,8 @@ class Gateway:
         if config.rag.provider:
             self._start_rag(self.services, self.sessions)
         self.sessions.add_end_hook(self._session_ended)
+        if self.call_feed is not None:
+            self.sessions.add_end_hook(self.call_feed.ended)
         self.telemetry.watch_live_sessions(self._live_sessions)
         self.telemetry.watch_event_loop(asyncio.get_running_loop())
         self._watch_load(queues_of(self.stt, self.tts, self.services.turn_model))
@@ -371,6 +378,8 @@ class Gateway:
     def new_pipeline(self, session: Session, sample_rate: int, sink: EventSink,
                      greeting: str | None = None) -> VoicePipeline:
         assert self.services is not None, "the gateway is not started"
+        if self.call_feed is not None:
+            sink = FanoutSink(sink, self.call_feed.sink_for(session))
         pipeline = VoicePipeline(session, self.services, sample_rate, sink, greeting=greeting)
         session.pipeline = pipeline
         return pipeline

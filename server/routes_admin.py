@@ -1,4 +1,4 @@
-"""DELETE /api/admin/memory/{caller}: the operator erases one caller's memory over HTTP.
+"""DELETE /api/admin/memory/{caller}: the operator erases one caller's memory over HTTP; GET reads it.
 
     DELETE /api/admin/memory/sip:+15551234567                 X-API-Key: <server.api_key>
     DELETE /api/admin/memory/5551234567?kind=sip&region=US    a raw value of a kind (phones: E.164)
@@ -11,12 +11,19 @@ other nodes told, audited with source "api". It is the only way to erase from `m
 "memory"`, whose store lives in this process, so the CLI calls it for that provider. Counts, never
 content. An owner with nothing stored is a 200 with `total` 0: the caller is forgotten either way.
 Like POST /calls it is never open: with no `server.api_key` it answers 403.
+
+GET /api/admin/memory/{caller} (same key, same ways of naming the caller) answers what GET /api/memory
+answers the caller themselves, plus `caller`: how `voicegate eval` checks what a phone caller is
+remembered as (a SIP caller has no token to ask with), and what `voicegate memory show` reads for the
+in-process provider.
   400  invalid_caller: the caller cannot be resolved     401  no or wrong API key
   403  admin_api_disabled: no server.api_key configured  404  memory_disabled: memory is off
   503  memory_unavailable: the store is unreachable
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from fastapi import Depends, FastAPI, Query
 from pydantic import BaseModel
@@ -26,11 +33,17 @@ from internal.memory.subject import delete_everywhere, is_owner_key, resolve_cal
 from server.errors import ApiError
 from server.gateway import Gateway
 from server.routes_calls import KeyedRoute, api_key_guard
-from server.routes_memory import memory_runtime
+from server.routes_memory import MemoryBody, memory_body, memory_runtime
 
 ADMIN_MEMORY = KeyedRoute("DELETE /api/admin/memory/{caller}", "admin_api_disabled",
                           "erasing callers' memory over HTTP is never open")
+ADMIN_MEMORY_READ = KeyedRoute("GET /api/admin/memory/{caller}", "admin_api_disabled",
+                               "reading callers' memory over HTTP is never open")
 BY_OWNER_KEY = "owner_key"  # the `kind` whose caller is a stored owner key, as `memory list --full` shows
+
+
+class CallerMemory(MemoryBody):
+    caller: str | None
 
 
 class Erasure(BaseModel):
@@ -59,16 +72,28 @@ def owner_named(memory: FrontendMemoryRuntime, caller: str, kind: str | None, re
 
 def install_admin_routes(app: FastAPI, gateway: Gateway) -> None:
     config = gateway.config
+    kind_query = Query(None, description=f"sip, jwt, trusted_header or {BY_OWNER_KEY}: what a raw `caller` is "
+                       "(default: `caller` is `kind:value`)")
+    region_query = Query(None, description="reads a national phone number (default: sip.default_region)")
+
+    @app.get("/api/admin/memory/{caller:path}", tags=["admin"], response_model=CallerMemory,
+             responses={400: {}, 401: {}, 403: {}, 404: {}, 503: {}},
+             dependencies=[Depends(api_key_guard(config.server.api_key, ADMIN_MEMORY_READ))])
+    async def get_caller_memory(caller: str, kind: str | None = kind_query,
+                                region: str | None = region_query) -> dict[str, Any]:
+        memory = memory_runtime(gateway)
+        owner, resource_id = owner_named(memory, caller, kind, region or config.sip.default_region)
+        try:
+            documents = await memory.latest(owner)
+        except MemoryRuntimeError as exc:
+            raise ApiError(exc.status, exc.code, exc.message) from None
+        return {**memory_body(documents, config.memory.max_chars), "caller": resource_id}
 
     @app.delete("/api/admin/memory/{caller:path}", tags=["admin"], response_model=Erasure,
                 responses={400: {}, 401: {}, 403: {}, 404: {}, 503: {}},
                 dependencies=[Depends(api_key_guard(config.server.api_key, ADMIN_MEMORY))])
-    async def delete_caller_memory(
-            caller: str,
-            kind: str | None = Query(None, description=f"sip, jwt, trusted_header or {BY_OWNER_KEY}: what a "
-                                     "raw `caller` is (default: `caller` is `kind:value`)"),
-            region: str | None = Query(None, description="reads a national phone number "
-                                       "(default: sip.default_region)")) -> Erasure:
+    async def delete_caller_memory(caller: str, kind: str | None = kind_query,
+                                   region: str | None = region_query) -> Erasure:
         memory = memory_runtime(gateway)
         owner, resource_id = owner_named(memory, caller, kind, region or config.sip.default_region)
         try:

@@ -23,6 +23,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import HTTPConnection
 
 from internal.sip.handler import CallFailed
 from internal.sip.voice import AT_CAPACITY
@@ -49,7 +50,7 @@ class CallPlaced(BaseModel):
     call_id: str  # the SIP Call-ID, to find the call in logs and on the trunk
 
 
-def presented_key(request: Request) -> str:
+def presented_key(request: HTTPConnection) -> str:
     key = request.headers.get("x-api-key")
     if key:
         return key
@@ -79,7 +80,7 @@ def api_key_guard(api_key: str, route: KeyedRoute = OUTBOUND_CALLS) -> Callable[
     return guard
 
 
-def require_api_key(request: Request, api_key: str, route: KeyedRoute = OUTBOUND_CALLS) -> None:
+def require_api_key(request: HTTPConnection, api_key: str, route: KeyedRoute = OUTBOUND_CALLS) -> None:
     if not api_key:
         raise ApiError(403, route.closed_code,
                        f"{route.name} needs server.api_key to be configured: {route.closed_why}")

@@ -158,7 +158,7 @@ def install_memory_routes(app: FastAPI, gateway: Gateway) -> None:
                 queue.put_nowait(MemoryChangedEvent().model_dump_json())
 
         unsubscribe = runtime().subscribe(owner, changed)
-        receiver = asyncio.create_task(_drain_incoming(socket))
+        receiver = asyncio.create_task(drain_incoming(socket))
         try:
             while not receiver.done():
                 getter = asyncio.create_task(queue.get())
@@ -189,7 +189,7 @@ class _WithQueryToken:
         self.headers = headers
 
 
-async def _drain_incoming(socket: WebSocket) -> None:
+async def drain_incoming(socket: WebSocket) -> None:
     """Read (and ignore) what the client sends, so a disconnect is noticed promptly."""
     with contextlib.suppress(WebSocketDisconnect, RuntimeError):
         while True:

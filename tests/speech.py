@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
-import os
 import subprocess
-import sys
 import tempfile
 import wave
 from pathlib import Path
@@ -15,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from internal.audio.resample import resample
+from internal.evals.voice import CallerVoice
 from internal.stt.pocketsphinx import grammar_from_phrases
 from internal.tts.espeak import parse_wav_header
 
@@ -87,7 +85,6 @@ def active_ms(pcm: bytes, rate: int, threshold_dbfs: float = -45.0) -> int:
 
 
 NEURAL_CACHE = Path(tempfile.gettempdir()) / "voicegate-test-speech"
-PIPER_RENDER = "seeded-1"  # part of each clip's cache key: a change of how clips are made makes new ones
 
 
 def neural_voice() -> Path:
@@ -99,24 +96,8 @@ def neural_voice() -> Path:
 
 def neural(texts: list[str], rate: int = 16000) -> list[bytes]:
     """PCM16 mono of the Piper voice saying each of `texts`, at `rate`: the same samples on every run
-    (tests/piper_render.py seeds Piper's noise), cached on disk across runs."""
-    NEURAL_CACHE.mkdir(parents=True, exist_ok=True)
-    key = {t: NEURAL_CACHE / (hashlib.sha256(f"{PIPER_RENDER}:{t}".encode()).hexdigest()[:24] + ".wav")
-           for t in texts}
-    missing = [t for t in dict.fromkeys(texts) if not key[t].is_file()]
-    if missing:
-        with tempfile.TemporaryDirectory(dir=NEURAL_CACHE) as out:
-            done = subprocess.run([sys.executable, str(Path(__file__).with_name("piper_render.py")),
-                                   str(neural_voice()), out], input="\n".join(" ".join(t.split()) for t in missing),
-                                  text=True, capture_output=True, timeout=300)
-            assert done.returncode == 0, done.stderr[-2000:]
-            for index, text in enumerate(missing):
-                os.replace(Path(out) / f"{index}.wav", key[text])  # atomic: another test process may make it too
-    clips = []
-    for text in texts:
-        with wave.open(str(key[text])) as clip:
-            clips.append(resample(clip.readframes(clip.getnframes()), clip.getframerate(), rate))
-    return clips
+    (the eval's caller voice, internal/evals/voice.py, seeds Piper's noise), cached on disk across runs."""
+    return CallerVoice(NEURAL_CACHE).render(texts, rate)
 
 
 def neural_telephone(text: str) -> bytes:

@@ -28,6 +28,9 @@ def security_warnings(config: Config) -> list[str]:
             f'sip.srtp is "{config.sip.srtp}" but sip.transports has no "tls": SDES keys travel in the SDP, so '
             "anyone who can read the SIP signalling can decrypt the media. Add \"tls\" to sip.transports "
             "(and have callers use it).")
+    if server.call_events:
+        found.append("server.call_events is on: whoever holds server.api_key can follow every call's words and "
+                     "tool arguments on /api/admin/calls/events (for evals and staging, not for real callers).")
     if server.dev_login:
         found.append("server.dev_login is on: anyone at this machine can sign in as any caller "
                      "(development only).")

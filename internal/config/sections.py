@@ -85,6 +85,10 @@ class ServerConfig(Section):
     # "" = hostname plus a short random suffix, decided once at start (server/node.py).
     node_id: str = Field("", max_length=64, pattern=r"^[A-Za-z0-9._-]*$")
     drain_timeout_s: float = Field(30.0, gt=0)
+    # Every call's events (both sides' words, tool calls with their arguments, how it ended) on
+    # /api/admin/calls/events for the API key's holder: what `voicegate eval` checks a SIP call against.
+    # Off by default: it carries what callers say.
+    call_events: bool = False
 
     _cidrs = field_validator("trusted_header_sources", "trusted_proxies")(_check_cidrs)
 

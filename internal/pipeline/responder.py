@@ -281,6 +281,9 @@ class Responder:
                 record_agent(self.session, self.sink, heard, interrupted=True, intended=text)
             self.set_state("listening")
             raise
+        # Played to the end: forget its segments, or the next reply cut short by a barge-in would report
+        # this greeting (or apology) as part of what the caller heard of it.
+        self.playout.finish_turn()
         if record:
             record_agent(self.session, self.sink, text)
         self.set_state("listening")

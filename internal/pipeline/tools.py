@@ -49,6 +49,8 @@ class ToolError(Exception):
 
 
 Availability = Callable[[ToolContext], bool]
+# Told of every tool call run: the call, its context, and its error ("" when it worked).
+ToolObserver = Callable[[ToolCall, ToolContext, str], None]
 # True, False, or a function of the call's arguments ("read" is harmless, "append" is not).
 SideEffects = bool | Callable[[dict[str, Any]], bool]
 
@@ -65,6 +67,7 @@ class _Tool:
 class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, _Tool] = {}
+        self._observers: list[ToolObserver] = []
 
     def register(self, name: str, description: str, parameters: dict[str, Any], handler: ToolHandler,
                  available: Availability | None = None, side_effects: SideEffects = True,
@@ -98,26 +101,40 @@ class ToolRegistry:
     def __contains__(self, name: str) -> bool:
         return name in self._tools
 
+    def observe(self, observer: ToolObserver) -> None:
+        """Tell `observer` about every call run from now on, with its error ("" when it worked). The
+        server's call events use it (server.call_events); an observer that fails is logged and ignored."""
+        self._observers.append(observer)
+
     async def run(self, call: ToolCall, context: ToolContext) -> str:
         """Run one call; the result (or the error) as the text the model reads."""
+        text, error = await self._run(call, context)
+        for observer in self._observers:
+            try:
+                observer(call, context, error)
+            except Exception:
+                log.warning("a tool observer failed", exc_info=True)
+        return text
+
+    async def _run(self, call: ToolCall, context: ToolContext) -> tuple[str, str]:
         tool = self._tools.get(call.name)
         if tool is None or not self._offered(tool, context):
-            return json.dumps({"error": f"unknown tool {call.name!r}"})
+            return _error(f"unknown tool {call.name!r}")
         if "_raw" in call.arguments:
-            return json.dumps({"error": "the arguments were not valid JSON; call the tool again with a JSON object"})
+            return _error("the arguments were not valid JSON; call the tool again with a JSON object")
         recorded = tool.ledger and self.has_side_effects(call)
         try:
             result = await tool.handler(call.arguments, context)
         except ToolError as exc:
             self._record(context, call.name, recorded, ok=False)
-            return json.dumps({"error": str(exc)})
+            return _error(str(exc))
         except Exception as exc:  # a tool bug must not end the turn
             log.warning("tool %s failed", call.name, exc_info=exc)
             self._record(context, call.name, recorded, ok=False)
-            return json.dumps({"error": f"the tool failed ({type(exc).__name__})"})
+            return _error(f"the tool failed ({type(exc).__name__})")
         self._record(context, call.name, recorded, ok=True)
         text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
-        return text[:MAX_RESULT_CHARS]
+        return text[:MAX_RESULT_CHARS], _reported_error(result)
 
     @staticmethod
     def _record(context: ToolContext, name: str, recorded: bool, *, ok: bool) -> None:
@@ -127,6 +144,22 @@ class ToolRegistry:
             context.record_tool(name, ok)
         except Exception:  # the ledger is a note about the call, never a reason to fail a tool
             log.warning("could not record the run of tool %s", name, exc_info=True)
+
+
+def _error(message: str) -> tuple[str, str]:
+    return json.dumps({"error": message}), message
+
+
+def _reported_error(result: Any) -> str:
+    """A tool may report its own failure as a result with an "error" (the memory tool's refused edits)."""
+    if isinstance(result, str):
+        try:
+            result = json.loads(result)
+        except ValueError:
+            return ""
+    if isinstance(result, dict) and result.get("error"):
+        return str(result["error"])
+    return ""
 
 
 def register_end_call(registry: ToolRegistry) -> None:

@@ -9,7 +9,8 @@ shutdown), so everything `answer` allocates can be released in `ended`.
 
 Optional methods a handler may add (the UA looks them up, like `dtmf`): `early_media(dialog)` when
 our 183 with the answer went out (sip.early_media: start media before the 200), and
-`answer_in_ack(dialog, answer)` when the ACK to an offerless re-INVITE answers the SDP our 200 offered.
+`answer_in_ack(dialog, answer)` when the ACK to an offerless re-INVITE answers the SDP our 200 offered;
+`refer(dialog, request) -> (status, reason)` to accept a transfer by REFER (without it REFER gets 405).
 """
 
 from __future__ import annotations

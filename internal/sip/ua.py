@@ -151,6 +151,13 @@ class UserAgent:
         return [*self.config.trusted_peers, *self.registrations.trusted_sources(transport)]
 
     @property
+    def allowed_methods(self) -> tuple[str, ...]:
+        """What we answer. REFER only for a handler with a `refer(dialog, request) -> (status, reason)`
+        method: a phone that lets itself be transferred (the simulated caller of `voicegate eval`). The
+        server's own calls refuse it, since a REFER would make the server dial whomever the caller names."""
+        return (*ALLOWED_METHODS, "REFER") if hasattr(self.handler, "refer") else ALLOWED_METHODS
+
+    @property
     def dialogs(self) -> list[Dialog]:
         return [leg.dialog for leg in self.calls.legs()]
 
@@ -248,9 +255,10 @@ class UserAgent:
         if request.version.upper() != "SIP/2.0":
             self._respond(txn, 505, "Version Not Supported")
             return
-        refusal = method_refusal(method, ALLOWED_METHODS)  # 405 known, 501 unknown (RFC 3261 8.2.1)
+        allowed = self.allowed_methods
+        refusal = method_refusal(method, allowed)  # 405 known, 501 unknown (RFC 3261 8.2.1)
         if refusal is not None:
-            self._respond(txn, *refusal, {"Allow": ", ".join(ALLOWED_METHODS)})
+            self._respond(txn, *refusal, {"Allow": ", ".join(allowed)})
             return
         try:
             uri = request.request_uri
@@ -285,7 +293,7 @@ class UserAgent:
             self._on_cancel(request, txn)
         elif method == "INVITE":
             self._on_invite(request, txn, source)
-        else:  # BYE, INFO, UPDATE, PRACK, NOTIFY: only inside a dialog
+        else:  # BYE, INFO, UPDATE, PRACK, NOTIFY (and REFER, see allowed_methods): only inside a dialog
             self._on_in_dialog(request, txn, source)
 
     def _on_invite(self, request: SipRequest, txn: ServerTransaction, source: Address) -> None:
@@ -331,6 +339,9 @@ class UserAgent:
             return
         if request.method == "NOTIFY":  # news of a transfer we asked for (transfer.py)
             self._respond(txn, *self.transfers.on_notify(leg.dialog, request))
+            return
+        if request.method == "REFER":  # only reaches here for a handler that takes transfers
+            self._respond(txn, *self.handler.refer(leg.dialog, request))  # type: ignore[attr-defined]
             return
         self._respond(txn, 200, "OK")
         if request.method == "BYE":

@@ -222,6 +222,29 @@ async def test_barge_in_stops_playback_within_a_frame_and_cancels_the_model_requ
     assert len(agent_entries[0].text) < len(long_reply)
 
 
+async def test_what_the_caller_heard_of_an_interrupted_reply_leaves_out_the_greeting_before_it(
+        make_pipeline: PipelineFactory) -> None:
+    # Found by `voicegate eval` (examples/evals/barge_in.yaml): the greeting's words came back as part of
+    # the first reply the caller cut short.
+    model = RecordingModel("Here is a reasonably long answer that takes a few seconds to say out loud to you.")
+    stt = ScriptedStt(["tell me something", "stop right there please"])
+    pipeline, sink = make_pipeline(stt=stt, model=model, greeting="Hello there.", barge_in_confirm_ms=300)
+    async with LocalCall(pipeline) as call:
+        while not agent_texts(sink.events):
+            await call.ticks_later(1)
+        asked = len(sink.events)
+        call.say(silence(200) + tone(400) + silence(100))
+        while not any(isinstance(e, StateEvent) and e.state == "speaking" for e in sink.events[asked:]):
+            await call.ticks_later(1)
+        await call.ticks_later(40)
+        call.say(tone(1200, level_dbfs=-15))
+        await call.wait_caller_done()
+        await call.wait_agent_quiet(300)
+    interrupted = [e for e in sink.events if isinstance(e, ResponseEvent) and e.interrupted]
+    assert interrupted and interrupted[0].text.startswith("Here is"), interrupted
+    assert "Hello there" not in interrupted[0].text
+
+
 async def test_a_backchannel_ducks_but_does_not_interrupt(make_pipeline: PipelineFactory) -> None:
     model = RecordingModel("Here is a reasonably long answer that takes a few seconds to say out loud to you.")
     stt = ScriptedStt(["tell me something", "mm-hm"])

@@ -14,16 +14,15 @@ from collections.abc import AsyncIterator, Callable, Generator
 from pathlib import Path
 from typing import Any
 
-import av
 import httpx
-import numpy as np
 import uvicorn
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.contrib.media import MediaPlayer
-from aiortc.mediastreams import AudioStreamTrack, MediaStreamError, MediaStreamTrack
+from aiortc.mediastreams import AudioStreamTrack, MediaStreamTrack
 from fastapi import FastAPI
 
 from internal.config import Config, load_config
+from internal.evals.webrtc_phone import audio_frames, mono
 from internal.session import Session, SessionManager
 from server.app import create_gateway_application
 from server.gateway import Gateway
@@ -145,14 +144,8 @@ class WhipClient:
             self._tasks.append(asyncio.create_task(self._record(track)))
 
     async def _record(self, track: MediaStreamTrack) -> None:
-        while True:
-            try:
-                frame = await track.recv()
-            except MediaStreamError:
-                return
-            assert isinstance(frame, av.AudioFrame)
-            samples = frame.to_ndarray().reshape(-1, len(frame.layout.channels)).mean(axis=1)
-            self.heard.append((time.monotonic(), samples.astype(np.int16).tobytes()))
+        async for frame in audio_frames(track):
+            self.heard.append((time.monotonic(), mono(frame)))
 
     async def dial(self, http: httpx.AsyncClient, *, resume: str | None = None, token: str | None = None,
                    headers: dict[str, str] | None = None) -> httpx.Response:

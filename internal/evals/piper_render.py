@@ -1,13 +1,14 @@
-"""Render test speech with the pinned Piper voice, the same samples on every run and machine.
+"""Render a scripted caller's speech with a Piper voice, the same samples on every run and machine.
 
-Run as its own process (Piper is GPL): `python tests/piper_render.py MODEL OUT_DIR [SEED]` with one
-text per line on stdin; writes OUT_DIR/<n>.wav for the n-th line (from 0). Another seed gives the
+A program of its own, never imported by voicegate: Piper is GPL-3.0-or-later and runs only in this
+separate process (internal/evals/voice.py starts it). `python internal/evals/piper_render.py MODEL OUT_DIR
+[SEED]` with one text per line on stdin writes OUT_DIR/<n>.wav for the n-th line (from 0). Another seed gives the
 same voice other prosody (the turn-taking benchmark trains on one seed and measures on another).
 
 Piper's VITS model draws noise while it speaks (`noise_scale`, `noise_w`), from onnxruntime's
 random generator, so by default each render of a sentence differs: prosody, pauses, length. Tests
-that judge speech (a turn model on a half sentence, recognition of a caller) then pass or fail by
-the draw. onnxruntime seeds a model's generator when the model is loaded, so each text gets a
+that judge speech (a turn model on a half sentence, recognition of a caller) and evals would then pass
+or fail by the draw. onnxruntime seeds a model's generator when the model is loaded, so each text gets a
 fresh load after `set_seed`: a text's audio depends on the text alone, not on which other texts
 the same process rendered before it.
 """
