@@ -9,6 +9,7 @@ and the docs promise to skip with a visible reason.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from dataclasses import dataclass, field
@@ -76,7 +77,8 @@ class CallFacts:
 
 def said_checks(patterns: tuple[Pattern, ...], negated: bool, view: TurnView, events_problem: str,
                 label: str) -> list[Check]:
-    """`said` / `not_said`: the agent's own transcript and what the caller heard must both agree."""
+    """`said`: the agent's own transcript matches, and the wire carried that reply (matches too, or is heard
+    close to the transcript); `not_said`: neither matches."""
     out = []
     for pattern in patterns:
         name = f"{label} /{pattern.source}/"
@@ -84,6 +86,10 @@ def said_checks(patterns: tuple[Pattern, ...], negated: bool, view: TurnView, ev
         if not events_problem:
             sources = {"said (its transcript)": view.said, **sources}
         found = {where: matches(pattern, text) for where, text in sources.items()}
+        if not negated and not events_problem and found["said (its transcript)"]:
+            # The words are the transcript's; the wire must carry that reply, as a small recogniser hears
+            # it ("cutting you through" for "putting you through"): close enough to the transcript counts.
+            found["heard on the wire"] = found["heard on the wire"] or heard_as(view.heard, view.said)
         wrong = [where for where, hit in found.items() if hit == negated]
         summary = "; ".join(f"{where}: {quote(text)}" for where, text in sources.items())
         if events_problem:
@@ -94,6 +100,18 @@ def said_checks(patterns: tuple[Pattern, ...], negated: bool, view: TurnView, ev
         else:
             out.append(passed(name, summary))
     return out
+
+
+# How alike (difflib's ratio over the normalised texts) Whisper's hearing of the wire and the agent's
+# transcript must be for the wire to count as carrying that reply. tiny.en's slips on the agent's voice
+# ("Okay, I forgot." for "Okay, I've forgotten that.": 0.65) stay above it; a reply cut to a word, another
+# reply, or silence fall well below.
+HEARD_AS_RATIO = 0.6
+
+
+def heard_as(heard: str, said: str) -> bool:
+    a, b = normalised(heard), normalised(said)
+    return bool(a and b) and difflib.SequenceMatcher(None, a, b).ratio() >= HEARD_AS_RATIO
 
 
 def tool_check_name(expected: ToolExpectation) -> str:

@@ -107,12 +107,14 @@ def test_each_line_and_sound_goes_to_the_turn_it_answers(tmp_path: Path) -> None
 
 
 def test_said_needs_the_transcript_and_the_wire_to_agree_and_says_what_each_had() -> None:
-    view = TurnView(0, agent=[AgentLine("Nice to meet you, Sam.")], heard="Thank you, Sam.")
+    view = TurnView(0, agent=[AgentLine("Nice to meet you, Sam.")], heard="Goodbye.")
     pattern = load_pattern("nice to meet you,? sam")
     (check,) = said_checks((pattern,), False, view, "", "said")
     assert check.status == "failed"
     assert check.detail.startswith("not found in what the agent heard on the wire")
-    assert "“Nice to meet you, Sam.”" in check.detail and "“Thank you, Sam.”" in check.detail
+    assert "“Nice to meet you, Sam.”" in check.detail and "“Goodbye.”" in check.detail
+    view.heard = "Nice to meet you, Tom."  # a small recogniser's slip on the agent's voice: the same reply
+    assert said_checks((pattern,), False, view, "", "said")[0].status == "passed"
     view.heard = "nice to meet you sam"  # punctuation and case do not matter
     assert said_checks((pattern,), False, view, "", "said")[0].status == "passed"
     (negated,) = said_checks((load_pattern("sam"),), True, view, "", "not said")
