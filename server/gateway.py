@@ -89,6 +89,7 @@ class Gateway:
         self.tts: TextToSpeech | None = tts
         self.model: ChatModel | None = model
         self.services: PipelineServices | None = None
+        self.recordings: Any = None  # internal.recording.service.RecordingService with [recording] enabled
         self.sessions: SessionManager | None = None
         self._stack = AsyncExitStack()
         self.started = False
@@ -133,6 +134,13 @@ class Gateway:
             await self._start_memory(self.services, self.sessions)
         if config.rag.provider:
             self._start_rag(self.services, self.sessions)
+        if config.recording.enabled:  # closed after the sessions end (below): their files are finished first
+            from server.call_recording import start_recordings
+
+            self.recordings = await start_recordings(config, self.telemetry, self.memory)
+            self._stack.push_async_callback(self.recordings.stop)
+            self.services.recording = self.recordings.for_pipeline
+            self.sessions.add_end_hook(self.recordings.session_ended)
         self.sessions.add_end_hook(self._session_ended)
         self.telemetry.watch_live_sessions(self._live_sessions)
         self.telemetry.watch_event_loop(asyncio.get_running_loop())
@@ -400,6 +408,8 @@ class Gateway:
                     components[kind].update(describe())
         if self.services is not None:
             components["turn_taking"] = {"ok": True, **self.services.describe_turn_taking()}
+        if self.recordings is not None:
+            components["recording"] = self.recordings.describe()
         if self.sessions is not None:
             components["sessions"] = {"ok": True, "live": len(self.sessions),
                                       "max": self.config.server.max_sessions}
