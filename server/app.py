@@ -24,6 +24,7 @@ from server.routes_admin import install_admin_routes
 from server.routes_agent import install_agent_routes
 from server.routes_calls import install_call_routes, presented_key
 from server.routes_memory import install_memory_routes
+from server.routes_recordings import install_recording_routes
 from server.routes_transfer import install_transfer_routes
 from server.routes_webrtc import install_webrtc_routes
 from server.version import package_version
@@ -95,5 +96,6 @@ def create_gateway_application(config: Config | None = None, *, tools: ToolRegis
     install_admin_routes(app, gateway)
     install_call_routes(app, gateway)
     install_transfer_routes(app, gateway)
+    install_recording_routes(app, gateway)
     install_agent_routes(app, gateway)
     return app

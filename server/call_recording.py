@@ -11,12 +11,14 @@ from internal.config import Config
 from internal.identity import CallerIdentity
 from internal.memory.owner import OwnerKeys, keep, read_secret
 from internal.recording.service import RecordingService
+from internal.recording.store import RECORDINGS_DIR, RecordingStore
 from internal.session import Session
 from internal.sip.voice_call import SIP_CALL_ID
 from internal.telemetry.otel import Telemetry
 
 if TYPE_CHECKING:
     from internal.memory.runtime import FrontendMemoryRuntime
+    from server.gateway import Gateway
 
 
 def owner_key_function(config: Config, memory: FrontendMemoryRuntime | None) -> Callable[[CallerIdentity], str | None]:
@@ -41,3 +43,10 @@ async def start_recordings(config: Config, telemetry: Telemetry,
     await service.start()
     telemetry.watch_recordings(lambda: service.stored)
     return service
+
+
+def recording_store(gateway: Gateway) -> RecordingStore:
+    """This node's call recordings, whether or not recording is on now (old ones are still the caller's)."""
+    if gateway.recordings is not None:
+        return gateway.recordings.store  # type: ignore[no-any-return]
+    return RecordingStore(gateway.config.data_dir / RECORDINGS_DIR)

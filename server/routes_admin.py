@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 from internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
 from internal.memory.subject import delete_everywhere, is_owner_key, resolve_caller
-from internal.recording.store import RECORDINGS_DIR, RecordingStore
+from server.call_recording import recording_store
 from server.errors import ApiError
 from server.gateway import Gateway
 from server.routes_calls import KeyedRoute, api_key_guard
@@ -82,10 +82,3 @@ def install_admin_routes(app: FastAPI, gateway: Gateway) -> None:
             raise ApiError(exc.status, exc.code, exc.message) from None
         return Erasure(caller=resource_id, removed=erased.removed, total=sum(erased.removed.values()),
                        servers_told=erased.announced, recordings=erased.recordings)
-
-
-def recording_store(gateway: Gateway) -> RecordingStore:
-    """This node's call recordings, whether or not recording is on now (old ones are still the caller's)."""
-    if gateway.recordings is not None:
-        return gateway.recordings.store  # type: ignore[no-any-return]
-    return RecordingStore(gateway.config.data_dir / RECORDINGS_DIR)
