@@ -19,7 +19,10 @@ import asyncio
 from fastapi import Depends, FastAPI
 from fastapi.responses import FileResponse, JSONResponse
 
+from internal.recording.call import ConsentedRecording
+from internal.recording.service import RECORDING_KEY
 from internal.recording.store import RecordingInfo
+from internal.sip.voice_call import SIP_CALL_ID
 from server.call_recording import recording_store
 from server.errors import ApiError
 from server.gateway import Gateway
@@ -28,6 +31,14 @@ from server.routes_calls import KeyedRoute, api_key_guard
 RECORDING_ROUTE = KeyedRoute("/calls/{id}/recording", "recordings_api_disabled", "a recording is personal data")
 NOT_FOUND = ("no recording of that call: it was not recorded (no consent, or recording off), or it was deleted "
              "or has expired")
+
+
+def being_recorded(gateway: Gateway, call: str) -> bool:
+    """Is `call` (a session id or SIP Call-ID) live on this node with its recording running?"""
+    sessions = gateway.sessions.sessions() if gateway.sessions is not None else []
+    session = next((s for s in sessions if call in (s.id, s.data.get(SIP_CALL_ID))), None)
+    recording = session.data.get(RECORDING_KEY) if session is not None else None
+    return isinstance(recording, ConsentedRecording) and recording.recording
 
 
 def install_recording_routes(app: FastAPI, gateway: Gateway) -> None:
@@ -43,12 +54,10 @@ def install_recording_routes(app: FastAPI, gateway: Gateway) -> None:
     @app.get("/calls/{call}/recording", tags=["calls"], responses={401: {}, 403: {}, 404: {}, 409: {}},
              response_class=FileResponse, dependencies=guard)
     async def get_recording(call: str) -> FileResponse:
-        info = await find(call)
-        sessions = gateway.sessions
-        live = sessions is not None and sessions.get(info.session_id) is not None
-        if info.ended_at is None and live:
+        if being_recorded(gateway, call):
             raise ApiError(409, "recording_in_progress", "the call is still live; its recording is complete once "
                            "it ends")
+        info = await find(call)
         return FileResponse(recording_store(gateway).audio_path(info), media_type=info.media_type,
                             filename=info.file, headers={"Cache-Control": "no-store"})
 
