@@ -37,11 +37,14 @@ def holds_api_key(request: Request, api_key: str) -> bool:
 
 
 def without_accounts(report: dict[str, Any]) -> dict[str, Any]:
-    """/health for anyone: every status and count, but not which accounts are registered where."""
-    registrations = report.get("components", {}).get("sip_registrations", {}).get("registrations", [])
-    for entry in registrations:
+    """/health for anyone: every status and count, but not which accounts are registered where, nor why an
+    MCP server failed (its error may name hosts and paths)."""
+    components = report.get("components", {})
+    for entry in components.get("sip_registrations", {}).get("registrations", []):
         for key in ACCOUNT_FIELDS:
             entry.pop(key, None)
+    for server in components.get("mcp", {}).get("servers", []):
+        server.pop("error", None)
     return report
 
 

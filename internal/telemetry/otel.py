@@ -149,7 +149,8 @@ class Telemetry:
             Observation(self._stored()[1])]], description="Bytes of call recordings on this node's disk")
         self.tool_calls = meter.create_counter(
             "voicegate_tool_calls_total",
-            description="Tool calls by tool, source (builtin, or mcp:<server>) and outcome (ok, error, timeout)")
+            description="Tool calls by tool, source (builtin, or mcp:<server>) and outcome "
+                        "(ok, error, timeout, cancelled)")
         self.tool_latency = meter.create_histogram("voicegate_tool_call_ms", unit="ms",
                                                    description="Duration of each tool call, by tool and source")
 

@@ -34,7 +34,8 @@ def writers() -> Iterator[RecordingWriters]:
     pool.close()
 
 
-def recorder(store: RecordingStore, writers: RecordingWriters, kind: str = "wav", session: str = "a1b2c3") -> CallRecorder:
+def recorder(store: RecordingStore, writers: RecordingWriters, kind: str = "wav",
+             session: str = "a1b2c3") -> CallRecorder:
     info = new_info(session, kind, RATE, transport="sip", owner_key="f" * 64, identity_kind="sip",  # type: ignore[arg-type]
                     consent="granted", call_id="call-1@example")
     return CallRecorder(store, writers, info, kind)  # type: ignore[arg-type]
@@ -107,7 +108,8 @@ def test_a_browser_running_ahead_of_the_clock_is_cut_so_the_channels_never_drift
     assert rec.dropped_lead == 0  # 8 frames ahead at most: within MAX_LEAD
 
 
-def test_opus_recording_decodes_to_two_channels_with_the_right_content(tmp_path: Path, writers: RecordingWriters) -> None:
+def test_opus_recording_decodes_to_two_channels_with_the_right_content(
+        tmp_path: Path, writers: RecordingWriters) -> None:
     store = RecordingStore(tmp_path / "recordings")
     rec = recorder(store, writers, "opus")
     tone = (np.sin(np.arange(FRAME // 2) * 2 * np.pi * 400 / RATE) * 8000).astype("<i2").tobytes()
