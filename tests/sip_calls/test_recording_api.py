@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from internal.config import Config
+from internal.session import Session
 from internal.sip.voice_call import SIP_CALL_ID
 from tests.sip_calls.conftest import (
     CALLER,
@@ -39,6 +40,18 @@ def recorded_config(tmp_path: Path, consent: str) -> Config:
     config.memory.enabled = True
     config.memory.provider = "memory"
     return config
+
+
+async def keypad_call(server: Any, tmp_path: Path, agent_says: str) -> Session:
+    """sipp presses 1 (RFC 4733) and waits; once the agent has said `agent_says`, voicegate hangs up."""
+    scenario = render(tmp_path, media=fragment("dtmf_pcap", PCAP_FILE=DTMF_1_PCAP), ending=WAIT_FOR_BYE,
+                      answer_regexp="telephone-event/8000")
+    sipp = asyncio.create_task(run_sipp(tmp_path, scenario, server.target))
+    (session,) = await server.wait_live()
+    await agent_said(session, agent_says)
+    await server.hang_up(session)
+    (await sipp).check()
+    return session  # type: ignore[no-any-return]
 
 
 async def finished(config: Config, session_id: str) -> dict[str, Any]:
@@ -98,13 +111,7 @@ async def test_routes_are_closed_without_an_api_key_and_delete_removes_one_recor
     assert response.status_code == 403 and response.json()["error"]["code"] == "recordings_api_disabled"
     config = recorded_config(tmp_path / "keyed", "none")  # a second server, on ports of its own
     server, client = await http_server(config)
-    scenario = render(tmp_path, media=fragment("dtmf_pcap", PCAP_FILE=DTMF_1_PCAP), ending=WAIT_FOR_BYE,
-                      answer_regexp="telephone-event/8000")
-    sipp = asyncio.create_task(run_sipp(tmp_path, scenario, server.target))
-    (session,) = await server.wait_live()
-    await agent_said(session, "You pressed 1")
-    await server.hang_up(session)
-    (await sipp).check()
+    session = await keypad_call(server, tmp_path, "You pressed 1")
     await finished(config, session.id)
     deleted = await client.delete(f"/calls/{session.id}/recording", headers=AUTH)
     assert deleted.status_code == 200 and deleted.json() == {"deleted": [f"{session.id}.wav"]}
@@ -115,25 +122,13 @@ async def test_key_one_gives_consent_and_an_opt_out_key_deletes_what_was_recorde
         http_server: Any, tmp_path: Path) -> None:
     config = recorded_config(tmp_path, "ask")
     server, _ = await http_server(config)
-    scenario = render(tmp_path, media=fragment("dtmf_pcap", PCAP_FILE=DTMF_1_PCAP), ending=WAIT_FOR_BYE,
-                      answer_regexp="telephone-event/8000")
-    sipp = asyncio.create_task(run_sipp(tmp_path, scenario, server.target))
-    (session,) = await server.wait_live()
-    await agent_said(session, config.recording.granted_reply)
-    await server.hang_up(session)
-    (await sipp).check()
+    session = await keypad_call(server, tmp_path, config.recording.granted_reply)
     assert (await finished(config, session.id))["consent"] == "granted"
 
     config = recorded_config(tmp_path / "second", "announce")
     config.recording.opt_out_key = "1"
     server, _ = await http_server(config)
-    scenario = render(tmp_path, media=fragment("dtmf_pcap", PCAP_FILE=DTMF_1_PCAP), ending=WAIT_FOR_BYE,
-                      answer_regexp="telephone-event/8000")
-    sipp = asyncio.create_task(run_sipp(tmp_path, scenario, server.target))
-    (session,) = await server.wait_live()
-    await agent_said(session, "stopped recording")
-    await server.hang_up(session)
-    (await sipp).check()
+    await keypad_call(server, tmp_path, "stopped recording")
     await server.wait_ended()
     directory = config.data_dir / "recordings"
     await eventually(lambda: list(directory.iterdir()) == [], 20, "the opted-out recording to be deleted")

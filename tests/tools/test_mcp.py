@@ -97,6 +97,18 @@ async def one_turn(gateway: Gateway, text: str, transport: str = "webrtc") -> tu
     return said, sink
 
 
+async def tool_turn(config: Config, fake: FakeOpenAI, tool: str, reply: str, text: str) -> tuple[list[str], Gateway]:
+    """A gateway on `config` answers one typed turn: the model calls `tool` with ORDER, then says `reply`."""
+    gateway = await started(config)
+    try:
+        fake.script_tool_call(tool, {"order_id": ORDER})
+        fake.script_reply(reply)
+        said, _ = await one_turn(gateway, text)
+    finally:
+        await gateway.stop()
+    return said, gateway
+
+
 def tool_names(request: dict[str, Any]) -> set[str]:
     return {tool["function"]["name"] for tool in request.get("tools", [])}
 
@@ -119,13 +131,8 @@ async def test_allowed_tools_are_offered_called_with_the_models_arguments_and_th
         stdio_server(calls, tools=["lookup_order", "slow_lookup"]),
         {**stdio_server(calls), "name": "phone_only", "tools": ["*"], "enabled_for": ["sip"]},
     ])
-    gateway = await started(config)
-    try:
-        fake.script_tool_call("orders__lookup_order", {"order_id": ORDER})
-        fake.script_reply("Your order shipped on Monday.")
-        said, _ = await one_turn(gateway, "Where is my parcel?")
-    finally:
-        await gateway.stop()
+    said, gateway = await tool_turn(config, fake, "orders__lookup_order", "Your order shipped on Monday.",
+                                    "Where is my parcel?")
     assert said == ["Your order shipped on Monday."]
     first, second = fake.requests
     offered = tool_names(first)
@@ -162,14 +169,9 @@ async def test_a_slow_tool_over_http_times_out_and_the_caller_is_told(
     url, calls = http_mcp
     config = mcp_config(tmp_path, fake, [{"name": "orders", "url": url, "tools": ["*"], "timeout_s": 1.5,
                                           "headers": {"X-Test": "yes"}}])
-    gateway = await started(config)
-    try:
-        fake.script_tool_call("orders__slow_lookup", {"order_id": ORDER})
-        fake.script_reply("Is there anything else I can help with?")
-        said, _ = await one_turn(gateway, "Where is my old parcel?")
-        assert "orders__delete_account" in tool_names(fake.requests[0])  # "*" offers every tool
-    finally:
-        await gateway.stop()
+    said, gateway = await tool_turn(config, fake, "orders__slow_lookup", "Is there anything else I can help with?",
+                                    "Where is my old parcel?")
+    assert "orders__delete_account" in tool_names(fake.requests[0])  # "*" offers every tool
     assert json.loads(calls.read_text().splitlines()[0])["arguments"] == {"order_id": ORDER}
     # The caller hears the notice as soon as the tool is abandoned, then the model's reply.
     assert said == [f"{config.mcp.timeout_notice} Is there anything else I can help with?"], said
@@ -181,13 +183,8 @@ async def test_a_slow_tool_over_http_times_out_and_the_caller_is_told(
 
 async def test_a_tool_that_fails_tells_the_model_and_the_call_goes_on(tmp_path: Path, fake: FakeOpenAI) -> None:
     config = mcp_config(tmp_path, fake, [stdio_server(tmp_path / "calls.jsonl", tools=["failing_lookup"])])
-    gateway = await started(config)
-    try:
-        fake.script_tool_call("orders__failing_lookup", {"order_id": ORDER})
-        fake.script_reply("Sorry, I cannot look that up right now.")
-        said, _ = await one_turn(gateway, "Where is my parcel?")
-    finally:
-        await gateway.stop()
+    said, gateway = await tool_turn(config, fake, "orders__failing_lookup", "Sorry, I cannot look that up right now.",
+                                    "Where is my parcel?")
     assert said == ["Sorry, I cannot look that up right now."]
     (result,) = tool_messages(fake.requests[1])
     error = json.loads(result)["error"]
