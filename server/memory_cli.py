@@ -123,7 +123,8 @@ async def _run(args: argparse.Namespace, config: Config) -> int:
             return EXIT_FAILED
         commands: dict[str, Command] = {
             "show": _show, "export": partial(_export, recordings=recordings),
-            "delete": partial(_delete, recordings=recordings), "list": _list, "purge-expired": _purge,
+            "delete": partial(_delete, recordings=recordings), "list": _list,
+            "purge-expired": partial(_purge, recordings=recordings, recording_days=config.recording.retention_days),
             "edit": _edit,
         }
         command = commands[args.memory_command]
@@ -280,9 +281,12 @@ async def _list(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identi
     return EXIT_OK
 
 
-async def _purge(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identity: CallerIdentity | None) -> int:
+async def _purge(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identity: CallerIdentity | None,
+                 recordings: RecordingStore | None = None, recording_days: float = 0.0) -> int:
     print("deleting expired memory ...", file=sys.stderr)
     removed = await runtime.purge_expired()
+    if recordings is not None and recording_days:  # past recording.retention_days, as the server's sweep
+        removed[RECORDINGS_REMOVED] = await asyncio.to_thread(recordings.sweep, recording_days)
     for table, count in removed.items():
         print(f"  {table}: {count} removed")
     print(f"purged {sum(removed.values())} expired record(s)")
