@@ -31,7 +31,7 @@ import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp.types import CallToolResult
+from mcp.types import CONNECTION_CLOSED, CallToolResult
 
 from internal.config.mcp import McpConfig, McpServerConfig
 from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry, ToolTimeout
@@ -191,13 +191,19 @@ class McpConnection:
         except TimeoutError:
             raise
         except MCPError as exc:
-            raise ToolError(fenced(self.name, tool, exc.message, self._toolset.config.max_result_chars)) from None
-        except Exception as exc:  # the transport broke: reconnect in the background
-            self.state = "down"
-            self.error = describe_failure(exc)
-            log.warning("mcp server connection lost: %s", self.error, extra={"mcp_server": self.name})
-            self._wake.set()
-            raise ToolError(f"the {self.name} tool server is not reachable right now") from None
+            if exc.code != CONNECTION_CLOSED:  # the server's own answer: the model may read it
+                raise ToolError(fenced(self.name, tool, exc.message, self._toolset.config.max_result_chars)) from None
+            self._lost(exc)
+        except Exception as exc:
+            self._lost(exc)
+        raise ToolError(f"the {self.name} tool server is not reachable right now")
+
+    def _lost(self, exc: BaseException) -> None:
+        """The transport broke (the program died, the connection dropped): reconnect in the background."""
+        self.state = "down"
+        self.error = describe_failure(exc)
+        log.warning("mcp server connection lost: %s", self.error, extra={"mcp_server": self.name})
+        self._wake.set()
 
 
 def describe_failure(exc: BaseException) -> str:

@@ -5,8 +5,8 @@
 
 Every call's arguments are appended as a JSON line to $MCP_TEST_CALLS (when set), so a test can see what
 reached the server. The tools: an order lookup whose answer tries to break out of its fence and is too
-long to pass whole, a lookup that never answers in time, a failing tool, and a dangerous tool that no
-allow-list in the tests names.
+long to pass whole, a lookup that never answers in time, a failing tool, one that kills the server, and a
+dangerous tool that no allow-list in the tests names.
 """
 
 from __future__ import annotations
@@ -51,6 +51,13 @@ def failing_lookup(order_id: str) -> str:
     """A lookup whose back end is down."""
     note("failing_lookup", {"order_id": order_id})
     raise RuntimeError("the warehouse database is down")
+
+
+@server.tool()
+def crash_server() -> str:
+    """Stop this server's process at once (a tool server that dies mid-call)."""
+    note("crash_server", {})
+    os._exit(1)
 
 
 @server.tool()

@@ -18,10 +18,13 @@ import httpx
 import pytest
 
 from internal.config import Config, load_config
+from internal.config.mcp import McpConfig
 from internal.identity import CallerIdentity
 from internal.pipeline.context import TOOL_RESULTS_POLICY
 from internal.pipeline.events import CollectingSink, TranscriptEvent
 from internal.pipeline.localcall import LocalCall
+from internal.pipeline.tools import ToolError, ToolRegistry
+from internal.tools.mcp import McpToolset
 from internal.tools.mcp_results import CLOSE, CUT_NOTICE
 from server.app import create_gateway_application
 from server.doctor_mcp import check_mcp
@@ -243,3 +246,25 @@ async def test_the_offline_local_agent_says_it_cannot_call_mcp_tools(tmp_path: P
     assert body["llm"] == "local" and body["mcp"]["callable"] is False
     assert "cannot call MCP tools" in body["mcp"]["note"]
     assert body["mcp"]["servers"] == [{"name": "orders", "state": "up", "tools": ["orders__lookup_order"]}]
+
+
+async def test_a_server_that_dies_mid_call_is_reconnected_and_its_tools_work_again(tmp_path: Path) -> None:
+    calls = tmp_path / "calls.jsonl"
+    config = McpConfig.model_validate({"servers": [stdio_server(calls, tools=["*"])]})
+    toolset = McpToolset(config, ToolRegistry())
+    await toolset.start()
+    try:
+        (connection,) = toolset.connections
+        assert connection.up
+        with pytest.raises(ToolError, match="not reachable"):
+            await connection.call("crash_server", {})
+        assert connection.state == "down"
+        for _ in range(600):  # the retry starts a new process (about a second, then its start-up)
+            if connection.up:
+                break
+            await asyncio.sleep(0.05)
+        result = await connection.call("lookup_order", {"order_id": ORDER})
+        assert ORDER in result.content[0].text  # type: ignore[union-attr]
+    finally:
+        await toolset.close()
+    assert [json.loads(line)["tool"] for line in calls.read_text().splitlines()] == ["crash_server", "lookup_order"]
