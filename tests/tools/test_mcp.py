@@ -195,6 +195,18 @@ async def test_a_tool_that_fails_tells_the_model_and_the_call_goes_on(tmp_path: 
     assert 'outcome="error",source="mcp:orders"' in gateway.telemetry.prometheus()
 
 
+async def test_a_tool_outside_the_allow_list_never_reaches_the_server_even_when_the_model_names_it(
+        tmp_path: Path, fake: FakeOpenAI) -> None:
+    calls = tmp_path / "calls.jsonl"
+    config = mcp_config(tmp_path, fake, [stdio_server(calls, tools=["lookup_order"])])
+    said, _ = await tool_turn(config, fake, "orders__delete_account", "I can't do that.", "Close my account.")
+    assert said == ["I can't do that."]
+    assert "orders__delete_account" not in tool_names(fake.requests[0])
+    (result,) = tool_messages(fake.requests[1])
+    assert json.loads(result) == {"error": "unknown tool 'orders__delete_account'"}
+    assert not calls.exists()  # the server never heard of it
+
+
 async def test_servers_that_fail_are_reported_and_the_agent_goes_on_without_them(
         tmp_path: Path, fake: FakeOpenAI) -> None:
     calls = tmp_path / "calls.jsonl"
