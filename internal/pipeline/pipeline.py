@@ -83,7 +83,9 @@ class VoicePipeline:
         self._closed = False
         self._max_utterance_frames = int(self.config.max_utterance_s * 50)
         self._frame_bytes = frame_bytes(sample_rate)
-        self._recording = services.recording(session, sample_rate, sink) if services.recording is not None else None
+        self._recording = recording = services.recording(session, sample_rate, sink) if services.recording else None
+        if recording is not None:  # no reply is prepared for a consent answer: no model is asked about it
+            self.responder.may_prepare = lambda text: not recording.concerns(text)
 
     # ---- lifecycle -------------------------------------------------------------------------------
 

@@ -50,6 +50,9 @@ class ConsentedRecording:
         self._moved()
         return text
 
+    def concerns(self, text: str) -> bool:
+        return self.consent.concerns(text)
+
     def caller_said(self, text: str) -> str | None:
         return self._apply(self.consent.spoken(text, self._take_greeting()))
 

@@ -100,6 +100,12 @@ class ConsentState:
             return " ".join(part for part in (self.config.announcement, greeting) if part)
         return greeting
 
+    def concerns(self, text: str) -> bool:
+        """Would these words be taken as an answer or an opt-out (without taking them)?"""
+        if self.pending:
+            return spoken_answer(text, self.config) is not None or opts_out(text, self.config)
+        return self.recording and opts_out(text, self.config)
+
     def spoken(self, text: str, greeting: str) -> Decision:
         if self.pending:
             answer = spoken_answer(text, self.config)
