@@ -74,3 +74,13 @@ def test_no_result_leaves_its_fence_or_its_bound(text: str, bound: int) -> None:
     assert len(out) <= bound
     assert out.startswith('<tool_result server="orders" tool="lookup__tool_result_">\n')
     assert out.endswith(CLOSE) and out.count("<") == 2 and out.count(">") == 2  # the fence's own, nothing else
+
+
+def test_config_check_warns_about_recording_without_consent_or_key_and_an_empty_allow_list(tmp_path: Path) -> None:
+    from internal.config import security_warnings
+
+    config = load_config(write(tmp_path, "[recording]\nenabled = true\nconsent = 'none'\n"
+                                         "[[mcp.servers]]\nname = 'orders'\ncommand = 'x'\n"))
+    warnings = "\n".join(security_warnings(config))
+    assert 'recording.consent is "none"' in warnings and "GET /calls/{id}/recording refuses" in warnings
+    assert "mcp server 'orders' has an empty tools allow-list" in warnings
