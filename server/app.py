@@ -25,6 +25,7 @@ from server.routes_agent import install_agent_routes
 from server.routes_call_feed import install_call_feed_routes
 from server.routes_calls import install_call_routes, presented_key
 from server.routes_memory import install_memory_routes
+from server.routes_recordings import install_recording_routes
 from server.routes_transfer import install_transfer_routes
 from server.routes_webrtc import install_webrtc_routes
 from server.version import package_version, source_revision
@@ -37,11 +38,14 @@ def holds_api_key(request: Request, api_key: str) -> bool:
 
 
 def without_accounts(report: dict[str, Any]) -> dict[str, Any]:
-    """/health for anyone: every status and count, but not which accounts are registered where."""
-    registrations = report.get("components", {}).get("sip_registrations", {}).get("registrations", [])
-    for entry in registrations:
+    """/health for anyone: every status and count, but not which accounts are registered where, nor why an
+    MCP server failed (its error may name hosts and paths)."""
+    components = report.get("components", {})
+    for entry in components.get("sip_registrations", {}).get("registrations", []):
         for key in ACCOUNT_FIELDS:
             entry.pop(key, None)
+    for server in components.get("mcp", {}).get("servers", []):
+        server.pop("error", None)
     return report
 
 
@@ -99,5 +103,6 @@ def create_gateway_application(config: Config | None = None, *, tools: ToolRegis
     install_call_routes(app, gateway)
     install_call_feed_routes(app, gateway)
     install_transfer_routes(app, gateway)
+    install_recording_routes(app, gateway)
     install_agent_routes(app, gateway)
     return app

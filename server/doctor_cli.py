@@ -11,14 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from server.doctor import Check, exit_code, format_check, report_json, run_checks, summary_line
+from server.doctor_mcp import check_mcp
 from server.doctor_probes import check_database, check_devices, check_models, check_ports
 
-PROBES = (check_ports, check_models, check_devices, check_database)
+PROBES = (check_ports, check_models, check_devices, check_database, check_mcp)
 
 
 def add_doctor_command(commands: Any) -> None:
     doctor = commands.add_parser(
-        "doctor", help="check this machine for the config: tools, models, ports, database, secrets")
+        "doctor", help="check this machine for the config: tools, models, ports, database, MCP servers, secrets")
     doctor.add_argument("--json", action="store_true", help="print one JSON document (for scripts)")
     # The dispatcher calls `run_unloaded` with the config's path before loading it, because a broken
     # config is one of the doctor's answers; `run` serves a dispatcher that loads first.

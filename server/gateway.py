@@ -90,6 +90,8 @@ class Gateway:
         self.tts: TextToSpeech | None = tts
         self.model: ChatModel | None = model
         self.services: PipelineServices | None = None
+        self.recordings: Any = None  # internal.recording.service.RecordingService with [recording] enabled
+        self.mcp: Any = None  # internal.tools.mcp.McpToolset with [[mcp.servers]]
         self.sessions: SessionManager | None = None
         self._stack = AsyncExitStack()
         self.started = False
@@ -131,6 +133,13 @@ class Gateway:
         self.services = await asyncio.to_thread(build_services, config, self.stt, self.tts, self.model, self.tools)
         self.services.tracer = self.telemetry.tracer
         self.services.telemetry = self.telemetry
+        self.tools.tracer, self.tools.metrics = self.telemetry.tracer, self.telemetry.tool_call
+        if config.mcp.servers:  # listed now, concurrently; a server that fails is retried in the background
+            from internal.tools.mcp import McpToolset
+
+            self.mcp = McpToolset(config.mcp, self.tools)
+            await self.mcp.start()
+            self._stack.push_async_callback(self.mcp.close)
         self.sessions = SessionManager(max_sessions=config.server.max_sessions,
                                        grace_ms=config.server.session_grace_ms,
                                        new_conversation=new_conversation_factory(config, self.model))
@@ -138,6 +147,13 @@ class Gateway:
             await self._start_memory(self.services, self.sessions)
         if config.rag.provider:
             self._start_rag(self.services, self.sessions)
+        if config.recording.enabled:  # closed after the sessions end (below): their files are finished first
+            from server.call_recording import start_recordings
+
+            self.recordings = await start_recordings(config, self.telemetry, self.memory)
+            self._stack.push_async_callback(self.recordings.stop)
+            self.services.recording = self.recordings.for_pipeline
+            self.sessions.add_end_hook(self.recordings.session_ended)
         self.sessions.add_end_hook(self._session_ended)
         if self.call_feed is not None:
             self.sessions.add_end_hook(self.call_feed.ended)
@@ -409,6 +425,10 @@ class Gateway:
                     components[kind].update(describe())
         if self.services is not None:
             components["turn_taking"] = {"ok": True, **self.services.describe_turn_taking()}
+        if self.recordings is not None:
+            components["recording"] = self.recordings.describe()
+        if self.mcp is not None:  # advisory: the agent goes on without a server that is down
+            components["mcp"] = {**self.mcp.describe(), "advisory": True}
         if self.sessions is not None:
             components["sessions"] = {"ok": True, "live": len(self.sessions),
                                       "max": self.config.server.max_sessions}

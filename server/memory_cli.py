@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,14 @@ from internal.memory.durable import write_atomically
 from internal.memory.owner import OwnerKeySecretError
 from internal.memory.provider import ChangeContext
 from internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
-from internal.memory.subject import delete_everywhere, export_everything, is_owner_key, resolve_caller
+from internal.memory.subject import (
+    RECORDINGS_REMOVED,
+    delete_everywhere,
+    export_everything,
+    is_owner_key,
+    resolve_caller,
+)
+from internal.recording.store import RECORDINGS_DIR, RecordingStore
 from server.cli_logging import configure_tool_logging
 
 EXIT_OK, EXIT_FAILED, EXIT_UNKNOWN_CALLER, EXIT_CANCELLED = 0, 1, 3, 4
@@ -94,6 +102,8 @@ async def _run(args: argparse.Namespace, config: Config) -> int:
     identity = resolve_caller(caller, args.kind, config.sip.default_region) if caller else None
     if config.memory.provider == "memory":
         return await _in_server(args, config, identity)
+    # This data directory's call recordings, whether or not recording is on now: old ones are still theirs.
+    recordings = RecordingStore(config.data_dir / RECORDINGS_DIR)
     async with AsyncExitStack() as stack:
         database = None
         if needs_database(config) and config.memory.provider == "pgvector":
@@ -111,15 +121,21 @@ async def _run(args: argparse.Namespace, config: Config) -> int:
         except OwnerKeySecretError as exc:
             print(f"voicegate memory: {exc}", file=sys.stderr)
             return EXIT_FAILED
-        command: Callable[[argparse.Namespace, FrontendMemoryRuntime, CallerIdentity | None], Awaitable[int]] = {
-            "show": _show, "export": _export, "delete": _delete, "list": _list, "purge-expired": _purge,
+        commands: dict[str, Command] = {
+            "show": _show, "export": partial(_export, recordings=recordings),
+            "delete": partial(_delete, recordings=recordings), "list": _list,
+            "purge-expired": partial(_purge, recordings=recordings, recording_days=config.recording.retention_days),
             "edit": _edit,
-        }[args.memory_command]
+        }
+        command = commands[args.memory_command]
         try:
             return await command(args, runtime, identity)
         except MemoryRuntimeError as exc:
             print(f"voicegate memory: {exc.message}", file=sys.stderr)
             return EXIT_FAILED
+
+
+Command = Callable[[argparse.Namespace, FrontendMemoryRuntime, CallerIdentity | None], Awaitable[int]]
 
 
 def _checked_key(key: str) -> str:
@@ -159,10 +175,11 @@ async def _show(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identi
     return EXIT_OK
 
 
-async def _export(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identity: CallerIdentity | None) -> int:
+async def _export(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identity: CallerIdentity | None,
+                  recordings: RecordingStore | None = None) -> int:
     owner = _owner(runtime, identity, getattr(args, "owner_key", None))
     export = await export_everything(runtime, owner, caller=identity.resource_id if identity else None,
-                                     outbox_dir=runtime.outbox_dir)
+                                     outbox_dir=runtime.outbox_dir, recordings=recordings)
     if not export["stored"]:
         print(f"no memory for {_who(args, owner)}", file=sys.stderr)
         return EXIT_UNKNOWN_CALLER
@@ -190,9 +207,12 @@ async def _confirmed(args: argparse.Namespace, who: str) -> bool:
     return True
 
 
-def _report_erasure(removed: dict[str, int], announced: bool, who: str) -> int:
+def _report_erasure(removed: dict[str, int], announced: bool, who: str, recordings: list[str] | None = None) -> int:
     for place, count in removed.items():
         print(f"  {place}: {count} removed")
+        if place == RECORDINGS_REMOVED:
+            for name in recordings or []:
+                print(f"    {name}")
     total = sum(removed.values())
     if announced:
         print("  running servers on this database were told (their caches and live calls drop it)")
@@ -203,14 +223,15 @@ def _report_erasure(removed: dict[str, int], announced: bool, who: str) -> int:
     return EXIT_OK
 
 
-async def _delete(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identity: CallerIdentity | None) -> int:
+async def _delete(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identity: CallerIdentity | None,
+                  recordings: RecordingStore | None = None) -> int:
     owner = _owner(runtime, identity, getattr(args, "owner_key", None))
     who = _who(args, owner)
     if not await _confirmed(args, who):
         return EXIT_CANCELLED
     print(f"deleting memory of {who} ...", file=sys.stderr)
-    removed, announced = await delete_everywhere(runtime, owner, runtime.outbox_dir)
-    return _report_erasure(removed, announced, who)
+    erased = await delete_everywhere(runtime, owner, runtime.outbox_dir, recordings=recordings)
+    return _report_erasure(erased.removed, erased.announced, who, erased.recordings)
 
 
 async def _in_server(args: argparse.Namespace, config: Config, identity: CallerIdentity | None) -> int:
@@ -241,7 +262,7 @@ async def _in_server(args: argparse.Namespace, config: Config, identity: CallerI
     except AdminRefused as exc:
         print(f"{command}: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    return _report_erasure(erasure.removed, erasure.servers_told, who)
+    return _report_erasure(erasure.removed, erasure.servers_told, who, erasure.recordings)
 
 
 async def _list(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identity: CallerIdentity | None) -> int:
@@ -260,9 +281,12 @@ async def _list(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identi
     return EXIT_OK
 
 
-async def _purge(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identity: CallerIdentity | None) -> int:
+async def _purge(args: argparse.Namespace, runtime: FrontendMemoryRuntime, identity: CallerIdentity | None,
+                 recordings: RecordingStore | None = None, recording_days: float = 0.0) -> int:
     print("deleting expired memory ...", file=sys.stderr)
     removed = await runtime.purge_expired()
+    if recordings is not None and recording_days:  # past recording.retention_days, as the server's sweep
+        removed[RECORDINGS_REMOVED] = await asyncio.to_thread(recordings.sweep, recording_days)
     for table, count in removed.items():
         print(f"  {table}: {count} removed")
     print(f"purged {sum(removed.values())} expired record(s)")

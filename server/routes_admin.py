@@ -3,14 +3,16 @@
     DELETE /api/admin/memory/sip:+15551234567                 X-API-Key: <server.api_key>
     DELETE /api/admin/memory/5551234567?kind=sip&region=US    a raw value of a kind (phones: E.164)
     DELETE /api/admin/memory/<64-hex owner key>?kind=owner_key
-    -> 200 {"caller": "sip:+15551234567", "removed": {"memories": 1, ...}, "total": 3, "servers_told": false}
+    -> 200 {"caller": "sip:+15551234567", "removed": {"memories": 1, ...}, "total": 3, "servers_told": false,
+            "recordings": ["3f2a....wav"]}
 
 The same erasure as `voicegate memory delete` (internal/memory/subject.py, `delete_everywhere`): under
-the writers' lock, raising the erasure epoch, with this node's pending hang-up writes, live calls and
-other nodes told, audited with source "api". It is the only way to erase from `memory.provider =
-"memory"`, whose store lives in this process, so the CLI calls it for that provider. Counts, never
-content. An owner with nothing stored is a 200 with `total` 0: the caller is forgotten either way.
-Like POST /calls it is never open: with no `server.api_key` it answers 403.
+the writers' lock, raising the erasure epoch, with this node's pending hang-up writes and call recordings
+(named in `recordings`), live calls and other nodes told, audited with source "api". It is the only way
+to erase from `memory.provider = "memory"`, whose store lives in this process, so the CLI calls it for
+that provider. Counts and file names, never content. An owner with nothing stored is a 200 with `total`
+0: the caller is forgotten either way. Like POST /calls it is never open: with no `server.api_key` it
+answers 403.
 
 GET /api/admin/memory/{caller} (same key, same ways of naming the caller) answers what GET /api/memory
 answers the caller themselves, plus `caller`: how `voicegate eval` checks what a phone caller is
@@ -30,6 +32,7 @@ from pydantic import BaseModel
 
 from internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
 from internal.memory.subject import delete_everywhere, is_owner_key, resolve_caller
+from server.call_recording import recording_store
 from server.errors import ApiError
 from server.gateway import Gateway
 from server.routes_calls import KeyedRoute, api_key_guard
@@ -51,6 +54,7 @@ class Erasure(BaseModel):
     removed: dict[str, int]  # per table (pgvector), file (markdown) or store, plus pending hang-up writes
     total: int
     servers_told: bool  # running servers on the shared database were told (their caches and calls drop it)
+    recordings: list[str] = []  # the call recordings' audio files removed from this node's data directory
 
 
 def owner_named(memory: FrontendMemoryRuntime, caller: str, kind: str | None, region: str) -> tuple[str, str | None]:
@@ -97,7 +101,9 @@ def install_admin_routes(app: FastAPI, gateway: Gateway) -> None:
         memory = memory_runtime(gateway)
         owner, resource_id = owner_named(memory, caller, kind, region or config.sip.default_region)
         try:
-            removed, told = await delete_everywhere(memory, owner, memory.outbox_dir, source="api")
+            erased = await delete_everywhere(memory, owner, memory.outbox_dir, source="api",
+                                             recordings=recording_store(gateway))
         except MemoryRuntimeError as exc:
             raise ApiError(exc.status, exc.code, exc.message) from None
-        return Erasure(caller=resource_id, removed=removed, total=sum(removed.values()), servers_told=told)
+        return Erasure(caller=resource_id, removed=erased.removed, total=sum(erased.removed.values()),
+                       servers_told=erased.announced, recordings=erased.recordings)

@@ -1,7 +1,10 @@
 """`GET /api/agent`: which language model answers, and, for the offline local agent, what it understands.
 
 The page reads this to show its "What this offline agent understands" panel; the list comes from the
-agent (LocalAgent.understands), so the page never promises what the agent does not do.
+agent (LocalAgent.understands), so the page never promises what the agent does not do. With
+`[[mcp.servers]]` it also says which MCP tools there are and whether this agent can call them: the
+offline local agent cannot (it acts on its own fixed intents), and a bring-your-own agent is not sent
+them (it owns its tools).
 """
 
 from __future__ import annotations
@@ -11,6 +14,12 @@ from fastapi.responses import JSONResponse
 
 from internal.llm.local import LocalAgent
 from server.gateway import Gateway
+
+MCP_NOT_CALLABLE = {
+    "local": "The offline local agent cannot call MCP tools: it acts only on the intents it understands. Use "
+             "llm.provider = \"openai\" (or an OpenAI-compatible server) or \"ollama\" with a model that calls tools.",
+    "agent": "MCP tools are not sent to a bring-your-own agent: the agent owns its tools (docs/tools.md).",
+}
 
 
 def install_agent_routes(app: FastAPI, gateway: Gateway) -> None:
@@ -25,4 +34,12 @@ def install_agent_routes(app: FastAPI, gateway: Gateway) -> None:
             understood = gateway.model.understands(memory_enabled=config.memory.enabled,
                                                    transfer_targets=list(config.sip.transfer_targets))
             body["understands"] = [capability.as_json() for capability in understood]
+        if gateway.mcp is not None:
+            kind = "local" if isinstance(gateway.model, LocalAgent) else config.effective_llm_provider
+            servers = [{key: server[key] for key in ("name", "state", "tools")}  # no errors: nobody signs in here
+                       for server in gateway.mcp.describe()["servers"]]
+            mcp: dict[str, object] = {"callable": kind not in MCP_NOT_CALLABLE, "servers": servers}
+            if kind in MCP_NOT_CALLABLE:
+                mcp["note"] = MCP_NOT_CALLABLE[kind]
+            body["mcp"] = mcp
         return JSONResponse(body, headers={"Cache-Control": "no-store"})

@@ -34,4 +34,15 @@ def security_warnings(config: Config) -> list[str]:
     if server.dev_login:
         found.append("server.dev_login is on: anyone at this machine can sign in as any caller "
                      "(development only).")
+    recording = config.recording
+    if recording.enabled and recording.consent == "none":
+        found.append('recording.consent is "none": every call is recorded without the caller being told or '
+                     'asked. Do so only with consent obtained another way; otherwise use "ask" or "announce".')
+    if recording.enabled and not server.api_key:
+        found.append("recording is on but server.api_key is not set: recordings stay on disk, and GET "
+                     "/calls/{id}/recording refuses every request (403). Set server.api_key to fetch them.")
+    for mcp_server in config.mcp.servers:
+        if not mcp_server.tools:
+            found.append(f"mcp server {mcp_server.name!r} has an empty tools allow-list: none of its tools is "
+                         'offered. List the tools to offer, or tools = ["*"] for all of them.')
     return found

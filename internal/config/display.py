@@ -9,6 +9,9 @@ from internal.config.loader import Config
 
 MASK = "********"
 _SECRET_WORDS = ("api_key", "secret", "password", "credential", "connection_string")
+# Mappings whose every value is a secret: [sip.auth] users (passwords), and an MCP server's headers (tokens)
+# and env (the keys its program reads).
+_SECRET_MAPPINGS = ("users", "headers", "env")
 
 
 def is_secret_key(key: str) -> bool:
@@ -22,7 +25,7 @@ def masked(config: Config) -> dict[str, Any]:
 
 def _mask(value: Any, parent: str) -> Any:
     if isinstance(value, dict):
-        if parent == "users":  # [sip.auth] users: the values are passwords
+        if parent in _SECRET_MAPPINGS:
             return {name: MASK if secret else "" for name, secret in value.items()}
         return {k: (MASK if is_secret_key(k) and v else _mask(v, k)) for k, v in value.items()}
     if isinstance(value, list):
@@ -37,7 +40,7 @@ def secret_values(config: Config) -> list[str]:
     def walk(value: Any, parent: str) -> None:
         if isinstance(value, dict):
             for key, item in value.items():
-                if parent == "users" and isinstance(item, str) and item:
+                if parent in _SECRET_MAPPINGS and isinstance(item, str) and item:
                     found.append(item)
                 elif is_secret_key(key) and isinstance(item, str) and item:
                     found.append(item)
@@ -56,8 +59,8 @@ def render_toml(values: dict[str, Any]) -> str:
     lines: list[str] = []
 
     def is_table(key: str, value: Any) -> bool:
-        # [sip.auth] users is a mapping of names to passwords, shown inline, not as a table.
-        return isinstance(value, dict) and key != "users"
+        # Mappings of names to secrets are shown inline, not as tables.
+        return isinstance(value, dict) and key not in _SECRET_MAPPINGS
 
     def emit(table: dict[str, Any], header: str) -> None:
         lines.append(f"[{header}]")

@@ -19,6 +19,7 @@ from pydantic import Field, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from internal.config.mcp import McpConfig
 from internal.config.providers import (
     AgentConfig,
     DeepgramConfig,
@@ -37,6 +38,7 @@ from internal.config.providers import (
     TtsConfig,
     WhisperConfig,
 )
+from internal.config.recording import RecordingConfig
 from internal.config.sections import PipelineConfig, ServerConfig, SipConfig, WebRTCConfig
 from internal.identity.phone import normalise_e164
 
@@ -108,6 +110,8 @@ class Config(BaseSettings):
     supabase: SupabaseConfig = Field(default_factory=SupabaseConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    recording: RecordingConfig = Field(default_factory=RecordingConfig)
+    mcp: McpConfig = Field(default_factory=McpConfig)
 
     @classmethod
     def settings_customise_sources(

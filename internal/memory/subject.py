@@ -1,5 +1,6 @@
 """A data subject's rights over their memory: erasure and access, covering every copy this process can
-reach (the store's tables or files, this data directory's pending hang-up writes, the audit trail).
+reach (the store's tables or files, this data directory's pending hang-up writes, the audit trail, and
+the caller's call recordings in this data directory: docs/recording.md).
 
 Erasure goes through the runtime (the writers' lock, the erasure epoch, the change notice every other
 process hears); the pending hang-up writes of this data directory are removed as well. Other nodes'
@@ -14,6 +15,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from internal.memory.outbox import owner_files
 from internal.memory.owner import audit_hash
 from internal.memory.provider import ChangeSource
 from internal.memory.runtime import FrontendMemoryRuntime
+from internal.recording.store import RecordingStore
 
 ProgressSink = Callable[[str, int], None]
 CALLER_KINDS = ("sip", "jwt", "trusted_header")
@@ -58,19 +61,41 @@ def stderr_progress(what: str, rows: int) -> None:
     print(f"  {what}: {rows} row(s) read", file=sys.stderr, flush=True)
 
 
+RECORDINGS_REMOVED = "call recordings (files)"
+
+
+@dataclass(slots=True)
+class SubjectErasure:
+    removed: dict[str, int]  # what was removed where (tables, files), counts only
+    announced: bool  # running servers on the shared database were told
+    recordings: list[str] = field(default_factory=list)  # the names of the recordings' audio files removed
+
+
 async def delete_everywhere(runtime: FrontendMemoryRuntime, owner: str, outbox_dir: Path | None,
-                            source: ChangeSource = "cli") -> tuple[dict[str, int], bool]:
-    """Erase `owner` (every table or file of the store, plus this data directory's pending writes);
-    returns what was removed where, and whether running servers were told through the database.
-    `source` is who asked, for the audit log: "cli", or "api" for the server's admin route."""
+                            source: ChangeSource = "cli", recordings: RecordingStore | None = None) -> SubjectErasure:
+    """Erase `owner` (every table or file of the store, this data directory's pending writes and their call
+    recordings); returns what was removed where, the recordings by name, and whether running servers were
+    told through the database. `source` is who asked, for the audit log: "cli", or "api" for the server's
+    admin route. A recording still being written stops at its next second: its writer finds its file gone."""
     removed = await runtime.delete_owner(owner, source=source)
     if outbox_dir is not None:
         files = await asyncio.to_thread(owner_files, outbox_dir, owner)
         for path in files:
             path.unlink(missing_ok=True)
         removed["pending hang-up writes (files)"] = len(files)
+    names: list[str] = []
+    if recordings is not None:
+        names = await asyncio.to_thread(recordings.delete_owner, owner)
+        removed[RECORDINGS_REMOVED] = len(names)
     announced = runtime.notifies_changes  # the PostgreSQL provider notifies in its transaction
-    return removed, announced
+    return SubjectErasure(removed, announced, names)
+
+
+def recordings_of(recordings: RecordingStore, owner: str) -> list[dict[str, Any]]:
+    """The caller's recordings as their sidecars say, with where each audio file is (the audio itself is
+    not copied into the export: it can be hours long; `path` is where to fetch it)."""
+    return [{**info.as_json(), "path": str(recordings.audio_path(info).resolve())}
+            for info in recordings.of_owner(owner)]
 
 
 def _audit_lines(paths: list[Path], tag: str) -> list[dict[str, Any]]:
@@ -90,10 +115,11 @@ def _audit_lines(paths: list[Path], tag: str) -> list[dict[str, Any]]:
 
 async def export_everything(runtime: FrontendMemoryRuntime, owner: str, *, caller: str | None,
                             outbox_dir: Path | None, progress: ProgressSink | None = stderr_progress,
-                            ) -> dict[str, Any]:
+                            recordings: RecordingStore | None = None) -> dict[str, Any]:
     """Everything stored of `owner`, as one JSON-ready object: every table or file of the store
     (history included, expired-but-not-yet-swept rows included, no cap), this data directory's pending
-    hang-up writes, and the audit trail's lines about them (which never hold memory text)."""
+    hang-up writes, the audit trail's lines about them (which never hold memory text), and the list of
+    their call recordings with each file's path."""
     tables = await runtime.export(owner, progress)
     pending: list[dict[str, Any]] = []
     if outbox_dir is not None:
@@ -105,8 +131,10 @@ async def export_everything(runtime: FrontendMemoryRuntime, owner: str, *, calle
     audit: list[dict[str, Any]] = []
     if runtime.audit is not None:
         audit = await asyncio.to_thread(_audit_lines, runtime.audit.files(), audit_hash(owner))
+    recorded = await asyncio.to_thread(recordings_of, recordings, owner) if recordings is not None else []
     counts = {name: len(rows) for name, rows in tables.items()}
     counts["pending_hangup_writes"] = len(pending)
+    counts["recordings"] = len(recorded)
     stored = any(count for name, count in counts.items() if name not in ("memory_erasures", "erasure"))
     return {
         "caller": caller,
@@ -117,5 +145,6 @@ async def export_everything(runtime: FrontendMemoryRuntime, owner: str, *, calle
         "counts": {**counts, "audit": len(audit)},
         "tables": tables,
         "pending_hangup_writes": pending,
+        "recordings": recorded,
         "audit": audit,
     }

@@ -71,6 +71,18 @@ class DtmfEvent(Event):
     digit: str
 
 
+ConsentOutcome = Literal["pending", "not_asked", "announced", "granted", "declined", "no_answer", "opted_out"]
+
+
+class RecordingEvent(Event):
+    """The call's recording consent moved: `recording` says whether the call is being recorded from now
+    on (docs/recording.md). Never carries audio, a file name or who the caller is."""
+
+    type: Literal["recording"] = "recording"
+    consent: ConsentOutcome
+    recording: bool
+
+
 class MemoryChangedEvent(Event):
     type: Literal["memory.changed"] = "memory.changed"
 

@@ -26,6 +26,7 @@ from internal.pipeline.bargein import is_backchannel, is_meaningful_interruption
 from internal.pipeline.endpointing import Endpointing
 from internal.pipeline.events import AgentState, DtmfEvent, EventSink, TranscriptEvent
 from internal.pipeline.playout import Playout
+from internal.pipeline.record import record_caller
 from internal.pipeline.responder import APOLOGY, Responder, TurnTimes
 from internal.pipeline.services import PipelineServices
 from internal.pipeline.text import clean
@@ -82,6 +83,9 @@ class VoicePipeline:
         self._closed = False
         self._max_utterance_frames = int(self.config.max_utterance_s * 50)
         self._frame_bytes = frame_bytes(sample_rate)
+        self._recording = recording = services.recording(session, sample_rate, sink) if services.recording else None
+        if recording is not None:  # no reply is prepared for a consent answer: no model is asked about it
+            self.responder.may_prepare = lambda text: not recording.concerns(text)
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -92,6 +96,8 @@ class VoicePipeline:
         if not conversation.greeted:
             conversation.greeted = True
             text = self._greeting if self._greeting is not None else self.services.greeting(self.session)
+            if self._recording is not None:  # the consent question, or the announcement, comes first
+                text = self._recording.opening(text)
             if text:
                 self.responder.start(lambda: self.responder.announce(text))
 
@@ -148,6 +154,8 @@ class VoicePipeline:
     def push_audio(self, pcm: bytes) -> None:
         if self._closed or len(pcm) != self._frame_bytes:
             return
+        if self._recording is not None:
+            self._recording.heard(pcm)  # what the caller sent, before any noise suppression
         if self._denoiser is not None:
             pcm = self._denoiser.process(pcm)
         self.vad.profile = self._barge_vad if self.agent_audible and self.config.barge_in else self._normal_vad
@@ -224,6 +232,8 @@ class VoicePipeline:
         """The next 20 ms of agent audio (None when quiet). Called once per tick by the transport."""
         frame = self.playout.pull()
         self.responder.frame_pulled(frame)
+        if self._recording is not None:
+            self._recording.said(frame)  # every tick, quiet or not: the recording's clock
         return frame
 
     # ---- transcripts and turns -------------------------------------------------------------------
@@ -344,8 +354,24 @@ class VoicePipeline:
             # From the caller's last sound (the VAD's offset before its decision) to the release.
             self.responder.timing("end_of_turn", (times.released - self._speech_ended_at) * 1000.0
                                   + self.config.vad_offset_ms, self.session.conversation.turns + 1)
+        if self._about_recording(pending.text):
+            return
         self._endpointing.released = pending
         self.responder.release(Turn(text=pending.text), pending.confidence, times)
+
+    def _about_recording(self, text: str, keys: str = "") -> bool:
+        """The caller answered the recording question or opted out: that turn is consent, not a question
+        for the agent, which says the recording's reply instead (both kept in the conversation)."""
+        recording = self._recording
+        reply = None if recording is None else recording.caller_pressed(keys) if keys else recording.caller_said(text)
+        if reply is None:
+            return False
+        self._endpointing.released = None
+        if self.agent_active:
+            self.interrupt("recording consent")
+        record_caller(self.session, text or f"[The caller pressed keypad keys: {' '.join(keys)}]")
+        self.responder.start(lambda: self.responder.announce(reply))
+        return True
 
     def submit_text(self, text: str) -> None:
         """A typed turn (e.g. from the browser's DataChannel): answered like speech, without STT. Control
@@ -357,6 +383,8 @@ class VoicePipeline:
             self.interrupt("typed input")
         self._endpointing.released = None
         self.sink.emit(TranscriptEvent(role="user", text=text, final=True))
+        if self._about_recording(text):
+            return
         times = TurnTimes(released=self._clock())
         self.responder.start(lambda: self.responder.respond(Turn(text=text), None, times))
 
@@ -372,7 +400,7 @@ class VoicePipeline:
     def _release_dtmf(self) -> None:
         digits, self._dtmf_digits = self._dtmf_digits, ""
         self._dtmf_timer = None
-        if digits:
+        if digits and not self._about_recording("", digits):
             self._endpointing.released = None
             if self.agent_active:
                 self.interrupt("keypad input")

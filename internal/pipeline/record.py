@@ -22,6 +22,14 @@ def record_agent(session: Session, sink: EventSink, text: str, interrupted: bool
     sink.emit(TranscriptEvent(role="agent", text=text, final=True))
 
 
+def record_caller(session: Session, text: str) -> None:
+    """Caller words answered outside the agent (the recording's consent): kept in the conversation so the
+    model knows what was said, without counting as a turn it answered."""
+    conversation = session.conversation
+    conversation.transcript.add("user", text)
+    conversation.history.append(ChatMessage("user", text))
+
+
 def record_turn(session: Session, sink: EventSink, user_text: str, exchange: list[ChatMessage], *,
                 streak: int, keypad: bool, agent_text: str, interrupted: bool, intended: str) -> None:
     """The caller's words, the tool calls the reply made, and what the agent said, in that order."""

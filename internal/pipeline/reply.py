@@ -97,6 +97,12 @@ class ReplyRunner:
                 assert isinstance(item, str)
                 await speak_text(item, self.tts, self.playout, audio_arrived)
 
+        def say_now(text: str) -> None:
+            spoken.append(text)
+            sentences.put_nowait(text)
+
+        tool_context.say = say_now  # a tool's word to the caller is spoken in order with the reply
+
         async def generate() -> int:
             try:
                 return await self._generate(request, tool_context, history, sentences, spoken, timings)

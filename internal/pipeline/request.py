@@ -33,12 +33,14 @@ async def build_request(session: Session, services: PipelineServices, turn: Turn
             layers.memory_context, layers.memory_text = relevant
     turn.memory = layers.memory_text
     turn.interrupted_text = session.data.get("interrupted_text", "")
+    tools = services.tools
     return ChatRequest(
         session_id=session.id,
         resource_id=session.resource_id,
-        system=build_system_context(layers, summary=turn.summary, knowledge=turn.context, note=turn.note),
+        system=build_system_context(layers, summary=turn.summary, knowledge=turn.context, note=turn.note,
+                                    outside_tools=tools.untrusted_offered(tool_context)),
         messages=conversation.recent_history(ChatMessage("user", user_text)),
         turn=turn,
-        tools=services.tools.specs(tool_context),
+        tools=tools.specs(tool_context),
         agent_system=layers.skills,
     )

@@ -86,6 +86,9 @@ class Responder:
         self.prepared_discarded = 0  # prepared replies thrown away (the words changed, the caller went on)
         self.absorbed_unheard = 0  # released replies dropped before the caller heard them
         self.absorbed_heard = 0  # released replies cut off because the caller went on (they heard some)
+        # Words a reply may be prepared for before the turn is over: not a recording consent's answer, which
+        # no model is asked about (pipeline.py sets it when the call is recorded).
+        self.may_prepare: Callable[[str], bool] = lambda text: True
         self.meter = TurnMeter(session, services, sink, clock)
         self.timing = self.meter.timing
 
@@ -132,7 +135,7 @@ class Responder:
 
     def prepare(self, text: str, confidence: float | None, times: TurnTimes) -> None:
         """Start answering `text` now, in a held playout, in case it turns out to be the whole turn."""
-        if not self.config.preemptive_reply or self.active:
+        if not self.config.preemptive_reply or self.active or not self.may_prepare(text):
             return
         if self._prepared is not None:
             if same_turn_text(self._prepared.text, text):

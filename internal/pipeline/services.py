@@ -16,6 +16,7 @@ from internal.config.sections import PipelineConfig
 from internal.devices import onnx_available_providers, onnx_device, onnx_providers
 from internal.llm.base import ChatModel
 from internal.pipeline.context import BUILTIN_PROMPT, ContextLayers, load_text
+from internal.pipeline.events import EventSink
 from internal.pipeline.tools import ToolRegistry
 from internal.pipeline.vad import (
     AdaptiveEnergyClassifier,
@@ -38,6 +39,24 @@ if TYPE_CHECKING:
 
 class Denoiser(Protocol):
     def process(self, pcm: bytes) -> bytes: ...
+
+
+class CallRecording(Protocol):
+    """A call's recording and its consent (internal/recording/call.py, docs/recording.md), as the
+    pipeline drives it: what the call opens with, the caller's turns and keys that answer or opt out
+    (a reply is said instead of answering them), and both directions of audio on the call's clock."""
+
+    def opening(self, greeting: str) -> str: ...
+
+    def concerns(self, text: str) -> bool: ...
+
+    def caller_said(self, text: str) -> str | None: ...
+
+    def caller_pressed(self, digits: str) -> str | None: ...
+
+    def heard(self, pcm: bytes) -> None: ...
+
+    def said(self, pcm: bytes | None) -> None: ...
 
 
 # Below this STT confidence a turn is "probably garbled" (when the engine reports confidence at all).
@@ -90,6 +109,8 @@ class PipelineServices:
     after_turn: Callable[[Session], Awaitable[None]] = _nothing
     # Hot path: every inbound frame and VAD event; must be bounded, synchronous work only.
     observe_audio: Callable[[Session, bytes, VadEvent | None], None] = _no_audio_observer
+    # Call recording ([recording] enabled): the session's recording for a new pipeline (None: not recorded).
+    recording: Callable[[Session, int, EventSink], CallRecording | None] | None = None
     policy: str = field(default="")
     skills: str = ""
     assistant_profile: str = ""

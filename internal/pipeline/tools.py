@@ -10,15 +10,23 @@ it runs only the tools without side effects until the turn is released (internal
 Unknown is treated as "has side effects". A run of a tool with side effects is told to the call's
 ledger of what the agent did (`ToolContext.record_tool`: the tool's name and whether it worked, never
 its arguments or result), unless the tool keeps its own record (`ledger=False`).
+
+Every run is timed and counted by tool, source (`builtin`, or `mcp:<server>` for a tool from an MCP
+server: internal/tools/mcp.py) and outcome (`ok`, `error`, `timeout`, `cancelled`), and is a `tool` span under the
+turn's span; never with its arguments or its result. A tool whose results come from outside
+(`untrusted=True`) has them read as data: the system context then says so (internal/pipeline/context.py).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from opentelemetry import trace
 
 from internal.llm.base import ToolCall, ToolSpec
 
@@ -39,6 +47,9 @@ class ToolContext:
     extras: dict[str, Any] = field(default_factory=dict)
     # Told (tool name, ran without error) after a tool with side effects ran: the call's ledger of actions.
     record_tool: Callable[[str, bool], None] = lambda name, ok: None
+    # Says a short line to the caller now, while the reply goes on (set by the reply runner): e.g. that a
+    # tool is not answering, rather than leaving them in silence.
+    say: Callable[[str], None] = lambda text: None
 
 
 ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
@@ -46,6 +57,14 @@ ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
 
 class ToolError(Exception):
     """A tool's own, expected failure; its message goes back to the model."""
+
+
+class ToolTimeout(ToolError):
+    """The tool did not answer in time; counted apart from other failures."""
+
+
+# (tool, source, outcome, milliseconds) of every run: the server's metrics.
+ToolMetrics = Callable[[str, str, str, float], None]
 
 
 Availability = Callable[[ToolContext], bool]
@@ -62,22 +81,36 @@ class _Tool:
     available: Availability | None = None
     side_effects: SideEffects = True
     ledger: bool = True
+    source: str = "builtin"
+    untrusted: bool = False
 
 
 class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, _Tool] = {}
         self._observers: list[ToolObserver] = []
+        self.metrics: ToolMetrics | None = None
+        self.tracer: trace.Tracer = trace.NoOpTracer()
 
     def register(self, name: str, description: str, parameters: dict[str, Any], handler: ToolHandler,
                  available: Availability | None = None, side_effects: SideEffects = True,
-                 ledger: bool = True) -> None:
+                 ledger: bool = True, *, source: str = "builtin", untrusted: bool = False) -> None:
         """Add a tool; `available(context)` decides per call whether the model is offered it at all.
         `ledger=False`: its runs are not the call's actions to recall (memory writes are audited, a
-        transfer records its own outcome, ending the call does nothing for the caller)."""
+        transfer records its own outcome, ending the call does nothing for the caller). `source` names
+        where it comes from in metrics and traces; `untrusted`: its results are data from outside."""
         if name in self._tools:
             raise ValueError(f"a tool named {name!r} is already registered")
-        self._tools[name] = _Tool(ToolSpec(name, description, parameters), handler, available, side_effects, ledger)
+        self._tools[name] = _Tool(ToolSpec(name, description, parameters), handler, available, side_effects, ledger,
+                                  source, untrusted)
+
+    def sources(self) -> dict[str, str]:
+        """Every registered tool's name and source, in registration order."""
+        return {name: tool.source for name, tool in self._tools.items()}
+
+    def untrusted_offered(self, context: ToolContext | None) -> bool:
+        """Is a tool whose results come from outside offered on this call?"""
+        return any(tool.untrusted and self._offered(tool, context) for tool in self._tools.values())
 
     def has_side_effects(self, call: ToolCall) -> bool:
         """Would running this call change anything outside the reply? (An unknown tool does nothing.)"""
@@ -123,18 +156,38 @@ class ToolRegistry:
         if "_raw" in call.arguments:
             return _error("the arguments were not valid JSON; call the tool again with a JSON object")
         recorded = tool.ledger and self.has_side_effects(call)
-        try:
-            result = await tool.handler(call.arguments, context)
-        except ToolError as exc:
-            self._record(context, call.name, recorded, ok=False)
-            return _error(str(exc))
-        except Exception as exc:  # a tool bug must not end the turn
-            log.warning("tool %s failed", call.name, exc_info=exc)
-            self._record(context, call.name, recorded, ok=False)
-            return _error(f"the tool failed ({type(exc).__name__})")
-        self._record(context, call.name, recorded, ok=True)
-        text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
-        return text[:MAX_RESULT_CHARS], _reported_error(result)
+        started = time.monotonic()
+        outcome = "cancelled"  # unless it ends otherwise: a barge-in or a hang-up cancels the turn's tools
+        error = ""
+        with self.tracer.start_as_current_span("tool", attributes={"voicegate.tool": call.name,
+                                                                   "voicegate.tool.source": tool.source}) as span:
+            try:
+                result = await tool.handler(call.arguments, context)
+            except ToolError as exc:
+                outcome = "timeout" if isinstance(exc, ToolTimeout) else "error"
+                text, error = _error(str(exc))
+            except Exception as exc:  # a tool bug must not end the turn
+                # The type only: an exception's message may quote the arguments, which are never logged.
+                log.warning("tool %s failed: %s", call.name, type(exc).__name__)
+                outcome = "error"
+                text, error = _error(f"the tool failed ({type(exc).__name__})")
+            else:
+                outcome = "ok"
+                text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
+                error = _reported_error(result)
+            finally:
+                ms = (time.monotonic() - started) * 1000.0
+                span.set_attribute("voicegate.tool.outcome", outcome)
+                self._measure(call.name, tool.source, outcome, ms)
+        self._record(context, call.name, recorded, ok=outcome == "ok")
+        return text[:MAX_RESULT_CHARS], error
+
+    def _measure(self, name: str, source: str, outcome: str, ms: float) -> None:
+        if self.metrics is not None:
+            try:
+                self.metrics(name, source, outcome, ms)
+            except Exception:  # metrics are never a reason to fail a tool
+                log.warning("could not count the run of tool %s", name, exc_info=True)
 
     @staticmethod
     def _record(context: ToolContext, name: str, recorded: bool, *, ok: bool) -> None:

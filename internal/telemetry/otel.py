@@ -84,7 +84,8 @@ class Telemetry:
         if config.traces == "console":
             readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter(), export_interval_millis=60_000))
         views = [View(instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(LATENCY_BUCKETS_MS))
-                 for name in ("voicegate_turn_latency_ms", "voicegate_worker_wait_ms", "voicegate_worker_service_ms")]
+                 for name in ("voicegate_turn_latency_ms", "voicegate_worker_wait_ms", "voicegate_worker_service_ms",
+                              "voicegate_tool_call_ms")]
         self._meter_provider = MeterProvider(metric_readers=readers, resource=resource, views=views)
         meter = self._meter_provider.get_meter("voicegate")
         self.turn_latency = meter.create_histogram("voicegate_turn_latency_ms", unit="ms",
@@ -115,6 +116,7 @@ class Telemetry:
             description="Turn-taking outcomes: prepared replies used or discarded, callers who went on after a release")
         self.memory_operations = meter.create_counter("voicegate_memory_operations_total",
                                                       description="Memory write attempts by source and outcome")
+        self._instrument_recordings_and_tools(meter)
         self._live: Callable[[], dict[str, int]] = dict
         meter.create_observable_gauge("voicegate_live_sessions", callbacks=[self._observe_live],
                                       description="Live sessions on this node, by transport")
@@ -130,6 +132,40 @@ class Telemetry:
         self._loop: asyncio.AbstractEventLoop | None = None
         meter.create_observable_gauge("voicegate_event_loop_tasks", callbacks=[self._observe_tasks],
                                       description="asyncio tasks alive in this node's event loop")
+
+    def _instrument_recordings_and_tools(self, meter: Any) -> None:
+        self.recordings = meter.create_counter(
+            "voicegate_recordings_total",
+            description="Call recordings finished and kept, by consent outcome and format")
+        self.recording_bytes = meter.create_counter("voicegate_recording_bytes_total", unit="By",
+                                                    description="Bytes of call recordings kept")
+        self.recording_gaps = meter.create_counter(
+            "voicegate_recording_gap_seconds_total", unit="s",
+            description="Recorded audio written as silence because the disk could not keep up")
+        self._stored: Callable[[], tuple[int, int]] = lambda: (0, 0)
+        meter.create_observable_gauge("voicegate_recordings_stored", callbacks=[lambda _: [
+            Observation(self._stored()[0])]], description="Call recordings on this node's disk (as of the last sweep)")
+        meter.create_observable_gauge("voicegate_recordings_stored_bytes", unit="By", callbacks=[lambda _: [
+            Observation(self._stored()[1])]], description="Bytes of call recordings on this node's disk")
+        self.tool_calls = meter.create_counter(
+            "voicegate_tool_calls_total",
+            description="Tool calls by tool, source (builtin, or mcp:<server>) and outcome "
+                        "(ok, error, timeout, cancelled)")
+        self.tool_latency = meter.create_histogram("voicegate_tool_call_ms", unit="ms",
+                                                   description="Duration of each tool call, by tool and source")
+
+    def watch_recordings(self, stored: Callable[[], tuple[int, int]]) -> None:
+        self._stored = stored
+
+    def recording_kept(self, consent: str, kind: str, size: int, gaps_s: float) -> None:
+        self.recordings.add(1, {"consent": consent, "format": kind})
+        self.recording_bytes.add(size)
+        if gaps_s:
+            self.recording_gaps.add(gaps_s)
+
+    def tool_call(self, tool: str, source: str, outcome: str, ms: float) -> None:
+        self.tool_calls.add(1, {"tool": tool, "source": source, "outcome": outcome})
+        self.tool_latency.record(ms, {"tool": tool, "source": source})
 
     def watch_live_sessions(self, count: Callable[[], dict[str, int]]) -> None:
         self._live = count

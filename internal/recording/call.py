@@ -1,0 +1,103 @@
+"""A call's recording as the pipeline sees it: consent first, then the stereo recorder.
+
+One `ConsentedRecording` per session (kept in `session.data`, so a browser that resumes keeps its
+consent and its file); each new pipeline attaches its event sink. The recorder starts only when consent
+allows it (at the opening for `announce` and `none`, at the caller's yes for `ask`), and an opt-out
+deletes what was recorded: the caller said not to record *this call*. Every change of consent is a
+`recording` event (internal/pipeline/events.py), which a SIP call's log and a browser's DataChannel carry.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from internal.pipeline.events import EventSink, NullSink, RecordingEvent
+from internal.recording.consent import ConsentState, Decision
+from internal.recording.recorder import CallRecorder
+
+log = logging.getLogger(__name__)
+
+StartRecorder = Callable[[int, str], CallRecorder]  # (sample rate, consent) -> a recorder that has begun
+
+
+class ConsentedRecording:
+    def __init__(self, consent: ConsentState, start: StartRecorder, session_id: str) -> None:
+        self.consent = consent
+        self._start = start
+        self._session_id = session_id
+        self._sink: EventSink = NullSink()
+        self._rate = 0
+        self._greeting = ""  # said after the caller answers the question (ask)
+        self.recorder: CallRecorder | None = None
+        self.discarded = False
+
+    def attach(self, sink: EventSink, sample_rate: int) -> ConsentedRecording:
+        """A pipeline (the first, or one after a resume) takes over the call's audio and events."""
+        self._sink = sink
+        self._rate = self._rate or sample_rate
+        return self
+
+    @property
+    def recording(self) -> bool:
+        return self.recorder is not None and self.recorder.open
+
+    # ---- what the pipeline asks ------------------------------------------------------------------
+
+    def opening(self, greeting: str) -> str:
+        self._greeting = greeting
+        text = self.consent.opening(greeting)
+        self._moved()
+        return text
+
+    def concerns(self, text: str) -> bool:
+        return self.consent.concerns(text)
+
+    def caller_said(self, text: str) -> str | None:
+        return self._apply(self.consent.spoken(text, self._take_greeting()))
+
+    def caller_pressed(self, digits: str) -> str | None:
+        return self._apply(self.consent.keys(digits, self._take_greeting()))
+
+    def heard(self, pcm: bytes) -> None:
+        if self.recorder is not None:
+            self.recorder.heard(pcm)
+
+    def said(self, pcm: bytes | None) -> None:
+        if self.recorder is not None:
+            self.recorder.said(pcm)
+
+    # ---- the call's end --------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        pending = self.consent.pending
+        outcome = self.consent.ended()
+        if pending:
+            self._emit()
+        if self.recorder is not None:
+            self.recorder.finish(outcome, keep=True)
+
+    # ---- consent moves ---------------------------------------------------------------------------
+
+    def _take_greeting(self) -> str:
+        return self._greeting if self.consent.pending else ""
+
+    def _apply(self, decision: Decision) -> str | None:
+        if decision.changed:
+            if decision.outcome != "pending":
+                self._greeting = ""
+            self._moved()
+        return decision.reply
+
+    def _moved(self) -> None:
+        if self.consent.recording and self.recorder is None and self._rate:
+            self.recorder = self._start(self._rate, self.consent.outcome)
+        elif self.consent.outcome == "opted_out" and self.recorder is not None and not self.discarded:
+            self.discarded = True
+            self.recorder.finish("opted_out", keep=False)
+        self._emit()
+
+    def _emit(self) -> None:
+        log.info("call recording consent", extra={"session_id": self._session_id, "consent": self.consent.outcome,
+                                                  "recording": self.recording})
+        self._sink.emit(RecordingEvent(consent=self.consent.outcome, recording=self.recording))

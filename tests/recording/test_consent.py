@@ -1,0 +1,73 @@
+"""Consent policy: what a caller's words and keys mean, and where doubt falls (on not recording)."""
+
+from __future__ import annotations
+
+import pytest
+
+from internal.config.recording import RecordingConfig
+from internal.recording.consent import ConsentState, keyed_answer, opts_out, spoken_answer
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    ("Yes.", "yes"), ("Yeah, sure, go ahead.", "yes"), ("Yes, you may record.", "yes"),
+    ("I don't mind.", "yes"), ("No problem.", "yes"), ("That's fine", "yes"),
+    ("No.", "no"), ("No, please don't.", "no"), ("I'd rather not.", "no"), ("Nope", "no"),
+    ("Yes... no, wait.", "no"),  # both: not a yes
+    ("I know the answer", None),  # "no" is not inside "know"
+    ("Hi, I'm calling about my bill.", None), ("", None),
+])
+def test_spoken_answers_match_whole_words_and_a_longer_phrase_wins(text: str, answer: str | None) -> None:
+    assert spoken_answer(text, RecordingConfig()) == answer
+
+
+def test_keys_answer_with_the_configured_keys_only() -> None:
+    config = RecordingConfig(yes_key="1", no_key="2")
+    assert keyed_answer("1", config) == "yes" and keyed_answer("2", config) == "no"
+    assert keyed_answer("12", config) is None and keyed_answer("3", config) is None
+
+
+@pytest.mark.parametrize("text", ["Don't record this call.", "Please stop recording", "I do not want to be "
+                                  "recorded", "no recording please"])
+def test_opt_out_phrases(text: str) -> None:
+    assert opts_out(text, RecordingConfig())
+
+
+def test_ask_records_only_after_a_yes_and_greets_after_the_answer() -> None:
+    state = ConsentState(RecordingConfig(consent="ask"))
+    assert state.opening("Hello!") == RecordingConfig().question and not state.recording and state.pending
+    decision = state.spoken("Yes, go ahead.", "Hello!")
+    assert decision.changed and decision.outcome == "granted" and state.recording
+    assert decision.reply == f"{RecordingConfig().granted_reply} Hello!"
+
+
+def test_ask_declined_by_key_two_and_an_unclear_answer_is_no_answer_that_goes_to_the_agent() -> None:
+    declined = ConsentState(RecordingConfig(consent="ask"))
+    assert declined.keys("2", "").outcome == "declined" and not declined.recording
+    unclear = ConsentState(RecordingConfig(consent="ask"))
+    decision = unclear.spoken("What are your opening hours?", "Hello!")
+    assert decision.reply is None and decision.outcome == "no_answer" and not unclear.recording
+    never = ConsentState(RecordingConfig(consent="ask"))
+    assert never.ended() == "no_answer"
+
+
+def test_announce_records_from_the_start_and_the_caller_can_opt_out_by_voice_or_key() -> None:
+    state = ConsentState(RecordingConfig(consent="announce"))
+    assert state.opening("Hello!").endswith("Hello!") and state.recording
+    assert state.spoken("What time is it?", "").reply is None  # an ordinary turn
+    decision = state.keys("*", "")
+    assert decision.outcome == "opted_out" and decision.reply == RecordingConfig().opted_out_reply
+    assert not state.recording
+    again = ConsentState(RecordingConfig(consent="none"))
+    assert again.opening("Hi") == "Hi" and again.spoken("Don't record this call.", "").outcome == "opted_out"
+
+
+def test_opting_out_while_asked_is_a_no() -> None:
+    state = ConsentState(RecordingConfig(consent="ask"))
+    assert state.spoken("Don't record this call.", "").outcome == "declined"
+
+
+def test_bad_keys_and_empty_phrases_are_refused_with_the_key_named() -> None:
+    with pytest.raises(ValueError, match="one keypad key"):
+        RecordingConfig(yes_key="11")
+    with pytest.raises(ValueError, match="phrase is empty"):
+        RecordingConfig(no_phrases=["  "])

@@ -1,0 +1,79 @@
+"""The pipeline's side of consent (internal/pipeline/pipeline.py with a real RecordingService): the
+question opens the call, an answer is said back instead of going to the model and stays in the
+conversation, an answer that is not one goes to the model, keys answer too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from internal.config import Config
+from internal.identity import CallerIdentity
+from internal.pipeline.events import CollectingSink, RecordingEvent
+from internal.pipeline.localcall import LocalCall
+from internal.pipeline.pipeline import VoicePipeline
+from internal.pipeline.rolling_summary import RollingSummary
+from internal.recording.service import RecordingService
+from internal.session import Conversation, Session
+from tests.fakes.models import RecordingModel
+from tests.pipeline.conftest import PipelineFactory, ScriptedStt
+from tests.speech import silence, tone
+
+GREETING = "Hello, how can I help?"
+
+
+def consent_events(sink: CollectingSink) -> list[tuple[str, bool]]:
+    return [(e.consent, e.recording) for e in sink.events if isinstance(e, RecordingEvent)]
+
+
+async def a_call(make_pipeline: PipelineFactory, config: Config, tmp_path: Path, finals: list[str],
+                 keys: str = "") -> tuple[Session, CollectingSink, RecordingModel, RecordingService]:
+    config.recording.consent = "ask"
+    service = RecordingService(config.recording, tmp_path, owner_key=lambda identity: "e" * 64)
+    await service.start()
+    model = RecordingModel("It is noon.")
+    session = Session(CallerIdentity("jwt", "alice"), "webrtc",
+                      Conversation(RollingSummary(None, config.pipeline.summary_timeout_s)))
+    sink = CollectingSink()
+    pipeline, _ = make_pipeline(stt=ScriptedStt(finals), model=model, session=session, greeting=GREETING)
+    services = pipeline.services
+    services.recording = service.for_pipeline
+    pipeline = VoicePipeline(session, services, pipeline.sample_rate, sink, greeting=GREETING)
+    async with LocalCall(pipeline, speed=2.0) as call:
+        await call.wait_agent_quiet(400)
+        for digit in keys:
+            pipeline.push_dtmf(digit)
+        for _ in finals:
+            call.say(silence(200) + tone(700) + silence(100))
+            await call.wait_caller_done()
+        await call.wait_agent_quiet(800)
+    await service.session_ended(session)
+    await service.stop()
+    return session, sink, model, service
+
+
+async def test_a_spoken_yes_is_answered_by_the_recording_not_the_model_and_recording_starts(
+        make_pipeline: PipelineFactory, config: Config, tmp_path: Path) -> None:
+    session, sink, model, service = await a_call(make_pipeline, config, tmp_path, ["Yes, go ahead."])
+    assert model.requests == []  # consent is not a question for the agent
+    entries = [(e.role, e.text) for e in session.conversation.transcript.entries()]
+    assert entries == [("agent", config.recording.question), ("user", "Yes, go ahead."),
+                       ("agent", f"{config.recording.granted_reply} {GREETING}")]
+    assert consent_events(sink) == [("pending", False), ("granted", True)]
+    info = service.store.read(session.id)
+    assert info is not None and info.consent == "granted" and info.owner_key == "e" * 64
+
+
+async def test_words_that_are_not_an_answer_go_to_the_model_and_nothing_is_recorded(
+        make_pipeline: PipelineFactory, config: Config, tmp_path: Path) -> None:
+    session, sink, model, service = await a_call(make_pipeline, config, tmp_path, ["What time is it?"])
+    assert [r.turn.text for r in model.requests] == ["What time is it?"]
+    assert consent_events(sink) == [("pending", False), ("no_answer", False)]
+    assert service.store.read(session.id) is None and not any(service.store.directory.iterdir())
+
+
+async def test_key_two_declines(make_pipeline: PipelineFactory, config: Config, tmp_path: Path) -> None:
+    session, sink, model, service = await a_call(make_pipeline, config, tmp_path, [], keys="2")
+    assert model.requests == [] and consent_events(sink) == [("pending", False), ("declined", False)]
+    said = [e.text for e in session.conversation.transcript.entries() if e.role == "agent"]
+    assert said[-1] == f"{config.recording.declined_reply} {GREETING}"
+    assert not any(service.store.directory.iterdir())
