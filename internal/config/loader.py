@@ -36,6 +36,7 @@ from internal.config.providers import (
     WhisperConfig,
 )
 from internal.config.sections import PipelineConfig, ServerConfig, SipConfig, WebRTCConfig
+from internal.config.telephony import AmdConfig, DigitsConfig, WarmTransferConfig
 from internal.identity.phone import normalise_e164
 
 ENV_PREFIX = "VOICEGATE_"
@@ -103,6 +104,9 @@ class Config(BaseSettings):
     supabase: SupabaseConfig = Field(default_factory=SupabaseConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    digits: DigitsConfig = Field(default_factory=DigitsConfig)
+    amd: AmdConfig = Field(default_factory=AmdConfig)
+    warm_transfer: WarmTransferConfig = Field(default_factory=WarmTransferConfig)
 
     @classmethod
     def settings_customise_sources(
