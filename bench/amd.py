@@ -65,7 +65,8 @@ MACHINES = {
               "The person you are calling is not available. Please record your message after the beep.",
               "Hello, this is Sam. Sorry I missed your call. Leave your name and number and I'll call you back.",
               "You have reached the voicemail of Sam Jones. Please leave a message."],
-    "heldout": ["Hi, it's Sam. I'm away from the phone at the moment, so leave a message and I'll get back to you soon.",
+    "heldout": ["Hi, it's Sam. I'm away from the phone at the moment, so leave a message and I'll get back to "
+                "you soon.",
                 "Thank you for calling. Nobody is available to take your call. Please leave a message after the tone.",
                 "Hey, this is Sam, leave me a message.",
                 "The number you have dialed is not available. Please leave a message after the beep."],

@@ -166,6 +166,10 @@ def build_services(config: Config, stt: SpeechToText, tts: TextToSpeech, model: 
     registry = tools if tools is not None else ToolRegistry()
     if "end_call" not in registry:
         register_end_call(registry)
+    if config.digits.enabled and "collect_digits" not in registry:
+        from internal.telephony.digit_tool import register_digits_tool
+
+        register_digits_tool(registry, config.digits)
     persona = config.openai.system_prompt if config.effective_llm_provider in ("openai", "ollama") else ""
     try:
         return PipelineServices(stt=stt, tts=tts, model=model, config=config.pipeline, tools=registry,

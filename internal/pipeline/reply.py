@@ -137,7 +137,8 @@ class ReplyRunner:
         plus a margin (a transport that stopped pulling must not hang the reply)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.playout.queued_frames * 0.02 + PLAYED_OUT_SLACK_S
-        while self.playout.active and loop.time() < deadline:
+        # Polled: the transport drains the playout from its own tick, which signals nothing.
+        while self.playout.active and loop.time() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.02)
 
     async def _generate(self, request: ChatRequest, tool_context: ToolContext, history: list[ChatMessage],

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import secrets
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -23,6 +24,7 @@ from internal.identity.sip_caller import unless_shared
 from internal.pipeline.events import Event, StateEvent, TimingEvent, TranscriptEvent
 from internal.pipeline.pipeline import VoicePipeline
 from internal.session import Session
+from internal.sip.dialog import Dialog
 from internal.sip.sdes import SrtpKeys, new_key
 from internal.sip.sdp import Negotiated
 from internal.sip.uri import SipUri
@@ -125,6 +127,11 @@ class SipVoiceCall:
     srtp_offered: bytes | None = None  # the SRTP key in our own offer (outbound, offerless INVITE)
     srtp_keys: SrtpKeys | None = None  # what the media runs with, when it is SRTP
     srtp: SrtpContext | None = None  # the running context of those keys (its sending session goes on)
+    dialog: Dialog | None = None  # once established
+    # Told (with the SIP reason) when the call ends, whoever ends it: a warm transfer follows its legs.
+    on_end: list[Callable[[str], None]] = field(default_factory=list)
+    # The session's end reason when this call ends ("" = "sip <reason>"): a bridged call ends "transferred".
+    end_reason: str = ""
 
     def next_sdp_version(self) -> int:
         self.sdp_version = self.sdp_session_id if self.sdp_version < 0 else self.sdp_version + 1

@@ -101,11 +101,11 @@ async def _attempt(pipeline: VoicePipeline, capture: DigitCollection, spec: Digi
     entry = DigitEntry(spec, NOT_STARTED_MS)
     capture.entry = entry
     capture.changed.clear()
-    prompting = asyncio.create_task(speak(prompt), name="digits-prompt")
+    prompting: asyncio.Future[None] = asyncio.ensure_future(speak(prompt))
     try:
         while not prompting.done() and not entry.begun and entry.result is None:
-            waiter = asyncio.create_task(capture.changed.wait())
-            await asyncio.wait({prompting, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            waiter: asyncio.Future[None] = asyncio.ensure_future(_changed(capture))
+            await asyncio.wait([prompting, waiter], return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
             capture.changed.clear()
         if not prompting.done():
@@ -124,3 +124,7 @@ async def _attempt(pipeline: VoicePipeline, capture: DigitCollection, spec: Digi
         if not prompting.done():
             prompting.cancel()
         await asyncio.gather(prompting, return_exceptions=True)
+
+
+async def _changed(capture: DigitCollection) -> None:
+    await capture.changed.wait()
