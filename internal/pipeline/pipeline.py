@@ -180,8 +180,10 @@ class VoicePipeline:
 
     def _on_speech_start(self, stt: SttStream | None) -> None:
         self._speech_frames = 0
-        if self.capture is not None:  # no turn, no barge-in: the holder hears it
+        if self.capture is not None:  # no turn, no barge-in: the holder hears each utterance on its own
             self._utterance_over_agent = False
+            if stt is not None:
+                stt.new_turn()
             if stt is not None and not stt.continuous:
                 for earlier in self._pre_roll:
                     stt.push(earlier)

@@ -21,7 +21,16 @@ from internal.config.sections import SipConfig, split_host_port
 from internal.identity import CallerIdentity
 from internal.identity.phone import normalise_e164
 from internal.identity.sip_caller import unless_shared
-from internal.pipeline.events import Event, StateEvent, TimingEvent, TranscriptEvent
+from internal.pipeline.events import (
+    AmdEvent,
+    DigitsEvent,
+    Event,
+    StateEvent,
+    TimingEvent,
+    TranscriptEvent,
+    TransferEvent,
+    VoicemailEvent,
+)
 from internal.pipeline.pipeline import VoicePipeline
 from internal.session import Session
 from internal.sip.dialog import Dialog
@@ -47,6 +56,9 @@ class CallLog:
                                                    "replaces": event.replaces})
         elif isinstance(event, StateEvent):
             log.debug("sip call state", extra={"call_id": self._call_id, "state": event.state})
+        elif isinstance(event, (DigitsEvent, AmdEvent, VoicemailEvent, TransferEvent)):  # the phone flows
+            log.info("sip call %s", event.type, extra={"call_id": self._call_id,
+                                                       "detail": event.model_dump(exclude={"type", "ts"})})
         elif isinstance(event, TimingEvent):  # emitted only with pipeline.debug; metrics record them always
             log.info("sip call timing", extra={"call_id": self._call_id, "stage": event.stage, "ms": event.ms,
                                                "turn": event.turn})

@@ -24,6 +24,7 @@ AttemptStatus = Literal["complete", "invalid", "timeout"]
 Via = Literal["keys", "speech", "both", ""]
 KEYS = "0123456789*"  # what an entry may hold (A-D exist on some keypads but no form asks for them)
 TERMINATORS = ("", "#", "*")
+HOMOPHONE_WORDS = 5  # "to", "for" count as digits only in an answer this short ("one to three")
 
 
 class DigitSpecError(ValueError):
@@ -117,7 +118,7 @@ class DigitEntry:
             return self.result
         self._speaking = False
         # Homophones ("to", "for") count only in a short answer: in "I want to pay for two" they are words.
-        said = spoken_digits(text, homophones=len(text.split()) <= 8)
+        said = spoken_digits(text, homophones=len(text.split()) <= HOMOPHONE_WORDS)
         if said.digits:
             self.digits += said.digits
             self._input(now_ms, speech=True, via="speech")
