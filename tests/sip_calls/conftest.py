@@ -56,6 +56,10 @@ REPLY_PHRASES = [
 PCMU_OFFER = ("0 101", "a=rtpmap:0 PCMU/8000\n      a=rtpmap:101 telephone-event/8000\n      a=fmtp:101 0-15")
 PCMA_OFFER = ("8 101", "a=rtpmap:8 PCMA/8000\n      a=rtpmap:101 telephone-event/8000\n      a=fmtp:101 0-15")
 G729_OFFER = ("18", "a=rtpmap:18 G729/8000")
+# What sipp's callee (uas_answer.xml) answers with: PCMU and telephone-event, or PCMU alone.
+PCMU_DTMF_ANSWER = ("m=audio MEDIA_PORT RTP/AVP 0 101\n      a=rtpmap:0 PCMU/8000\n"
+                    "      a=rtpmap:101 telephone-event/8000")
+PCMU_ONLY_ANSWER = "m=audio MEDIA_PORT RTP/AVP 0\n      a=rtpmap:0 PCMU/8000"
 
 
 # ---- audio ------------------------------------------------------------------------------------------
@@ -199,6 +203,7 @@ def render(directory: Path, template: str = "uac_talk.xml", *, media: str = "", 
         ending = fragment(WAIT_FOR_BYE)
     text = text.replace("<!-- MEDIA -->", media).replace("<!-- ENDING -->", ending)
     placeholders: dict[str, object] = {
+        "ANSWER_MEDIA": values.pop("ANSWER_MEDIA", PCMU_DTMF_ANSWER),
         "MEDIA_PORT": media_port, "OFFER_FORMATS": offer[0], "OFFER_RTPMAPS": offer[1], "FROM_USER": from_user,
         "EXTRA_HEADER": extra_header, "ANSWER_REGEXP": answer_regexp, **values,
     }
@@ -391,8 +396,8 @@ def neural_caller(directory: Path, text: str) -> Path:
 
 @pytest.fixture
 async def http_server(tmp_path: Path) -> AsyncIterator[Any]:
-    """`await http_server(config, finals)`: the whole app (gateway started, a ScriptedStt hearing
-    `finals`) and an HTTP client for it, both closed after the test."""
+    """`await http_server(config, finals, model)`: the whole app (gateway started, a ScriptedStt hearing
+    `finals`, the configured model or `model`) and an HTTP client for it, both closed after the test."""
     import httpx
 
     from server.app import create_gateway_application
@@ -400,8 +405,9 @@ async def http_server(tmp_path: Path) -> AsyncIterator[Any]:
 
     started: list[tuple[SipServer, httpx.AsyncClient]] = []
 
-    async def factory(config: Config, finals: list[str] | None = None) -> tuple[SipServer, httpx.AsyncClient]:
-        app = create_gateway_application(config, stt=ScriptedStt(finals or []))
+    async def factory(config: Config, finals: list[str] | None = None,
+                      model: Any = None) -> tuple[SipServer, httpx.AsyncClient]:
+        app = create_gateway_application(config, stt=ScriptedStt(finals or []), model=model)
         gateway = app.state.gateway
         await gateway.start()
         server = SipServer(gateway)

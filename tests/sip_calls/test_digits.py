@@ -5,7 +5,6 @@ heard by Whisper)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import random
 import socket
@@ -36,13 +35,12 @@ from tests.sip_calls.conftest import (
     caller_audio,
     eventually,
     fragment,
-    free_port,
     render,
     run_sipp,
     sip_calls_config,
     stream,
 )
-from tests.sip_calls.test_baresip import running_baresip
+from tests.sip_calls.test_baresip import baresip_home, console, running_baresip, with_console
 from tests.speech import neural, silence, write_wav
 
 pytestmark = pytest.mark.slow
@@ -147,52 +145,22 @@ async def test_keys_sent_as_sip_info_fill_a_form(make_server: ServerFactory, tmp
     (await caller).check()
 
 
-@contextlib.asynccontextmanager
-async def baresip_console(port: int) -> AsyncIterator[Any]:
-    """baresip's ctrl_tcp console: `await send(command, params)` (netstring-framed JSON)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-
-    async def send(command: str, params: str = "") -> dict[str, Any]:
-        body = json.dumps({"command": command, "params": params, "token": "test"}).encode()
-        writer.write(str(len(body)).encode() + b":" + body + b",")
-        await writer.drain()
-        while True:  # events come on the same connection; the response carries our token
-            length = int((await reader.readuntil(b":"))[:-1])
-            message = json.loads((await reader.readexactly(length + 1))[:-1])
-            if message.get("token") == "test":
-                return message  # type: ignore[no-any-return]
-
-    try:
-        yield send
-    finally:
-        writer.close()
-
-
 async def test_baresip_keys_its_account_number(make_server: ServerFactory, tmp_path: Path) -> None:
-    from tests.sip_calls.test_baresip import baresip_home
     from tests.speech import speak
 
     server = await make_server(stt=ScriptedStt([REQUEST]), config=digits_config(tmp_path), model=asking("account"))
     speech = bytes(16000) + speak(REQUEST, 8000) + bytes(16000 * 20)
     home = baresip_home(tmp_path, write_wav(tmp_path / "caller.wav", speech, 8000))
-    console_port = free_port()
-    with (home / "config").open("a") as config:
-        config.write(f"module ctrl_tcp.so\nctrl_tcp_listen 127.0.0.1:{console_port}\n")
+    console_port = with_console(home)
     async with running_baresip(home, "-e", f"/dial sip:agent@{server.target}") as baresip:
         session = await collecting(server)
-        await eventually(lambda: _port_open(console_port), 10, "baresip's console")
-        async with baresip_console(console_port) as send:
-            response = await send("sndcode", "20394#")
+        async with console(console_port) as keypad:
+            response = await keypad.send("sndcode", "20394#")
             assert response["ok"], response
         await agent_said(session, "Got 20394")
         assert tool_result(session) == {"ok": True, "digits": "20394", "via": "keys", "attempts": 1}
         assert "send DTMF digit: '#'" in baresip.output()
         await server.hang_up(session)
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 @pytest_asyncio.fixture
