@@ -196,10 +196,13 @@ class AnsweringMachineClassifier:
         voiced = self._energy.is_speech(pcm)
         ended = self._beeps.feed(pcm)
         if ended is not None:
-            self.beep = ended
+            # The detector counts frames; the classifier's clock is the caller's (frames can start late):
+            # the beep ended where this frame, the first after it, began.
+            self.beep = Beep(now_ms - FRAME_MS - ended.length_ms, now_ms - FRAME_MS, ended.hz)
         heard = self._heard
-        self._run = self._run + 1 if voiced else 0
-        if self._run >= SPEECH_RUN_FRAMES and not self._beeps.in_tone:
+        # A tone's frames are no speech, nor is the frame its end falls in (part tone, part quiet).
+        self._run = self._run + 1 if voiced and not self._beeps.in_tone and ended is None else 0
+        if self._run >= SPEECH_RUN_FRAMES:
             onset = heard.onset_ms if heard.onset_ms is not None else now_ms - self._run * FRAME_MS
             heard = replace(heard, onset_ms=onset, last_speech_ms=now_ms)
         heard = replace(heard, now_ms=now_ms, beep=heard.beep or self._beeps.in_tone or ended is not None)

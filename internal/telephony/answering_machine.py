@@ -67,6 +67,8 @@ class AmdRun:
     decision: AmdDecision | None = None
     outcome: AmdOutcome | None = None
     message: Literal["", "started", "left", "interrupted"] = ""
+    message_ms: int | None = None  # when the message started, from the answer
+    beep_end_ms: int | None = None  # when the machine's beep ended, from the answer (None: no beep heard)
     decided: asyncio.Event = field(default_factory=asyncio.Event)
 
     def describe(self) -> dict[str, object]:
@@ -195,7 +197,8 @@ async def _leave_message(pipeline: VoicePipeline, session: Session, listener: Ma
     beep = classifier.beep
     after: Literal["beep", "greeting", "wait"] = "beep" if beep is not None else (
         "greeting" if classifier.heard.silent_ms >= plan.timing.after_greeting_silence_ms else "wait")
-    pipeline.sink.emit(VoicemailEvent(after=after, start_ms=listener.now_ms(), beep_hz=beep.hz if beep else 0.0))
+    run.message_ms, run.beep_end_ms = listener.now_ms(), beep.end_ms if beep is not None else None
+    pipeline.sink.emit(VoicemailEvent(after=after, start_ms=run.message_ms, beep_hz=beep.hz if beep else 0.0))
     run.message = "started"
     session.data[AMD_MESSAGE_AT] = time.monotonic()
     await pipeline.responder.say(plan.voicemail_message)
