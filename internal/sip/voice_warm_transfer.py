@@ -100,17 +100,17 @@ class WarmTransfers:
         caller_gone = asyncio.Event()
         caller.on_end.append(lambda reason: caller_gone.set())
         self._phase(pipeline, state, "holding")
-        dialling = asyncio.ensure_future(self._handler.dial_leg(state.uri, timeout_s=self.config.ring_timeout_s))
+        holding = asyncio.ensure_future(self._hold(session, caller, pipeline))
+        dialling = asyncio.ensure_future(self._dial(state.uri))
         self._phase(pipeline, state, "dialling")
         target: SipVoiceCall | None = None
         try:
-            await _unless(caller_gone, self._hold(session, caller, pipeline))
             try:
-                target = await _unless(caller_gone, dialling)
+                target, port, answered = await _unless(caller_gone, dialling)
             except CallFailed as failure:
                 raise TargetGone(failure.status) from None
-            assert target is not None
-            await self._brief(session, caller_gone, target, pipeline, state)
+            await _unless(caller_gone, holding)  # the caller hears the hold message out before the bridge
+            await self._brief(session, caller_gone, target, port, answered, pipeline, state)
             self._connect(session, caller, target, pipeline, state)
             await pipeline.close()  # the agent leaves the call
         except CallerGone:
@@ -118,6 +118,8 @@ class WarmTransfers:
             if target is not None:
                 await self._hang_up(target)
         except TargetGone as gone:
+            holding.cancel()  # a hold message still playing is cut by the news, and no music follows it
+            await asyncio.gather(holding, return_exceptions=True)
             await self._return_caller(session, caller, pipeline, state, gone.status)
             if target is not None:
                 await self._hang_up(target)
@@ -126,9 +128,17 @@ class WarmTransfers:
                 await asyncio.shield(self._hang_up(target))
             raise
         finally:
-            if not dialling.done():
-                dialling.cancel()  # the UA CANCELs a call still ringing
-                await asyncio.gather(dialling, return_exceptions=True)
+            for task in (dialling, holding):
+                if not task.done():
+                    task.cancel()  # the UA CANCELs a call still ringing
+            await asyncio.gather(dialling, holding, return_exceptions=True)
+
+    async def _dial(self, uri: str) -> tuple[SipVoiceCall, BriefingPort, float]:
+        """The target's leg, listening from the moment it answers (for the end of their "hello")."""
+        target: SipVoiceCall = await self._handler.dial_leg(uri, timeout_s=self.config.ring_timeout_s)
+        port = BriefingPort(SAMPLE_RATE)
+        target.route["pipeline"] = port
+        return target, port, asyncio.get_running_loop().time()
 
     async def _hold(self, session: Session, caller: SipVoiceCall, pipeline: VoicePipeline) -> None:
         await agent_quiet(session)
@@ -136,20 +146,15 @@ class WarmTransfers:
             await pipeline.responder.say(self.config.hold_message)
         caller.route["pipeline"] = HoldPort(self._hold_sound, SAMPLE_RATE)
 
-    async def _brief(self, session: Session, caller_gone: asyncio.Event, target: SipVoiceCall,
-                     pipeline: VoicePipeline, state: TransferState) -> None:
-        target_gone = asyncio.Event()
-        target.on_end.append(lambda reason: target_gone.set())
-        port = BriefingPort(SAMPLE_RATE)
-        target.route["pipeline"] = port
+    async def _brief(self, session: Session, caller_gone: asyncio.Event, target: SipVoiceCall, port: BriefingPort,
+                     answered: float, pipeline: VoicePipeline, state: TransferState) -> None:
         self._phase(pipeline, state, "briefing")
         loop = asyncio.get_running_loop()
-        answered = loop.time()
 
         def check() -> None:
             if caller_gone.is_set():
                 raise CallerGone
-            if target_gone.is_set() or target.ended:
+            if target.ended:
                 raise TargetGone(0)
 
         while not greeting_over(port.first_speech_ms, port.last_speech_ms, int((loop.time() - answered) * 1000),

@@ -94,15 +94,22 @@ def loud_part(pcm: bytes, rate: int = 8000, threshold_dbfs: float = -45.0, margi
 
 def best_match(haystack: bytes, needle: bytes) -> float:
     """The highest normalised cross-correlation of `needle` anywhere in `haystack` (both PCM16)."""
+    return best_match_at(haystack, needle)[0]
+
+
+def best_match_at(haystack: bytes, needle: bytes) -> tuple[float, int]:
+    """`best_match` and the sample offset in `haystack` where it is."""
     h = np.frombuffer(haystack, dtype=np.int16).astype(np.float64)
     n = np.frombuffer(needle, dtype=np.int16).astype(np.float64)
     if not len(n) or len(h) < len(n):
-        return 0.0
+        return 0.0, 0
     size = 1 << (len(h) + len(n)).bit_length()
     correlation = np.fft.irfft(np.fft.rfft(h, size) * np.conj(np.fft.rfft(n, size)), size)[: len(h) - len(n) + 1]
     energy = np.concatenate([[0.0], np.cumsum(h * h)])
     window = np.sqrt(np.maximum(energy[len(n):] - energy[: -len(n)], 1e-9))
-    return float(np.max(correlation / (window * np.linalg.norm(n))))
+    scores = correlation / (window * np.linalg.norm(n))
+    best = int(np.argmax(scores))
+    return float(scores[best]), best
 
 
 # ---- hearing what voicegate sends -------------------------------------------------------------------
