@@ -29,7 +29,7 @@ import random
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -259,11 +259,14 @@ async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-words", action="store_true", help="audio only: no recogniser")
     parser.add_argument("--split", choices=("train", "heldout", "all"), default="all")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="try another threshold (an AmdSettings field in ms), e.g. --set probe_every_ms=500")
     args = parser.parse_args()
     splits = ["train", "heldout"] if args.split == "all" else [args.split]
     print("rendering the answers (Piper and espeak-ng; cached after the first run) ...", file=sys.stderr)
     cases = answers(splits)
-    settings, timing = AmdSettings(), MessageTiming()
+    overrides = {key: int(value) for key, _, value in (item.partition("=") for item in args.set)}
+    settings, timing = replace(AmdSettings(), **overrides), MessageTiming()
     modes: dict[str, list[list[tuple[int, str]] | None]] = {"audio": [None] * len(cases)}
     whisper = None
     if not args.no_words:

@@ -23,6 +23,7 @@ BENCHMARKS = [
     # The short form: one line's curves (docs/performance.md has the full run's lines and the barge-in run).
     ["turns.py", "curve", "--lines", "piper/8000/none", "--offsets", "120"],
     ["denoise.py", "--seconds", "10", "--repeat", "5"],
+    ["amd.py"],
 ]
 
 

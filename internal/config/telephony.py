@@ -75,8 +75,8 @@ class AmdConfig(Section):
     max_human_greeting_ms: int = Field(4000, ge=500, le=20000)
     word_wait_ms: int = Field(1200, ge=0, le=10000)
     probe: bool = True
-    first_probe_ms: int = Field(800, ge=200, le=10000)
-    probe_every_ms: int = Field(600, ge=200, le=10000)
+    first_probe_ms: int = Field(700, ge=200, le=10000)
+    probe_every_ms: int = Field(500, ge=200, le=10000)
     max_decision_ms: int = Field(5000, ge=1000, le=30000)
     after_greeting_silence_ms: int = Field(1500, ge=200, le=10000)
     beep_wait_s: float = Field(20.0, gt=0, le=120)

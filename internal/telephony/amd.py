@@ -72,8 +72,8 @@ class AmdSettings:
     # How long a decision waits for words already on their way (a transcript of the greeting so far).
     word_wait_ms: int = 1200
     # The greeting so far is transcribed once it has run this long, and again every probe_every_ms.
-    first_probe_ms: int = 800
-    probe_every_ms: int = 600
+    first_probe_ms: int = 700
+    probe_every_ms: int = 500
     # Give up (unknown) at this point whatever has been heard.
     max_decision_ms: int = 5000
 
