@@ -192,7 +192,7 @@ async def transcripts(answer: Answer, whisper: object) -> list[tuple[int, str]]:
 class Outcome:
     decision: AmdDecision
     message_ms: int | None  # when a leave-a-message outcome would start speaking (machines)
-    probes: int = 0
+    probe_ms: list[int] | None = None  # how long each probe's transcription took
 
 
 PRE_ROLL_MS = 300  # a probe transcribes the greeting from a little before its onset
@@ -207,7 +207,7 @@ async def run(answer: Answer, words: list[tuple[int, str]] | None, whisper: obje
     ended = [end + UTTERANCE_GAP_MS for _, end in utterances(answer.pcm)] if words is not None else []
     decision: AmdDecision | None = None
     message_ms = None
-    probes = 0
+    probes: list[int] = []
     for index in range(len(answer.pcm) // FRAME):
         now = (index + 1) * 20
         while ended and ended[0] <= now:
@@ -221,8 +221,8 @@ async def run(answer: Answer, words: list[tuple[int, str]] | None, whisper: obje
             began = time.monotonic()
             text = await whisper.transcribe(answer.pcm[max(0, onset - PRE_ROLL_MS) * 16:now * 16], RATE)  # type: ignore[attr-defined]
             classifier.probe_started()
-            probes += 1
-            pending.append((now + int((time.monotonic() - began) * 1000), text))
+            probes.append(int((time.monotonic() - began) * 1000))
+            pending.append((now + probes[-1], text))
             pending.sort()
         decision = decision or classifier.decision
         if decision is not None and decision.result == "machine" and message_ms is None and message_may_start(
@@ -250,7 +250,9 @@ def summary(rows: list[tuple[Answer, Outcome]]) -> dict[str, object]:
                   for a, o in machines if a.beep_end_ms is not None]
     after_greeting = [o.message_ms is not None and a.greeting_end_ms is not None
                       and o.message_ms >= a.greeting_end_ms for a, o in machines]
+    probes = [ms for _, o in rows for ms in o.probe_ms or []]
     return {"n": len(rows), "accuracy": sum(right) / len(rows), **percentiles(times, (50, 95)), "kinds": per_kind,
+            "probes_per_answer": len(probes) / len(rows), "probe_ms": percentiles([float(p) for p in probes], (50, 95)),
             "message_after_beep": f"{sum(after_beep)}/{len(after_beep)}",
             "message_after_greeting": f"{sum(after_greeting)}/{len(after_greeting)}"}
 
@@ -288,16 +290,19 @@ async def main() -> int:
                     for case, w in zip(cases, words, strict=True) if case.split == split]
             stats = summary(rows)
             results[f"{mode}/{split}"] = stats
+            probe_ms = stats["probe_ms"]
+            assert isinstance(probe_ms, dict)
             rows_out.append([mode, split, str(stats["n"]), f"{stats['accuracy']:.0%}", f"{stats['p50']:.2f}",
                              f"{stats['p95']:.2f}", str(stats["message_after_beep"]),
-                             str(stats["message_after_greeting"])])
+                             str(stats["message_after_greeting"]), f"{stats['probes_per_answer']:.1f}",
+                             "-" if stats["probes_per_answer"] == 0 else f"{probe_ms['p50']:.0f}"])
             for case, outcome in rows:
                 if case.label != outcome.decision.result:
                     print(f"  miss [{mode}/{split}] {case.kind:12} {case.voice:9} -> {outcome.decision.result} "
                           f"({outcome.decision.reason}, {outcome.decision.at_ms} ms, greeting "
                           f"{outcome.decision.greeting_ms} ms): {case.text[:60]}", file=sys.stderr)
     print(table(rows_out, ["mode", "split", "answers", "accuracy", "p50 s", "p95 s", "msg after beep",
-                           "msg after greeting"]))
+                           "msg after greeting", "probes/answer", "probe ms p50"]))
     if whisper is not None:
         await whisper.aclose()
     path = save("amd", results)

@@ -25,11 +25,12 @@ import pytest
 from internal.audio.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 from internal.audio.rtp import RtpError, RtpPacket
 from internal.config import Config, load_config
-from internal.config.providers import PocketsphinxConfig
+from internal.config.providers import PocketsphinxConfig, WhisperConfig
 from internal.pipeline.transcript import TranscriptEntry
 from internal.session import Session, SessionManager
 from internal.stt.base import SpeechToText
 from internal.stt.pocketsphinx import PocketsphinxSpeechToText
+from internal.stt.whisper import WhisperSpeechToText
 from internal.tts.base import TextToSpeech
 from server.gateway import Gateway
 from tests.conftest import tone_driven
@@ -374,6 +375,14 @@ async def make_server(tmp_path: Path, caller_stt: PocketsphinxSpeechToText) -> A
     yield factory
     for context in reversed(servers):
         await context.__aexit__(None, None, None)
+
+
+@pytest.fixture
+async def whisper(tmp_path: Path) -> AsyncIterator[WhisperSpeechToText]:
+    """Whisper tiny.en in one worker: a server's recogniser, or the test's ear on what was sent."""
+    engine = WhisperSpeechToText(WhisperConfig(workers=1), tmp_path / "models")
+    yield engine
+    await engine.aclose()
 
 
 @pytest.fixture

@@ -4,15 +4,12 @@ and what voicegate sends after the beep is heard by Whisper; a person's "Hello?"
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from internal.audio.g711 import ulaw_encode
-from internal.config.providers import WhisperConfig
 from internal.stt.whisper import WhisperSpeechToText
 from internal.telephony.answering_machine import AMD, AMD_MESSAGE_AT, AmdRun
 from tests.sip_calls.conftest import (
@@ -43,12 +40,6 @@ def answering_machine(directory: Path, capture: RtpCapture) -> Path:
     return render(directory, "uas_answer.xml", ending=stream(audio) + fragment(WAIT_FOR_BYE),
                   media_port=capture.port, OFFER_REGEXP=OUR_OFFER)
 
-
-@pytest_asyncio.fixture
-async def whisper(tmp_path: Path) -> AsyncIterator[WhisperSpeechToText]:
-    engine = WhisperSpeechToText(WhisperConfig(workers=1), tmp_path / "models")
-    yield engine
-    await engine.aclose()
 
 
 async def test_a_message_is_left_after_the_voicemail_beep(

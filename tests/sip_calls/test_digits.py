@@ -8,18 +8,15 @@ import asyncio
 import json
 import random
 import socket
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from internal.audio.dtmf import DtmfSender
 from internal.audio.g711 import ulaw_encode
 from internal.audio.rtp import RtpPacket
 from internal.config import Config
-from internal.config.providers import WhisperConfig
 from internal.config.telephony import DigitFormConfig
 from internal.session import Session
 from internal.stt.whisper import WhisperSpeechToText
@@ -162,12 +159,6 @@ async def test_baresip_keys_its_account_number(make_server: ServerFactory, tmp_p
         assert "send DTMF digit: '#'" in baresip.output()
         await server.hang_up(session)
 
-
-@pytest_asyncio.fixture
-async def whisper(tmp_path: Path) -> AsyncIterator[WhisperSpeechToText]:
-    engine = WhisperSpeechToText(WhisperConfig(workers=1), tmp_path / "models")
-    yield engine
-    await engine.aclose()
 
 
 async def test_a_caller_who_says_the_number_is_heard_by_whisper(
