@@ -25,6 +25,7 @@ def install_sip_phone_flows(gateway: Any, config: Config, telemetry: Telemetry) 
     register_dtmf_tool(gateway.tools, gateway.sip_keypad)
     if config.sip.transfer_targets:
         gateway.sip_transfers = CallTransfers(config.sip, gateway.sip, gateway.sessions.end)
+        # The hold music was checked with the other providers (server/providers.py check_providers).
         gateway.sip_warm_transfers = WarmTransfers(config.warm_transfer, gateway.sip_transfers, gateway.sip_calls,
                                                    gateway.sip, gateway.sessions.end)
         register_transfer_tool(gateway.tools, gateway.sip_transfers, gateway.sip_warm_transfers,

@@ -107,8 +107,8 @@ class MachineListener:
             self._start_probe(self._transcriber)
 
     def tick(self) -> None:
-        if self.classifier.tick(self.now_ms()) is not None or self.classifier.decision is not None:
-            self.changed.set()
+        self.classifier.tick(self.now_ms())
+        self.changed.set()  # time passing can decide (silence), start the message, or find the call over
 
     def speech_started(self) -> None:
         return None
@@ -162,9 +162,10 @@ async def run_detection(pipeline: VoicePipeline, session: Session, plan: AmdPlan
     pipeline.capture = listener
     ticker = asyncio.get_running_loop().create_task(_ticks(listener), name="amd-ticks")
     try:
-        await _wait(listener, lambda: classifier.decision is not None)
+        await _wait(listener, lambda: classifier.decision is not None or session.ended)
         decision = classifier.decision
-        assert decision is not None
+        if decision is None:
+            return run  # the callee hung up before anything was decided
         outcome = plan.outcomes[decision.result]
         run.decision, run.outcome = decision, outcome
         run.decided.set()
@@ -174,9 +175,10 @@ async def run_detection(pipeline: VoicePipeline, session: Session, plan: AmdPlan
                                        "ms": decision.at_ms, "amd_outcome": outcome})
         on_decision(run)
         if outcome == "leave_message" and plan.voicemail_message:
-            await _wait(listener, lambda: message_may_start(classifier.heard, classifier.beep, classifier.in_tone,
-                                                            decision.at_ms, plan.timing))
-            await _leave_message(pipeline, session, listener, plan, run)
+            await _wait(listener, lambda: session.ended or message_may_start(
+                classifier.heard, classifier.beep, classifier.in_tone, decision.at_ms, plan.timing))
+            if not session.ended:
+                await _leave_message(pipeline, session, listener, plan, run)
             return run
     finally:
         ticker.cancel()

@@ -81,3 +81,19 @@ def test_the_briefing_port_hears_the_targets_hello_and_speaks_what_it_is_given()
     assert port.speaking
     assert [len(port.pull_audio() or b"") for _ in range(4)] == [FRAME, FRAME, FRAME, 0]
     assert not port.speaking
+
+
+def test_unusable_hold_music_is_a_config_error_naming_the_key(tmp_path: Path) -> None:
+    from internal.config import ConfigError, load_config
+    from server.providers import check_providers
+
+    config = load_config(None)
+    config.sip.transfer_targets = {"sales": "sip:sales@pbx.example"}
+    config.warm_transfer.hold_music = str(tmp_path / "nope.wav")
+    with pytest.raises(ConfigError) as failure:
+        check_providers(config)
+    assert any(problem.startswith("warm_transfer.hold_music: cannot use") for problem in failure.value.problems)
+    (tmp_path / "text.wav").write_text("not a wav")
+    config.warm_transfer.hold_music = str(tmp_path / "text.wav")
+    with pytest.raises(ConfigError, match=r"warm_transfer\.hold_music"):
+        check_providers(config)
