@@ -82,3 +82,4 @@ async def test_keys_during_a_form_fill_it_and_are_never_a_keypad_turn(
     assert model.results == [{"ok": True, "digits": "4321", "via": "keys", "attempts": 1}]
     assert len(model.requests) == 2  # the turn and its tool result: no "[The caller pressed keypad keys...]"
     assert all("keypad" not in json.dumps(r.turn.text) for r in model.requests)
+    assert [e.digit for e in sink.events if e.type == "dtmf"] == list("4321")  # type: ignore[attr-defined]
