@@ -90,7 +90,7 @@ class MachineListener:
         self._start = clock()
         self._audio = bytearray()
         self._max_bytes = classifier.sample_rate * 2 * (classifier.settings.max_decision_ms // 1000 + 2)
-        self._probe: asyncio.Task[None] | None = None
+        self.probe: asyncio.Task[None] | None = None
         self.changed = asyncio.Event()
 
     def now_ms(self) -> int:
@@ -143,11 +143,11 @@ class MachineListener:
             if self.classifier.transcript(text) is not None:
                 self.changed.set()
 
-        self._probe = asyncio.get_running_loop().create_task(probe(), name="amd-probe")
+        self.probe = asyncio.get_running_loop().create_task(probe(), name="amd-probe")
 
     def close(self) -> None:
-        if self._probe is not None:
-            self._probe.cancel()
+        if self.probe is not None:
+            self.probe.cancel()
 
 
 async def run_detection(pipeline: VoicePipeline, session: Session, plan: AmdPlan, transcriber: Transcriber | None,
