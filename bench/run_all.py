@@ -27,6 +27,7 @@ BENCHMARKS = [
     ["turns.py", "curve", "--lines", "piper/8000/none", "--offsets", "120"],
     ["denoise.py", "--seconds", "10", "--repeat", "5"],
     ["recording.py", "--calls", "50", "--seconds", "60"],
+    ["amd.py"],
 ]
 
 

@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parents[1]
 BEGIN = "<!-- BEGIN GENERATED KEY TABLES (scripts/config_reference.py) -->"
 END = "<!-- END GENERATED KEY TABLES -->"
 _ARRAY_HEADER = re.compile(r"^#\s*\[\[([a-z_.]+)\]\]")
-_KEY = re.compile(r"^([a-z_]+)\s*=\s*(.*?)\s*(?:#\s*(.*))?$")
+# The value may hold "#" inside a string ("#" as a keypad key): strings are matched whole before the comment.
+_KEY = re.compile(r'^([a-z_]+)\s*=\s*((?:"(?:[^"\\]|\\.)*"|[^#"])*?)\s*(?:#\s*(.*))?$')
 
 
 def tables(config_text: str) -> str:

@@ -30,6 +30,10 @@ def add_call_command(commands: Any) -> None:
     call.add_argument("--greeting", help="what to say when answered (default: pipeline.greeting_outgoing)")
     call.add_argument("--timeout", type=float, metavar="S",
                       help="give up (CANCEL) when not answered within S seconds (default: sip.outbound.timeout_s)")
+    call.add_argument("--amd", action=argparse.BooleanOptionalAction, default=None,
+                      help="answering-machine detection before speaking (default: amd.enabled)")
+    call.add_argument("--voicemail-message", metavar="TEXT",
+                      help="what to leave on an answering machine (default: amd.voicemail_message)")
     call.set_defaults(run=run_call)
 
 
@@ -52,15 +56,19 @@ def run_call(args: argparse.Namespace, config: Config) -> int:
     config.sip.registrations = []
     configure_tool_logging(config)
     try:
-        return asyncio.run(place_and_follow(config, args.target, args.greeting, sys.stdout))
+        amd = args.amd if args.amd is not None else config.amd.enabled
+        return asyncio.run(place_and_follow(config, args.target, args.greeting, sys.stdout, amd=amd,
+                                            voicemail_message=args.voicemail_message))
     except KeyboardInterrupt:
         print("interrupted: the call was hung up", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 
-async def place_and_follow(config: Config, target: str, greeting: str | None, out: TextIO) -> int:
+async def place_and_follow(config: Config, target: str, greeting: str | None, out: TextIO, *, amd: bool = False,
+                           voicemail_message: str | None = None) -> int:
     """Place the call and print what happens until it ends; returns the exit code."""
     from internal.sip.handler import CallFailed
+    from internal.telephony.answering_machine import AMD, plan_from_config
     from server.gateway import Gateway
 
     def say(line: str) -> None:
@@ -85,8 +93,9 @@ async def place_and_follow(config: Config, target: str, greeting: str | None, ou
         gateway.sessions.add_end_hook(on_end)
         local = gateway.sip.local_address()
         say(f"dialling {target} from {local.host}:{local.port} ...")
+        plan = plan_from_config(config.amd, voicemail_message=voicemail_message) if amd else None
         try:
-            session = await gateway.sip_calls.place_call(target, greeting=greeting)
+            session = await gateway.sip_calls.place_call(target, greeting=greeting, amd=plan)
         except ValueError as exc:
             say(f"not a SIP URI: {exc}")
             return EXIT_USAGE
@@ -96,8 +105,15 @@ async def place_and_follow(config: Config, target: str, greeting: str | None, ou
         placed.append(session)
         say(f"answered (session {session.id})")
         shown = 0
+        told = plan is None
         while not (ended.is_set() or session.ended):
             shown = _show_new(session.conversation.transcript.entries(), shown, say)
+            run = session.data.get(AMD)
+            if not told and run is not None and run.decision is not None:
+                told = True
+                decision = run.decision
+                say(f"answering machine detection: {decision.result} ({decision.reason}, "
+                    f"{decision.at_ms / 1000:.1f} s) -> {run.outcome}")
             try:
                 await asyncio.wait_for(ended.wait(), POLL_S)
             except TimeoutError:

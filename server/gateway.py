@@ -84,6 +84,8 @@ class Gateway:
         self.sip: Any = None  # internal.sip.ua.UserAgent when SIP is enabled
         self.sip_calls: Any = None  # internal.sip.voice.VoiceCallHandler
         self.sip_transfers: Any = None  # internal.sip.voice_transfer.CallTransfers with sip.transfer_targets
+        self.sip_warm_transfers: Any = None  # internal.sip.voice_warm_transfer.WarmTransfers, beside them
+        self.sip_keypad: Any = None  # internal.sip.voice_dtmf.CallKeypad: key presses out
         self.tools = tools if tools is not None else ToolRegistry()
         self._given = {"stt": stt, "tts": tts, "model": model}
         self.stt: SpeechToText | None = stt
@@ -269,11 +271,9 @@ class Gateway:
         self.sip.stack.transport.on_connection_refused = (
             lambda reason: self.telemetry.sip_connections_refused.add(1, {"reason": reason}))
         self.sip_calls.on_media_stats = self._count_media
-        if config.sip.transfer_targets:
-            from internal.sip.voice_transfer import CallTransfers, register_transfer_tool
+        from server.telephony import install_sip_phone_flows
 
-            self.sip_transfers = CallTransfers(config.sip, self.sip, sessions.end)
-            register_transfer_tool(self.tools, self.sip_transfers)
+        install_sip_phone_flows(self, config, self.telemetry)
         await self.sip.start()
         registrations = self.sip.registrations
         self.telemetry.watch_registrations(lambda: [

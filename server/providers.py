@@ -43,6 +43,13 @@ def check_providers(config: Config) -> None:
             problems.append(f"tts.provider: \"piper\" cannot run: {reason}")
     if config.pocketsphinx.grammar and not Path(config.pocketsphinx.grammar).is_file():
         problems.append(f"pocketsphinx.grammar: no such file ({config.pocketsphinx.grammar})")
+    if config.warm_transfer.hold_music and config.sip.enabled and config.sip.transfer_targets:
+        from internal.telephony.leg_media import load_hold_music
+
+        try:
+            load_hold_music(config.warm_transfer.hold_music, 8000)
+        except Exception as exc:  # missing, not a WAV, not 16-bit, empty: say which and why
+            problems.append(f"warm_transfer.hold_music: cannot use {config.warm_transfer.hold_music!r}: {exc}")
     problems += device_problems(config)
     if problems:
         raise ConfigError(problems)
@@ -166,6 +173,10 @@ def build_services(config: Config, stt: SpeechToText, tts: TextToSpeech, model: 
     registry = tools if tools is not None else ToolRegistry()
     if "end_call" not in registry:
         register_end_call(registry)
+    if config.digits.enabled and "collect_digits" not in registry:
+        from internal.telephony.digit_tool import register_digits_tool
+
+        register_digits_tool(registry, config.digits)
     persona = config.openai.system_prompt if config.effective_llm_provider in ("openai", "ollama") else ""
     try:
         return PipelineServices(stt=stt, tts=tts, model=model, config=config.pipeline, tools=registry,

@@ -4,6 +4,11 @@
     X-API-Key: <server.api_key>            (or Authorization: Bearer <server.api_key>)
     -> 201 {"session_id": "...", "call_id": "..."}   once the callee answers
 
+With answering-machine detection (`[amd] enabled`, or `"amd": true` in the request) the answer comes once
+the detection has decided, a few seconds after the callee picked up, and says what it decided:
+    -> 201 {..., "amd": {"result": "machine", "reason": "beep", "decision_ms": 2140, "greeting_ms": 1880,
+                         "outcome": "leave_message"}}
+
 An outbound call spends money and speaks in the deployer's name, so this route is never open: with no
 `server.api_key` configured it answers 403 rather than falling back to "anyone may call". The request
 returns when the call is answered or has failed, at most `sip.outbound.timeout_s` later:
@@ -15,6 +20,8 @@ returns when the call is answered or has failed, at most `sip.outbound.timeout_s
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,13 +32,17 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import HTTPConnection
 
+from internal.session import Session
 from internal.sip.handler import CallFailed
 from internal.sip.voice import AT_CAPACITY
 from internal.sip.voice_call import SIP_CALL_ID
+from internal.telephony.answering_machine import AMD, AmdRun, plan_from_config
 from server.errors import ApiError, error_body
 from server.gateway import Gateway
 
 RETRY_AFTER_S = "5"
+AMD_SLACK_S = 2.0  # beyond amd.max_decision_ms: the decision is made by then whatever the callee does
+AMD_POLL_S = 0.25  # how often a POST /calls waiting for the decision checks the call has not ended
 # CallFailed carries SIP statuses; these two are ours, not the callee's (see internal/sip/uac.py).
 OUR_TIMEOUT = (408, "timeout")
 NO_ROUTE_PREFIX = "no route"
@@ -43,11 +54,15 @@ class CallRequest(BaseModel):
     to: str = Field(min_length=5, max_length=512, description="sip:user@host[:port][;transport=tcp]")
     greeting: str | None = Field(default=None, max_length=2000,
                                  description="said when answered (default: pipeline.greeting_outgoing)")
+    amd: bool | None = Field(default=None, description="answering-machine detection (default: amd.enabled)")
+    voicemail_message: str | None = Field(default=None, max_length=2000,
+                                          description="left on a machine (default: amd.voicemail_message)")
 
 
 class CallPlaced(BaseModel):
     session_id: str
     call_id: str  # the SIP Call-ID, to find the call in logs and on the trunk
+    amd: dict[str, Any] | None = None  # the detection's decision (AmdRun.describe), when it ran
 
 
 def presented_key(request: HTTPConnection) -> str:
@@ -89,6 +104,19 @@ def require_api_key(request: HTTPConnection, api_key: str, route: KeyedRoute = O
                        "(X-API-Key or Authorization: Bearer)", {"WWW-Authenticate": "Bearer"})
 
 
+async def amd_decision(session: Session, timeout_s: float) -> AmdRun:
+    """The call's detection once decided (or when the call ended first, or at `timeout_s`: "pending")."""
+    run = session.data.get(AMD)
+    if not isinstance(run, AmdRun):
+        run = session.data.setdefault(AMD, AmdRun())
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not run.decided.is_set() and not session.ended and loop.time() < deadline:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(run.decided.wait(), AMD_POLL_S)
+    return run
+
+
 def call_failed_response(failure: CallFailed) -> JSONResponse:
     """Our own failures keep their HTTP meaning; anything the far end said is a 502 carrying its status."""
     if (failure.status, failure.reason) == OUR_TIMEOUT:
@@ -123,11 +151,16 @@ def install_call_routes(app: FastAPI, gateway: Gateway) -> None:
             raise ApiError(404, "sip_disabled", "SIP is off on this server ([sip] enabled = false)")
         if gateway.sessions is not None and gateway.sessions.at_capacity():
             return at_capacity()
+        amd_config = gateway.config.amd
+        plan = (plan_from_config(amd_config, voicemail_message=call.voicemail_message)
+                if (call.amd if call.amd is not None else amd_config.enabled) else None)
         try:
-            session = await handler.place_call(call.to, greeting=call.greeting)
+            session = await handler.place_call(call.to, greeting=call.greeting, amd=plan)
         except ValueError as exc:
             raise ApiError(422, "invalid_target", str(exc)) from None
         except CallFailed as failure:
             return call_failed_response(failure)
         placed = CallPlaced(session_id=session.id, call_id=str(session.data.get(SIP_CALL_ID, "")))
-        return JSONResponse(placed.model_dump(), 201)
+        if plan is not None:
+            placed.amd = (await amd_decision(session, plan.settings.max_decision_ms / 1000 + AMD_SLACK_S)).describe()
+        return JSONResponse(placed.model_dump(exclude_none=True), 201)

@@ -206,6 +206,15 @@ class RtpSession:
             raise ValueError("the peer did not negotiate telephone-event, so DTMF cannot be sent in-band")
         self._dtmf_tx.queue(digit)
 
+    @property
+    def sending_dtmf(self) -> bool:
+        """Telephone events queued by `send_dtmf` are still going out."""
+        return self._dtmf_tx.busy
+
+    @property
+    def dtmf_negotiated(self) -> bool:
+        return self._dtmf_pt is not None
+
     def stats(self) -> RtpStats:
         deviations = np.fromiter(self._send_deviation_ms, dtype=np.float64)
         sequence = self._rx.sequence

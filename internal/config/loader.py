@@ -40,6 +40,7 @@ from internal.config.providers import (
 )
 from internal.config.recording import RecordingConfig
 from internal.config.sections import PipelineConfig, ServerConfig, SipConfig, WebRTCConfig
+from internal.config.telephony import AmdConfig, DigitsConfig, WarmTransferConfig
 from internal.identity.phone import normalise_e164
 
 ENV_PREFIX = "VOICEGATE_"
@@ -112,6 +113,9 @@ class Config(BaseSettings):
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     recording: RecordingConfig = Field(default_factory=RecordingConfig)
     mcp: McpConfig = Field(default_factory=McpConfig)
+    digits: DigitsConfig = Field(default_factory=DigitsConfig)
+    amd: AmdConfig = Field(default_factory=AmdConfig)
+    warm_transfer: WarmTransferConfig = Field(default_factory=WarmTransferConfig)
 
     @classmethod
     def settings_customise_sources(

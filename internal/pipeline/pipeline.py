@@ -23,8 +23,10 @@ from collections.abc import Callable
 from internal.audio.frame import frame_bytes
 from internal.llm.base import Turn
 from internal.pipeline.bargein import is_backchannel, is_meaningful_interruption, too_many_words
+from internal.pipeline.capture import CallerInput
 from internal.pipeline.endpointing import Endpointing
 from internal.pipeline.events import AgentState, DtmfEvent, EventSink, TranscriptEvent
+from internal.pipeline.keypad import Keypad
 from internal.pipeline.playout import Playout
 from internal.pipeline.record import record_caller
 from internal.pipeline.responder import APOLOGY, Responder, TurnTimes
@@ -38,7 +40,6 @@ from internal.stt.base import SttStream, Transcript
 log = logging.getLogger(__name__)
 
 PRE_ROLL_MS = 300  # audio kept from before the VAD decided speech began, so first syllables survive
-DTMF_GAP_S = 1.5  # keypad digits separated by less than this form one entry ("#" ends it at once)
 STT_REOPENS_PER_CALL = 3  # fresh streams after the engine's stream dies, before the call goes on without
 MIN_ASKED_SPEECH_MS = 240  # shorter utterances (a cough, a click, "mm") are left to the text rules
 __all__ = ["APOLOGY", "VoicePipeline"]
@@ -64,8 +65,10 @@ class VoicePipeline:
         self._pre_roll: deque[bytes] = deque(maxlen=max(1, PRE_ROLL_MS // 20))
         self._stt: SttStream | None = None
         self._stt_task: asyncio.Task[None] | None = None
-        self._dtmf_digits = ""
-        self._dtmf_timer: asyncio.TimerHandle | None = None
+        self._keypad = Keypad(self._release_dtmf)
+        # While set, the caller's keys and words go to it, not to turns (capture.py): digit collection,
+        # answering-machine detection.
+        self.capture: CallerInput | None = None
         self._turns = TurnBuffer(self.config.turn_merge_ms, self.config.user_speech_quiet_ms, self._on_turn,
                                  clock=clock, max_turn_wait_ms=self.config.max_turn_wait_ms,
                                  fusion=services.turn_fusion, threshold=self.config.end_of_turn_threshold,
@@ -109,8 +112,7 @@ class VoicePipeline:
         self._endpointing.close()
         for deadline in self._stt_deadlines:
             deadline.cancel()
-        if self._dtmf_timer is not None:
-            self._dtmf_timer.cancel()
+        self._keypad.close()
         await self.responder.cancel()
         if self._stt_task is not None:
             self._stt_task.cancel()
@@ -138,7 +140,7 @@ class VoicePipeline:
     def idle(self) -> bool:
         """Nothing in flight: the caller is not speaking, no turn is pending, the agent is quiet."""
         return not (self.agent_active or self.vad.speaking or self._turns.pending is not None
-                    or self._awaiting_finals or self._dtmf_digits)
+                    or self._awaiting_finals or self._keypad.pending)
 
     def interrupt(self, reason: str) -> None:
         self.responder.interrupt(reason)
@@ -160,6 +162,8 @@ class VoicePipeline:
             pcm = self._denoiser.process(pcm)
         self.vad.profile = self._barge_vad if self.agent_audible and self.config.barge_in else self._normal_vad
         event = self.vad.process(pcm)
+        if self.capture is not None:
+            self.capture.audio(pcm)
         self._endpointing.hear(pcm, self.vad.voiced)
         stt = self._stt
         if stt is not None and stt.continuous:
@@ -184,6 +188,16 @@ class VoicePipeline:
 
     def _on_speech_start(self, stt: SttStream | None) -> None:
         self._speech_frames = 0
+        if self.capture is not None:  # no turn, no barge-in: the holder hears each utterance on its own
+            self._utterance_over_agent = False
+            if stt is not None:
+                stt.new_turn()
+            if stt is not None and not stt.continuous:
+                for earlier in self._pre_roll:
+                    stt.push(earlier)
+            self._pre_roll.clear()
+            self.capture.speech_started()
+            return
         continuing = self._endpointing.speech_started()
         self._utterance_over_agent = not continuing and self.agent_audible
         if self._turns.pending is None and not self._awaiting_finals and not continuing:
@@ -202,6 +216,15 @@ class VoicePipeline:
     def _on_speech_end(self, stt: SttStream | None) -> None:
         self._speech_ended_at = self._clock()
         self.playout.ducked = False
+        if self.capture is not None:
+            if stt is not None and not stt.continuous:
+                self._awaiting_finals += 1
+                self._stt_deadlines.append(asyncio.get_running_loop().call_later(
+                    self.config.turn_timeout_s, self._stt_timed_out))
+            if stt is not None:
+                stt.end_of_speech()
+            self.capture.speech_ended()
+            return
         if stt is None and self._stt_reopens and not self._utterance_over_agent and not self.agent_active:
             self.responder.not_understood()  # the recogniser is gone for this call (_stt_failed)
         if stt is not None:
@@ -221,7 +244,7 @@ class VoicePipeline:
         self._endpointing.silence(silence, ask, self.vad.profile.offset_frames, final_owed)
 
     def _check_barge_in(self) -> None:
-        if not (self._utterance_over_agent and self.config.barge_in and self.agent_active):
+        if not (self._utterance_over_agent and self.config.barge_in and self.agent_active) or self.capture:
             return
         if self._speech_frames * 20 >= self.config.barge_in_confirm_ms:
             self.interrupt("caller spoke over the agent")
@@ -263,7 +286,9 @@ class VoicePipeline:
         self._awaiting_finals = 0
         self._turns.awaiting_final = False
         self._endpointing.end_continuation()
-        if owed and not self.agent_active:
+        if owed and self.capture is not None:
+            self.capture.transcript("", True)
+        elif owed and not self.agent_active:
             self.responder.not_understood()
         if self._closed:
             return
@@ -294,6 +319,9 @@ class VoicePipeline:
         if text:
             replaces = whole and (self._turns.pending is not None or self._endpointing.continuing)
             self.sink.emit(TranscriptEvent(role="user", text=text, final=transcript.final, replaces=replaces))
+        if self.capture is not None:
+            self.capture.transcript(text, transcript.final)
+            return
         if not transcript.final:
             meaningful = is_meaningful_interruption(text, self._backchannels)
             if self.agent_active and self._utterance_over_agent and meaningful:
@@ -342,7 +370,9 @@ class VoicePipeline:
         self._turns.awaiting_final = self._awaiting_finals > 0
         self._endpointing.end_continuation()
         log.error("speech-to-text gave no transcript in time; asking the caller to repeat")
-        if not self.agent_active:
+        if self.capture is not None:
+            self.capture.transcript("", True)  # the holder stops waiting for these words
+        elif not self.agent_active:
             self.responder.not_understood()
 
     def _stt_is_continuous(self) -> bool:
@@ -391,18 +421,16 @@ class VoicePipeline:
     def push_dtmf(self, digit: str) -> None:
         """A keypad digit (RFC 4733 or SIP INFO); digits pressed together become one turn."""
         self.sink.emit(DtmfEvent(digit=digit))
-        self._dtmf_digits += digit
-        if self._dtmf_timer is not None:
-            self._dtmf_timer.cancel()
-        delay = 0.0 if digit == "#" else DTMF_GAP_S
-        self._dtmf_timer = asyncio.get_running_loop().call_later(delay, self._release_dtmf)
+        if self.capture is not None:
+            self.capture.digit(digit)
+            return
+        self._keypad.press(digit)
 
-    def _release_dtmf(self) -> None:
-        digits, self._dtmf_digits = self._dtmf_digits, ""
-        self._dtmf_timer = None
-        if digits and not self._about_recording("", digits):
-            self._endpointing.released = None
-            if self.agent_active:
-                self.interrupt("keypad input")
-            times = TurnTimes(released=self._clock())
-            self.responder.start(lambda: self.responder.respond(Turn(text="", dtmf=digits), None, times))
+    def _release_dtmf(self, digits: str) -> None:
+        if self._about_recording("", digits):
+            return
+        self._endpointing.released = None
+        if self.agent_active:
+            self.interrupt("keypad input")
+        times = TurnTimes(released=self._clock())
+        self.responder.start(lambda: self.responder.respond(Turn(text="", dtmf=digits), None, times))

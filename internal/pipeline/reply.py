@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 # is cut off and answers with what it has.
 MAX_TOOL_ROUNDS = 4
 _DONE = object()
+PLAYED_OUT_SLACK_S = 3.0
 
 
 @dataclass(slots=True)
@@ -94,8 +95,25 @@ class ReplyRunner:
 
         async def synthesise() -> None:
             while (item := await sentences.get()) is not _DONE:
-                assert isinstance(item, str)
-                await speak_text(item, self.tts, self.playout, audio_arrived)
+                if isinstance(item, str):
+                    await speak_text(item, self.tts, self.playout, audio_arrived)
+                    continue
+                assert isinstance(item, tuple)
+                text, played = item
+                try:
+                    await speak_text(text, self.tts, self.playout, audio_arrived)
+                    await self._played_out()
+                finally:
+                    if not played.done():
+                        played.set_result(None)
+
+        async def say_now(text: str) -> None:
+            played: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            spoken.append(text)
+            sentences.put_nowait((text, played))
+            await played
+
+        tool_context.speak = say_now
 
         def say_now(text: str) -> None:
             spoken.append(text)
@@ -119,6 +137,15 @@ class ReplyRunner:
                 tts_task.cancel()
                 await asyncio.gather(tts_task, return_exceptions=True)
         return ReplyResult(" ".join(spoken).strip(), calls, timings)
+
+    async def _played_out(self) -> None:
+        """Until everything queued has been played (or cleared by a barge-in), at most as long as it lasts
+        plus a margin (a transport that stopped pulling must not hang the reply)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.playout.queued_frames * 0.02 + PLAYED_OUT_SLACK_S
+        # Polled: the transport drains the playout from its own tick, which signals nothing.
+        while self.playout.active and loop.time() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
 
     async def _generate(self, request: ChatRequest, tool_context: ToolContext, history: list[ChatMessage],
                         sentences: asyncio.Queue[object], spoken: list[str], timings: ReplyTimings) -> int:

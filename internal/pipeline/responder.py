@@ -265,6 +265,17 @@ class Responder:
 
     # ---- what the agent says ---------------------------------------------------------------------
 
+    async def settled(self) -> None:
+        """Wait for the reply running now (if any) to end, however it ends."""
+        task = self._task
+        if task is not None and not task.done():
+            await asyncio.gather(asyncio.shield(task), return_exceptions=True)
+
+    async def say(self, text: str) -> None:
+        """Speak `text` as the agent (recorded like a reply) and return once it has been played."""
+        self.start(lambda: self.announce(text))
+        await self.settled()
+
     async def announce(self, text: str, record: bool = True) -> None:
         """Speak fixed text (greeting, apology) without the model; interruptible like any reply."""
         self._first_frame_pending = True
@@ -356,7 +367,8 @@ class Responder:
 
         try:
             try:
-                async with asyncio.timeout(self.config.turn_timeout_s):
+                async with asyncio.timeout(self.config.turn_timeout_s) as deadline:
+                    tool_context.extend_deadline = lambda seconds: _extend(deadline, seconds)
                     result = await runner.run(request, tool_context, reply.exchange, audio_ready)
             except (LlmError, TimeoutError) as exc:
                 await reply.released.wait()
@@ -421,3 +433,11 @@ class Responder:
         if state != self.state:
             self.state = state
             self.sink.emit(StateEvent(state=state))
+
+
+def _extend(deadline: asyncio.Timeout, seconds: float) -> None:
+    """A tool that waits on the caller (collect_digits) keeps the turn's timeout from cutting it off."""
+    wanted = asyncio.get_running_loop().time() + seconds
+    when = deadline.when()
+    if when is not None and when < wanted:
+        deadline.reschedule(wanted)

@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 MAX_RESULT_CHARS = 8000
 
 
+async def _say_nothing(text: str) -> None:
+    return None
+
+
 @dataclass(slots=True)
 class ToolContext:
     """What a tool may know about the call it runs in (set by the pipeline, not by the model)."""
@@ -50,6 +54,12 @@ class ToolContext:
     # Says a short line to the caller now, while the reply goes on (set by the reply runner): e.g. that a
     # tool is not answering, rather than leaving them in silence.
     say: Callable[[str], None] = lambda text: None
+    # A tool that waits on the caller (collecting digits) asks for this many more seconds before the
+    # turn's timeout (pipeline.turn_timeout_s) may end it.
+    extend_deadline: Callable[[float], None] = lambda seconds: None
+    # Say this now, in the reply's voice and order, and return once it has been played (or cut off):
+    # for a tool that prompts the caller and then waits for them. Set by the reply that runs the tool.
+    speak: Callable[[str], Awaitable[None]] = _say_nothing
 
 
 ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from internal.audio.rtp_ports import RtpPortAllocator, RtpPortsExhausted
@@ -25,7 +26,7 @@ from internal.pipeline.events import EventSink
 from internal.pipeline.pipeline import VoicePipeline
 from internal.session import Session, SessionLimitReached, TransportKind
 from internal.sip.dialog import Dialog
-from internal.sip.handler import CallFailed, CallRejected, IncomingCall, Rejection
+from internal.sip.handler import CallFailed, CallRejected, IncomingCall, OutboundCall, Rejection
 from internal.sip.sdes import negotiate_media, secure_answer, secure_offer
 from internal.sip.sdp import SdpError, SessionDescription, build_answer, build_offer
 from internal.sip.uri import SipUri
@@ -38,6 +39,7 @@ from internal.sip.voice_call import (
     media_address,
     secure,
 )
+from internal.telephony.answering_machine import AmdPlan, AmdRun, run_in_background
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,7 @@ class VoiceCallHandler:
         self.calls: dict[str, SipVoiceCall] = {}
         self.ua: Any = None  # set by the composition root once the UserAgent exists
         self.on_media_stats: Callable[[RtpStats], None] | None = None  # each call's RTP figures, at its end
+        self.on_amd_decision: Callable[[AmdRun], None] = lambda run: None  # metrics, set by the composition root
 
     # ---- inbound ---------------------------------------------------------------------------------
 
@@ -190,24 +193,64 @@ class VoiceCallHandler:
             return
         voice.ended = True
         self._release(voice)
+        for callback in voice.on_end:
+            with contextlib.suppress(Exception):
+                callback(reason)
         session = voice.session
         if session is not None:
             session.close_transport = None  # the dialog is already over: no BYE to send
-            await self._end_session(session, f"sip {reason}")
+            await self._end_session(session, voice.end_reason or f"sip {reason}")
         log.info("sip call ended", extra={"call_id": dialog.call_id, "reason": reason})
 
     # ---- outbound --------------------------------------------------------------------------------
 
-    async def place_call(self, target: str, *, greeting: str | None = None) -> Session:
+    async def place_call(self, target: str, *, greeting: str | None = None, amd: AmdPlan | None = None) -> Session:
         """Dial `target`; returns the session once answered.
 
+        With `amd`, nothing is said until answering-machine detection has decided (its outcome then
+        says the greeting, leaves a message or hangs up: internal/telephony/answering_machine.py); the
+        session's data holds the run (`AMD`) from the answer on.
         Raises CallFailed (the callee's final status; 408 for our timeout, 503 when we are full) and
         ValueError for a target that is not a SIP URI. Whatever fails, nothing is left allocated.
         """
         if self._at_capacity():
             raise CallFailed(503, AT_CAPACITY)
-        toward = SipUri.parse(target if ":" in target else f"sip:{target}").host
         identity = callee_identity(target, self.config, getattr(self.ua, "shared_numbers", frozenset()))
+        voice, outbound = await self._dial(target)
+        dialog = outbound.dialog
+        spoken = greeting or self._greeting_outgoing or None
+        try:
+            session = await self._connect(voice, dialog, outbound.answer, identity, "" if amd else spoken)
+        except BaseException:
+            if not voice.ended:  # hanging up ends the dialog, and `ended` releases media and session
+                await asyncio.shield(self.ua.hangup(dialog))
+            raise
+        if amd is not None and voice.pipeline is not None and not session.ended:
+            pipeline = voice.pipeline
+            plan = replace(amd, greeting=spoken if spoken is not None else pipeline.services.greeting(session))
+            stt = pipeline.services.stt
+            transcriber = stt if callable(getattr(stt, "transcribe", None)) else None
+            run_in_background(pipeline, session, plan, transcriber,  # type: ignore[arg-type]
+                              spawn=self.ua.calls.spawn, on_decision=self.on_amd_decision)
+        return session
+
+    async def dial_leg(self, target: str, *, timeout_s: float) -> SipVoiceCall:
+        """A call with media and no session or pipeline (a warm transfer's target): once answered, its RTP
+        runs and its route decides what it hears. Raises CallFailed like `place_call`."""
+        voice, outbound = await self._dial(target, timeout_s)
+        try:
+            self._apply_answer(voice, outbound.answer)
+        except BaseException:
+            if not voice.ended:
+                await asyncio.shield(self.ua.hangup(outbound.dialog))
+            raise
+        voice.dialog = outbound.dialog
+        remote = (voice.negotiated.remote_host, voice.negotiated.remote_port) if voice.negotiated else None
+        voice.rtp.start(remote)
+        return voice
+
+    async def _dial(self, target: str, timeout_s: float | None = None) -> tuple[SipVoiceCall, OutboundCall]:
+        toward = SipUri.parse(target if ":" in target else f"sip:{target}").host
         provisional_id = f"out-{secrets.token_hex(8)}"  # until the UA gives the dialog its Call-ID
         try:
             voice = self._new_call(provisional_id, toward)
@@ -218,35 +261,33 @@ class VoiceCallHandler:
         voice.srtp_offered = secure_offer(offer, self.config.srtp)
         voice.next_sdp_version()
         try:
-            outbound = await self.ua.call(target, offer)
+            outbound = await self.ua.call(target, offer, timeout_s=timeout_s)
         except BaseException:
             self.calls.pop(provisional_id, None)
             self._release(voice)
             raise
-        dialog = outbound.dialog
         self.calls.pop(provisional_id, None)
-        voice.call_id = dialog.call_id
-        self.calls[dialog.call_id] = voice
+        voice.call_id = outbound.dialog.call_id
+        self.calls[voice.call_id] = voice
+        return voice, outbound
+
+    def _apply_answer(self, voice: SipVoiceCall, answer: SessionDescription | None) -> None:
+        if answer is None:
+            return
         try:
-            return await self._connect(voice, dialog, outbound.answer, identity, greeting)
-        except BaseException:
-            if not voice.ended:  # hanging up ends the dialog, and `ended` releases media and session
-                await asyncio.shield(self.ua.hangup(dialog))
-            raise
+            negotiated, keys = negotiate_media(answer, self._codecs, self.config.srtp, voice.srtp_offered)
+        except SdpError as exc:
+            raise CallFailed(488, f"the callee's SDP answer is not usable ({exc})") from None
+        voice.negotiated = negotiated
+        voice.rtp.update((negotiated.remote_host, negotiated.remote_port), negotiated.payload_type,
+                         negotiated.dtmf_payload_type, direction(negotiated.direction))
+        secure(voice, keys)
 
     async def _connect(self, voice: SipVoiceCall, dialog: Dialog, answer: SessionDescription | None,
                        identity: CallerIdentity, greeting: str | None) -> Session:
-        if answer is not None:
-            try:
-                negotiated, keys = negotiate_media(answer, self._codecs, self.config.srtp, voice.srtp_offered)
-            except SdpError as exc:
-                raise CallFailed(488, f"the callee's SDP answer is not usable ({exc})") from None
-            voice.negotiated = negotiated
-            voice.rtp.update((negotiated.remote_host, negotiated.remote_port), negotiated.payload_type,
-                             negotiated.dtmf_payload_type, direction(negotiated.direction))
-            secure(voice, keys)
+        self._apply_answer(voice, answer)
         try:
-            await self._attach_session(voice, identity, greeting=greeting or self._greeting_outgoing or None)
+            await self._attach_session(voice, identity, greeting=greeting)
         except SessionLimitReached:
             raise CallFailed(503, AT_CAPACITY) from None
         session = voice.session
@@ -328,6 +369,7 @@ class VoiceCallHandler:
         session.close_transport = close_transport
         session.hangup = hangup
         session.data[SIP_CALL_ID] = dialog.call_id
+        voice.dialog = dialog
         remote = (voice.negotiated.remote_host, voice.negotiated.remote_port) if voice.negotiated else None
         voice.rtp.start(remote)
         voice.route["pipeline"] = pipeline

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import secrets
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,9 +21,19 @@ from internal.config.sections import SipConfig, split_host_port
 from internal.identity import CallerIdentity
 from internal.identity.phone import normalise_e164
 from internal.identity.sip_caller import unless_shared
-from internal.pipeline.events import Event, StateEvent, TimingEvent, TranscriptEvent
+from internal.pipeline.events import (
+    AmdEvent,
+    DigitsEvent,
+    Event,
+    StateEvent,
+    TimingEvent,
+    TranscriptEvent,
+    TransferEvent,
+    VoicemailEvent,
+)
 from internal.pipeline.pipeline import VoicePipeline
 from internal.session import Session
+from internal.sip.dialog import Dialog
 from internal.sip.sdes import SrtpKeys, new_key
 from internal.sip.sdp import Negotiated
 from internal.sip.uri import SipUri
@@ -45,6 +56,9 @@ class CallLog:
                                                    "replaces": event.replaces})
         elif isinstance(event, StateEvent):
             log.debug("sip call state", extra={"call_id": self._call_id, "state": event.state})
+        elif isinstance(event, (DigitsEvent, AmdEvent, VoicemailEvent, TransferEvent)):  # the phone flows
+            log.info("sip call %s", event.type, extra={"call_id": self._call_id,
+                                                       "detail": event.model_dump(exclude={"type", "ts"})})
         elif isinstance(event, TimingEvent):  # emitted only with pipeline.debug; metrics record them always
             log.info("sip call timing", extra={"call_id": self._call_id, "stage": event.stage, "ms": event.ms,
                                                "turn": event.turn})
@@ -125,6 +139,11 @@ class SipVoiceCall:
     srtp_offered: bytes | None = None  # the SRTP key in our own offer (outbound, offerless INVITE)
     srtp_keys: SrtpKeys | None = None  # what the media runs with, when it is SRTP
     srtp: SrtpContext | None = None  # the running context of those keys (its sending session goes on)
+    dialog: Dialog | None = None  # once established
+    # Told (with the SIP reason) when the call ends, whoever ends it: a warm transfer follows its legs.
+    on_end: list[Callable[[str], None]] = field(default_factory=list)
+    # The session's end reason when this call ends ("" = "sip <reason>"): a bridged call ends "transferred".
+    end_reason: str = ""
 
     def next_sdp_version(self) -> int:
         self.sdp_version = self.sdp_session_id if self.sdp_version < 0 else self.sdp_version + 1

@@ -16,7 +16,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from internal.config.sections import SipConfig
 from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
@@ -42,7 +42,12 @@ def failure_message(name: str) -> str:
 EndSession = Callable[[Session, str], Awaitable[None]]
 # "ended": the call ended (the phone hung up on us) before a final NOTIFY, so the outcome is unknown;
 # many phones hang up the transferring leg as soon as the new call is answered.
-TransferPhase = Literal["referring", "accepted", "succeeded", "failed", "ended"]
+# A warm transfer (voice_warm_transfer.py) goes through "holding", "dialling", "briefing", then "connected"
+# (the legs are bridged: its success) or "failed" (the caller is back with the agent).
+TransferPhase = Literal["referring", "accepted", "succeeded", "failed", "ended", "holding", "dialling", "briefing",
+                        "connected"]
+TransferMode = Literal["cold", "warm"]
+IN_PROGRESS: frozenset[str] = frozenset({"referring", "accepted", "holding", "dialling", "briefing"})
 
 
 class TransferError(Exception):
@@ -83,6 +88,7 @@ class TransferState:
     phase: TransferPhase = "referring"
     status: int = 0  # the deciding SIP status (REFER answer or sipfrag), 408 for our timeout
     reason: str = ""
+    mode: TransferMode = "cold"
 
 
 def normalise_name(text: str) -> str:
@@ -116,7 +122,7 @@ class CallTransfers:
     def names(self) -> list[str]:
         return sorted(self.targets)
 
-    def _dialog(self, session: Session) -> Dialog:
+    def dialog_of(self, session: Session) -> Dialog:
         if session.transport != "sip":
             raise NotTransferable("only SIP calls can be transferred")
         call_id = session.data.get(SIP_CALL_ID)
@@ -134,7 +140,10 @@ class CallTransfers:
         `tell_caller_if_refused` is off: the tool lets the model say it).
         """
         name, uri = resolve_target(self.targets, wanted)
-        dialog = self._dialog(session)
+        dialog = self.dialog_of(session)
+        busy = session.data.get(TRANSFER_STATE)
+        if isinstance(busy, TransferState) and busy.phase in IN_PROGRESS:
+            raise NotTransferable("a transfer of this call is already under way")
         try:
             subscription = self._ua.transfers.open(dialog)
         except TransferBusy as exc:
@@ -180,43 +189,80 @@ class CallTransfers:
             "sip_status": outcome.status, "sip_reason": outcome.reason})
 
     async def _tell_caller(self, session: Session, text: str) -> None:
-        # Let the agent finish its sentence ("putting you through...") rather than cut it off. Polled: the
-        # pipeline has no "quiet" event, and this runs once per failed transfer, not per frame.
-        for _ in range(int(ANNOUNCE_WAIT_S / ANNOUNCE_POLL_S)):
-            pipeline = session.pipeline
-            if pipeline is None or not pipeline.agent_active:
-                break
-            await asyncio.sleep(ANNOUNCE_POLL_S)
+        await agent_quiet(session)
         if session.pipeline is not None and not session.ended:
             session.pipeline.announce(text)
+
+
+async def agent_quiet(session: Session) -> None:
+    """Until the agent has finished what it is saying ("putting you through..."), at most ANNOUNCE_WAIT_S:
+    news of a transfer follows it rather than cutting it off. Polled: the pipeline has no "quiet" event,
+    and this runs once per transfer, not per frame."""
+    for _ in range(int(ANNOUNCE_WAIT_S / ANNOUNCE_POLL_S)):
+        pipeline = session.pipeline
+        if pipeline is None or not pipeline.agent_active:
+            break
+        await asyncio.sleep(ANNOUNCE_POLL_S)
 
 
 def _is_sip_call(context: ToolContext) -> bool:
     return getattr(context.extras.get("session"), "transport", None) == "sip"
 
 
-def register_transfer_tool(registry: ToolRegistry, transfers: CallTransfers) -> None:
-    """`transfer_call`: offered on SIP calls only, with the allow-list's names as the only choices."""
+class WarmStarter(Protocol):
+    """voice_warm_transfer.WarmTransfers, as the tool and the HTTP route see it."""
+
+    def start(self, session: Session, wanted: str) -> TransferState: ...
+
+
+async def start_transfer(transfers: CallTransfers, warm: WarmStarter | None, session: Session, wanted: str,
+                         mode: str, *, tell_caller_if_refused: bool = True) -> TransferState:
+    """A transfer in `mode`: cold (REFER, the caller's phone calls the target) or warm (we call the target,
+    brief them, then bridge)."""
+    if mode == "warm":
+        if warm is None:
+            raise TransferError("warm transfers are not available on this server")
+        return warm.start(session, wanted)
+    if mode != "cold":
+        raise TransferError(f"unknown transfer mode {mode!r} (cold or warm)")
+    return await transfers.start(session, wanted, tell_caller_if_refused=tell_caller_if_refused)
+
+
+def register_transfer_tool(registry: ToolRegistry, transfers: CallTransfers, warm: WarmStarter | None = None,
+                           default_mode: TransferMode = "cold") -> None:
+    """`transfer_call`: offered on SIP calls only, with the allow-list's names as the only choices; with
+    warm transfers available, the model may choose the mode (the configured default otherwise)."""
 
     async def transfer_call(arguments: dict[str, Any], context: ToolContext) -> str:
         session = context.extras.get("session")
         if not isinstance(session, Session):
             raise ToolError("this call cannot be transferred")
+        mode = str(arguments.get("mode") or default_mode)
         try:
-            state = await transfers.start(session, str(arguments.get("target") or ""), tell_caller_if_refused=False)
+            state = await start_transfer(transfers, warm, session, str(arguments.get("target") or ""), mode,
+                                         tell_caller_if_refused=False)
         except TransferError as exc:
             raise ToolError(exc.message) from None
-        return json.dumps({"ok": True, "target": state.target,
-                           "note": f"The caller's phone is now calling {state.target}. Tell them in a few words "
-                                   "that you are putting them through. If it fails they will stay with you."})
+        if state.mode == "warm":
+            note = (f"You are calling {state.target} to brief them; the caller will hear a hold message, then "
+                    f"be connected. Tell them in a few words that you are connecting them to {state.target}.")
+        else:
+            note = (f"The caller's phone is now calling {state.target}. Tell them in a few words that you are "
+                    "putting them through. If it fails they will stay with you.")
+        return json.dumps({"ok": True, "target": state.target, "mode": state.mode, "note": note})
+
+    properties: dict[str, Any] = {"target": {"type": "string", "enum": transfers.names,
+                                             "description": "who to put the caller through to"}}
+    if warm is not None:
+        properties["mode"] = {"type": "string", "enum": ["cold", "warm"],
+                              "description": "warm: you brief the person first, then connect the caller; "
+                                             f"cold: the caller's phone calls them directly (default {default_mode})"}
 
     registry.register(
         "transfer_call",
         "Transfer the caller to a person or department. Use only when the caller asks to be put through to "
         f"one of these: {', '.join(transfers.names)}.",
-        {"type": "object", "properties": {"target": {"type": "string", "enum": transfers.names,
-                                                     "description": "who to put the caller through to"}},
-         "required": ["target"], "additionalProperties": False},
+        {"type": "object", "properties": properties, "required": ["target"], "additionalProperties": False},
         transfer_call,
         available=_is_sip_call,
         ledger=False,  # the transfer records itself, with its outcome (CallTransfers.start and _finish)

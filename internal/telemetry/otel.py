@@ -41,6 +41,7 @@ from internal.telemetry.queues import WorkQueue
 log = logging.getLogger(__name__)
 
 LATENCY_BUCKETS_MS = (5, 10, 25, 50, 100, 200, 400, 800, 1500, 3000, 6000)
+AMD_BUCKETS_MS = (500, 1000, 1500, 2000, 2500, 3000, 4000, 5000, 8000)
 
 
 def current_trace_id() -> str | None:
@@ -86,6 +87,8 @@ class Telemetry:
         views = [View(instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(LATENCY_BUCKETS_MS))
                  for name in ("voicegate_turn_latency_ms", "voicegate_worker_wait_ms", "voicegate_worker_service_ms",
                               "voicegate_tool_call_ms")]
+        views.append(View(instrument_name="voicegate_amd_decision_ms",
+                          aggregation=ExplicitBucketHistogramAggregation(AMD_BUCKETS_MS)))
         self._meter_provider = MeterProvider(metric_readers=readers, resource=resource, views=views)
         meter = self._meter_provider.get_meter("voicegate")
         self.turn_latency = meter.create_histogram("voicegate_turn_latency_ms", unit="ms",
@@ -117,6 +120,11 @@ class Telemetry:
         self.memory_operations = meter.create_counter("voicegate_memory_operations_total",
                                                       description="Memory write attempts by source and outcome")
         self._instrument_recordings_and_tools(meter)
+        self.amd_decisions = meter.create_counter(
+            "voicegate_amd_decisions_total",
+            description="Answering-machine detection on outbound calls: decisions by result, reason and outcome")
+        self.amd_decision_ms = meter.create_histogram(
+            "voicegate_amd_decision_ms", unit="ms", description="From the answer to the answering-machine decision")
         self._live: Callable[[], dict[str, int]] = dict
         meter.create_observable_gauge("voicegate_live_sessions", callbacks=[self._observe_live],
                                       description="Live sessions on this node, by transport")

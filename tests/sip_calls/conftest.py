@@ -25,11 +25,12 @@ import pytest
 from internal.audio.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 from internal.audio.rtp import RtpError, RtpPacket
 from internal.config import Config, load_config
-from internal.config.providers import PocketsphinxConfig
+from internal.config.providers import PocketsphinxConfig, WhisperConfig
 from internal.pipeline.transcript import TranscriptEntry
 from internal.session import Session, SessionManager
 from internal.stt.base import SpeechToText
 from internal.stt.pocketsphinx import PocketsphinxSpeechToText
+from internal.stt.whisper import WhisperSpeechToText
 from internal.tts.base import TextToSpeech
 from server.gateway import Gateway
 from tests.conftest import tone_driven
@@ -56,6 +57,10 @@ REPLY_PHRASES = [
 PCMU_OFFER = ("0 101", "a=rtpmap:0 PCMU/8000\n      a=rtpmap:101 telephone-event/8000\n      a=fmtp:101 0-15")
 PCMA_OFFER = ("8 101", "a=rtpmap:8 PCMA/8000\n      a=rtpmap:101 telephone-event/8000\n      a=fmtp:101 0-15")
 G729_OFFER = ("18", "a=rtpmap:18 G729/8000")
+# What sipp's callee (uas_answer.xml) answers with: PCMU and telephone-event, or PCMU alone.
+PCMU_DTMF_ANSWER = ("m=audio MEDIA_PORT RTP/AVP 0 101\n      a=rtpmap:0 PCMU/8000\n"
+                    "      a=rtpmap:101 telephone-event/8000")
+PCMU_ONLY_ANSWER = "m=audio MEDIA_PORT RTP/AVP 0\n      a=rtpmap:0 PCMU/8000"
 
 
 # ---- audio ------------------------------------------------------------------------------------------
@@ -90,15 +95,22 @@ def loud_part(pcm: bytes, rate: int = 8000, threshold_dbfs: float = -45.0, margi
 
 def best_match(haystack: bytes, needle: bytes) -> float:
     """The highest normalised cross-correlation of `needle` anywhere in `haystack` (both PCM16)."""
+    return best_match_at(haystack, needle)[0]
+
+
+def best_match_at(haystack: bytes, needle: bytes) -> tuple[float, int]:
+    """`best_match` and the sample offset in `haystack` where it is."""
     h = np.frombuffer(haystack, dtype=np.int16).astype(np.float64)
     n = np.frombuffer(needle, dtype=np.int16).astype(np.float64)
     if not len(n) or len(h) < len(n):
-        return 0.0
+        return 0.0, 0
     size = 1 << (len(h) + len(n)).bit_length()
     correlation = np.fft.irfft(np.fft.rfft(h, size) * np.conj(np.fft.rfft(n, size)), size)[: len(h) - len(n) + 1]
     energy = np.concatenate([[0.0], np.cumsum(h * h)])
     window = np.sqrt(np.maximum(energy[len(n):] - energy[: -len(n)], 1e-9))
-    return float(np.max(correlation / (window * np.linalg.norm(n))))
+    scores = correlation / (window * np.linalg.norm(n))
+    best = int(np.argmax(scores))
+    return float(scores[best]), best
 
 
 # ---- hearing what voicegate sends -------------------------------------------------------------------
@@ -199,6 +211,7 @@ def render(directory: Path, template: str = "uac_talk.xml", *, media: str = "", 
         ending = fragment(WAIT_FOR_BYE)
     text = text.replace("<!-- MEDIA -->", media).replace("<!-- ENDING -->", ending)
     placeholders: dict[str, object] = {
+        "ANSWER_MEDIA": values.pop("ANSWER_MEDIA", PCMU_DTMF_ANSWER),
         "MEDIA_PORT": media_port, "OFFER_FORMATS": offer[0], "OFFER_RTPMAPS": offer[1], "FROM_USER": from_user,
         "EXTRA_HEADER": extra_header, "ANSWER_REGEXP": answer_regexp, **values,
     }
@@ -365,6 +378,14 @@ async def make_server(tmp_path: Path, caller_stt: PocketsphinxSpeechToText) -> A
 
 
 @pytest.fixture
+async def whisper(tmp_path: Path) -> AsyncIterator[WhisperSpeechToText]:
+    """Whisper tiny.en in one worker: a server's recogniser, or the test's ear on what was sent."""
+    engine = WhisperSpeechToText(WhisperConfig(workers=1), tmp_path / "models")
+    yield engine
+    await engine.aclose()
+
+
+@pytest.fixture
 async def capture() -> AsyncIterator[RtpCapture]:
     rtp = await RtpCapture.open()
     yield rtp
@@ -391,8 +412,8 @@ def neural_caller(directory: Path, text: str) -> Path:
 
 @pytest.fixture
 async def http_server(tmp_path: Path) -> AsyncIterator[Any]:
-    """`await http_server(config, finals)`: the whole app (gateway started, a ScriptedStt hearing
-    `finals`) and an HTTP client for it, both closed after the test."""
+    """`await http_server(config, finals, model)`: the whole app (gateway started, a ScriptedStt hearing
+    `finals`, the configured model or `model`) and an HTTP client for it, both closed after the test."""
     import httpx
 
     from server.app import create_gateway_application
@@ -400,8 +421,9 @@ async def http_server(tmp_path: Path) -> AsyncIterator[Any]:
 
     started: list[tuple[SipServer, httpx.AsyncClient]] = []
 
-    async def factory(config: Config, finals: list[str] | None = None) -> tuple[SipServer, httpx.AsyncClient]:
-        app = create_gateway_application(config, stt=ScriptedStt(finals or []))
+    async def factory(config: Config, finals: list[str] | None = None,
+                      model: Any = None) -> tuple[SipServer, httpx.AsyncClient]:
+        app = create_gateway_application(config, stt=ScriptedStt(finals or []), model=model)
         gateway = app.state.gateway
         await gateway.start()
         server = SipServer(gateway)

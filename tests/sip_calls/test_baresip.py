@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import shutil
 import wave
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,6 +87,59 @@ async def running_baresip(home: Path, *args: str) -> AsyncIterator[Baresip]:
             process.terminate()
         await process.wait()
         await reader
+
+
+class BaresipConsole:
+    """baresip's ctrl_tcp console (module ctrl_tcp.so): commands as netstring-framed JSON, answered on the
+    same connection, which also carries baresip's events (a call established, a key received...)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader, self._writer = reader, writer
+        self.events: list[dict[str, Any]] = []
+        self._answers: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, ValueError):
+            while True:
+                length = int((await self._reader.readuntil(b":"))[:-1])
+                message = json.loads((await self._reader.readexactly(length + 1))[:-1])
+                (self.events.append if message.get("event") else self._answers.put_nowait)(message)
+
+    async def send(self, command: str, params: str = "") -> dict[str, Any]:
+        body = json.dumps({"command": command, "params": params, "token": "test"}).encode()
+        self._writer.write(str(len(body)).encode() + b":" + body + b",")
+        await self._writer.drain()
+        return await asyncio.wait_for(self._answers.get(), 10)
+
+    def close(self) -> None:
+        self._task.cancel()
+        self._writer.close()
+
+
+def with_console(home: Path) -> int:
+    """Add the ctrl_tcp console to a baresip home; returns its port."""
+    port = free_port()
+    with (home / "config").open("a") as config:
+        config.write(f"module ctrl_tcp.so\nctrl_tcp_listen 127.0.0.1:{port}\n")
+    return port
+
+
+@contextlib.asynccontextmanager
+async def console(port: int) -> AsyncIterator[BaresipConsole]:
+    """baresip's console once it listens (baresip starts it after loading its modules)."""
+    for _ in range(200):
+        with contextlib.suppress(OSError):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"baresip's console never listened on {port}")
+    opened = BaresipConsole(reader, writer)
+    try:
+        yield opened
+    finally:
+        opened.close()
 
 
 def recording(home: Path, direction: str) -> tuple[bytes, int]:

@@ -74,7 +74,7 @@ async def test_a_transfer_the_phone_completes_ends_our_leg_with_bye(http_server:
     response = await client.post(f"/calls/{session.id}/transfer", json={"target": "Sales"}, headers=AUTH)
     assert response.status_code == 202, response.text
     assert response.json() == {"session_id": session.id, "call_id": session.data[SIP_CALL_ID],
-                               "target": "sales", "status": "accepted"}
+                               "target": "sales", "mode": "cold", "status": "accepted"}
     # sipp saw the REFER (Refer-To sales, a Referred-By), our 200 to each NOTIFY, then our BYE.
     (await caller).check()
     (ended,) = await server.wait_ended()

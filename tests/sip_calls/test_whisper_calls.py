@@ -7,15 +7,12 @@ were made for), and the recogniser has no grammar at all: this is what an unknow
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 
 from internal.audio.g711 import ulaw_encode
 from internal.config import Config
-from internal.config.providers import WhisperConfig
 from internal.config.sections import PipelineConfig
 from internal.stt.whisper import WhisperSpeechToText
 from tests.fakes.models import RecordingModel
@@ -34,15 +31,6 @@ from tests.sip_calls.conftest import (
 from tests.speech import neural, silence
 
 pytestmark = pytest.mark.slow
-
-
-@pytest_asyncio.fixture
-async def whisper(tmp_path: Path) -> AsyncIterator[WhisperSpeechToText]:
-    engine = WhisperSpeechToText(WhisperConfig(workers=1), tmp_path / "models")
-    yield engine
-    await engine.aclose()
-
-
 
 
 async def test_a_caller_in_a_neural_voice_is_understood_by_whisper_and_answered_by_piper(

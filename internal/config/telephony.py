@@ -1,0 +1,109 @@
+"""Config sections for the phone flows: digit forms, answering-machine detection, warm transfer.
+
+Each is documented in docs/configuration.md and config.toml like every other section; what the flows do
+with them is in docs/sip.md and docs/agent-runtime.md.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from internal.config.sections import Section
+
+InputMode = Literal["keys", "speech", "both"]
+Terminator = Literal["#", "*", ""]
+AmdOutcome = Literal["continue", "leave_message", "hangup"]
+FORM_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+
+
+class DigitFormConfig(Section):
+    """One named form; an unset key takes the [digits] section's value."""
+
+    prompt: str = Field(min_length=1, max_length=500)
+    min_digits: int = Field(1, ge=1, le=64)
+    max_digits: int = Field(16, ge=1, le=64)
+    terminator: Terminator | None = None
+    timeout_s: float | None = Field(None, gt=0, le=120)
+    inter_digit_timeout_s: float | None = Field(None, gt=0, le=60)
+    speech_end_s: float | None = Field(None, gt=0, le=30)
+    input: InputMode | None = None
+    max_attempts: int | None = Field(None, ge=1, le=10)
+    retry_prompt: str | None = Field(None, max_length=500)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> DigitFormConfig:
+        if self.min_digits > self.max_digits:
+            raise ValueError(f"min_digits ({self.min_digits}) is above max_digits ({self.max_digits})")
+        return self
+
+
+class DigitsConfig(Section):
+    enabled: bool = True
+    terminator: Terminator = "#"
+    timeout_s: float = Field(8.0, gt=0, le=120)
+    inter_digit_timeout_s: float = Field(4.0, gt=0, le=60)
+    speech_end_s: float = Field(1.5, gt=0, le=30)
+    input: InputMode = "both"
+    max_attempts: int = Field(3, ge=1, le=10)
+    retry_prompt: str = Field("Sorry, I didn't get that.", max_length=500)
+    forms: dict[str, DigitFormConfig] = Field(default_factory=dict)
+
+    @field_validator("forms")
+    @classmethod
+    def _names(cls, forms: dict[str, DigitFormConfig]) -> dict[str, DigitFormConfig]:
+        for name in forms:
+            if not FORM_NAME.match(name):
+                raise ValueError(f"form name {name!r}: use lower-case letters, digits and _ (it is what the "
+                                 "model passes to collect_digits)")
+        return forms
+
+
+class AmdConfig(Section):
+    enabled: bool = False
+    on_human: AmdOutcome = "continue"
+    on_machine: AmdOutcome = "leave_message"
+    on_unknown: AmdOutcome = "continue"
+    voicemail_message: str = Field("", max_length=2000)
+    initial_silence_ms: int = Field(2500, ge=500, le=30000)
+    end_silence_ms: int = Field(700, ge=200, le=5000)
+    human_greeting_ms: int = Field(1800, ge=200, le=10000)
+    machine_greeting_ms: int = Field(2700, ge=500, le=20000)
+    words_greeting_ms: int = Field(1900, ge=500, le=20000)
+    max_human_greeting_ms: int = Field(4000, ge=500, le=20000)
+    word_wait_ms: int = Field(1200, ge=0, le=10000)
+    probe: bool = True
+    first_probe_ms: int = Field(700, ge=200, le=10000)
+    probe_every_ms: int = Field(500, ge=200, le=10000)
+    max_decision_ms: int = Field(5000, ge=1000, le=30000)
+    after_greeting_silence_ms: int = Field(1500, ge=200, le=10000)
+    beep_wait_s: float = Field(20.0, gt=0, le=120)
+
+    @model_validator(mode="after")
+    def _order(self) -> AmdConfig:
+        if not self.human_greeting_ms < self.words_greeting_ms <= self.machine_greeting_ms:
+            raise ValueError("need human_greeting_ms < words_greeting_ms <= machine_greeting_ms")
+        return self
+
+
+class WarmTransferConfig(Section):
+    default_mode: Literal["cold", "warm"] = "cold"
+    hold_message: str = Field("Please hold while I connect you.", max_length=500)
+    hold_music: str = ""
+    ring_timeout_s: float = Field(30.0, gt=0, le=300)
+    greet_wait_ms: int = Field(2500, ge=0, le=10000)
+    brief_template: str = Field("Hello, this is the voice assistant with a caller for {target}. {summary} "
+                                "I'm connecting you now.", max_length=1000)
+    summary_max_chars: int = Field(300, ge=0, le=2000)
+    return_message: str = Field("Sorry, {target} {why}. I'm still here. How else can I help?", max_length=500)
+
+    @field_validator("brief_template", "return_message")
+    @classmethod
+    def _placeholders(cls, text: str) -> str:
+        unknown = set(re.findall(r"{(\w*)}", text)) - {"target", "summary", "why"}
+        if unknown:
+            raise ValueError(f"unknown placeholder(s) {', '.join(sorted(unknown))}: use {{target}}, {{summary}} "
+                             "(brief_template) and {why} (return_message)")
+        return text

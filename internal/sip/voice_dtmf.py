@@ -1,0 +1,129 @@
+"""Sending key presses on a live SIP call: into another IVR ("press 2 for billing") on an outbound call.
+
+RFC 4733 telephone events in the call's RTP when the peer's SDP answer accepted telephone-event (the
+packets of each digit share one timestamp, the first carries the marker bit, the last is sent three
+times with the end bit: internal/audio/dtmf.py); otherwise one SIP INFO per digit
+(application/dtmf-relay, "Signal=5" and "Duration=100"), the way phones without RFC 4733 send them.
+`POST /calls/{id}/dtmf` and the agent's `send_dtmf` tool both come here. Either way this returns once
+the digits have gone out, so whatever the agent says next follows them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any, Literal
+
+from internal.audio.dtmf import EVENT_DIGITS
+from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
+from internal.session import Session
+from internal.sip.voice_call import SIP_CALL_ID
+
+DtmfMethod = Literal["rfc4733", "info"]
+MAX_DIGITS = 64
+EVENT_MS = 100  # internal/audio/dtmf.py DtmfSender's default: each press lasts this long
+GAP_MS = 60  # ... and is followed by this much audio
+_DIGITS = re.compile(rf"^[{re.escape(EVENT_DIGITS)}]{{1,{MAX_DIGITS}}}$")
+
+
+class DtmfError(Exception):
+    """Digits that cannot be sent; `code` is what the HTTP API reports."""
+
+    code = "dtmf_failed"
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status  # the SIP status of a refused INFO
+
+
+class InvalidDigits(DtmfError):
+    code = "invalid_digits"
+
+
+class NotSendable(DtmfError):
+    """Not a SIP call, or not established (yet, or any more)."""
+
+    code = "not_established"
+
+
+def check_digits(digits: str) -> str:
+    digits = digits.strip().upper()
+    if not _DIGITS.match(digits):
+        raise InvalidDigits(f"digits must be 1-{MAX_DIGITS} of 0-9, *, #, A-D (got {digits[:80]!r})")
+    return digits
+
+
+def info_body(digit: str) -> bytes:
+    return f"Signal={digit}\r\nDuration={EVENT_MS}\r\n".encode()
+
+
+class CallKeypad:
+    """One per server: sends digits on the SIP calls the UA holds."""
+
+    def __init__(self, ua: Any, handler: Any) -> None:
+        self._ua = ua
+        self._handler = handler
+
+    def _call(self, session: Session) -> tuple[Any, Any]:
+        """(the dialog, the SipVoiceCall) of an established SIP call."""
+        if session.transport != "sip" or session.ended:
+            raise NotSendable("only a live SIP call can send key presses")
+        call_id = session.data.get(SIP_CALL_ID)
+        voice = self._handler.calls.get(call_id)
+        for leg in self._ua.calls.legs():
+            if leg.dialog.call_id == call_id and not leg.ended and leg.dialog.state == "confirmed" and voice:
+                return leg.dialog, voice
+        raise NotSendable("the call is not established (not answered yet, or already ended)")
+
+    async def send(self, session: Session, digits: str) -> DtmfMethod:
+        """Send `digits` (RFC 4733 when negotiated, else SIP INFO); returns once they have gone out."""
+        digits = check_digits(digits)
+        dialog, voice = self._call(session)
+        if voice.rtp.dtmf_negotiated:
+            voice.rtp.send_dtmf(digits)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + len(digits) * (EVENT_MS + GAP_MS + 100) / 1000 + 2.0
+            # Polled: the events go out on the media tick, which signals nothing (a few polls per key).
+            while voice.rtp.sending_dtmf and loop.time() < deadline and not voice.ended:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+            return "rfc4733"
+        for index, digit in enumerate(digits):
+            if index:
+                await asyncio.sleep((EVENT_MS + GAP_MS) / 1000)  # the far end sees separate presses
+            response = await self._ua.stack.request_in_dialog(dialog, "INFO", body=info_body(digit),
+                                                              content_type="application/dtmf-relay")
+            if not 200 <= response.status < 300:
+                raise DtmfError(f"the peer refused SIP INFO for key presses (SIP {response.status} "
+                                f"{response.reason}) and did not negotiate telephone-event", response.status)
+        return "info"
+
+
+def _is_sip_call(context: ToolContext) -> bool:
+    return getattr(context.extras.get("session"), "transport", None) == "sip"
+
+
+def register_dtmf_tool(registry: ToolRegistry, keypad: CallKeypad) -> None:
+    """`send_dtmf`: press keys on the call, e.g. to pick an option in another company's phone menu."""
+
+    async def send_dtmf(arguments: dict[str, Any], context: ToolContext) -> str:
+        session = context.extras.get("session")
+        if not isinstance(session, Session):
+            raise ToolError("key presses cannot be sent on this call")
+        try:
+            method = await keypad.send(session, str(arguments.get("digits") or ""))
+        except DtmfError as exc:
+            raise ToolError(exc.message) from None
+        return json.dumps({"ok": True, "sent": check_digits(str(arguments["digits"])), "method": method})
+
+    registry.register(
+        "send_dtmf",
+        "Press keys on the phone line, e.g. to choose an option in an automated phone menu you have called "
+        "('press 2 for billing'). Digits 0-9, * and #.",
+        {"type": "object", "properties": {"digits": {"type": "string", "pattern": "^[0-9*#A-D]{1,64}$",
+                                                     "description": "the keys to press, in order"}},
+         "required": ["digits"], "additionalProperties": False},
+        send_dtmf,
+        available=_is_sip_call,
+    )

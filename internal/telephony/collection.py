@@ -1,0 +1,130 @@
+"""Running a digit form on a live call: prompt, listen for keys and words, judge, re-prompt, give up.
+
+While the form runs it holds the pipeline's caller input (internal/pipeline/capture.py): keys and the
+recogniser's finals come here, not to the agent's turns, and talking over the prompt does not cancel
+the reply that asked for the digits. A key or the first words during the prompt stop the prompt at
+once (a caller who knows the number need not hear the instructions out). Each attempt follows the
+rules in digits.py; a failed one is followed by the retry prompt and the prompt again, up to
+`max_attempts`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from internal.pipeline.events import DigitsEvent, EventSink
+from internal.pipeline.pipeline import VoicePipeline
+from internal.telephony.digits import AttemptResult, DigitEntry, DigitSpec, Via, next_prompt
+
+NOT_STARTED_MS = 1 << 62  # an attempt's timers start when its prompt has been heard
+
+Speak = Callable[[str], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class DigitsResult:
+    status: Literal["complete", "invalid", "timeout"]  # of the last attempt
+    digits: str
+    via: Via
+    attempts: int
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "complete"
+
+
+class DigitCollection:
+    """The CallerInput of one form: feeds the current attempt and wakes the collector."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._epoch = clock()
+        self.entry: DigitEntry | None = None
+        self.changed = asyncio.Event()
+
+    def now_ms(self) -> int:
+        return int((self._clock() - self._epoch) * 1000)
+
+    def audio(self, pcm: bytes) -> None:
+        return None
+
+    def speech_started(self) -> None:
+        if self.entry is not None:
+            self.entry.speech_started(self.now_ms())
+            self.changed.set()
+
+    def speech_ended(self) -> None:
+        return None
+
+    def transcript(self, text: str, final: bool) -> None:
+        if final and self.entry is not None:
+            self.entry.speech(text, self.now_ms())
+            self.changed.set()
+
+    def digit(self, digit: str) -> None:
+        if self.entry is not None:
+            self.entry.key(digit, self.now_ms())
+            self.changed.set()
+
+
+async def collect_digits(pipeline: VoicePipeline, spec: DigitSpec, speak: Speak, *, form: str = "",
+                         sink: EventSink | None = None) -> DigitsResult:
+    """Run the form on the call; the last attempt's outcome. `speak` says a prompt in the agent's voice and
+    returns once it has been played (ToolContext.speak)."""
+    capture = DigitCollection()
+    previous = pipeline.capture
+    pipeline.capture = capture
+    attempt, last = 0, None
+    try:
+        while (prompt := next_prompt(spec, attempt + 1, last)) is not None:
+            attempt += 1
+            last = await _attempt(pipeline, capture, spec, prompt, speak)
+            if last.status == "complete":
+                break
+    finally:
+        if pipeline.capture is capture:
+            pipeline.capture = previous
+    assert last is not None
+    result = DigitsResult(last.status, last.digits if last.status == "complete" else "", last.via, attempt)
+    (sink or pipeline.sink).emit(DigitsEvent(form=form, status=result.status, via=result.via,
+                                             length=len(result.digits), attempts=attempt))
+    return result
+
+
+async def _attempt(pipeline: VoicePipeline, capture: DigitCollection, spec: DigitSpec, prompt: str,
+                   speak: Speak) -> AttemptResult:
+    entry = DigitEntry(spec, NOT_STARTED_MS)
+    capture.entry = entry
+    capture.changed.clear()
+    prompting: asyncio.Future[None] = asyncio.ensure_future(speak(prompt))
+    try:
+        while not prompting.done() and not entry.begun and entry.result is None:
+            waiter: asyncio.Future[None] = asyncio.ensure_future(_changed(capture))
+            await asyncio.wait([prompting, waiter], return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            capture.changed.clear()
+        if not prompting.done():
+            pipeline.playout.clear()  # the caller has begun: the rest of the prompt goes unsaid
+        entry.started_ms = capture.now_ms()
+        while entry.result is None:
+            deadline = entry.deadline_ms()
+            timeout = None if deadline is None else max(0.0, (deadline - capture.now_ms()) / 1000)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(capture.changed.wait(), timeout)
+            capture.changed.clear()
+            entry.expire(capture.now_ms())
+        return entry.result
+    finally:
+        capture.entry = None
+        if not prompting.done():
+            prompting.cancel()
+        await asyncio.gather(prompting, return_exceptions=True)
+
+
+async def _changed(capture: DigitCollection) -> None:
+    await capture.changed.wait()

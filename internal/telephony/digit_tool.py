@@ -1,0 +1,107 @@
+"""The `collect_digits` tool: the agent asks for a number and gets back what the caller keyed or said.
+
+The model either names a form the deployer configured ([digits.forms]: "account", "pin", with their
+prompts and lengths) or describes one itself (a prompt and the digit counts). The tool speaks the prompt,
+runs the form (collection.py) and returns the digits, how they came and in how many attempts, or why it
+failed, so the model can say "thanks" or offer another way. Digits go to the model (it needs them, e.g.
+for a lookup tool), never into events or logs.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from internal.config.telephony import DigitFormConfig, DigitsConfig
+from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
+from internal.session import Session
+from internal.telephony.collection import collect_digits
+from internal.telephony.digits import DigitSpec, DigitSpecError
+
+# The turn's timeout is extended by at least this much beyond the form's own worst case (prompts, waits).
+DEADLINE_SLACK_S = 10.0
+PROMPT_SECONDS = 8.0  # a generous length for one spoken prompt
+
+
+def form_spec(config: DigitsConfig, form: DigitFormConfig | None, arguments: dict[str, Any]) -> DigitSpec:
+    """The spec from the section's defaults, then the named form, then what the model passed."""
+
+    def pick(name: str, default: Any) -> Any:
+        value = arguments.get(name)
+        if value is None and form is not None:
+            value = getattr(form, name, None)
+        return default if value is None else value
+
+    terminator = pick("terminator", config.terminator)
+    terminator = "" if terminator == "none" else terminator
+    prompt = str(pick("prompt", "")).strip()
+    if not prompt:
+        raise DigitSpecError("a prompt is needed: name a configured form or say what to ask")
+    try:
+        return DigitSpec(
+            prompt=prompt,
+            min_digits=int(pick("min_digits", 1)),
+            max_digits=int(pick("max_digits", 16)),
+            terminator=str(terminator),
+            timeout_ms=int(float(pick("timeout_s", config.timeout_s)) * 1000),
+            inter_digit_timeout_ms=int(float(pick("inter_digit_timeout_s", config.inter_digit_timeout_s)) * 1000),
+            speech_end_ms=int(float(pick("speech_end_s", config.speech_end_s)) * 1000),
+            input=pick("input", config.input),
+            max_attempts=int(pick("max_attempts", config.max_attempts)),
+            retry_prompt=str(pick("retry_prompt", config.retry_prompt)),
+        )
+    except (TypeError, ValueError) as exc:
+        raise DigitSpecError(str(exc)) from None
+
+
+def worst_case_s(spec: DigitSpec) -> float:
+    """How long a form can take: every attempt's prompt, its first wait and its digits' gaps."""
+    per_attempt = (PROMPT_SECONDS + spec.timeout_ms / 1000
+                   + spec.max_digits * max(spec.inter_digit_timeout_ms, spec.speech_end_ms) / 1000)
+    return spec.max_attempts * per_attempt + DEADLINE_SLACK_S
+
+
+def register_digits_tool(registry: ToolRegistry, config: DigitsConfig) -> None:
+    forms = dict(config.forms)
+    properties: dict[str, Any] = {
+        "prompt": {"type": "string", "description": "what to ask, e.g. 'Please enter your account number "
+                   "followed by hash.' (not needed with a form)"},
+        "min_digits": {"type": "integer", "minimum": 1, "maximum": 64},
+        "max_digits": {"type": "integer", "minimum": 1, "maximum": 64},
+        "terminator": {"type": "string", "enum": ["#", "*", "none"], "description": "key that ends the entry"},
+        "input": {"type": "string", "enum": ["keys", "speech", "both"], "description": "keypad, voice, or either"},
+    }
+    if forms:
+        properties["form"] = {"type": "string", "enum": sorted(forms), "description": "a configured form"}
+
+    async def run(arguments: dict[str, Any], context: ToolContext) -> str:
+        session = context.extras.get("session")
+        pipeline = session.pipeline if isinstance(session, Session) else None
+        if pipeline is None:
+            raise ToolError("digits cannot be collected on this call")
+        name = str(arguments.get("form") or "")
+        if name and name not in forms:
+            raise ToolError(f"no form named {name!r} (configured: {', '.join(sorted(forms)) or 'none'})")
+        try:
+            spec = form_spec(config, forms.get(name), arguments)
+        except DigitSpecError as exc:
+            raise ToolError(f"cannot collect digits: {exc}") from None
+        context.extend_deadline(worst_case_s(spec))
+        result = await collect_digits(pipeline, spec, context.speak, form=name)
+        if result.ok:
+            return json.dumps({"ok": True, "digits": result.digits, "via": result.via, "attempts": result.attempts})
+        return json.dumps({"ok": False, "reason": result.status, "attempts": result.attempts,
+                           "note": "The caller did not give a valid entry. Do not ask again right away; offer "
+                                   "another way or ask if they want to try once more."})
+
+    forms_text = f" Configured forms: {', '.join(sorted(forms))}." if forms else ""
+    registry.register(
+        "collect_digits",
+        "Ask the caller for a number (account, PIN, date, menu choice) and wait for them to key it in or say it. "
+        "The tool speaks the prompt itself; do not repeat it. Returns the digits." + forms_text,
+        {"type": "object", "properties": properties, "additionalProperties": False},
+        run,
+        # It speaks and waits for the caller: never for a reply that may still be thrown away.
+        side_effects=True,
+        ledger=False,
+    )

@@ -1,0 +1,40 @@
+"""The phone flows on the SIP side, wired at start-up: key presses out, warm transfer, AMD metrics.
+
+Digit collection (`collect_digits`) is transport-neutral and registered with the other built-in tools
+(server/providers.py); what is here needs the SIP user agent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from internal.config import Config
+from internal.sip.voice_dtmf import CallKeypad, register_dtmf_tool
+from internal.telemetry.otel import Telemetry
+from internal.telephony.answering_machine import AmdRun
+
+
+def install_sip_phone_flows(gateway: Any, config: Config, telemetry: Telemetry) -> None:
+    """`send_dtmf` and the keypad behind POST /calls/{id}/dtmf; warm transfers beside the cold ones when
+    there are transfer targets; AMD decisions counted in /metrics."""
+    from internal.sip.voice_transfer import CallTransfers, register_transfer_tool
+    from internal.sip.voice_warm_transfer import WarmTransfers
+
+    assert gateway.sessions is not None
+    gateway.sip_keypad = CallKeypad(gateway.sip, gateway.sip_calls)
+    register_dtmf_tool(gateway.tools, gateway.sip_keypad)
+    if config.sip.transfer_targets:
+        gateway.sip_transfers = CallTransfers(config.sip, gateway.sip, gateway.sessions.end)
+        # The hold music was checked with the other providers (server/providers.py check_providers).
+        gateway.sip_warm_transfers = WarmTransfers(config.warm_transfer, gateway.sip_transfers, gateway.sip_calls,
+                                                   gateway.sip, gateway.sessions.end)
+        register_transfer_tool(gateway.tools, gateway.sip_transfers, gateway.sip_warm_transfers,
+                               config.warm_transfer.default_mode)
+
+    def count(run: AmdRun) -> None:
+        if run.decision is not None:
+            labels = {"result": run.decision.result, "reason": run.decision.reason, "outcome": run.outcome or ""}
+            telemetry.amd_decisions.add(1, labels)
+            telemetry.amd_decision_ms.record(run.decision.at_ms, {"result": run.decision.result})
+
+    gateway.sip_calls.on_amd_decision = count

@@ -1,0 +1,118 @@
+"""Key presses out, into another IVR: RFC 4733 events we decode from the wire, SIP INFO when the callee did not
+negotiate telephone-event, and the agent's `send_dtmf` heard by baresip."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from internal.audio.dtmf import END_REPEATS, DtmfReceiver, TelephoneEvent
+from tests.fakes.models import ToolCallingModel
+from tests.sip_calls.conftest import (
+    PCMU_ONLY_ANSWER,
+    WAIT_FOR_BYE,
+    RtpCapture,
+    agent_said,
+    eventually,
+    fragment,
+    render,
+)
+from tests.sip_calls.test_baresip import baresip_home, console, running_baresip, with_console
+from tests.sip_calls.test_outbound import API_KEY, AUTH, OUR_OFFER, outbound_config, start_callee
+from tests.speech import speak, write_wav
+
+pytestmark = pytest.mark.slow
+
+
+async def answered_call(client: Any, port: int) -> dict[str, Any]:
+    response = await client.post("/calls", json={"to": f"sip:ivr@127.0.0.1:{port}"}, headers=AUTH)
+    assert response.status_code == 201, response.text
+    return response.json()  # type: ignore[no-any-return]
+
+
+async def test_post_dtmf_sends_rfc4733_events_that_decode_to_the_keys(
+        http_server: Any, capture: RtpCapture, tmp_path: Path) -> None:
+    server, client = await http_server(outbound_config(tmp_path))
+    scenario = render(tmp_path, "uas_answer.xml", ending=WAIT_FOR_BYE, media_port=capture.port, OFFER_REGEXP=OUR_OFFER)
+    callee, port = await start_callee(tmp_path, scenario)
+    placed = await answered_call(client, port)
+    path = f"/calls/{placed['call_id']}/dtmf"
+    invalid = await client.post(path, json={"digits": "12x"}, headers=AUTH)
+    assert invalid.status_code == 422 and invalid.json()["error"]["code"] == "invalid_digits"
+    assert (await client.post("/calls/nope/dtmf", json={"digits": "1"}, headers=AUTH)).status_code == 404
+    assert (await client.post(path, json={"digits": "1"})).status_code == 401
+    response = await client.post(path, json={"digits": "12#"}, headers=AUTH)
+    assert response.status_code == 200, response.text
+    assert response.json() == {"session_id": placed["session_id"], "call_id": placed["call_id"], "digits": "12#",
+                               "method": "rfc4733"}
+    session = server.sessions.get(placed["session_id"])
+    await server.hang_up(session)
+    (await callee).check()
+
+    events = [p for p in capture.packets((101,))]
+    audio = capture.packets((0,))
+    assert {p.ssrc for p in events} == {audio[0].ssrc}  # one stream: the events are part of the call's RTP
+    receiver = DtmfReceiver()
+    assert [d for p in events for d in receiver.feed(p)] == ["1", "2", "#"]
+    presses = [list(group) for _, group in itertools.groupby(events, key=lambda p: p.timestamp)]
+    assert len(presses) == 3
+    for press, key in zip(presses, "12#", strict=True):
+        payloads = [TelephoneEvent.parse(p.payload) for p in press]
+        assert [p.marker for p in press] == [True] + [False] * (len(press) - 1)  # the marker on the first only
+        assert {e.digit for e in payloads} == {key}
+        durations = [e.duration for e in payloads]
+        assert durations == sorted(durations) and durations[0] > 0  # growing while the key is held
+        ends = [e for e in payloads if e.end]
+        assert len(ends) == END_REPEATS and payloads[-END_REPEATS:] == ends  # the end, sent three times
+        assert len(set(ends)) == 1  # ... the same packet each time (one duration)
+        sequences = [p.sequence for p in press]
+        assert all((b - a) % 65536 == 1 for a, b in itertools.pairwise(sequences))
+    assert presses[0][0].timestamp < presses[1][0].timestamp < presses[2][0].timestamp  # each its own start
+
+
+async def test_without_telephone_event_the_keys_go_as_sip_info(
+        http_server: Any, capture: RtpCapture, tmp_path: Path) -> None:
+    server, client = await http_server(outbound_config(tmp_path))
+    infos = fragment("receive_info", INFO_SIGNAL="7") + fragment("receive_info", INFO_SIGNAL="#")
+    scenario = render(tmp_path, "uas_answer.xml", ending=infos + fragment(WAIT_FOR_BYE), media_port=capture.port,
+                      OFFER_REGEXP=OUR_OFFER, ANSWER_MEDIA=PCMU_ONLY_ANSWER)
+    callee, port = await start_callee(tmp_path, scenario)
+    placed = await answered_call(client, port)
+    response = await client.post(f"/calls/{placed['session_id']}/dtmf", json={"digits": "7#"},
+                                 headers={"Authorization": f"Bearer {API_KEY}"})
+    assert response.status_code == 200, response.text
+    assert response.json()["method"] == "info"
+    await server.hang_up(server.sessions.get(placed["session_id"]))
+    (await callee).check()  # sipp saw both INFOs, in order, with their Signal lines
+    assert capture.packets((101,)) == []
+
+
+def ivr_home(directory: Path, prompt: str) -> tuple[Path, int, int]:
+    """baresip as a company's phone menu: answers by itself and says `prompt`; (home, SIP port, console port)."""
+    speech = bytes(8000) + speak(prompt, 8000) + bytes(16000 * 15)
+    home = baresip_home(directory, write_wav(directory / "ivr.wav", speech, 8000))
+    (home / "accounts").write_text("<sip:ivr@127.0.0.1>;answermode=auto;regint=0\n")
+    listen = next(line for line in (home / "config").read_text().splitlines() if line.startswith("sip_listen"))
+    return home, int(listen.rsplit(":", 1)[1]), with_console(home)
+
+
+async def test_the_agent_presses_a_key_in_the_menu_it_called_and_baresip_hears_it(
+        http_server: Any, tmp_path: Path) -> None:
+    config = outbound_config(tmp_path)
+    config.pipeline.greeting_outgoing = "Hello."
+    model = ToolCallingModel([("send_dtmf", {"digits": "2"})], lambda r: "Billing, please." if r.get("ok") else "No.")
+    server, client = await http_server(config, ["press two for billing"], model)
+    home, sip_port, console_port = ivr_home(tmp_path, "press two for billing")
+    async with running_baresip(home), console(console_port) as ivr:
+        placed = await answered_call(client, sip_port)
+        session = server.sessions.get(placed["session_id"])
+        await agent_said(session, "Billing, please.")
+        assert model.results == [{"ok": True, "sent": "2", "method": "rfc4733"}]
+        await eventually(lambda: any(e.get("type") == "CALL_DTMF_START" for e in ivr.events), 10,
+                         "baresip to report the key")
+        keys = [e.get("param") for e in ivr.events if e.get("type") == "CALL_DTMF_START"]
+        assert keys == ["2"], ivr.events
+        await server.hang_up(session)
