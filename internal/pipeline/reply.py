@@ -115,11 +115,11 @@ class ReplyRunner:
 
         tool_context.speak = say_now
 
-        def say_now(text: str) -> None:
+        def say_soon(text: str) -> None:
             spoken.append(text)
             sentences.put_nowait(text)
 
-        tool_context.say = say_now  # a tool's word to the caller is spoken in order with the reply
+        tool_context.say = say_soon  # a tool's word to the caller is spoken in order with the reply
 
         async def generate() -> int:
             try:
