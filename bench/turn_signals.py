@@ -92,7 +92,13 @@ def _extract(task: tuple[Dialogue, int, str, int, int]) -> DialogueSignals:
 def extract(dialogue: Dialogue, rate: int, noise: str, seed: int, offset_ms: int) -> DialogueSignals:
     """Replay one dialogue through the VAD and record both signals at each end of utterance."""
     from internal.audio.frame import frame_bytes
-    from internal.pipeline.vad import AdaptiveEnergyClassifier, VadEvent, VadProfile, VoiceActivityDetector
+    from internal.pipeline.vad import (
+        AdaptiveEnergyClassifier,
+        NoiseAwareGate,
+        VadEvent,
+        VadProfile,
+        VoiceActivityDetector,
+    )
     from internal.stt.whisper_decode import to_model_audio
     from internal.turn.silero import SileroClassifier
     from internal.turn.smart_turn import without_long_pauses
@@ -100,8 +106,9 @@ def extract(dialogue: Dialogue, rate: int, noise: str, seed: int, offset_ms: int
     audio = dialogue.audio(rate, noise, seed)
     size = frame_bytes(rate)
     frames = [audio[i:i + size] for i in range(0, len(audio) - size + 1, size)]
-    classifier = SileroClassifier(rate, _models["silero"], 0.5, gate=AdaptiveEnergyClassifier(9.0))
-    vad = VoiceActivityDetector(classifier, VadProfile(60, offset_ms), classifier.gate)
+    gate = NoiseAwareGate(AdaptiveEnergyClassifier(9.0))  # the product's default gate (pipeline.vad_noise_gate)
+    classifier = SileroClassifier(rate, _models["silero"], 0.5, gate=gate)
+    vad = VoiceActivityDetector(classifier, VadProfile(60, offset_ms), gate)
     events: list[tuple[str, int]] = []  # ("start"|"end", frame index)
     voiced: list[bool] = []
     snr: list[float | None] = []

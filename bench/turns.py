@@ -7,7 +7,9 @@ finished wait, and does the agent stop for a real interruption but not for "mm-h
 The turns come from bench/turn_cases.py: 22 sentences with a pause of 0.5, 1.0 or 1.5 s cut in where a
 person pauses (66 paused dialogues), 36 finished questions, statements and short answers, and for
 barge-in 10 backchannels at 5 moments (50) and 15 interruptions at 2 (30), while the agent reads a long
-answer. A line is a voice (Piper, espeak-ng), a channel (8 kHz G.711, 16 kHz) and a noise (none, white at 10 dB).
+answer. A line is a voice (Piper, espeak-ng), a channel (8 kHz G.711, 16 kHz) and a noise (none, white at 10 dB
+after the line, or a held-out condition of bench/noises.py: `white15`, `pink20`, `street10`, `babble15`, ...,
+added before the line; `--lines noisy` is piper at 8 kHz in every one, and at 16 kHz at 15 dB).
 None of these sentences is in the fusion model's training set (scripts/train_turn_fusion.py).
 
 `curve`: each dialogue's decision points are recorded once (bench/turn_signals.py: the pipeline's VAD,
@@ -78,6 +80,11 @@ def eval_dialogues(voice: str, barge: bool = False) -> list[Dialogue]:
 
 
 def parse_lines(text: str) -> list[tuple[str, int, str]]:
+    if text == "noisy":
+        from bench.noises import KINDS, all_conditions
+
+        text = ",".join([f"piper/8000/{c}" for c in ["none", *all_conditions()]]
+                        + [f"piper/16000/{kind}15" for kind in KINDS])
     out = []
     for item in text.split(","):
         voice, rate, noise = item.split("/")
@@ -113,7 +120,7 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
         for offset in [int(o) for o in args.offsets.split(",")]:
             label = f"{voice}/{rate}/{noise}/{offset}ms"
             signals: list[DialogueSignals] = cached(
-                "turns-signals", (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, rate, noise, offset, "v3"),
+                "turns-signals", (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, rate, noise, offset, "v4"),
                 lambda d=dialogues, r=rate, n=noise, o=offset, lab=label: extract_all(
                     d, r, n, o, args.workers, lambda done, total: progress(f"signals {lab}", done, total)))
             chosen = configs(fusion)

@@ -1,8 +1,9 @@
 """Render test speech with the pinned Piper voice, the same samples on every run and machine.
 
-Run as its own process (Piper is GPL): `python tests/piper_render.py MODEL OUT_DIR [SEED]` with one
-text per line on stdin; writes OUT_DIR/<n>.wav for the n-th line (from 0). Another seed gives the
-same voice other prosody (the turn-taking benchmark trains on one seed and measures on another).
+Run as its own process (Piper is GPL): `python tests/piper_render.py MODEL OUT_DIR [SEED [LENGTH_SCALE]]`
+with one text per line on stdin; writes OUT_DIR/<n>.wav for the n-th line (from 0). Another seed gives
+the same voice other prosody (the turn-taking benchmark trains on one seed and measures on another);
+another length scale another pace (the babble of bench/noises.py: > 1 slower, < 1 faster).
 
 Piper's VITS model draws noise while it speaks (`noise_scale`, `noise_w`), from onnxruntime's
 random generator, so by default each render of a sentence differs: prosody, pauses, length. Tests
@@ -21,17 +22,18 @@ from pathlib import Path
 SEED = 20261202
 
 
-def main(model: str, out_dir: str, seed: int = SEED) -> None:
+def main(model: str, out_dir: str, seed: int = SEED, length_scale: float | None = None) -> None:
     import onnxruntime
-    from piper import PiperVoice
+    from piper import PiperVoice, SynthesisConfig
 
     texts = sys.stdin.read().split("\n")
     for index, text in enumerate(texts):
         onnxruntime.set_seed(seed)
         voice = PiperVoice.load(model)
         with wave.open(str(Path(out_dir) / f"{index}.wav"), "wb") as clip:
-            voice.synthesize_wav(text, clip)
+            voice.synthesize_wav(text, clip, SynthesisConfig(length_scale=length_scale))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else SEED)
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else SEED,
+         float(sys.argv[4]) if len(sys.argv) > 4 else None)
