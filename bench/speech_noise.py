@@ -10,8 +10,8 @@ babble at 20, 15 and 10 dB speech-active SNR, each set with its own seeds and ba
 before the line: 8 kHz through G.711 mu-law, or 16 kHz.
 
 Each approach decodes every clip in this process the way a worker does (internal/stt/whisper_decode.py,
-one thread, int8), and is timed in CPU seconds (what a decode costs a core, whatever else the machine
-does). Approaches:
+one thread, int8), and is timed in CPU seconds (what a decode costs a core); the approaches take turns
+clip by clip, so another process's load weighs on all of them alike. Approaches:
 - `today`: the defaults before issue 30 (greedy everywhere).
 - `default`: the current defaults (a wider beam where the utterance's estimated SNR is low).
 - `beam5`: beam 5 on every utterance.
@@ -108,25 +108,28 @@ def decoder_for(approach: Approach, work: Path) -> Any:
     return WhisperDecoder(decode_settings(config, resolve_model(approach.model, work, download=False), cuda_count=0))
 
 
-def measure(decoder: Any, approach: Approach, texts: list[str], clips: list[bytes], condition: str, rate: int,
-            set_name: str) -> dict[str, Any]:
+def measure(decoders: dict[str, Any], texts: list[str], clips: list[bytes], condition: str, rate: int,
+            set_name: str) -> dict[str, dict[str, Any]]:
+    """Every approach on every clip of one line; the approaches take turns clip by clip, so whatever else
+    the machine is doing weighs on each approach's CPU figure alike."""
     from internal.stt.whisper_decode import to_model_audio
 
-    errors = words = 0
-    cpu = 0.0
-    snrs = []
+    tally = {name: {"errors": 0, "words": 0, "cpu": 0.0, "snrs": []} for name in decoders}
     for index, (text, clip) in enumerate(zip(texts, clips, strict=True)):
-        audio = to_model_audio(channel(add_noise(clip, condition, index, set_name), rate), rate)
-        started = time.process_time()
-        if approach.before is not None:
-            audio = approach.before(audio)
-        decoded = decoder.decode(audio)
-        cpu += time.process_time() - started
-        edits, count = word_errors(text, decoded.text)
-        errors, words = errors + edits, words + count
-        snrs.append(decoded.snr_db)
-    return {"wer": round(100 * errors / words, 1), "cpu_ms": round(1000 * cpu / len(texts)),
-            "snr_estimate_db": round(float(np.median(snrs)), 1)}
+        line = to_model_audio(channel(add_noise(clip, condition, index, set_name), rate), rate)
+        for name, decoder in decoders.items():
+            before = APPROACHES[name].before
+            started = time.process_time()
+            decoded = decoder.decode(before(line) if before is not None else line)
+            spent = time.process_time() - started
+            edits, count = word_errors(text, decoded.text)
+            counts = tally[name]
+            counts["errors"] += edits
+            counts["words"] += count
+            counts["cpu"] += spent
+            counts["snrs"].append(decoded.snr_db)
+    return {name: {"wer": round(100 * c["errors"] / c["words"], 1), "cpu_ms": round(1000 * c["cpu"] / len(texts)),
+                   "snr_estimate_db": round(float(np.median(c["snrs"])), 1)} for name, c in tally.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,20 +146,19 @@ def main(argv: list[str] | None = None) -> int:
     conditions = args.conditions.split(",")
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="voicegate-bench-noise-") as work:
+        decoders: dict[str, Any] = {}
+        for name in args.approaches.split(","):
+            try:
+                decoders[name] = decoder_for(APPROACHES[name], Path(work))
+            except Exception as exc:  # a model that is not installed is reported, not fatal
+                print(f"{name}: not measured ({exc})", file=sys.stderr)
         for voice in args.voices.split(","):
             texts, clips = speech_set(args.set, voice)
-            for name in args.approaches.split(","):
-                approach = APPROACHES[name]
-                try:
-                    decoder = decoder_for(approach, Path(work))
-                except Exception as exc:  # a model that is not installed is reported, not fatal
-                    print(f"{name}: not measured ({exc})", file=sys.stderr)
-                    continue
-                lines = [(rate, condition) for rate in map(int, args.rates.split(",")) for condition in conditions]
-                for done, (rate, condition) in enumerate(lines, 1):
-                    results[f"{voice}/{rate}/{condition}/{name}"] = measure(decoder, approach, texts, clips,
-                                                                           condition, rate, args.set)
-                    progress(f"{voice} {name}", done, len(lines))
+            lines = [(rate, condition) for rate in map(int, args.rates.split(",")) for condition in conditions]
+            for done, (rate, condition) in enumerate(lines, 1):
+                for name, figures in measure(decoders, texts, clips, condition, rate, args.set).items():
+                    results[f"{voice}/{rate}/{condition}/{name}"] = figures
+                progress(f"{voice}: {len(decoders)} approaches", done, len(lines))
     rows = []
     for key, r in results.items():
         voice, rate, condition, name = key.split("/")

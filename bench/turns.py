@@ -115,14 +115,17 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
     fusion = shared_fusion()
     report: dict[str, Any] = {}
     rows = []
+    gate = args.vad_gate
+    gated = () if gate == "noise" else (gate,)  # part of the signals' cache key
     for voice, rate, noise in parse_lines(args.lines):
         dialogues = eval_dialogues(voice)
         for offset in [int(o) for o in args.offsets.split(",")]:
-            label = f"{voice}/{rate}/{noise}/{offset}ms"
+            label = f"{voice}/{rate}/{noise}/{offset}ms" + ("" if gate == "noise" else f"/{gate} gate")
             signals: list[DialogueSignals] = cached(
-                "turns-signals", (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, rate, noise, offset, "v4"),
+                "turns-signals", (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, rate, noise, offset, *gated, "v4"),
                 lambda d=dialogues, r=rate, n=noise, o=offset, lab=label: extract_all(
-                    d, r, n, o, args.workers, lambda done, total: progress(f"signals {lab}", done, total)))
+                    d, r, n, o, args.workers, gate == "noise",
+                    lambda done, total: progress(f"signals {lab}", done, total)))
             chosen = configs(fusion)
             curves = {name: sweep(signals, name, c, args.tts_ms) for name, c in chosen.items()}
             asks = chosen[args.policy].asks_smart_turn
@@ -140,7 +143,8 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
             line["operating_point"] = asdict(evaluate(
                 signals, args.policy, policy.probability(args.threshold), args.threshold, args.max_wait, args.tts_ms,
                 policy.graded, policy.ready(args.threshold)))
-            image = REPO / "docs" / "images" / f"turns-{voice}-{rate}-{noise}-{offset}ms.png"
+            suffix = "".join(f"-{g}" for g in gated)
+            image = REPO / "docs" / "images" / f"turns-{voice}-{rate}-{noise}-{offset}ms{suffix}.png"
             plot(curves, str(image), f"{voice}, {rate} Hz, noise {noise}, VAD offset {offset} ms "
                  f"({sum(s.kind == 'paused' for s in signals)} paused, "
                  f"{sum(s.kind == 'complete' for s in signals)} finished)")
@@ -338,6 +342,8 @@ def main() -> int:
     parser.add_argument("--lines", default=DEFAULT_LINES, help="voice/rate/noise, comma-separated")
     parser.add_argument("--offsets", default="200", help="curve: VAD offsets (ms) to record signals at")
     parser.add_argument("--workers", type=int, default=2, help="curve: processes recording signals")
+    parser.add_argument("--vad-gate", choices=["noise", "plain"], default="noise",
+                        help="curve: Silero's level gate, noise-aware (pipeline.vad_noise_gate, default) or plain")
     parser.add_argument("--tts-ms", type=float, default=TTS_MS, help="curve: first-sentence synthesis time")
     parser.add_argument("--threshold", type=float, default=0.75, help="curve: the operating point reported")
     parser.add_argument("--max-wait", type=float, default=2000)
