@@ -122,7 +122,7 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
         for offset in [int(o) for o in args.offsets.split(",")]:
             label = f"{voice}/{rate}/{noise}/{offset}ms" + ("" if gate == "noise" else f"/{gate} gate")
             signals: list[DialogueSignals] = cached(
-                "turns-signals", (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, rate, noise, offset, *gated, "v4"),
+                "turns-signals", (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, rate, noise, offset, *gated, "v5"),
                 lambda d=dialogues, r=rate, n=noise, o=offset, lab=label: extract_all(
                     d, r, n, o, args.workers, gate == "noise",
                     lambda done, total: progress(f"signals {lab}", done, total)))
