@@ -63,7 +63,8 @@ class DialogueSignals:
 _models: dict[str, Any] = {}
 
 
-def _init(vocabulary: str = "") -> None:
+def _init(whisper: dict[str, Any] | None = None) -> None:
+    """Load the models; `whisper`: [whisper] settings other than the defaults (bench/turns.py --whisper)."""
     import tempfile
 
     from internal.config.providers import WhisperConfig
@@ -74,7 +75,7 @@ def _init(vocabulary: str = "") -> None:
     from internal.turn.smart_turn import SmartTurnModel
     from internal.turn.weights import smart_turn_path
 
-    config = WhisperConfig()
+    config = WhisperConfig(**(whisper or {}))
     with tempfile.TemporaryDirectory() as work:
         model = resolve_model(config.model, Path(work))
     _models["whisper"] = WhisperDecoder(decode_settings(config, model))
@@ -166,12 +167,12 @@ def extract(dialogue: Dialogue, rate: int, noise: str, seed: int, offset_ms: int
 
 
 def extract_all(dialogues: list[Dialogue], rate: int, noise: str, offset_ms: int, workers: int = 2,
-                noise_gate: bool = True,
+                noise_gate: bool = True, whisper: dict[str, Any] | None = None,
                 progress: Callable[[int, int], None] = lambda done, total: None) -> list[DialogueSignals]:
     """`extract` for every dialogue, on `workers` processes (each loads its own models once)."""
     tasks = [(d, rate, noise, index, offset_ms, noise_gate) for index, d in enumerate(dialogues)]
     out: list[DialogueSignals] = []
-    with ProcessPoolExecutor(max_workers=workers, initializer=_init) as pool:
+    with ProcessPoolExecutor(max_workers=workers, initializer=_init, initargs=(whisper,)) as pool:
         for signals in pool.map(_extract, tasks, chunksize=4):
             out.append(signals)
             progress(len(out), len(tasks))

@@ -117,14 +117,17 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     gate = args.vad_gate
     gated = () if gate == "noise" else (gate,)  # part of the signals' cache key
+    whisper = dict(parse_setting(item) for item in args.whisper)
     for voice, rate, noise in parse_lines(args.lines):
         dialogues = eval_dialogues(voice)
         for offset in [int(o) for o in args.offsets.split(",")]:
-            label = f"{voice}/{rate}/{noise}/{offset}ms" + ("" if gate == "noise" else f"/{gate} gate")
+            label = (f"{voice}/{rate}/{noise}/{offset}ms" + ("" if gate == "noise" else f"/{gate} gate")
+                     + "".join(f"/{k}={v}" for k, v in whisper.items()))
             signals: list[DialogueSignals] = cached(
-                "turns-signals", (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, rate, noise, offset, *gated, "v5"),
+                "turns-signals",
+                (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, rate, noise, offset, *gated, *whisper.items(), "v5"),
                 lambda d=dialogues, r=rate, n=noise, o=offset, lab=label: extract_all(
-                    d, r, n, o, args.workers, gate == "noise",
+                    d, r, n, o, args.workers, gate == "noise", whisper,
                     lambda done, total: progress(f"signals {lab}", done, total)))
             chosen = configs(fusion)
             curves = {name: sweep(signals, name, c, args.tts_ms) for name, c in chosen.items()}
@@ -143,7 +146,7 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
             line["operating_point"] = asdict(evaluate(
                 signals, args.policy, policy.probability(args.threshold), args.threshold, args.max_wait, args.tts_ms,
                 policy.graded, policy.ready(args.threshold)))
-            suffix = "".join(f"-{g}" for g in gated)
+            suffix = "".join(f"-{g}" for g in gated) + "".join(f"-{k}{v}" for k, v in whisper.items())
             image = REPO / "docs" / "images" / f"turns-{voice}-{rate}-{noise}-{offset}ms{suffix}.png"
             plot(curves, str(image), f"{voice}, {rate} Hz, noise {noise}, VAD offset {offset} ms "
                  f"({sum(s.kind == 'paused' for s in signals)} paused, "
@@ -165,6 +168,14 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
     print(table(op_rows, ["line", "premature", "heard", "finished split", "release p50", "p95",
                           "turn models / recogniser CPU"]))
     return report
+
+
+def parse_setting(item: str) -> tuple[str, Any]:
+    """"noisy_beam_size=0" -> ("noisy_beam_size", 0): a [whisper] setting for the recorded decodes."""
+    import json
+
+    key, _, value = item.partition("=")
+    return key, json.loads(value)
 
 
 def fmt(value: Any, unit: str) -> str:
@@ -342,6 +353,8 @@ def main() -> int:
     parser.add_argument("--lines", default=DEFAULT_LINES, help="voice/rate/noise, comma-separated")
     parser.add_argument("--offsets", default="200", help="curve: VAD offsets (ms) to record signals at")
     parser.add_argument("--workers", type=int, default=2, help="curve: processes recording signals")
+    parser.add_argument("--whisper", action="append", default=[], metavar="KEY=VALUE",
+                        help="curve: a [whisper] setting for the decodes (noisy_beam_size=0: greedy everywhere)")
     parser.add_argument("--vad-gate", choices=["noise", "plain"], default="noise",
                         help="curve: Silero's level gate, noise-aware (pipeline.vad_noise_gate, default) or plain")
     parser.add_argument("--tts-ms", type=float, default=TTS_MS, help="curve: first-sentence synthesis time")
