@@ -117,6 +117,7 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     gate = args.vad_gate
     gated = () if gate == "noise" else (gate,)  # part of the signals' cache key
+    version = "v6" if gate == "noise" else "v5"  # the signals' recipe (v6: the noise-aware gate's final form)
     whisper = dict(parse_setting(item) for item in args.whisper)
     for voice, rate, noise in parse_lines(args.lines):
         dialogues = eval_dialogues(voice)
@@ -125,7 +126,7 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
                      + "".join(f"/{k}={v}" for k, v in whisper.items()))
             signals: list[DialogueSignals] = cached(
                 "turns-signals",
-                (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, rate, noise, offset, *gated, *whisper.items(), "v5"),
+                (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, rate, noise, offset, *gated, *whisper.items(), version),
                 lambda d=dialogues, r=rate, n=noise, o=offset, lab=label: extract_all(
                     d, r, n, o, args.workers, gate == "noise", whisper,
                     lambda done, total: progress(f"signals {lab}", done, total)))

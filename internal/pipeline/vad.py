@@ -225,16 +225,13 @@ class NoiseAwareGate:
         level = self.meter.level_db
         over = level - self.meter.floor_db
         self._quiet_run = 0 if loud else self._quiet_run + 1
-        if self.open:
-            caller = over > self.hold_db and level > ABSOLUTE_FLOOR_DBFS and self._like_caller(level)
-            self._since_caller = 0 if caller else self._since_caller + 1
-            bridge = 0 if self.voices_behind else BRIDGE_FRAMES
-            self.open = self._since_caller <= bridge and level > ABSOLUTE_FLOOR_DBFS
-        else:
-            self.open = loud
-            self._since_caller = 0 if loud and self._like_caller(level) else BRIDGE_FRAMES + 1
-            if not loud:
-                self.swing_db += (min(over, SWING_CAP_DB) - self.swing_db) / SWING_FRAMES
+        # Never stricter than the plain gate (a loud frame is always let through); only the bridge is new.
+        caller = over > self.hold_db and level > ABSOLUTE_FLOOR_DBFS and self._like_caller(level)
+        self._since_caller = 0 if caller else self._since_caller + 1
+        bridge = 0 if self.voices_behind else BRIDGE_FRAMES
+        self.open = loud or (self.open and self._since_caller <= bridge and level > ABSOLUTE_FLOOR_DBFS)
+        if not loud and not self.open:
+            self.swing_db += (min(over, SWING_CAP_DB) - self.swing_db) / SWING_FRAMES
         return self.open
 
 
