@@ -117,7 +117,7 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     gate = args.vad_gate
     gated = () if gate == "noise" else (gate,)  # part of the signals' cache key
-    version = "v6" if gate == "noise" else "v5"  # the signals' recipe (v6: the noise-aware gate's final form)
+    version = "v7" if gate == "noise" else "v5"  # the signals' recipe (v7: the final gate and SNR estimate)
     whisper = dict(parse_setting(item) for item in args.whisper)
     for voice, rate, noise in parse_lines(args.lines):
         dialogues = eval_dialogues(voice)

@@ -11,8 +11,9 @@ the live audio path.
   the noise's own share.
 
 This is the definition bench/noises.py mixes its conditions with (speech-active level over noise
-level), so an estimate can be checked against the SNR a benchmark line was made at: on the tuning set
-through G.711 it reads white noise at 15 dB as ~17.7 dB, pink 15.3, street 14.8 and babble 15.1.
+level), so an estimate can be checked against the SNR a benchmark line was made at: on VAD-cut turns
+through G.711 at 15 dB it reads white noise as ~17.5 dB, pink 15.4, street 16.6 and babble 18.6
+(median), a clean line as MAX_SNR_DB.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ NOISE_PERCENTILE = 20.0
 # The 20th percentile of 5-frame means of a steady noise's power, over its mean (0.66-0.70 measured on
 # white, pink and brown noise): divided out so the estimate is the noise's mean power.
 PERCENTILE_BIAS = 0.68
+# The quietest 5-frame mean of a steady noise, over its mean (0.5-0.7 over an utterance's frames).
+MINIMUM_BIAS = 0.5
 ACTIVE_OVER_NOISE_DB = 6.0  # a frame 6 dB over the noise has speech in it
 MAX_SNR_DB = 60.0  # a clean line (digital silence between the words reads as this)
 
@@ -41,8 +44,16 @@ def smoothed(values: npt.NDArray[np.float64], frames: int = SMOOTH_FRAMES) -> np
 
 
 def noise_power(powers: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """The noise's mean power from frame powers (frames, or frames x bins), by minimum statistics."""
-    return np.asarray(np.percentile(smoothed(powers), NOISE_PERCENTILE, axis=0) / PERCENTILE_BIAS)
+    """The noise's mean power from frame powers (frames, or frames x bins), by minimum statistics.
+
+    A low percentile rather than the minimum, which one quiet moment would drag down; but an utterance
+    cut from a clean line may have less silence than the percentile reaches (its pre-roll alone), and
+    then the percentile lands on the caller's quietest sounds: where the quietest stretch lies far below
+    the percentile, that stretch is the line's noise."""
+    frames = smoothed(powers)
+    typical = np.percentile(frames, NOISE_PERCENTILE, axis=0) / PERCENTILE_BIAS
+    quietest = frames.min(axis=0) / MINIMUM_BIAS
+    return np.asarray(np.minimum(typical, quietest))
 
 
 def estimate_snr_db(audio: npt.NDArray[np.float32]) -> float:
