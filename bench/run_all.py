@@ -10,6 +10,8 @@ HERE = Path(__file__).resolve().parent
 BENCHMARKS = [
     ["turn_latency.py", "--turns", "200", "--local"],
     ["speech.py"],
+    # The short form of the noisy lines: 8 kHz, 15 dB, four noises (the full run: every noise, SNR and rate).
+    ["speech.py", "--noise", "--conditions", "none,white15,street15,babble15,pink15", "--rates", "8000"],
     ["memory.py", "--scales", "10000,100000,1000000", "--samples", "500"],
     ["sip_calls.py", "--calls", "50,100,150,200,250,300", "--seconds", "10", "--repeat", "2", "--profile"],
     ["cluster_calls.py", "--calls", "100", "--seconds", "20"],

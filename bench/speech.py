@@ -1,6 +1,7 @@
 """Offline recognition: word errors, cost, the caller's wait, and callers per core, per installed engine.
 
     .venv/bin/python bench/speech.py [--engines pocketsphinx,tiny.en,tiny.en@2,base] [--level-seconds 20]
+    .venv/bin/python bench/speech.py --noise [...]   (noisy lines: bench/speech_noise.py, its own options)
 
 It builds its own speech set: support-line sentences spoken by Piper's neural voice and by espeak-ng,
 each at 16 kHz and at 8 kHz through G.711 mu-law (what a phone call delivers), with 300 ms of silence
@@ -255,4 +256,8 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
+    if "--noise" in sys.argv[1:]:
+        from bench.speech_noise import main as noisy_lines
+
+        sys.exit(noisy_lines([arg for arg in sys.argv[1:] if arg != "--noise"]))
     sys.exit(asyncio.run(main()))

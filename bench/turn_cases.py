@@ -7,8 +7,9 @@ so the words before it keep the prosody of a sentence that goes on.
 
 Voices: Piper's neural voice (joe, the only Piper voice on PyPI; rendered with a fixed seed, so a
 sentence sounds the same on every run) and espeak-ng (a formant synthesiser: another engine, another
-prosody). Channels: 8 kHz through G.711 mu-law (a phone call) and 16 kHz (WebRTC). Noise: none, or white
-noise at 10 dB under the caller's speech level.
+prosody). Channels: 8 kHz through G.711 mu-law (a phone call) and 16 kHz (WebRTC). Noise: none, white
+noise at 10 or 20 dB under the caller's speech level (the fusion's training), or any of bench/noises.py's
+held-out conditions (white, pink, street, babble at an SNR: what bench/turns.py measures in noise).
 """
 
 from __future__ import annotations
@@ -329,7 +330,14 @@ class Dialogue:
     words_before: int = 0  # words before the pause
 
     def audio(self, rate: int, noise: str, seed: int) -> bytes:
-        return with_noise(channel(self.pcm16k, rate), noise, seed)
+        """The caller's audio as the server receives it. `noise`: "none", the training set's "white"/"white20"
+        (added after the line), or a bench/noises.py condition ("street15", ...: the evaluation set's
+        noise, added before the line as a microphone hears it)."""
+        if noise in ("none", *TRAIN_NOISES):
+            return with_noise(channel(self.pcm16k, rate), noise, seed)
+        from bench.noises import add_noise
+
+        return channel(add_noise(self.pcm16k, noise, seed, "evaluation"), rate)
 
 
 def last_speech_end(pcm: bytes, rate: int, floor_dbfs: float = -45.0) -> float:

@@ -63,7 +63,8 @@ class DialogueSignals:
 _models: dict[str, Any] = {}
 
 
-def _init(vocabulary: str = "") -> None:
+def _init(whisper: dict[str, Any] | None = None) -> None:
+    """Load the models; `whisper`: [whisper] settings other than the defaults (bench/turns.py --whisper)."""
     import tempfile
 
     from internal.config.providers import WhisperConfig
@@ -74,7 +75,7 @@ def _init(vocabulary: str = "") -> None:
     from internal.turn.smart_turn import SmartTurnModel
     from internal.turn.weights import smart_turn_path
 
-    config = WhisperConfig()
+    config = WhisperConfig(**(whisper or {}))
     with tempfile.TemporaryDirectory() as work:
         model = resolve_model(config.model, Path(work))
     _models["whisper"] = WhisperDecoder(decode_settings(config, model))
@@ -82,17 +83,25 @@ def _init(vocabulary: str = "") -> None:
     _models["smart_turn"] = SmartTurnModel(smart_turn_path("", download=False))
 
 
-def _extract(task: tuple[Dialogue, int, str, int, int]) -> DialogueSignals:
-    dialogue, rate, noise, seed, offset_ms = task
+def _extract(task: tuple[Dialogue, int, str, int, int, bool]) -> DialogueSignals:
+    dialogue, rate, noise, seed, offset_ms, noise_gate = task
     if not _models:
         _init()
-    return extract(dialogue, rate, noise, seed, offset_ms)
+    return extract(dialogue, rate, noise, seed, offset_ms, noise_gate)
 
 
-def extract(dialogue: Dialogue, rate: int, noise: str, seed: int, offset_ms: int) -> DialogueSignals:
-    """Replay one dialogue through the VAD and record both signals at each end of utterance."""
+def extract(dialogue: Dialogue, rate: int, noise: str, seed: int, offset_ms: int,
+            noise_gate: bool = True) -> DialogueSignals:
+    """Replay one dialogue through the VAD and record both signals at each end of utterance. `noise_gate`:
+    Silero behind the noise-aware level gate (pipeline.vad_noise_gate, the default), else the plain one."""
     from internal.audio.frame import frame_bytes
-    from internal.pipeline.vad import AdaptiveEnergyClassifier, VadEvent, VadProfile, VoiceActivityDetector
+    from internal.pipeline.vad import (
+        AdaptiveEnergyClassifier,
+        NoiseAwareGate,
+        VadEvent,
+        VadProfile,
+        VoiceActivityDetector,
+    )
     from internal.stt.whisper_decode import to_model_audio
     from internal.turn.silero import SileroClassifier
     from internal.turn.smart_turn import without_long_pauses
@@ -100,8 +109,10 @@ def extract(dialogue: Dialogue, rate: int, noise: str, seed: int, offset_ms: int
     audio = dialogue.audio(rate, noise, seed)
     size = frame_bytes(rate)
     frames = [audio[i:i + size] for i in range(0, len(audio) - size + 1, size)]
-    classifier = SileroClassifier(rate, _models["silero"], 0.5, gate=AdaptiveEnergyClassifier(9.0))
-    vad = VoiceActivityDetector(classifier, VadProfile(60, offset_ms), classifier.gate)
+    energy = AdaptiveEnergyClassifier(9.0)
+    gate: AdaptiveEnergyClassifier | NoiseAwareGate = NoiseAwareGate(energy) if noise_gate else energy
+    classifier = SileroClassifier(rate, _models["silero"], 0.5, gate=gate)
+    vad = VoiceActivityDetector(classifier, VadProfile(60, offset_ms), gate)
     events: list[tuple[str, int]] = []  # ("start"|"end", frame index)
     voiced: list[bool] = []
     snr: list[float | None] = []
@@ -156,11 +167,12 @@ def extract(dialogue: Dialogue, rate: int, noise: str, seed: int, offset_ms: int
 
 
 def extract_all(dialogues: list[Dialogue], rate: int, noise: str, offset_ms: int, workers: int = 2,
+                noise_gate: bool = True, whisper: dict[str, Any] | None = None,
                 progress: Callable[[int, int], None] = lambda done, total: None) -> list[DialogueSignals]:
     """`extract` for every dialogue, on `workers` processes (each loads its own models once)."""
-    tasks = [(d, rate, noise, index, offset_ms) for index, d in enumerate(dialogues)]
+    tasks = [(d, rate, noise, index, offset_ms, noise_gate) for index, d in enumerate(dialogues)]
     out: list[DialogueSignals] = []
-    with ProcessPoolExecutor(max_workers=workers, initializer=_init) as pool:
+    with ProcessPoolExecutor(max_workers=workers, initializer=_init, initargs=(whisper,)) as pool:
         for signals in pool.map(_extract, tasks, chunksize=4):
             out.append(signals)
             progress(len(out), len(tasks))

@@ -7,7 +7,9 @@ finished wait, and does the agent stop for a real interruption but not for "mm-h
 The turns come from bench/turn_cases.py: 22 sentences with a pause of 0.5, 1.0 or 1.5 s cut in where a
 person pauses (66 paused dialogues), 36 finished questions, statements and short answers, and for
 barge-in 10 backchannels at 5 moments (50) and 15 interruptions at 2 (30), while the agent reads a long
-answer. A line is a voice (Piper, espeak-ng), a channel (8 kHz G.711, 16 kHz) and a noise (none, white at 10 dB).
+answer. A line is a voice (Piper, espeak-ng), a channel (8 kHz G.711, 16 kHz) and a noise (none, white at 10 dB
+after the line, or a held-out condition of bench/noises.py: `white15`, `pink20`, `street10`, `babble15`, ...,
+added before the line; `--lines noisy` is piper at 8 kHz in every one, and at 16 kHz at 15 dB).
 None of these sentences is in the fusion model's training set (scripts/train_turn_fusion.py).
 
 `curve`: each dialogue's decision points are recorded once (bench/turn_signals.py: the pipeline's VAD,
@@ -78,6 +80,11 @@ def eval_dialogues(voice: str, barge: bool = False) -> list[Dialogue]:
 
 
 def parse_lines(text: str) -> list[tuple[str, int, str]]:
+    if text == "noisy":
+        from bench.noises import KINDS, all_conditions
+
+        text = ",".join([f"piper/8000/{c}" for c in ["none", *all_conditions()]]
+                        + [f"piper/16000/{kind}15" for kind in KINDS])
     out = []
     for item in text.split(","):
         voice, rate, noise = item.split("/")
@@ -108,14 +115,21 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
     fusion = shared_fusion()
     report: dict[str, Any] = {}
     rows = []
+    gate = args.vad_gate
+    gated = () if gate == "noise" else (gate,)  # part of the signals' cache key
+    version = "v7" if gate == "noise" else "v5"  # the signals' recipe (v7: the final gate and SNR estimate)
+    whisper = dict(parse_setting(item) for item in args.whisper)
     for voice, rate, noise in parse_lines(args.lines):
         dialogues = eval_dialogues(voice)
         for offset in [int(o) for o in args.offsets.split(",")]:
-            label = f"{voice}/{rate}/{noise}/{offset}ms"
+            label = (f"{voice}/{rate}/{noise}/{offset}ms" + ("" if gate == "noise" else f"/{gate} gate")
+                     + "".join(f"/{k}={v}" for k, v in whisper.items()))
             signals: list[DialogueSignals] = cached(
-                "turns-signals", (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, rate, noise, offset, "v3"),
+                "turns-signals",
+                (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, rate, noise, offset, *gated, *whisper.items(), version),
                 lambda d=dialogues, r=rate, n=noise, o=offset, lab=label: extract_all(
-                    d, r, n, o, args.workers, lambda done, total: progress(f"signals {lab}", done, total)))
+                    d, r, n, o, args.workers, gate == "noise", whisper,
+                    lambda done, total: progress(f"signals {lab}", done, total)))
             chosen = configs(fusion)
             curves = {name: sweep(signals, name, c, args.tts_ms) for name, c in chosen.items()}
             asks = chosen[args.policy].asks_smart_turn
@@ -133,7 +147,8 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
             line["operating_point"] = asdict(evaluate(
                 signals, args.policy, policy.probability(args.threshold), args.threshold, args.max_wait, args.tts_ms,
                 policy.graded, policy.ready(args.threshold)))
-            image = REPO / "docs" / "images" / f"turns-{voice}-{rate}-{noise}-{offset}ms.png"
+            suffix = "".join(f"-{g}" for g in gated) + "".join(f"-{k}{v}" for k, v in whisper.items())
+            image = REPO / "docs" / "images" / f"turns-{voice}-{rate}-{noise}-{offset}ms{suffix}.png"
             plot(curves, str(image), f"{voice}, {rate} Hz, noise {noise}, VAD offset {offset} ms "
                  f"({sum(s.kind == 'paused' for s in signals)} paused, "
                  f"{sum(s.kind == 'complete' for s in signals)} finished)")
@@ -154,6 +169,14 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
     print(table(op_rows, ["line", "premature", "heard", "finished split", "release p50", "p95",
                           "turn models / recogniser CPU"]))
     return report
+
+
+def parse_setting(item: str) -> tuple[str, Any]:
+    """"noisy_beam_size=0" -> ("noisy_beam_size", 0): a [whisper] setting for the recorded decodes."""
+    import json
+
+    key, _, value = item.partition("=")
+    return key, json.loads(value)
 
 
 def fmt(value: Any, unit: str) -> str:
@@ -331,6 +354,10 @@ def main() -> int:
     parser.add_argument("--lines", default=DEFAULT_LINES, help="voice/rate/noise, comma-separated")
     parser.add_argument("--offsets", default="200", help="curve: VAD offsets (ms) to record signals at")
     parser.add_argument("--workers", type=int, default=2, help="curve: processes recording signals")
+    parser.add_argument("--whisper", action="append", default=[], metavar="KEY=VALUE",
+                        help="curve: a [whisper] setting for the decodes (noisy_beam_size=0: greedy everywhere)")
+    parser.add_argument("--vad-gate", choices=["noise", "plain"], default="noise",
+                        help="curve: Silero's level gate, noise-aware (pipeline.vad_noise_gate, default) or plain")
     parser.add_argument("--tts-ms", type=float, default=TTS_MS, help="curve: first-sentence synthesis time")
     parser.add_argument("--threshold", type=float, default=0.75, help="curve: the operating point reported")
     parser.add_argument("--max-wait", type=float, default=2000)

@@ -77,6 +77,10 @@ class WhisperConfig(Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     compute_type: str = "auto"  # "auto": int8 on the CPU, float16 on CUDA (internal/devices.py)
     beam_size: int = Field(1, ge=1, le=10)
+    # A noisy line (an utterance's estimated speech-active level over its noise below noisy_snr_db) is
+    # decoded with noisy_beam_size instead (docs/speech.md, "Noisy lines"). 0 for either: never.
+    noisy_snr_db: float = Field(20.0, ge=0, le=60)
+    noisy_beam_size: int = Field(5, ge=0, le=10)
     workers: int = Field(0, ge=0, le=64)  # 0: one per core this process may use (internal/stt/sizing.py)
     cpu_threads: int = Field(1, ge=1, le=64)
     # Utterances of several calls that are waiting together are decoded as one batch, at most this many.

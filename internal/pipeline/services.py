@@ -21,6 +21,7 @@ from internal.pipeline.tools import ToolRegistry
 from internal.pipeline.vad import (
     AdaptiveEnergyClassifier,
     FrameClassifier,
+    NoiseAwareGate,
     VadEvent,
     VadProfile,
     VoiceActivityDetector,
@@ -198,10 +199,13 @@ class PipelineServices:
 
     def make_vad(self, sample_rate: int, profile: VadProfile) -> VoiceActivityDetector:
         classifier: FrameClassifier
-        meter = AdaptiveEnergyClassifier(self.config.vad_threshold_db)
+        energy = AdaptiveEnergyClassifier(self.config.vad_threshold_db)
+        meter: AdaptiveEnergyClassifier | NoiseAwareGate = energy
         if self.config.vad == "silero" and self.silero is not None:
             from internal.turn.silero import SileroClassifier
 
+            if self.config.vad_noise_gate:  # the level gate that follows the line's noise (vad.py)
+                meter = NoiseAwareGate(energy)
             classifier = SileroClassifier(sample_rate, self.silero, self.config.vad_silero_threshold, gate=meter)
         elif self.config.vad == "webrtc":
             classifier = WebRtcClassifier(sample_rate)

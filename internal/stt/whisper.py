@@ -51,7 +51,8 @@ def decode_settings(config: WhisperConfig, model: ResolvedModel, cuda_count: int
     device, compute_type = whisper_device(config.device, count, config.compute_type)
     return DecodeSettings(model_dir=str(model.path), compute_type=compute_type, cpu_threads=config.cpu_threads,
                           beam_size=config.beam_size, language=config.language, vad_filter=config.vad_filter,
-                          short_window=config.short_window, vocabulary=vocabulary_prompt(config), device=device)
+                          short_window=config.short_window, vocabulary=vocabulary_prompt(config), device=device,
+                          noisy_snr_db=config.noisy_snr_db, noisy_beam_size=config.noisy_beam_size)
 
 
 class WhisperSpeechToText:

@@ -91,7 +91,11 @@ class SileroClassifier:
 
     def is_speech(self, pcm: bytes) -> bool:
         loud = self.gate.is_speech(pcm) if self.gate is not None else True  # the gate sees every frame
-        return self._voice(pcm) and loud
+        voice = self._voice(pcm)
+        heard_voice = getattr(self.gate, "heard_voice", None)
+        if heard_voice is not None:  # a gate that learns whether the background has voices in it
+            heard_voice(self.probability)
+        return voice and loud
 
     def _voice(self, pcm: bytes) -> bool:
         samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float32) * (1.0 / 32768.0)
