@@ -30,8 +30,10 @@ before the caller finished is a talked-over turn with no clean wait. Per step:
   core, its peak resident memory (sampled every second), and the load generator's own CPU;
 - where callers wait, from GET /metrics before, every second during and after the step: per worker pool
   the mean wait for a worker (voicegate_worker_wait_ms) and the deepest queue (voicegate_worker_queue),
-  per turn stage the mean (voicegate_turn_latency_ms); the bottleneck is the pool with the longest mean
-  wait when over 100 ms, else the slowest stage.
+  per turn stage the mean (voicegate_turn_latency_ms), and how late the event loop ran
+  (voicegate_event_loop_lag_ms, and the worst of its 5 s medians); the bottleneck is the event loop when
+  that median went over 100 ms, else the pool with the longest mean wait when over 100 ms, else the
+  slowest stage.
 Two verdicts per step, both asking for word errors <= --max-wer %, no failed call and every question
 answered:
 - **pass** (the issue's): wait p95 <= --max-p95-ms over clean turns;
@@ -96,6 +98,7 @@ from bench.voice_to_voice import (
     voicegate,
 )
 from bench.wire_tap import Address, WireTap
+from internal.telemetry.loop_lag import LoopLag
 from scripts.cluster import PROXY_IP, Kamailio, free_port
 from tests.speech import neural
 
@@ -188,6 +191,11 @@ class StepMeters:
     generator_cpu_s: float = 0.0
     machine_busy_s: float = 0.0
     during: list[Scrape] = field(default_factory=list)
+    # This process's own event loop (the callers, for WebRTC): its worst 5 s median lateness. Past ~0.5 s
+    # the callers themselves run late (aioice drops a peer whose consent checks time out), so the step
+    # measured the load generator, not the node.
+    generator_lag: LoopLag = field(default_factory=LoopLag)
+    generator_lag_worst_ms: float = 0.0
 
     async def watch(self, label: str, expected_s: float, stop: asyncio.Event) -> None:
         import httpx
@@ -196,6 +204,7 @@ class StepMeters:
             self.before = await self.scrape(http)
             cpu0, mine0, busy0, t0 = self.server.cpu_seconds(), generator_cpu(), machine_busy_seconds(), time.time()
             while not stop.is_set():
+                self.generator_lag_worst_ms = max(self.generator_lag_worst_ms, self.generator_lag.sustained_ms())
                 self.server.sample_rss()
                 if (sample := await self.scrape(http)) is not None:
                     self.during.append(sample)
@@ -277,6 +286,7 @@ async def load(server: Deployment, scripts: list[CallScript], work: Path,
     meters = StepMeters(ProcessTreeMeter(*(node.process.pid for node in server.nodes)), server.metrics_urls)
     stop = asyncio.Event()
     watching = asyncio.create_task(meters.watch(f"N={len(scripts)}", args.seconds + args.stagger, stop))
+    lagging = asyncio.create_task(meters.generator_lag.run())
     await asyncio.sleep(0.2)  # the first scrape and meter readings come before the first call
     try:
         if args.transport == "webrtc":
@@ -286,6 +296,7 @@ async def load(server: Deployment, scripts: list[CallScript], work: Path,
     finally:
         stop.set()
         await watching
+        lagging.cancel()
     return calls, meters
 
 
@@ -321,6 +332,7 @@ def run_step(count: int, args: argparse.Namespace, reference: StepFigures | None
             "where_callers_wait": asdict(where), "config": settings, "server_tracebacks": len(errors),
             "load_generator_cpu_pct": 100 * meters.generator_cpu_s / max(meters.window_s, 1e-9),
             "others_cpu_pct": 100 * others / max(meters.window_s, 1e-9),
+            "load_generator_loop_lag_ms": meters.generator_lag_worst_ms,
             "rss_samples": meters.server.rss_samples,
             "calls_detail": [{**c, "turns": [asdict(t) for t in c["turns"]]} for c in calls]}
 
@@ -353,10 +365,13 @@ def step_line(step: dict[str, Any]) -> str:
     pools = ", ".join(f"{pool} {wait:.0f} ms (depth {where['pool_max_waiting'].get(pool, 0):.0f})"
                       for pool, wait in sorted(where["pool_wait_ms"].items())) or "none reported"
     stages = ", ".join(f"{s} {v:.0f}" for s, v in sorted(where["stage_ms"].items())) or "none reported"
+    lag = ("not reported" if where.get("loop_lag_ms") is None else
+           f"{where['loop_lag_ms']:.0f} ms mean ({where['loop_lag_sustained_max_ms']:.0f} ms worst 5 s median)")
     return (f"N={step['calls']}: server CPU {f['cpu_pct']:.0f} % of a core ({f['cpu_per_core_pct']:.0f} % of each of "
-            f"{f['cores']}), load generator {step['load_generator_cpu_pct']:.0f} %, others "
+            f"{f['cores']}), load generator {step['load_generator_cpu_pct']:.0f} % (its loop "
+            f"{step.get('load_generator_loop_lag_ms', 0):.0f} ms late, worst 5 s median), others "
             f"{step['others_cpu_pct']:.0f} %; talked over {f['talked_over']}; waits for a worker: {pools}; "
-            f"stage means (ms): {stages}"
+            f"event loop late {lag}; stage means (ms): {stages}"
             + (f"; failed: {', '.join(step['failed_because'])}" if step["failed_because"] else "")
             + (f"; against the reference: {', '.join(step['load_failed_because'])}"
                if step["load_failed_because"] else ""))

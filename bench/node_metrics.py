@@ -19,6 +19,8 @@ WORKER_WAIT = "voicegate_worker_wait_ms"  # histogram, label pool: time an item 
 WORKER_SERVICE = "voicegate_worker_service_ms"  # histogram, label pool: time a worker spent on it
 WORKER_QUEUE = "voicegate_worker_queue"  # gauge, labels pool and state ("waiting", "running")
 TURN_LATENCY = "voicegate_turn_latency_ms"  # histogram, label stage
+LOOP_LAG = "voicegate_event_loop_lag_ms"  # histogram: how late the event loop woke, every 100 ms
+LOOP_LAG_SUSTAINED = "voicegate_event_loop_lag_sustained_ms"  # gauge: the median of the last 5 s
 RTP_LOST = "voicegate_rtp_packets_lost_total"  # counter: what the node's receivers missed, added at hang-up
 # A pool whose items waited longer than this on average is where callers wait; below it, queueing is
 # noise beside a reply's own stages (Smart Turn's ~90 ms verdict, a 300 ms decode).
@@ -101,6 +103,8 @@ class WhereCallersWait:
     pool_max_running: dict[str, float] = field(default_factory=dict)
     stage_ms: dict[str, float] = field(default_factory=dict)  # mean of each turn stage
     rtp_lost: float | None = None  # packets the node's receivers missed (SIP calls)
+    loop_lag_ms: float | None = None  # mean lateness of the event loop over the step
+    loop_lag_sustained_max_ms: float = 0.0  # the worst 5 s median seen in the samples
     scrapes: int = 0
     bottleneck: str = "-"
 
@@ -122,15 +126,25 @@ def where_callers_wait(before: Scrape | None, after: Scrape | None, during: list
             for pool, depth in by_label(scrape.samples, WORKER_QUEUE, "pool", {"state": state}).items():
                 deepest[pool] = max(deepest.get(pool, 0.0), depth)
     figures.rtp_lost = counter_delta(before.samples, after.samples, RTP_LOST)
-    figures.bottleneck = bottleneck(figures.pool_wait_ms, figures.stage_ms)
+    lag_sum = counter_delta(before.samples, after.samples, f"{LOOP_LAG}_sum")
+    lag_count = counter_delta(before.samples, after.samples, f"{LOOP_LAG}_count")
+    figures.loop_lag_ms = lag_sum / lag_count if lag_sum is not None and lag_count else None
+    figures.loop_lag_sustained_max_ms = max(
+        (value for scrape in [before, *during, after] for (name, _), value in scrape.samples.items()
+         if name == LOOP_LAG_SUSTAINED), default=0.0)
+    figures.bottleneck = bottleneck(figures.pool_wait_ms, figures.stage_ms,
+                                    loop_lag_ms=figures.loop_lag_sustained_max_ms)
     return figures
 
 
 def bottleneck(pool_wait_ms: dict[str, float], stage_ms: dict[str, float],
-               threshold_ms: float = BOTTLENECK_WAIT_MS) -> str:
-    """Where callers wait: the pool with the longest mean wait for a worker once that is over
-    `threshold_ms` (callers queue there), otherwise the slowest turn stage (the work itself is slow).
-    Stages overlap (end_of_turn holds stt), so the slowest is often end_of_turn; its name says which."""
+               threshold_ms: float = BOTTLENECK_WAIT_MS, loop_lag_ms: float = 0.0) -> str:
+    """Where callers wait: the event loop when it ran late (its worst 5 s median, `loop_lag_ms`) past
+    `threshold_ms` (everything on it waits); else the pool with the longest mean wait for a worker once
+    that is over `threshold_ms` (callers queue there), otherwise the slowest turn stage (the work itself is
+    slow). Stages overlap (end_of_turn holds stt), so the slowest is often end_of_turn; its name says which."""
+    if loop_lag_ms > threshold_ms:
+        return f"event loop {loop_lag_ms:.0f} ms late"
     if pool_wait_ms:
         pool, wait = max(pool_wait_ms.items(), key=lambda item: item[1])
         if wait > threshold_ms:

@@ -69,7 +69,7 @@ def eval_server_config(base: Config, data_dir: Path, *, defaults: bool, memory: 
     if defaults:
         config.memory.enabled = config.memory.enabled or memory
         sip.transfer_targets = sip.transfer_targets or dict(EVAL_TRANSFER_TARGETS)
-        server.shed_wait_ms = 0
+        server.shed_wait_ms = server.shed_loop_lag_ms = 0
         config.whisper.shed_after_ms = 0
     return config
 

@@ -26,8 +26,9 @@ from internal.pipeline.services import PipelineServices
 from internal.pipeline.tools import ToolRegistry
 from internal.session import Session, SessionLimitReached, SessionManager, TransportKind
 from internal.stt.base import SpeechToText
+from internal.telemetry.loop_lag import LoopLag
 from internal.telemetry.otel import Telemetry
-from internal.telemetry.queues import WorkQueue, queues_of
+from internal.telemetry.queues import WorkQueue, overload_reasons, queues_of
 from internal.tts.base import TextToSpeech
 from server.call_feed import CallFeed
 from server.node import resolve_node_id
@@ -101,6 +102,7 @@ class Gateway:
         self.draining = False  # server/drain.py: no new calls, OPTIONS and /health answer 503
         self.queues: list[WorkQueue] = []  # the speech workers' queues (/metrics, /health, load shedding)
         self._shedding = False
+        self.loop_lag = LoopLag()  # how late this node's event loop runs (/metrics, /health, load shedding)
         self.telemetry = Telemetry(config.telemetry, package_version(), node_id=self.node_id)
         # server.call_events: every call's events for API-key holders (/api/admin/calls/events, evals).
         self.call_feed: CallFeed | None = CallFeed() if config.server.call_events else None
@@ -161,6 +163,9 @@ class Gateway:
             self.sessions.add_end_hook(self.call_feed.ended)
         self.telemetry.watch_live_sessions(self._live_sessions)
         self.telemetry.watch_event_loop(asyncio.get_running_loop())
+        self.telemetry.watch_loop_lag(self.loop_lag)
+        lag_task = asyncio.create_task(self.loop_lag.run(), name="event loop lag")
+        self._stack.callback(lag_task.cancel)
         self._watch_load(queues_of(self.stt, self.tts, self.services.turn_model))
         self.sessions.start()
         self._stack.callback(self.telemetry.shutdown)
@@ -335,21 +340,21 @@ class Gateway:
 
     def _watch_load(self, queues: list[WorkQueue]) -> None:
         """/metrics shows every pool's queue; new calls are refused while recognition or synthesis is
-        too far behind (server.shed_wait_ms). Smart Turn is not counted: it is bounded on its own and the
-        text rules stand in for it when it is busy."""
+        too far behind (server.shed_wait_ms) or while the event loop itself runs late
+        (server.shed_loop_lag_ms). Smart Turn is not counted: it is bounded on its own and the text rules
+        stand in for it when it is busy."""
         self.queues = queues
         self.telemetry.watch_worker_queues(queues)
-        bound = self.config.server.shed_wait_ms
         speech = [queue for queue in queues if queue.pool != "smart_turn"]
-        if bound and speech and self.sessions is not None:
-            self.sessions.overloaded = lambda: self.overloaded(speech, bound)
+        if self.sessions is not None:
+            self.sessions.overloaded = lambda: self.overloaded(speech)
 
-    def overloaded(self, queues: list[WorkQueue], bound_ms: float) -> bool:
-        late = [queue for queue in queues if queue.pressure_ms() > bound_ms]
-        if late and not self._shedding:
-            log.warning("shedding load: new calls get 503 while the %s workers are over %d ms behind",
-                        "/".join(queue.pool for queue in late), bound_ms)
-        self._shedding = bool(late)
+    def overloaded(self, queues: list[WorkQueue]) -> bool:
+        reasons = overload_reasons(queues, self.config.server.shed_wait_ms,
+                                   self.loop_lag.sustained_ms(), self.config.server.shed_loop_lag_ms)
+        if reasons and not self._shedding:
+            log.warning("shedding load: new calls get 503 while %s", " and ".join(reasons))
+        self._shedding = bool(reasons)
         return self._shedding
 
     def _live_sessions(self) -> dict[str, int]:
@@ -432,6 +437,10 @@ class Gateway:
         if self.sessions is not None:
             components["sessions"] = {"ok": True, "live": len(self.sessions),
                                       "max": self.config.server.max_sessions}
+        if self.started:  # advisory: a late loop still serves its calls (shedding keeps new ones away)
+            components["event_loop"] = {"ok": not self._shedding, "advisory": True,
+                                        "lag_ms": round(self.loop_lag.sustained_ms(), 1),
+                                        "max_lag_ms": round(self.loop_lag.max_ms(), 1)}
         if self.queues:  # advisory: a node that sheds load still serves the calls it has
             components["workers"] = {"ok": not self._shedding, "advisory": True, "shedding": self._shedding,
                                      "queues": [queue.describe() for queue in self.queues]}

@@ -13,6 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from internal.identity.http_identity import HttpIdentityResolver
 from internal.peer import PeerRegistry, configure_ice_hosts
+from internal.peer.datagrams import drain_datagram_reads
 from internal.signaling import SignalingError, TokenEndpoint, WhipEndpoint
 from internal.signaling.whip import RESUME_STATUS_HEADER, RESUME_TOKEN_HEADER
 from internal.web import STATIC_DIR
@@ -31,6 +32,7 @@ def install_webrtc_routes(app: FastAPI, gateway: Gateway) -> None:
     config = gateway.config
     # Process-wide (aioice has no per-connection setting); see internal/peer/ice.py.
     configure_ice_hosts(config.webrtc.ice_hosts)
+    drain_datagram_reads()  # every waiting packet per wake: media must not queue in the kernel (datagrams.py)
     identities = HttpIdentityResolver(config.server)
     app.state.http_identity = identities  # shared with other routes that resolve callers (/api/*)
     peers = PeerRegistry()

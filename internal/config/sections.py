@@ -72,6 +72,10 @@ class ServerConfig(Section):
     # free recognition or synthesis worker (in the last few seconds): past it replies are too slow to
     # help, and a new caller would only make every call slower. 0: never.
     shed_wait_ms: int = Field(3000, ge=0)
+    # ... and while the event loop (every call's media, VAD and pipeline) has been running this late for
+    # the last few seconds (the median wake-up delay): past it media leaves late and WebRTC peers drop
+    # their calls when consent checks go unanswered. 0: never.
+    shed_loop_lag_ms: int = Field(250, ge=0)
     whip_rate_per_min: int = Field(30, ge=0)
     patch_rate_per_min: int = Field(60, ge=0)
     trusted_header_sources: list[str] = Field(default_factory=list)

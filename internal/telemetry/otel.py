@@ -36,6 +36,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from internal.config.providers import TelemetryConfig
+from internal.telemetry.loop_lag import LoopLag
 from internal.telemetry.queues import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,7 @@ class Telemetry:
             readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter(), export_interval_millis=60_000))
         views = [View(instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(LATENCY_BUCKETS_MS))
                  for name in ("voicegate_turn_latency_ms", "voicegate_worker_wait_ms", "voicegate_worker_service_ms",
-                              "voicegate_tool_call_ms")]
+                              "voicegate_tool_call_ms", "voicegate_event_loop_lag_ms")]
         views.append(View(instrument_name="voicegate_amd_decision_ms",
                           aggregation=ExplicitBucketHistogramAggregation(AMD_BUCKETS_MS)))
         self._meter_provider = MeterProvider(metric_readers=readers, resource=resource, views=views)
@@ -140,6 +141,13 @@ class Telemetry:
         self._loop: asyncio.AbstractEventLoop | None = None
         meter.create_observable_gauge("voicegate_event_loop_tasks", callbacks=[self._observe_tasks],
                                       description="asyncio tasks alive in this node's event loop")
+        self.loop_lags = meter.create_histogram(
+            "voicegate_event_loop_lag_ms", unit="ms",
+            description="How much later than asked the event loop woke, sampled every 100 ms")
+        self._loop_lag: LoopLag | None = None
+        meter.create_observable_gauge(
+            "voicegate_event_loop_lag_sustained_ms", unit="ms", callbacks=[self._observe_loop_lag],
+            description="Median event-loop lateness over the last 5 s (what server.shed_loop_lag_ms sheds on)")
 
     def _instrument_recordings_and_tools(self, meter: Any) -> None:
         self.recordings = meter.create_counter(
@@ -201,6 +209,13 @@ class Telemetry:
 
     def watch_event_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+
+    def watch_loop_lag(self, lag: LoopLag) -> None:
+        lag.observer = self.loop_lags.record
+        self._loop_lag = lag
+
+    def _observe_loop_lag(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(self._loop_lag.sustained_ms())] if self._loop_lag is not None else []
 
     def _observe_tasks(self, options: CallbackOptions) -> Iterable[Observation]:
         # all_tasks(loop) rather than the running loop's: a push exporter scrapes from a thread of its own.

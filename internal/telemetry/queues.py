@@ -95,6 +95,22 @@ class WorkQueue:
                 "mean_wait_ms": round(self.waited_ms / self.taken, 1) if self.taken else 0.0}
 
 
+def overload_reasons(queues: list[WorkQueue], wait_bound_ms: float, loop_lag_ms: float,
+                     lag_bound_ms: float) -> list[str]:
+    """Why a node should refuse new calls now (none: it should not). A bound of 0 never refuses.
+
+    - work has waited longer than `wait_bound_ms` for a worker of one of `queues` (server.shed_wait_ms);
+    - the event loop runs `loop_lag_ms` late, sustained, at or past `lag_bound_ms` (server.shed_loop_lag_ms).
+    """
+    reasons = []
+    late = [queue.pool for queue in queues if wait_bound_ms and queue.pressure_ms() > wait_bound_ms]
+    if late:
+        reasons.append(f"the {'/'.join(late)} workers are over {wait_bound_ms:.0f} ms behind")
+    if lag_bound_ms and loop_lag_ms >= lag_bound_ms:
+        reasons.append(f"the event loop runs {loop_lag_ms:.0f} ms late (over {lag_bound_ms:.0f} ms)")
+    return reasons
+
+
 def queues_of(*engines: object) -> list[WorkQueue]:
     """The work queues of whichever engines have any (`queues()`), in order."""
     found: list[WorkQueue] = []

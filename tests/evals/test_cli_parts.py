@@ -26,7 +26,7 @@ def test_the_started_server_gets_what_the_eval_needs_and_keeps_a_config_files_ch
     assert defaults.sip.trusted_peers == ["203.0.113.0/24", TRUSTED_EVAL_PEER]
     assert defaults.webrtc.ice_hosts == ["127.0.0.1"] and defaults.server.whip_rate_per_min == 0
     assert defaults.memory.enabled and defaults.sip.transfer_targets == EVAL_TRANSFER_TARGETS
-    assert defaults.server.shed_wait_ms == 0 and defaults.sip.registrations == []
+    assert defaults.server.shed_wait_ms == defaults.server.shed_loop_lag_ms == 0 and defaults.sip.registrations == []
     assert not eval_server_config(base, tmp_path / "b", defaults=True, memory=False).memory.enabled
     # A config file's own choices stand: memory off stays off, however much a scenario wants it.
     chosen = eval_server_config(base, tmp_path / "c", defaults=False, memory=True)
