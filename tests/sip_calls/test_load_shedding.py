@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,42 @@ async def test_a_caller_whose_words_were_shed_hears_a_short_apology(
     assert whisper.pool.shed >= 1
     assert not [e for e in entries if e.role == "user" and e.text]  # nothing was made up for the shed words
     assert session.conversation.misunderstanding_streak == 0  # being busy is not the caller's fault
+
+
+@contextlib.contextmanager
+def overloaded_loop(busy_s: float = 0.3) -> Iterator[None]:
+    """Keep this process's event loop (the in-process node's) late: every iteration runs a callback that
+    holds it `busy_s`, as a node with more calls than its core can carry does."""
+    loop = asyncio.get_running_loop()
+    handles: list[asyncio.Handle] = []
+
+    def hold() -> None:
+        time.sleep(busy_s)
+        handles.append(loop.call_soon(hold))
+
+    handles.append(loop.call_soon(hold))
+    try:
+        yield
+    finally:
+        handles[-1].cancel()
+
+
+async def test_new_calls_get_503_while_the_event_loop_runs_late_and_are_taken_again_after(
+        make_server: ServerFactory, tmp_path: Path) -> None:
+    config = sip_calls_config(tmp_path)
+    config.server.shed_wait_ms = 0  # only the loop's lateness counts here
+    config.telemetry.metrics = True
+    server = await make_server(config=config)
+    assert server.gateway.config.server.shed_loop_lag_ms == 250  # the default
+    with overloaded_loop():
+        await eventually(lambda: server.sessions.at_capacity(), 60, "the node to start shedding")
+        refused = render(tmp_path, "uac_refused.xml", EXPECTED_STATUS="503", EXPECTED_REGEXP="Retry-After: [0-9]+")
+        (await run_sipp(tmp_path, refused, server.target)).check()
+        health = await server.gateway.health()
+        assert health["components"]["event_loop"]["ok"] is False
+        assert health["components"]["event_loop"]["lag_ms"] >= 250
+        assert health["status"] == "ok"  # advisory: the calls it has are still served
+    assert len(server.ended) == 0
+    await eventually(lambda: not server.sessions.at_capacity(), 60, "the node to take calls again")
+    assert (await server.gateway.health())["components"]["event_loop"]["ok"] is True
+    assert "voicegate_event_loop_lag_ms_count" in server.gateway.telemetry.prometheus()
