@@ -438,9 +438,9 @@ class Gateway:
             components["sessions"] = {"ok": True, "live": len(self.sessions),
                                       "max": self.config.server.max_sessions}
         if self.started:  # advisory: a late loop still serves its calls (shedding keeps new ones away)
-            components["event_loop"] = {"ok": not self._shedding, "advisory": True,
-                                        "lag_ms": round(self.loop_lag.sustained_ms(), 1),
-                                        "max_lag_ms": round(self.loop_lag.max_ms(), 1)}
+            lag, bound = self.loop_lag.sustained_ms(), self.config.server.shed_loop_lag_ms
+            components["event_loop"] = {"ok": not (bound and lag >= bound), "advisory": True,
+                                        "lag_ms": round(lag, 1), "max_lag_ms": round(self.loop_lag.max_ms(), 1)}
         if self.queues:  # advisory: a node that sheds load still serves the calls it has
             components["workers"] = {"ok": not self._shedding, "advisory": True, "shedding": self._shedding,
                                      "queues": [queue.describe() for queue in self.queues]}
