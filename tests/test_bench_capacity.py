@@ -137,3 +137,18 @@ def test_against_the_reference_a_step_fails_only_on_what_the_load_added() -> Non
         "p50 800 ms > reference 450 + 300 ms"]
     assert load_verdict(figures(wait_p50_ms=500.0, wait_p95_ms=2600.0, answered=18), reference, Criteria()) == [
         "2 of 20 questions unanswered", "p95 2600 ms > reference 2200 + 300 ms"]
+
+
+def test_a_late_event_loop_is_named_before_any_queue_and_its_lateness_is_read_from_the_scrapes() -> None:
+    before = parse_prometheus("voicegate_event_loop_lag_ms_sum 100\nvoicegate_event_loop_lag_ms_count 10\n"
+                              "voicegate_event_loop_lag_sustained_ms 2\n")
+    during = parse_prometheus("voicegate_event_loop_lag_sustained_ms 180\n")
+    after = parse_prometheus('voicegate_event_loop_lag_ms_sum 1100\nvoicegate_event_loop_lag_ms_count 30\n'
+                             'voicegate_event_loop_lag_sustained_ms 40\n'
+                             'voicegate_worker_wait_ms_sum{pool="piper"} 4000\n'
+                             'voicegate_worker_wait_ms_count{pool="piper"} 10\n')
+    figures = where_callers_wait(Scrape(0, before), Scrape(2, after), [Scrape(1, during)])
+    assert figures.loop_lag_ms == 50.0  # (1100 - 100) / (30 - 10) over the step
+    assert figures.loop_lag_sustained_max_ms == 180.0
+    assert figures.bottleneck == "event loop 180 ms late"  # before the piper queue's 400 ms
+    assert bottleneck({"piper": 400.0}, {}, loop_lag_ms=90.0) == "piper queue 400 ms"  # under 100 ms: not named

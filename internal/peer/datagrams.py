@@ -11,8 +11,9 @@ answers aioice waits 0.5 s for, so after 30 s of late answers both ends drop a c
 `drain_datagram_reads` makes each wake read what is waiting, up to `max_per_wake` datagrams (so one
 flooded socket cannot hold the loop), the way the SIP RTP path (internal/audio/rtp_session.py) already
 reads. It replaces `_SelectorDatagramTransport._read_ready`, process-wide, keeping that method's error
-handling; installed once at start-up when WebRTC is on. Python versions whose transport does not look
-like 3.11's are left alone, with a warning.
+handling. It is installed when the HTTP application is built (server/routes_webrtc.py), so in a serving
+node it covers every asyncio UDP endpoint: WebRTC's sockets and the SIP signalling socket alike. Python
+versions whose transport does not look like 3.11's are left alone, with a warning.
 """
 
 from __future__ import annotations
