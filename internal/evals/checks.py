@@ -107,10 +107,18 @@ def said_checks(patterns: tuple[Pattern, ...], negated: bool, view: TurnView, ev
 # ("Okay, I forgot." for "Okay, I've forgotten that.": 0.65) stay above it; a reply cut to a word, another
 # reply, or silence fall well below.
 HEARD_AS_RATIO = 0.6
+DIGIT_WORDS = "zero one two three four five six seven eight nine".split()
+
+
+def spoken(text: str) -> str:
+    """`normalised`, as it sounds: digits spelled one by one and abbreviation dots dropped, so the agent's
+    "It's 4:03 PM." and a recogniser's "four zero three p.m." compare as words, not as symbols."""
+    text = re.sub(r"\d", lambda digit: f" {DIGIT_WORDS[int(digit.group())]} ", text.replace(".", ""))
+    return normalised(text)
 
 
 def heard_as(heard: str, said: str) -> bool:
-    a, b = normalised(heard), normalised(said)
+    a, b = spoken(heard), spoken(said)
     return bool(a and b) and difflib.SequenceMatcher(None, a, b).ratio() >= HEARD_AS_RATIO
 
 

@@ -117,6 +117,11 @@ def test_said_needs_the_transcript_and_the_wire_to_agree_and_says_what_each_had(
     assert said_checks((pattern,), False, view, "", "said")[0].status == "passed"
     view.heard = "nice to meet you sam"  # punctuation and case do not matter
     assert said_checks((pattern,), False, view, "", "said")[0].status == "passed"
+    # Numbers are compared as they sound (a CI run at 4:03 PM: tiny.en heard the time, not "It's").
+    clock = TurnView(0, agent=[AgentLine("It's 4:03 PM.")], heard="or zero three p.m.")
+    assert said_checks((load_pattern(r"it's \d"),), False, clock, "", "said")[0].status == "passed"
+    clock.heard = "Thanks for calling."  # another reply
+    assert said_checks((load_pattern(r"it's \d"),), False, clock, "", "said")[0].status == "failed"
     (negated,) = said_checks((load_pattern("sam"),), True, view, "", "not said")
     assert negated.status == "failed" and "found in what the agent said (its transcript) and heard" in negated.detail
     # Without the server's events the wire alone is judged, and the reason is given.
