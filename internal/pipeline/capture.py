@@ -12,19 +12,27 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from internal.stt.base import Transcript
+
 
 class CallerInput(Protocol):
-    def audio(self, pcm: bytes) -> None:
-        """Every inbound 20 ms frame (hot path: bounded, synchronous work only)."""
+    """What the pipeline routes to the input that holds the call (the TurnOwner by default)."""
 
-    def speech_started(self) -> None:
-        """The VAD heard the caller start speaking."""
+    def audio(self, pcm: bytes, voiced: bool) -> None:
+        """Every inbound 20 ms frame (hot path: bounded, synchronous work only); `voiced`: the VAD's verdict."""
 
-    def speech_ended(self) -> None:
-        """The VAD ended an utterance; its final transcript follows (when there is a recogniser)."""
+    def speech_started(self, preroll_frames: int) -> bool:
+        """The VAD heard the caller start speaking (`preroll_frames` of audio before it kept); True when the
+        recogniser should hear this as a new turn (forget the earlier utterances)."""
 
-    def transcript(self, text: str, final: bool) -> None:
-        """What the recogniser heard (partials too, from streaming engines)."""
+    def speech_ended(self, final_owed: bool) -> None:
+        """The VAD ended an utterance; `final_owed`: its final transcript follows."""
+
+    def transcript(self, transcript: Transcript) -> None:
+        """What the recogniser heard (partials too, from streaming engines; superseded finals too)."""
+
+    def finals_lost(self, count: int) -> None:
+        """`count` finals the recogniser owed will never come (it died or hung); 0: it was replaced."""
 
     def digit(self, digit: str) -> None:
         """A key press (RFC 4733 or SIP INFO)."""
