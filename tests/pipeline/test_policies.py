@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 import pytest
-from internal.turn.pending import merge_text
 
 from internal.pipeline.rolling_summary import (
     SUMMARY_MAX_INPUT_CHARS,
@@ -25,6 +24,7 @@ from internal.pipeline.vad import (
     frame_level_dbfs,
 )
 from internal.turn.bargein import is_backchannel, is_meaningful_interruption, too_many_words
+from internal.turn.pending import merge_text
 from internal.turn.policy import TURN_MERGE_INCOMPLETE_MS, merge_wait_ms
 from internal.turn.text_cues import ends_dictation, ends_incomplete, ends_terminal
 
