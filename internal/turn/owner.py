@@ -362,8 +362,8 @@ class TurnOwner:
         self.probability = self.fusion.probability(self.audio_probability, pending.text, self.line.snr_db)
         ceiling = (self.pauses.ceiling_ms(settings.max_turn_wait_ms) if settings.adaptive_hold
                    else float(settings.max_turn_wait_ms))
-        return fused_decision(self.probability, threshold=settings.threshold, ceiling_ms=ceiling,
-                              since_silence_ms=quiet or 0.0)
+        return fused_decision(self.probability, threshold=settings.threshold, max_wait_ms=settings.max_turn_wait_ms,
+                              caller_ceiling_ms=ceiling, since_silence_ms=quiet or 0.0)
 
     def _arm(self) -> None:
         self._cancel_timer()

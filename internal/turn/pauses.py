@@ -21,7 +21,10 @@ PAUSES_BEFORE_ADAPTING = 2
 PAUSE_MARGIN_MS = 300
 # Never held less than this for an unsure turn, however quick the caller: below it, a breath between two
 # clauses would end the turn.
-MIN_CEILING_MS = 600
+MIN_CEILING_MS = 800
+# Shorter silences are gaps between words (the VAD's offset splits an utterance there), not the pauses a
+# caller makes to think: they say nothing about how long this caller's thinking pauses are.
+MIN_INNER_PAUSE_MS = 300
 # Silences longer than this were not a pause inside a sentence (the caller thought, or read something out).
 LONGEST_INNER_PAUSE_MS = 4000
 
@@ -33,7 +36,7 @@ class CallerPauses:
     pauses: deque[float] = field(default_factory=lambda: deque(maxlen=PAUSES_KEPT))
 
     def went_on_after(self, silence_ms: float) -> None:
-        if 0.0 < silence_ms <= LONGEST_INNER_PAUSE_MS:
+        if MIN_INNER_PAUSE_MS <= silence_ms <= LONGEST_INNER_PAUSE_MS:
             self.pauses.append(silence_ms)
 
     def ceiling_ms(self, max_wait_ms: float) -> float:

@@ -3,11 +3,14 @@
 Every threshold the caller's turn uses is named here with its reason; owner.py applies them.
 
 **The hold.** With an end-of-turn verdict (fusion.py's probability that the caller has finished), a turn
-at or above `threshold` is answered at once. Below it the hold is graded: the less finished the turn looks,
-the longer the agent waits for more, up to the longest hold, which is this caller's own pause ceiling
-(pauses.py) once their inner pauses are known, and `max_turn_wait_ms` before. An early release costs
-little when the reply has not been heard yet: the continuation merge drops it and answers the whole
-sentence, so the hold only has to cover the pause a caller would make *after* the reply starts playing.
+at or above `threshold` is answered at once. Below it the agent waits for more, all or nothing: a turn
+whose words say it goes on (P below SURE_GOES_ON_P: "a table for", a number being read out) is held the
+configured longest hold; an unsure one is held this caller's own pause ceiling (dynamic endpointing,
+pauses.py), which is the configured longest hold until their inner pauses are known. A hold graded by the
+probability was measured again on the turn benchmark (bench/turns.py curve, docs/performance.md) and lost
+on every line: the first halves of paused sentences ("I was charged.", "The flat is on the second floor.")
+sit in the same band of probability as slow finished statements, so any graded hold short of the longest
+pause cut 20-60 % of them off audibly.
 
 Without a verdict (`pipeline.end_of_turn = "off"`) the text rules decide: finals are held for a merge
 window that restarts with each new final (longer when the words trail off), and released only after the
@@ -36,30 +39,27 @@ NOT_UNDERSTOOD_SPEECH_MS = 400
 # for") would only be thrown away.
 PREPARE_FLOOR = 0.2
 
-# The graded hold (measured with bench/turns.py curve against the all-or-nothing hold it replaced):
-# a turn at HOLD_SURE_BELOW_P or less is held the whole ceiling; between it and the threshold the hold
-# shrinks as (distance to the threshold)^HOLD_SHAPE, never below MIN_UNSURE_HOLD_MS.
-HOLD_SURE_BELOW_P = 0.2
-HOLD_SHAPE = 2.0
-MIN_UNSURE_HOLD_MS = 250.0
+# Below this fused P(finished) the words say the turn goes on: held the configured longest hold whatever
+# this caller's pauses have been (a number read out, "a table for" invite the longest pauses).
+SURE_GOES_ON_P = 0.3
 
 
-def hold_ms(probability: float, *, threshold: float, ceiling_ms: float, since_silence_ms: float) -> float:
+def hold_ms(probability: float, *, threshold: float, max_wait_ms: float, caller_ceiling_ms: float,
+            since_silence_ms: float) -> float:
     """How much longer a turn whose fused P(finished) is `probability` is held (0 = answer now).
 
     Counted from the start of the caller's silence (the VAD's end of speech), so a verdict that arrived late
-    does not add its own delay on top. `ceiling_ms`: the longest hold (pauses.py).
+    does not add its own delay on top. `caller_ceiling_ms`: this caller's pause ceiling (pauses.py).
     """
     if probability >= threshold:
         return 0.0
-    span = max(1e-6, threshold - HOLD_SURE_BELOW_P)
-    unsure = min(1.0, max(0.0, (threshold - probability) / span)) ** HOLD_SHAPE
-    floor = min(MIN_UNSURE_HOLD_MS, ceiling_ms)
-    return max(0.0, floor + (ceiling_ms - floor) * unsure - since_silence_ms)
+    longest = max_wait_ms if probability < SURE_GOES_ON_P else min(max_wait_ms, caller_ceiling_ms)
+    return max(0.0, longest - since_silence_ms)
 
 
 def fused_wait_ms(probability: float, *, threshold: float, max_wait_ms: float, since_silence_ms: float) -> float:
-    """The all-or-nothing hold this policy replaced (kept for the benchmark's comparison)."""
+    """The hold before dynamic endpointing: every unsure turn waits the longest hold (the benchmark's
+    replay of one dialogue per caller, where no caller's pauses are known yet, is the same)."""
     if probability >= threshold:
         return 0.0
     return max(0.0, max_wait_ms - since_silence_ms)
@@ -100,6 +100,8 @@ def text_rule_wait_ms(text: str, *, merge_ms: int, quiet_ms: int, since_speech_e
     return max(0.0, wait)
 
 
-def fused_decision(probability: float, *, threshold: float, ceiling_ms: float, since_silence_ms: float) -> Decision:
-    wait = hold_ms(probability, threshold=threshold, ceiling_ms=ceiling_ms, since_silence_ms=since_silence_ms)
+def fused_decision(probability: float, *, threshold: float, max_wait_ms: float, caller_ceiling_ms: float,
+                   since_silence_ms: float) -> Decision:
+    wait = hold_ms(probability, threshold=threshold, max_wait_ms=max_wait_ms, caller_ceiling_ms=caller_ceiling_ms,
+                   since_silence_ms=since_silence_ms)
     return Decision(wait, "verdict" if probability >= threshold else "hold", probability)
