@@ -166,8 +166,10 @@ def _fixed(probability: Probability, ready: Ready = decision_ready_ms) -> tuple[
 
 def configs(fusion: Any) -> dict[str, Config]:
     """The policies compared: each signal alone, the rule this replaced (Smart Turn vetoed by dangling
-    words), and the fusion: Smart Turn asked at every silence, only where its answer could change the
-    decision (`fused_gated`, the default), or with a hold graded by the probability (`fused_graded`)."""
+    words), and the fusion: Smart Turn asked at every silence, only once the words say its answer could
+    change the decision (`fused_gated`, issue 25's default), asked when the speech stops beside the decode
+    and used only where it can change the decision (`fused_early`, the default since issue 40), or with a
+    hold graded by the probability (`fused_graded`)."""
 
     def always(point: DecisionPoint, threshold: float) -> bool:
         return True
@@ -185,6 +187,9 @@ def configs(fusion: Any) -> dict[str, Config]:
     def gated_ready(threshold: float) -> Ready:
         return lambda pt: text_ready_ms(pt) + (pt.smart_turn_ms if asked(pt, threshold) else 0.0)
 
+    def early_ready(threshold: float) -> Ready:  # asked when the speech stops, beside the decode
+        return lambda pt: decision_ready_ms(pt) if asked(pt, threshold) else text_ready_ms(pt)
+
     def fused(pt: DecisionPoint) -> float:
         return float(fusion.probability(pt.audio_p, pt.text, pt.snr_db))
 
@@ -196,6 +201,7 @@ def configs(fusion: Any) -> dict[str, Config]:
         "fused": Config(*_fixed(fused), False, always),
         "fused_graded": Config(*_fixed(fused), True, always),
         "fused_gated": Config(gated, gated_ready, False, asked),
+        "fused_early": Config(gated, early_ready, False, always),
     }
 
 

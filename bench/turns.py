@@ -361,7 +361,7 @@ def main() -> int:
     parser.add_argument("--tts-ms", type=float, default=TTS_MS, help="curve: first-sentence synthesis time")
     parser.add_argument("--threshold", type=float, default=0.75, help="curve: the operating point reported")
     parser.add_argument("--max-wait", type=float, default=2000)
-    parser.add_argument("--policy", default="fused_gated", help="curve: the policy of the operating point")
+    parser.add_argument("--policy", default="fused_early", help="curve: the policy of the operating point")
     parser.add_argument("--barge", action="store_true", help="pipeline: backchannels and interruptions too")
     parser.add_argument("--parallel", type=int, default=3, help="pipeline: dialogues at once (as concurrent calls)")
     parser.add_argument("--set", action="append", default=[], metavar="pipeline.KEY=VALUE")

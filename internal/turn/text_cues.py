@@ -178,7 +178,8 @@ def whole_utterance(text: str, questions: bool = True) -> bool:
     if phrase in GREETINGS or closing or all(token in ANSWER_WORDS for token in tokens):
         return True
     last = tokens[-1]
-    return (questions and ends_question(text) and tokens[0] in WH_WORDS and len(tokens) <= SHORT_QUESTION_WORDS
+    # Two words at least: a lone "What?" is as often the start of a question split at a word gap.
+    return (questions and ends_question(text) and tokens[0] in WH_WORDS and 2 <= len(tokens) <= SHORT_QUESTION_WORDS
             and last not in DANGLING_TAIL and last not in OPEN_VERB_TAIL and last not in SUBJECT_TAIL
             and not _numberish(last))
 

@@ -56,7 +56,7 @@ def test_a_short_whole_utterance_is_answered_at_once_however_it_sounds(text: str
     assert not fusion.needs_audio(text, THRESHOLD, CLEAN_DB)
 
 
-@pytest.mark.parametrize("text", ["Hello, I", "What is the", "Can I pay with it?", "Is it possible?",
+@pytest.mark.parametrize("text", ["Hello, I", "What is the", "What?", "Can I pay with it?", "Is it possible?",
                                   "What is my...", "That's everything.", "What is the code for 5?"])
 def test_openings_and_longer_questions_are_not_whole_utterances(text: str) -> None:
     assert shared_fusion().probability(SURE_CUT_OFF, text, CLEAN_DB) < THRESHOLD
