@@ -210,10 +210,10 @@ class TimedSink:
 
 
 async def run_dialogue(services: Any, model: Any, dialogue: Dialogue, pcm: bytes, rate: int) -> dict[str, Any]:
+    from internal.conversation.rolling_summary import RollingSummary
     from internal.identity import CallerIdentity
     from internal.pipeline.localcall import LocalCall
     from internal.pipeline.pipeline import VoicePipeline
-    from internal.pipeline.rolling_summary import RollingSummary
     from internal.session import Conversation, Session
 
     session = Session(CallerIdentity.anonymous("bench"), "talk", Conversation(RollingSummary(None, 1.0)))

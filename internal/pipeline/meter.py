@@ -6,14 +6,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from internal.conversation.state import CallContext
 from internal.pipeline.events import EventSink, ReleaseEvent, TimingEvent, TurnEvent, TurnOutcome
 from internal.pipeline.services import PipelineServices
-from internal.session.session import Session
 from internal.turn.pending import Release
 
 
 class TurnMeter:
-    def __init__(self, session: Session, services: PipelineServices, sink: EventSink,
+    def __init__(self, session: CallContext, services: PipelineServices, sink: EventSink,
                  clock: Callable[[], float]) -> None:
         self.session = session
         self.services = services

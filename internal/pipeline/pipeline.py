@@ -5,8 +5,8 @@ pre-roll) goes to speech-to-text; the VAD's events, the recogniser's transcripts
 whichever input holds the call: the TurnOwner (internal/turn/owner.py), which gathers the caller's turn
 and decides when it is over, or for a while a digit form or an answering-machine listener (capture.py).
 Outbound: the Responder (responder.py) plays replies; the Playout holds the audio the transport pulls
-once per tick. The conversation itself lives on the Session, so a resumed transport carries on with a
-new pipeline.
+once per tick. The conversation itself lives on the call (a Session, seen here as a CallContext), so a
+resumed transport carries on with a new pipeline.
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ from collections import deque
 from collections.abc import Callable
 
 from internal.audio.frame import frame_bytes
+from internal.conversation.state import CallContext
+from internal.conversation.text import clean
 from internal.pipeline.capture import CallerInput
 from internal.pipeline.events import AgentState, DtmfEvent, EventSink, TranscriptEvent
 from internal.pipeline.playout import Playout
 from internal.pipeline.record import record_caller
 from internal.pipeline.responder import APOLOGY, Responder
 from internal.pipeline.services import PipelineServices
-from internal.pipeline.text import clean
 from internal.pipeline.vad import VadEvent, VadProfile
-from internal.session.session import Session
 from internal.stt.base import SttStream, Transcript
 from internal.turn.owner import TurnOwner, TurnSettings
 
@@ -39,7 +39,7 @@ __all__ = ["APOLOGY", "VoicePipeline"]
 
 
 class VoicePipeline:
-    def __init__(self, session: Session, services: PipelineServices, sample_rate: int, sink: EventSink,
+    def __init__(self, session: CallContext, services: PipelineServices, sample_rate: int, sink: EventSink,
                  *, greeting: str | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.session = session
         self.services = services
@@ -278,7 +278,7 @@ class VoicePipeline:
 
     def submit_text(self, text: str) -> None:
         """A typed turn (e.g. from the browser's DataChannel): answered like speech, without STT. Control
-        characters are removed first (internal/pipeline/text.py): nothing downstream keeps them."""
+        characters are removed first (internal/conversation/text.py): nothing downstream keeps them."""
         text = clean(text).strip()
         if not text or self._closed:
             return

@@ -22,6 +22,7 @@ from typing import Any
 
 from opentelemetry import trace
 
+from internal.conversation.state import CallContext
 from internal.llm.base import LlmError, ToolCall, Turn
 from internal.pipeline.events import (
     AgentState,
@@ -39,7 +40,6 @@ from internal.pipeline.services import PipelineServices, misunderstanding_note
 from internal.pipeline.tools import ToolContext
 from internal.pipeline.turn_reply import TurnReply
 from internal.session.actions import record_action, tool_action
-from internal.session.session import Session
 from internal.turn.pending import Release, TurnTimes
 from internal.turn.text_cues import same_turn_text
 
@@ -54,7 +54,7 @@ SESSION_SPAN = "telemetry.span"  # session.data key of the session's trace span
 
 
 class Responder:
-    def __init__(self, session: Session, services: PipelineServices, playout: Playout, sink: EventSink,
+    def __init__(self, session: CallContext, services: PipelineServices, playout: Playout, sink: EventSink,
                  clock: Callable[[], float]) -> None:
         self.session = session
         self.services = services

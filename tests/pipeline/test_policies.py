@@ -7,15 +7,15 @@ import math
 import numpy as np
 import pytest
 
-from internal.pipeline.rolling_summary import (
+from internal.conversation.rolling_summary import (
     SUMMARY_MAX_INPUT_CHARS,
     extractive_summary,
     format_transcript_for_summary,
     should_refresh_summary,
     summary_context_block,
 )
+from internal.conversation.transcript import TranscriptEntry
 from internal.pipeline.services import misunderstanding_note
-from internal.pipeline.transcript import TranscriptEntry
 from internal.pipeline.vad import (
     AdaptiveEnergyClassifier,
     VadEvent,
