@@ -53,7 +53,20 @@ from bench.turn_cases import (
     paused_dialogues,
 )
 from bench.turn_signals import DecisionPoint, DialogueSignals, extract_all
-from bench.turn_sweep import configs, decision_ready_ms, evaluate, frontier, plot, summary, sweep
+from bench.turn_sweep import (
+    EOT_BENCH_HEADER,
+    TradeOff,
+    configs,
+    decision_ready_ms,
+    eot_bench,
+    eot_bench_cells,
+    evaluate,
+    frontier,
+    plot,
+    summary,
+    sweep,
+    trade_offs,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 PAUSES_S = (0.5, 1.0, 1.5)
@@ -137,10 +150,12 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
             for name, points in curves.items():
                 heard = summary(points, lambda p: p.heard_pct)
                 released = summary(points, lambda p: p.premature_pct)
-                line["configs"][name] = {"premature": released, "heard": heard,
+                eot = eot_bench(trade_offs(points, lambda p: p.premature_pct))
+                eot_heard = eot_bench(trade_offs(points, lambda p: p.heard_pct))
+                line["configs"][name] = {"premature": released, "heard": heard, "eot_bench": eot,
+                                         "eot_bench_heard": eot_heard,
                                          "frontier": [asdict(p) for p in frontier(points, lambda p: p.premature_pct)]}
-                rows.append([label, name, fmt(released["premature_pct_at_300ms"], "%"),
-                             fmt(released["release_ms_at_5pct"], " ms"), fmt(heard["release_ms_at_5pct"], " ms"),
+                rows.append([label, name, *eot_bench_cells(eot), fmt(eot_heard["release_ms_at_5pct"], " ms"),
                              fmt(released["lowest_premature_pct"], "%"),
                              fmt(released["fastest_release_p50_ms"], " ms")])
             policy = chosen[args.policy]
@@ -154,8 +169,10 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
                  f"{sum(s.kind == 'complete' for s in signals)} finished)")
             line["image"] = str(image.relative_to(REPO))
             report[label] = line
-    print(table(rows, ["line", "policy", "premature @300 ms", "release @5 % premature", "release @5 % heard",
-                       "lowest premature", "fastest p50"]))
+    print("eot-bench's numbers per line and policy: false cut-offs (paused sentences answered before their end)"
+          " at a 300 / 600 ms release p50 of the finished ones, and that release at 5 / 10 % false cut-offs")
+    print(table(rows, ["line", "policy", *EOT_BENCH_HEADER, "release @5 % heard", "lowest cut-offs",
+                       "fastest p50"]))
     print()
     op_rows = []
     for label, line in report.items():
@@ -327,24 +344,60 @@ async def run_line(args: argparse.Namespace, voice: str, rate: int, noise: str,
         return result
 
 
+def sweep_settings(items: list[str]) -> list[dict[str, Any]]:
+    """`--sweep pipeline.KEY=v1,v2,...` (repeatable): every combination, each checked by the config model
+    ([{}]: no sweep, one run at the defaults and --set)."""
+    import itertools
+
+    axes = []
+    for item in items:
+        key, _, values = item.partition("=")
+        axes.append([f"{key}={value}" for value in values.split(",") if value])
+    return [pipeline_settings(list(combo)) for combo in itertools.product(*axes)] if axes else [{}]
+
+
+def pipeline_eot(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """eot-bench's numbers over one line's pipeline runs (one run per --sweep setting): each run is one point
+    of the curve, its finished turns' release p50 against its paused sentences released (or heard) early."""
+    released = [TradeOff(float(r["released_ms"]["p50"]), float(r["premature_release_pct"])) for r in points]
+    heard = [TradeOff(float(r["released_ms"]["p50"]), float(r["premature_heard_pct"])) for r in points]
+    return {"points": len(points), "eot_bench": eot_bench(released), "eot_bench_heard": eot_bench(heard)}
+
+
 async def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     extra = pipeline_settings(args.set)
     report: dict[str, Any] = {"set": extra}
     rows = []
+    eot_rows = []
+    settings = sweep_settings(args.sweep)
     for voice, rate, noise in parse_lines(args.lines):
-        r = await run_line(args, voice, rate, noise, extra)
-        report[f"{voice}/{rate}/{noise}"] = r
-        rows.append([f"{voice}/{rate}/{noise}", f"{r['premature_release_pct']} %", f"{r['premature_heard_pct']} %",
-                     f"{r['one_answer_to_the_whole_sentence_pct']} %", f"{r['finished_split_pct']} %",
-                     f"{r['released_ms']['p50']} / {r['released_ms']['p95']}",
-                     f"{r['first_audio_ms']['p50']} / {r['first_audio_ms']['p95']}",
-                     f"{r['prepared_discarded_pct']} % of {r['prepared_replies']}",
-                     f"{r['false_barge_in_pct']} %" if args.barge else "-",
-                     f"{r['missed_barge_in_pct']} %" if args.barge else "-",
-                     f"{r['cpu_s']['turn_models_vs_recogniser_pct']} %"])
+        line = f"{voice}/{rate}/{noise}"
+        runs = []
+        for setting in settings:
+            r = await run_line(args, voice, rate, noise, {**extra, **setting})
+            label = line + "".join(f" {k}={v}" for k, v in setting.items())
+            r["setting"] = setting
+            runs.append(r)
+            report[label] = r
+            rows.append([label, f"{r['premature_release_pct']} %", f"{r['premature_heard_pct']} %",
+                         f"{r['one_answer_to_the_whole_sentence_pct']} %", f"{r['finished_split_pct']} %",
+                         f"{r['released_ms']['p50']} / {r['released_ms']['p95']}",
+                         f"{r['first_audio_ms']['p50']} / {r['first_audio_ms']['p95']}",
+                         f"{r['prepared_discarded_pct']} % of {r['prepared_replies']}",
+                         f"{r['false_barge_in_pct']} %" if args.barge else "-",
+                         f"{r['missed_barge_in_pct']} %" if args.barge else "-",
+                         f"{r['cpu_s']['turn_models_vs_recogniser_pct']} %"])
+        eot = pipeline_eot(runs)
+        report.setdefault("eot_bench", {})[line] = eot
+        eot_rows.append([line, str(eot["points"]), *eot_bench_cells(eot["eot_bench"]),
+                         *eot_bench_cells(eot["eot_bench_heard"])[2:]])
     print(table(rows, ["line", "premature release", "premature heard", "one whole answer", "finished split",
                        "released p50/p95 ms", "first audio p50/p95 ms", "prepared thrown away",
                        "false barge-in", "missed barge-in", "turn models / recogniser CPU"]))
+    print("\neot-bench's numbers per line over the runs above (a curve of one point without --sweep: a number "
+          "is '-' when that run is not within the bound)")
+    print(table(eot_rows, ["line", "runs", *EOT_BENCH_HEADER,
+                           *(f"release @{pct} % heard" for pct in (5, 10))]))
     return report
 
 
@@ -365,6 +418,9 @@ def main() -> int:
     parser.add_argument("--barge", action="store_true", help="pipeline: backchannels and interruptions too")
     parser.add_argument("--parallel", type=int, default=3, help="pipeline: dialogues at once (as concurrent calls)")
     parser.add_argument("--set", action="append", default=[], metavar="pipeline.KEY=VALUE")
+    parser.add_argument("--sweep", action="append", default=[], metavar="pipeline.KEY=V1,V2,...",
+                        help="pipeline: one run per value (repeatable: every combination), for eot-bench's "
+                             "numbers over a curve of real pipeline runs")
     parser.add_argument("--label", default="")
     args = parser.parse_args()
     if args.mode == "curve":
