@@ -89,7 +89,7 @@ QUESTIONS = [
 # (issue 40: "Hello." and "What is my name?" waited the whole hold). Each is answered by the local agent in
 # a few words, none ends the call (tests/test_bench_voice_to_voice.py asks the agent itself).
 SHORT_TURNS: dict[str, list[str]] = {
-    "greeting": ["Hello.", "Hi there.", "Hey.", "Good morning.", "Good afternoon.", "Good evening.", "Hello again."],
+    "greeting": ["Hello.", "Hi there.", "Hey.", "Hi.", "Good afternoon.", "Good evening.", "Hello again."],
     "thanks": ["Thanks.", "Thank you.", "Thanks so much.", "Thank you, that helps.", "Great, thanks.",
                "Okay, thank you."],
     "yes/no": ["Yes, thanks.", "No, thank you.", "Yes, thank you.", "No thanks.", "Yes, my name is Tom.",
@@ -459,6 +459,25 @@ def run_webrtc(stt: str, args: argparse.Namespace) -> dict[str, Any]:
     return summarise(stt, settings, calls, label=f"voicegate webrtc {stt}")
 
 
+# What Pipecat's bot printed, as stages from the caller's last speech on the wire (the bot and the caller
+# share time.monotonic()): its VAD's stop, its transcript, the turn released to the agent, its first audio out.
+BOT_STAGES = {"user_stopped": "pipecat_vad_stop", "transcript": "pipecat_transcript",
+              "turn_released": "pipecat_released", "bot_started": "pipecat_bot_speaking"}
+
+
+def bot_stages(turns: list[TurnWait], events: list[dict[str, Any]], gap_s: float) -> dict[int, dict[str, float]]:
+    """Each turn's first bot event of each kind within `gap_s` after the caller's last speech (turn 1 is
+    the first), in ms from that moment."""
+    out: dict[int, dict[str, float]] = {}
+    for number, turn in enumerate(turns, start=1):
+        for event in events:
+            stage = BOT_STAGES.get(str(event.get("event")))
+            delay = float(event.get("t", 0)) - turn.spoke_until
+            if stage and -0.3 <= delay <= gap_s:
+                out.setdefault(number, {}).setdefault(stage, delay * 1000)
+    return out
+
+
 def run_pipecat(args: argparse.Namespace) -> dict[str, Any]:
     """The same turns through Pipecat 1.14's bot (bench/pipecat_reference.py), over WebRTC."""
     from bench.pipecat_reference import ANSWER, VERSION, pipecat_bot
@@ -474,8 +493,8 @@ def run_pipecat(args: argparse.Namespace) -> dict[str, Any]:
         start, end = call["window"]
         mine = [e for e in events if start <= float(e.get("t", 0)) <= end]
         said = [["user", str(e["text"])] for e in mine if e["event"] == "transcript"]
-        attach_server(call, {}, said)
-        call["turns_released"] = sum(e["event"] == "turn_released" for e in mine)
+        attach_server(call, bot_stages(call["turns"], mine, args.gap), said)
+        call["server_turns"] = sum(e["event"] == "turn_released" for e in mine)
     return summarise("whisper", {"pipecat": {"version": VERSION, "answer": ANSWER}}, calls,
                      label=f"pipecat {VERSION} webrtc whisper")
 
