@@ -79,14 +79,24 @@ LONG_REPLY = ("Our opening hours are nine in the morning to six in the evening o
 BARGE_WINDOW_S = 2.5  # an interruption must stop the agent within this long
 
 
-def eval_dialogues(voice: str, barge: bool = False) -> list[Dialogue]:
+def eval_sets(sentences: int = 0) -> tuple[list[str], list[str]]:
+    """The paused and the finished sentences measured: all, or the first `sentences` of each (--sentences:
+    a quick look, not a measurement)."""
+    if not sentences:
+        return EVAL_PAUSED, EVAL_COMPLETE
+    return EVAL_PAUSED[:sentences], EVAL_COMPLETE[:sentences]
+
+
+def eval_dialogues(voice: str, barge: bool = False, sentences: int = 0) -> list[Dialogue]:
+    paused, complete = eval_sets(sentences)
+
     def build() -> list[Dialogue]:
         aligner = Aligner()
-        return (paused_dialogues(EVAL_PAUSED, voice, PAUSES_S, aligner,
-                                 lambda done: progress(f"dialogues ({voice})", done, len(EVAL_PAUSED)))
-                + complete_dialogues(EVAL_COMPLETE, voice))
+        return (paused_dialogues(paused, voice, PAUSES_S, aligner,
+                                 lambda done: progress(f"dialogues ({voice})", done, len(paused)))
+                + complete_dialogues(complete, voice))
 
-    out: list[Dialogue] = cached("turns-eval", (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, "v2"), build)
+    out: list[Dialogue] = cached("turns-eval", (paused, complete, PAUSES_S, voice, "v2"), build)
     if barge:
         out = out + cached("turns-barge", (voice, LONG_REPLY), lambda: barge_dialogues(voice))
     return out
@@ -133,13 +143,14 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
     version = "v7" if gate == "noise" else "v5"  # the signals' recipe (v7: the final gate and SNR estimate)
     whisper = dict(parse_setting(item) for item in args.whisper)
     for voice, rate, noise in parse_lines(args.lines):
-        dialogues = eval_dialogues(voice)
+        dialogues = eval_dialogues(voice, sentences=args.sentences)
+        paused, complete = eval_sets(args.sentences)
         for offset in [int(o) for o in args.offsets.split(",")]:
             label = (f"{voice}/{rate}/{noise}/{offset}ms" + ("" if gate == "noise" else f"/{gate} gate")
                      + "".join(f"/{k}={v}" for k, v in whisper.items()))
             signals: list[DialogueSignals] = cached(
                 "turns-signals",
-                (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, rate, noise, offset, *gated, *whisper.items(), version),
+                (paused, complete, PAUSES_S, voice, rate, noise, offset, *gated, *whisper.items(), version),
                 lambda d=dialogues, r=rate, n=noise, o=offset, lab=label: extract_all(
                     d, r, n, o, args.workers, gate == "noise", whisper,
                     lambda done, total: progress(f"signals {lab}", done, total)))
@@ -163,7 +174,9 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
                 signals, args.policy, policy.probability(args.threshold), args.threshold, args.max_wait, args.tts_ms,
                 policy.graded, policy.ready(args.threshold)))
             suffix = "".join(f"-{g}" for g in gated) + "".join(f"-{k}{v}" for k, v in whisper.items())
-            image = REPO / "docs" / "images" / f"turns-{voice}-{rate}-{noise}-{offset}ms{suffix}.png"
+            # A quick look (--sentences) is no measurement: its picture stays out of the docs.
+            images = REPO / "bench" / "results" if args.sentences else REPO / "docs" / "images"
+            image = images / f"turns-{voice}-{rate}-{noise}-{offset}ms{suffix}.png"
             plot(curves, str(image), f"{voice}, {rate} Hz, noise {noise}, VAD offset {offset} ms "
                  f"({sum(s.kind == 'paused' for s in signals)} paused, "
                  f"{sum(s.kind == 'complete' for s in signals)} finished)")
@@ -297,7 +310,7 @@ async def run_line(args: argparse.Namespace, voice: str, rate: int, noise: str,
     from server.providers import build_services, build_stt, build_tts
     from tests.fakes.models import RecordingModel
 
-    dialogues = eval_dialogues(voice, barge=args.barge)
+    dialogues = eval_dialogues(voice, barge=args.barge, sentences=args.sentences)
     with tempfile.TemporaryDirectory(prefix="voicegate-bench-turns-") as work:
         config = load_config(None)
         config.server.data_dir = work
@@ -421,6 +434,8 @@ def main() -> int:
     parser.add_argument("--sweep", action="append", default=[], metavar="pipeline.KEY=V1,V2,...",
                         help="pipeline: one run per value (repeatable: every combination), for eot-bench's "
                              "numbers over a curve of real pipeline runs")
+    parser.add_argument("--sentences", type=int, default=0,
+                        help="only the first N paused and N finished sentences (a quick look; default: all)")
     parser.add_argument("--label", default="")
     args = parser.parse_args()
     if args.mode == "curve":

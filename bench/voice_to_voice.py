@@ -107,11 +107,14 @@ class Said:
     kind: str  # "question" (QUESTIONS) or a kind of SHORT_TURNS
 
 
-def all_turns() -> list[Said]:
-    """Every turn, the kinds taken in turn (question, greeting, thanks, ...), so that the first few of a
-    short run already cover every kind."""
-    queues = [[Said(q, "question") for q in QUESTIONS],
-              *([Said(t, kind) for t in texts] for kind, texts in SHORT_TURNS.items())]
+KINDS = ("question", *SHORT_TURNS)
+
+
+def all_turns(kinds: Sequence[str] = KINDS) -> list[Said]:
+    """Every turn of `kinds`, the kinds taken in turn (question, greeting, thanks, ...), so that the first
+    few of a short run already cover every kind."""
+    queues = [[Said(q, "question") for q in QUESTIONS] if "question" in kinds else [],
+              *([Said(t, kind) for t in texts] for kind, texts in SHORT_TURNS.items() if kind in kinds)]
     out: list[Said] = []
     while any(queues):
         for queue in queues:
@@ -359,9 +362,9 @@ def through_tap(scenario: Path) -> None:
     scenario.write_text(text.replace("[peer_tag_param]\n", "[peer_tag_param]\n      [routes]\n"))
 
 
-def call_plan(turns: int, calls: int) -> list[list[Said]]:
+def call_plan(turns: int, calls: int, kinds: Sequence[str] = KINDS) -> list[list[Said]]:
     """The turns of each call: `turns` of them (0: every one once) over `calls` calls, as evenly as they go."""
-    every = all_turns()
+    every = all_turns(kinds)
     turns = turns or len(every)
     chosen = [every[i % len(every)] for i in range(turns)]
     calls = max(1, min(calls, turns))
@@ -373,7 +376,7 @@ def call_plan(turns: int, calls: int) -> list[list[Said]]:
 def run_configuration(stt: str, args: argparse.Namespace) -> dict[str, Any]:
     if args.transport == "webrtc":
         return run_webrtc(stt, args)
-    plan = call_plan(args.turns, args.calls)
+    plan = call_plan(args.turns, args.calls, args.kinds)
     with tempfile.TemporaryDirectory(prefix="voicegate-bench-v2v-") as tmp:
         work = Path(tmp)
         settings = server_settings(work / "data", stt, args.tts, args.set)
@@ -445,7 +448,7 @@ def webrtc_calls(base_url: str, plan: list[list[Said]], gap_s: float, signalling
 
 
 def run_webrtc(stt: str, args: argparse.Namespace) -> dict[str, Any]:
-    plan = call_plan(args.turns, args.calls)
+    plan = call_plan(args.turns, args.calls, args.kinds)
     neural([s.text for call in plan for s in call], 16000)  # rendered (or found cached) before any server starts
     with tempfile.TemporaryDirectory(prefix="voicegate-bench-v2v-") as tmp:
         work = Path(tmp)
@@ -482,7 +485,7 @@ def run_pipecat(args: argparse.Namespace) -> dict[str, Any]:
     """The same turns through Pipecat 1.14's bot (bench/pipecat_reference.py), over WebRTC."""
     from bench.pipecat_reference import ANSWER, VERSION, pipecat_bot
 
-    plan = call_plan(args.turns, args.calls)
+    plan = call_plan(args.turns, args.calls, args.kinds)
     neural([s.text for call in plan for s in call], 16000)
     with tempfile.TemporaryDirectory(prefix="voicegate-bench-pipecat-") as tmp:
         with pipecat_bot(Path(tmp), free_port(), lambda line: print(line, flush=True)) as bot:
@@ -590,6 +593,7 @@ def report(results: list[dict[str, Any]]) -> None:
 def result_name(args: argparse.Namespace) -> str:
     """voice_to_voice, plus what differs from the default run, so that one run does not overwrite another."""
     parts = [*([args.transport] if args.transport != "sip" else []),
+             *(["kinds-" + "_".join(args.kinds)] if list(args.kinds) != list(KINDS) else []),
              *([f"vs-{args.reference}"] if args.reference else []),
              *(args.stt or []), *([f"tts-{args.tts}"] if args.tts else []), *(f"{k}-{v}" for _, k, v in args.set)]
     return "-".join(["voice_to_voice", *(re.sub(r"[^A-Za-z0-9.]+", "_", str(part)) for part in parts)])
@@ -606,6 +610,9 @@ def main() -> int:
                              "WebRTC and report both (implies --transport webrtc and --stt whisper)")
     parser.add_argument("--turns", type=int, default=0,
                         help="caller turns per recogniser (default: every turn once, the kinds interleaved)")
+    parser.add_argument("--kinds", type=lambda text: [k.strip() for k in text.split(",")], default=list(KINDS),
+                        help=f"the kinds of turn said, comma-separated (default: all; --kinds question: the 12 "
+                             f"questions of the runs before issue 40); kinds: {', '.join(KINDS)}")
     parser.add_argument("--calls", type=int, default=3, help="calls the turns are spread over")
     parser.add_argument("--tts", help="tts.provider for the server (default: the pipeline's, auto)")
     parser.add_argument("--set", action="append", type=parse_setting, default=[], metavar="SECTION.KEY=VALUE",
@@ -616,7 +623,10 @@ def main() -> int:
         args.transport = "webrtc"
     stts = args.stt or (["whisper"] if args.reference else ["pocketsphinx", "whisper"])
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    turns = args.turns or len(all_turns())
+    unknown = set(args.kinds) - set(KINDS)
+    if unknown:
+        parser.error(f"--kinds: no such kind {', '.join(sorted(unknown))} (kinds: {', '.join(KINDS)})")
+    turns = args.turns or len(all_turns(args.kinds))
     print(f"voice-to-voice over {args.transport.upper() if args.transport == 'sip' else 'WebRTC'}: {turns} turns "
           f"over {args.calls} calls per recogniser, {args.gap:g} s after each question"
           f"{'; reference: ' + args.reference if args.reference else ''}; load average before: {load}", flush=True)

@@ -111,6 +111,7 @@ def test_the_kinds_are_interleaved_so_a_short_run_hears_every_kind() -> None:
     assert [len(call) for call in plan] == [3, 3]
     assert len({t.kind for call in plan for t in call}) == 6
     assert sum(len(call) for call in call_plan(0, 3)) == len(all_turns())  # 0: every turn once
+    assert [t.text for call in call_plan(0, 3, ["question"]) for t in call] == QUESTIONS  # the runs before
 
 
 @pytest.mark.parametrize("turn", [t for t in all_turns() if t.kind != "question"], ids=lambda t: t.text)
@@ -138,7 +139,8 @@ def test_p50_and_p95_per_kind_count_only_clean_answered_turns() -> None:
     table = by_kind(turns)
     assert table["greeting"] == {"p50": 350, "p95": 2100, "n": 4, "asked": 6}
     assert table["thanks"] == {"p50": 500, "p95": 500, "n": 1, "asked": 1}
-    results: list[dict[str, Any]] = [{"by_kind": table}, {"by_kind": {"thanks": {"p50": 900, "p95": 1000, "n": 1, "asked": 1}}}]
+    other = {"thanks": {"p50": 900, "p95": 1000, "n": 1, "asked": 1}}
+    results: list[dict[str, Any]] = [{"by_kind": table}, {"by_kind": other}]
     assert kind_rows(results) == [["greeting", "350 / 2100 (4/6)", "-"],
                                   ["thanks", "500 / 500 (1/1)", "900 / 1000 (1/1)"]]
 
