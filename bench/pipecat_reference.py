@@ -13,8 +13,10 @@ pipeline per call:
       and agent use) -> SmallWebRTC out
 
 Everything else is Pipecat's default (VAD stop 0.2 s, Smart Turn's own thresholds and 3 s timeout, Whisper's
-decode settings). The bot prints one JSON line per event on stdout (transcripts, turn released, first audio
-out) with time.monotonic(), which is the same clock in both processes on Linux.
+decode settings); the Whisper model is loaded and run once before the bot is ready (voicegate warms its
+recogniser up too) and shared by the calls. The bot prints one JSON line per event on stdout
+(transcripts, turn released, first audio out) with time.monotonic(), the same clock in both processes on
+Linux.
 
     bench/.pipecat-venv/bin/python bench/pipecat_reference.py --serve --port 8765 --smart-turn F --whisper D \\
         --voice F.onnx
@@ -208,6 +210,19 @@ def serve(args: argparse.Namespace) -> None:  # pragma: no cover - runs in bench
             else:
                 await self.push_frame(frame, direction)
 
+    # Whisper loads in the service's constructor, on the event loop, when a call comes in: load it (and run
+    # its first decode) once before the bot says it is ready, as voicegate warms its recogniser up, and hand
+    # every call's service the same model.
+    import numpy as np
+    from faster_whisper import WhisperModel
+
+    whisper = WhisperModel(args.whisper, device="cpu", compute_type="int8")
+    list(whisper.transcribe(np.zeros(16000, dtype=np.float32), language="en")[0])
+
+    class WarmWhisper(WhisperSTTService):
+        def _load(self) -> None:
+            self._model = whisper
+
     voice = Path(args.voice)
     tts = PiperTTSService(download_dir=voice.parent, settings=PiperTTSService.Settings(voice=voice.stem))
     stt_settings = WhisperSTTService.Settings(model=args.whisper)
@@ -216,7 +231,7 @@ def serve(args: argparse.Namespace) -> None:  # pragma: no cover - runs in bench
     async def run_bot(connection: SmallWebRTCConnection) -> None:
         transport = SmallWebRTCTransport(webrtc_connection=connection,
                                          params=TransportParams(audio_in_enabled=True, audio_out_enabled=True))
-        stt = WhisperSTTService(device="cpu", compute_type="int8", settings=stt_settings)
+        stt = WarmWhisper(device="cpu", compute_type="int8", settings=stt_settings)
         turn = LocalSmartTurnAnalyzerV3(smart_turn_model_path=args.smart_turn)
         user, assistant = LLMContextAggregatorPair(LLMContext(), user_params=LLMUserAggregatorParams(
             vad_analyzer=SileroVADAnalyzer(),

@@ -3,6 +3,8 @@ finished wait, and does the agent stop for a real interruption but not for "mm-h
 
     .venv/bin/python bench/turns.py curve    [--lines piper/8000/none,...] [--offsets 120,200,300]
     .venv/bin/python bench/turns.py pipeline [--lines ...] [--barge] [--parallel 3] [--set pipeline.key=value]
+                                             [--sweep pipeline.key=v1,v2,...]
+    (either: --sentences N, the first N paused and N finished sentences only: a quick look)
 
 The turns come from bench/turn_cases.py: 22 sentences with a pause of 0.5, 1.0 or 1.5 s cut in where a
 person pauses (66 paused dialogues), 36 finished questions, statements and short answers, and for
@@ -16,14 +18,16 @@ None of these sentences is in the fusion model's training set (scripts/train_tur
 Smart Turn and Whisper at every end of utterance, with their costs), then each policy is replayed over
 them in milliseconds (bench/turn_sweep.py) for every threshold and longest hold: premature ends of turn
 against finished-turn release latency, for Smart Turn alone, the rule this replaced, the words alone and
-the fusion; eot-bench's two numbers; a PNG per line in docs/images/. And what the turn models cost
-against the recogniser, per decision.
+the fusion; LiveKit eot-bench's four numbers per line and policy (false cut-offs at a 300 and a 600 ms
+release, release latency at 5 % and 10 % false cut-offs: bench/turn_sweep.py `eot_bench`); a PNG per line
+in docs/images/. And what the turn models cost against the recogniser, per decision.
 
 `pipeline`: the dialogues through the real pipeline on a 20 ms clock, several at once as concurrent
 calls (Whisper workers, Smart Turn, the fusion, prepared replies, continuation merge; a stub agent that
 answers at once, spoken by espeak-ng): premature releases (absorbed unheard, or heard: reply audio played
 before the caller went on), answers to the whole sentence, release and first-audio latency, prepared
-replies used and thrown away, and with --barge false and missed barge-ins.
+replies used and thrown away, and with --barge false and missed barge-ins. Each run is one point of a
+curve; with --sweep (one run per setting) eot-bench's four numbers are read over the runs of each line.
 """
 
 from __future__ import annotations

@@ -24,8 +24,16 @@ llm_first_token, tts_first_audio, first_audio, ...), with the words it heard aga
 
     .venv/bin/python bench/voice_to_voice.py [--stt pocketsphinx|whisper] [--turns 12] [--calls 3]
         [--tts piper|espeak] [--set pipeline.vad=webrtc --set pipeline.vad_offset_ms=200] [--gap 6]
+        [--kinds question,greeting,...] [--transport sip|webrtc] [--reference pipecat]
 
 Without --stt it measures pocketsphinx, then Whisper. Figures go to bench/results/voice_to_voice*.json.
+
+The turns: the 12 questions above and 32 short finished turns (greetings, thanks, yes/no, short questions,
+short statements), each tagged with its kind, interleaved (without --turns: each said once); the report
+gives p50 / p95 per kind. `--transport webrtc` calls the server over WHIP with an aiortc caller instead
+(bench/v2v_webrtc.py: the same wait, read on the caller's RTP packets), and `--reference pipecat` runs the
+same turns over WebRTC to voicegate and to Pipecat 1.14's bot (bench/pipecat_reference.py, installed into
+bench/.pipecat-venv on first use) and reports both in one table.
 """
 
 from __future__ import annotations
