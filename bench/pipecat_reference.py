@@ -156,6 +156,7 @@ def serve(args: argparse.Namespace) -> None:  # pragma: no cover - runs in bench
         LLMTextFrame,
         TranscriptionFrame,
         UserStoppedSpeakingFrame,
+        VADUserStoppedSpeakingFrame,
     )
     from pipecat.pipeline.pipeline import Pipeline
     from pipecat.pipeline.runner import PipelineRunner
@@ -191,8 +192,10 @@ def serve(args: argparse.Namespace) -> None:  # pragma: no cover - runs in bench
             await super().process_frame(frame, direction)
             if isinstance(frame, TranscriptionFrame):
                 emit("transcript", text=frame.text)
+            elif isinstance(frame, VADUserStoppedSpeakingFrame) and self.where == "stt":
+                emit("vad_stopped")  # Silero's stop (stop_secs of silence)
             elif isinstance(frame, UserStoppedSpeakingFrame) and self.where == "stt":
-                emit("user_stopped")
+                emit("user_turn_ended")  # the user aggregator's verdict (Smart Turn, or its timeout)
             elif isinstance(frame, BotStartedSpeakingFrame) and self.where == "out":
                 emit("bot_started")
             await self.push_frame(frame, direction)

@@ -471,9 +471,11 @@ def run_webrtc(stt: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 # What Pipecat's bot printed, as stages from the caller's last speech on the wire (the bot and the caller
-# share time.monotonic()): its VAD's stop, its transcript, the turn released to the agent, its first audio out.
-BOT_STAGES = {"user_stopped": "pipecat_vad_stop", "transcript": "pipecat_transcript",
-              "turn_released": "pipecat_released", "bot_started": "pipecat_bot_speaking"}
+# share time.monotonic()): its VAD's stop, its transcript, the user turn's end, the turn handed to the agent,
+# its first audio out.
+BOT_STAGES = {"vad_stopped": "pipecat_vad_stop", "transcript": "pipecat_transcript",
+              "user_turn_ended": "pipecat_turn_end", "turn_released": "pipecat_released",
+              "bot_started": "pipecat_bot_speaking"}
 
 
 def bot_stages(turns: list[TurnWait], events: list[dict[str, Any]], gap_s: float) -> dict[int, dict[str, float]]:

@@ -190,10 +190,10 @@ def test_a_webrtc_call_s_datachannel_events_give_its_stages_and_transcript() -> 
 
 def test_pipecat_s_events_are_timed_from_the_caller_s_last_speech_of_each_turn() -> None:
     turns = [TurnWait("Hello.", 10.0, 500.0, 0.0, False), TurnWait("Thanks.", 20.0, 500.0, 0.0, False)]
-    events = [{"event": "user_stopped", "t": 10.2}, {"event": "transcript", "t": 10.45, "text": "Hello."},
-              {"event": "turn_released", "t": 10.5}, {"event": "bot_started", "t": 10.9},
-              {"event": "turn_released", "t": 20.4}]
+    events = [{"event": "vad_stopped", "t": 10.2}, {"event": "transcript", "t": 10.45, "text": "Hello."},
+              {"event": "user_turn_ended", "t": 10.48}, {"event": "turn_released", "t": 10.5},
+              {"event": "bot_started", "t": 10.9}, {"event": "turn_released", "t": 20.4}]
     stages = bot_stages(turns, events, gap_s=4.0)
-    assert stages[1] == pytest.approx({"pipecat_vad_stop": 200, "pipecat_transcript": 450,
+    assert stages[1] == pytest.approx({"pipecat_vad_stop": 200, "pipecat_transcript": 450, "pipecat_turn_end": 480,
                                        "pipecat_released": 500, "pipecat_bot_speaking": 900})
     assert stages[2] == pytest.approx({"pipecat_released": 400})
