@@ -75,7 +75,10 @@ SAME_TURN_S = 1.5  # loud caller packets closer than this are one question (a co
 TALKING_OVER_S = 0.3  # agent speech this close before the caller's end: it had not finished its last reply
 LEAD_S = 1.0  # silence before the first question: the call's media settles first
 READY = "voicegate is ready."  # the banner `serve` prints once it listens
-STAGE_ORDER = ["stt", "end_of_turn", "llm_first_token", "tts_first_audio", "first_audio"]
+STAGE_ORDER = ["stt", "end_of_turn", "llm_first_token", "tts_first_audio", "first_audio",
+               # Pipecat's bot (--reference pipecat), in the order they happen
+               "pipecat_vad_stop", "pipecat_transcript", "pipecat_turn_end", "pipecat_released",
+               "pipecat_bot_speaking"]
 
 # Questions the local agent answers in a sentence ("who are you" or an unknown request would get a speech
 # that runs into the next question), none of them ending the call.
@@ -586,8 +589,9 @@ def report(results: list[dict[str, Any]]) -> None:
     stages = [s for s in STAGE_ORDER if s in found] + sorted(found - set(STAGE_ORDER))
     for result in results:
         print(f"\n{result['label']}: every turn (ms)")
-        rows = turn_rows(result, stages)
-        print(table(rows, ["call", "turn", "kind", "question", "wait", "reply", *stages]))
+        own = [s for s in stages if s in result["stage_p50_ms"]]  # voicegate's stages, or Pipecat's
+        rows = turn_rows(result, own)
+        print(table(rows, ["call", "turn", "kind", "question", "wait", "reply", *own]))
         if any(row[0].endswith("*") for row in rows):
             print("* the server counted another number of turns than questions: stages matched by turn number")
     print("\nwait on the wire per kind of turn, p50 / p95 ms (clean turns / asked)")
