@@ -31,22 +31,33 @@ LEAD_S = 1.0  # silence before the first turn: the media settles first
 
 
 class WireClock:
-    """RTP timestamp -> when the packet carrying it arrived. A decoded frame whose timestamp was never
-    seen (a decoder that renumbers its output) takes the oldest arrival not yet used: on loopback packets
-    arrive in order and none is lost."""
+    """RTP timestamp -> when the packet carrying it arrived. aiortc's receiver numbers the decoded frames
+    from the first frame it decodes (its TimestampMapper: pts = RTP timestamp - origin), so the mapping it
+    made is recorded too (`rebased`) and undone. A frame whose timestamp is still unknown takes the
+    oldest arrival not yet used (on loopback packets arrive in order and none is lost)."""
 
     def __init__(self) -> None:
         self._arrivals: dict[int, float] = {}
+        self._rebased: dict[int, int] = {}  # the receiver's pts -> RTP timestamp
+        self.matched = 0  # frames timed by their own packet
+        self.guessed = 0  # ... by the oldest arrival left, or by their decode time
 
     def packet(self, timestamp: int, at: float) -> None:
         self._arrivals.setdefault(timestamp, at)
 
+    def rebased(self, pts: int, timestamp: int) -> None:
+        self._rebased[pts] = timestamp
+
     def arrival(self, timestamp: int | None, fallback: float) -> float:
+        if timestamp is not None:
+            timestamp = self._rebased.pop(timestamp, timestamp)
         if timestamp is not None and timestamp in self._arrivals:
+            self.matched += 1
             at = self._arrivals.pop(timestamp)
             for older in [t for t, seen in self._arrivals.items() if seen < at]:
                 del self._arrivals[older]  # lost to the decoder (late, concealed): never asked for again
             return at
+        self.guessed += 1
         if self._arrivals:
             oldest = min(self._arrivals, key=self._arrivals.__getitem__)
             return self._arrivals.pop(oldest)
@@ -102,6 +113,16 @@ class BenchPhone(WebRtcPhone):
             await original(packet, arrival_time_ms=arrival_time_ms)
 
         receiver._handle_rtp_packet = timed  # type: ignore[method-assign]
+        mapper = getattr(receiver, "_RTCRtpReceiver__timestamp_mapper", None)  # aiortc 1.16's, see WireClock
+        if mapper is not None:
+            rebase = mapper.map
+
+            def mapped(timestamp: int) -> int:
+                pts = int(rebase(timestamp))
+                clock.rebased(pts, timestamp)
+                return pts
+
+            mapper.map = mapped
         self._tasks.append(asyncio.create_task(self._listen(track)))
 
     async def _listen(self, track: MediaStreamTrack) -> None:
@@ -120,6 +141,7 @@ class WebRtcCall:
     reply: list[tuple[float, float]]  # (arrived at, dBFS) of every frame it heard
     problem: str = ""
     events: list[dict[str, Any]] = field(default_factory=list)  # the server's DataChannel events (voicegate)
+    frames_timed: tuple[int, int] = (0, 0)  # received frames timed by their own packet, and otherwise
 
 
 async def place_webrtc_call(base_url: str, clips16k: list[bytes], gap_s: float, signalling: str = "whip",
@@ -149,4 +171,4 @@ async def place_webrtc_call(base_url: str, clips16k: list[bytes], gap_s: float, 
             await phone.hang_up()
     return WebRtcCall(phone.session_id, [(f.at, f.level) for f in phone.mouth.sent.frames],
                       [(f.at, f.level) for f in phone.ear.heard.frames], problem,
-                      [seen.event for seen in phone.channel_events])
+                      [seen.event for seen in phone.channel_events], (phone.clock.matched, phone.clock.guessed))

@@ -452,7 +452,8 @@ def webrtc_calls(base_url: str, plan: list[list[Said]], gap_s: float, signalling
         turns = measure(call.caller, call.reply, texts, [s.kind for s in said])
         calls.append({"call_id": call.session_id, "problem": call.problem, "questions": texts, "turns": turns,
                       "caller_packets": len(call.caller), "reply_packets": len(call.reply),
-                      "events": call.events, "window": (started, time.monotonic())})
+                      "events": call.events, "window": (started, time.monotonic()),
+                      "frames_timed_by_packet": call.frames_timed[0], "frames_timed_otherwise": call.frames_timed[1]})
         progress(f"{label}: calls", index + 1, len(plan))
         print(f"  call {index + 1}: waits {', '.join(ms(t.wait_ms) for t in turns)} ms", flush=True)
     return calls

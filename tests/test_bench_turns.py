@@ -165,6 +165,18 @@ def test_a_decoded_frame_takes_the_arrival_of_the_packet_that_carried_it() -> No
     assert clock.arrival(2880, 12.0) == pytest.approx(10.06)  # 1920 was lost to the decoder: dropped
     assert clock.arrival(123, 12.0) == pytest.approx(10.08)  # a timestamp never seen: the oldest arrival left
     assert clock.arrival(None, 12.0) == 12.0  # nothing left: the decode time
+    assert (clock.matched, clock.guessed) == (2, 2)
+
+
+def test_the_receiver_s_renumbering_of_decoded_frames_is_undone() -> None:
+    clock = WireClock()
+    origin = 944569377  # aiortc numbers decoded frames from the first one: pts = RTP timestamp - origin
+    for n in range(3):
+        clock.packet(origin + 960 * n, 20.0 + 0.02 * n)
+        clock.rebased(960 * n, origin + 960 * n)
+    assert clock.arrival(960, 25.0) == pytest.approx(20.02)
+    assert clock.arrival(1920, 25.0) == pytest.approx(20.04)
+    assert (clock.matched, clock.guessed) == (2, 0)
 
 
 def test_the_first_loud_reply_frame_is_read_by_wire_time_not_by_decode_order() -> None:
