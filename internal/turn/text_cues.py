@@ -68,12 +68,13 @@ CLOSING_PHRASES = frozenset([
 GREETINGS = frozenset([
     "hello", "hi", "hey", "hiya", "hello there", "hi there", "hey there", "good morning", "good afternoon",
     "good evening", "morning", "afternoon", "evening", "hello good morning", "hi good morning",
-    "hello good afternoon", "hello good evening", "yes hello", "oh hello", "hello hello",
+    "hello good afternoon", "hello good evening", "yes hello", "oh hello", "hello hello", "hello again",
+    "hi again",
 ])
 # A short wh-question is whole when it asks this few words and ends on none of the tails that go on.
 # ("Can I pay with it?" and "Is it possible?" start questions that often go on: not these.)
-SHORT_QUESTION_WORDS = 4
-WH_WORDS = frozenset("what where when why who whom whose which how".split())
+SHORT_QUESTION_WORDS = 5
+WH_WORDS = frozenset("what where when why who whom whose which how what's where's when's who's how's".split())
 QUESTION_START = frozenset("what where when why who whom whose which how can could would will do does did is are "
                            "was were have has should may shall am isn't aren't don't doesn't won't can't".split())
 
@@ -178,7 +179,8 @@ def whole_utterance(text: str, questions: bool = True) -> bool:
     if phrase in GREETINGS or closing or all(token in ANSWER_WORDS for token in tokens):
         return True
     last = tokens[-1]
-    # Two words at least: a lone "What?" is as often the start of a question split at a word gap.
+    # Two words at least: a lone "What?" is as often the start of a question split at a word gap. A
+    # question on a noisy line is left to the fused weights (the caller's `questions` False).
     return (questions and ends_question(text) and tokens[0] in WH_WORDS and 2 <= len(tokens) <= SHORT_QUESTION_WORDS
             and last not in DANGLING_TAIL and last not in OPEN_VERB_TAIL and last not in SUBJECT_TAIL
             and not _numberish(last))

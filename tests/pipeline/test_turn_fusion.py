@@ -46,7 +46,8 @@ def test_thanks_and_farewells_are_answered_unless_they_sound_plainly_cut_off(tex
 
 
 @pytest.mark.parametrize("text", ["Hello.", "Good morning.", "Good afternoon.", "Thanks.", "Yes.", "No thanks.",
-                                  "What is my name?", "What time is it?", "Where is my parcel?", "Bye."])
+                                  "What is my name?", "What time is it?", "Where is my parcel?", "Bye.",
+                                  "What's the time?", "Hello again.", "What is the date today?"])
 def test_a_short_whole_utterance_is_answered_at_once_however_it_sounds(text: str) -> None:
     """Greetings, thanks, bare answers and short wh-questions: a caller says them and waits. The weights
     alone held "Hello." and "What is my name?" for the longest hold even when Smart Turn was sure."""
