@@ -94,6 +94,7 @@ class Gateway:
         self.model: ChatModel | None = model
         self.services: PipelineServices | None = None
         self.recordings: Any = None  # internal.recording.service.RecordingService with [recording] enabled
+        self.recording_retention: Any = None  # internal.recording.retention.RecordingRetention, recording off
         self.mcp: Any = None  # internal.tools.mcp.McpToolset with [[mcp.servers]]
         self.sessions: SessionManager | None = None
         self._stack = AsyncExitStack()
@@ -158,6 +159,15 @@ class Gateway:
             self._stack.push_async_callback(self.recordings.stop)
             self.services.recording = self.recordings.for_pipeline
             self.sessions.add_end_hook(self.recordings.session_ended)
+        else:  # recordings made while it was on still expire (internal/recording/retention.py)
+            from internal.recording.retention import RecordingRetention
+            from internal.recording.subject import recordings_store
+
+            self.recording_retention = RecordingRetention(recordings_store(config.data_dir),
+                                                          config.recording.retention_days,
+                                                          config.recording.sweep_interval_s)
+            self.recording_retention.start()
+            self._stack.push_async_callback(self.recording_retention.stop)
         self.sessions.add_end_hook(self._session_ended)
         if self.call_feed is not None:
             self.sessions.add_end_hook(self.call_feed.ended)
