@@ -98,6 +98,11 @@ class WarmTransferConfig(Section):
                                 "I'm connecting you now.", max_length=1000)
     summary_max_chars: int = Field(300, ge=0, le=2000)
     return_message: str = Field("Sorry, {target} {why}. I'm still here. How else can I help?", max_length=500)
+    # The caller's keys sent on, on voicegate's leg to the target: off, so a caller cannot key feature
+    # codes (transfer, park) into the system voicegate called on their behalf. The target's keys always
+    # reach the caller.
+    relay_caller_keys: bool = False
+    max_bridge_s: float = Field(3600.0, ge=1, le=86400)  # a bridged call is hung up (both legs) after this long
 
     @field_validator("brief_template", "return_message")
     @classmethod
