@@ -168,6 +168,10 @@ class Gateway:
                                                           config.recording.sweep_interval_s)
             self.recording_retention.start()
             self._stack.push_async_callback(self.recording_retention.stop)
+        if self.mcp is not None and any(server.caller_id == "opaque" for server in config.mcp.servers):
+            from server.call_recording import owner_key_function
+
+            self.mcp.owner_key = owner_key_function(config, self.memory)  # each caller's opaque id for tools
         self.sessions.add_end_hook(self._session_ended)
         if self.call_feed is not None:
             self.sessions.add_end_hook(self.call_feed.ended)

@@ -56,7 +56,7 @@ def mcp_config(tmp_path: Path, fake: FakeOpenAI, servers: list[dict[str, Any]]) 
 
 def stdio_server(calls: Path, **keys: Any) -> dict[str, Any]:
     return {"name": "orders", "command": sys.executable, "args": [str(SERVER), "stdio"],
-            "env": {"MCP_TEST_CALLS": str(calls)}, **keys}
+            "env": {"MCP_TEST_CALLS": str(calls), "MCP_TEST_CALLERS": str(calls) + ".callers"}, **keys}
 
 
 @pytest.fixture
@@ -65,7 +65,8 @@ def http_mcp(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     port = free_port()
     calls = tmp_path / "http-calls.jsonl"
     process = subprocess.Popen([sys.executable, str(SERVER), "http", str(port)], env={
-        "MCP_TEST_CALLS": str(calls), "PATH": "/usr/bin:/bin"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        "MCP_TEST_CALLS": str(calls), "MCP_TEST_CALLERS": str(calls) + ".callers", "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(300):
             with socket.socket() as probe:
@@ -85,9 +86,10 @@ async def started(config: Config) -> Gateway:
     return gateway
 
 
-async def one_turn(gateway: Gateway, text: str, transport: str = "webrtc") -> tuple[list[str], CollectingSink]:
-    """A typed turn on a call of `transport`; what the agent said."""
-    session = await gateway.open_session(CallerIdentity("jwt", "alice"), transport)  # type: ignore[arg-type]
+async def one_turn(gateway: Gateway, text: str, transport: str = "webrtc",
+                   caller: CallerIdentity = CallerIdentity("jwt", "alice")) -> tuple[list[str], CollectingSink]:
+    """A typed turn on a call of `transport` from `caller`; what the agent said."""
+    session = await gateway.open_session(caller, transport)  # type: ignore[arg-type]
     sink = CollectingSink()
     pipeline = gateway.new_pipeline(session, 16000, sink)
     async with LocalCall(pipeline) as call:
