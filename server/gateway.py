@@ -153,9 +153,11 @@ class Gateway:
         if config.rag.provider:
             self._start_rag(self.services, self.sessions)
         if config.recording.enabled:  # closed after the sessions end (below): their files are finished first
+            from internal.recording.tool import register_recording_tool
             from server.call_recording import start_recordings
 
             self.recordings = await start_recordings(config, self.telemetry, self.memory)
+            register_recording_tool(self.tools)
             self._stack.push_async_callback(self.recordings.stop)
             self.services.recording = self.recordings.for_pipeline
             self.sessions.add_end_hook(self.recordings.session_ended)

@@ -59,6 +59,13 @@ class ConsentedRecording:
     def caller_pressed(self, digits: str) -> str | None:
         return self._apply(self.consent.keys(digits, self._take_greeting()))
 
+    def stop_requested(self) -> bool:
+        """The agent's `stop_recording` tool: stop and delete, as an opt-out does; False when the call was
+        not being recorded (nothing changed)."""
+        decision = self.consent.stop_requested()
+        self._apply(decision)
+        return decision.changed
+
     def heard(self, pcm: bytes) -> None:
         if self.recorder is not None:
             self.recorder.heard(pcm)
