@@ -32,6 +32,7 @@ class DigitFormConfig(Section):
     input: InputMode | None = None
     max_attempts: int | None = Field(None, ge=1, le=10)
     retry_prompt: str | None = Field(None, max_length=500)
+    sensitive: bool | None = None  # a card number, a PIN: the call's recording pauses while it collects
 
     @model_validator(mode="after")
     def _bounds(self) -> DigitFormConfig:
@@ -49,6 +50,10 @@ class DigitsConfig(Section):
     input: InputMode = "both"
     max_attempts: int = Field(3, ge=1, le=10)
     retry_prompt: str = Field("Sorry, I didn't get that.", max_length=500)
+    sensitive: bool = False  # every form pauses the recording, unless a form says otherwise
+    # Only the [digits.forms] the deployer wrote: the model cannot make up a prompt ("enter your card
+    # number") that a caller would trust because the agent's voice asks it.
+    forms_only: bool = False
     forms: dict[str, DigitFormConfig] = Field(default_factory=dict)
 
     @field_validator("forms")

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from internal.audio.frame import frame_bytes
 from internal.llm.base import Turn
 from internal.pipeline.bargein import is_backchannel, is_meaningful_interruption, too_many_words
-from internal.pipeline.capture import CallerInput
+from internal.pipeline.capture import CallerInput, shown
 from internal.pipeline.endpointing import Endpointing
 from internal.pipeline.events import AgentState, DtmfEvent, EventSink, TranscriptEvent
 from internal.pipeline.keypad import Keypad
@@ -318,7 +318,8 @@ class VoicePipeline:
             return  # a later final of this turn holds the same words and more
         if text:
             replaces = whole and (self._turns.pending is not None or self._endpointing.continuing)
-            self.sink.emit(TranscriptEvent(role="user", text=text, final=transcript.final, replaces=replaces))
+            self.sink.emit(shown(self.capture, TranscriptEvent(role="user", text=text, final=transcript.final,
+                                                               replaces=replaces)))
         if self.capture is not None:
             self.capture.transcript(text, transcript.final)
             return
@@ -420,7 +421,7 @@ class VoicePipeline:
 
     def push_dtmf(self, digit: str) -> None:
         """A keypad digit (RFC 4733 or SIP INFO); digits pressed together become one turn."""
-        self.sink.emit(DtmfEvent(digit=digit))
+        self.sink.emit(shown(self.capture, DtmfEvent(digit=digit)))  # masked while a digit form collects
         if self.capture is not None:
             self.capture.digit(digit)
             return

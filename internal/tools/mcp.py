@@ -37,6 +37,7 @@ from mcp.types import CONNECTION_CLOSED, CallToolResult
 
 from internal.config.mcp import McpConfig, McpServerConfig
 from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry, ToolTimeout
+from internal.telephony.form_digits import carries_entry
 from internal.tools.mcp_caller import CALLER_HEADERS, CALLER_META, OwnerKeyOf, admits, caller_headers, caller_meta
 from internal.tools.mcp_results import fenced, result_text
 
@@ -276,6 +277,9 @@ class McpToolset:
                     and any(listed.name == tool.name for listed in connection.listed))
 
         async def run(arguments: dict[str, Any], context: ToolContext) -> str:
+            if carries_entry(arguments, getattr(context.extras.get("session"), "data", None)):
+                raise ToolError("digits the caller entered in a digit form (collect_digits) are never sent to tools "
+                                "from other servers; they may be a PIN or a card number. Do not retry with them.")
             caller = caller_meta(server, getattr(context.extras.get("session"), "identity", None), self.owner_key)
             try:
                 result = await connection.call(tool.name, arguments, caller)
