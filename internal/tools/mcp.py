@@ -31,15 +31,18 @@ from typing import Any, Literal
 
 import httpx2
 from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED, CallToolResult
 
+from internal.config.display import mask_urls_in
 from internal.config.mcp import McpConfig, McpServerConfig
 from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry, ToolTimeout
 from internal.telephony.form_digits import carries_entry
 from internal.tools.mcp_caller import CALLER_HEADERS, CALLER_META, OwnerKeyOf, admits, caller_headers, caller_meta
 from internal.tools.mcp_results import fenced, result_text
+from internal.tools.mcp_stderr import ServerStderr
 
 log = logging.getLogger(__name__)
 
@@ -138,10 +141,19 @@ class McpConnection:
             pause = min(pause * 2, RETRY_MAX_S)
 
     def _client_context(self) -> AbstractAsyncContextManager[Client]:
-        config = self.config
-        if config.command:
-            return Client(StdioServerParameters(command=config.command, args=config.args, env=config.env or None))
+        if self.config.command:
+            return self._stdio_client()
         return self._http_client()
+
+    @asynccontextmanager
+    async def _stdio_client(self) -> AsyncIterator[Client]:
+        """The program, its standard error read line by line into our log (mcp_stderr.py), never written
+        straight to voicegate's own standard error past the redaction every log line goes through."""
+        config = self.config
+        with ServerStderr(self.name) as stderr:
+            parameters = StdioServerParameters(command=config.command, args=config.args, env=config.env or None)
+            async with Client(stdio_client(parameters, errlog=stderr.writer)) as client:
+                yield client
 
     @asynccontextmanager
     async def _http_client(self) -> AsyncIterator[Client]:
@@ -231,7 +243,7 @@ def describe_failure(exc: BaseException) -> str:
     """A short, single-line reason: the innermost exception of a group, its type and message."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    message = " ".join(str(exc).split())[:200]
+    message = mask_urls_in(" ".join(str(exc).split()))[:200]  # a URL's token never reaches /health or doctor
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 

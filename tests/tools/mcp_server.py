@@ -81,6 +81,8 @@ def delete_account(customer: str) -> str:
 
 
 if __name__ == "__main__":
+    if os.environ.get("MCP_TEST_STDERR"):  # what a chatty server prints at start, secrets and all
+        print(os.environ["MCP_TEST_STDERR"], file=sys.stderr, flush=True)
     if sys.argv[1] == "stdio":
         server.run("stdio")
     else:
