@@ -32,6 +32,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, Query
 from pydantic import BaseModel
 
+from internal.memory.owner import OwnerKeySecretError
 from internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
 from internal.memory.subject import delete_everywhere, is_owner_key, resolve_caller
 from internal.recording.subject import RecordingOwners, erase_recordings
@@ -115,7 +116,10 @@ def install_admin_routes(app: FastAPI, gateway: Gateway) -> None:
                        servers_told=erased.announced, recordings=erased.recordings)
 
     async def erase_recordings_only(caller: str, kind: str | None, region: str) -> Erasure:
-        owners = RecordingOwners(config.memory.owner_key_secret, config.data_dir)
+        try:
+            owners = RecordingOwners(config.memory.owner_key_secret, config.data_dir)
+        except OwnerKeySecretError as exc:  # an emptied secret file: the operator's to restore
+            raise ApiError(503, "owner_key_secret", str(exc)) from None
         owner, resource_id = owner_named(owners, caller, kind, region)
         erased = await erase_recordings(recording_store(gateway), owner)
         return Erasure(caller=resource_id, removed=erased.removed, total=sum(erased.removed.values()),
