@@ -162,13 +162,9 @@ class Gateway:
             self.services.recording = self.recordings.for_pipeline
             self.sessions.add_end_hook(self.recordings.session_ended)
         else:  # recordings made while it was on still expire (internal/recording/retention.py)
-            from internal.recording.retention import RecordingRetention
-            from internal.recording.subject import recordings_store
+            from server.call_recording import start_retention
 
-            self.recording_retention = RecordingRetention(recordings_store(config.data_dir),
-                                                          config.recording.retention_days,
-                                                          config.recording.sweep_interval_s)
-            self.recording_retention.start()
+            self.recording_retention = start_retention(config)
             self._stack.push_async_callback(self.recording_retention.stop)
         if self.mcp is not None and any(server.caller_id == "opaque" for server in config.mcp.servers):
             from server.call_recording import owner_key_function
