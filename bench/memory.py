@@ -101,10 +101,10 @@ async def hangup_cost(database: Database, embedder: WordLlamaEmbedder, samples: 
                       directory: Path) -> dict[str, float]:
     """Time SessionMemory.end takes on the call path (the write itself lands afterwards, through the
     hang-up outbox: a file fsynced, then the digest merged into the document)."""
+    from internal.conversation.rolling_summary import RollingSummary
     from internal.identity import CallerIdentity
     from internal.memory.outbox import HangupOutbox
     from internal.memory.sessions import EPOCH, OWNER, SessionMemory
-    from internal.pipeline.rolling_summary import RollingSummary
     from internal.session import Conversation, Session
 
     runtime = FrontendMemoryRuntime(PgvectorProvider(database, embedder, 90 * DAY_S), MemoryConfig(enabled=True),

@@ -19,7 +19,10 @@ BENCHMARKS = [
     ["rtp_media.py", "--calls", "400,800,1200", "--seconds", "10", "--bare"],
     ["webrtc_sessions.py", "--sessions", "4,8,10,12,16,20", "--seconds", "15", "--profile"],
     ["api_memory.py", "--clients", "20", "--seconds", "20"],
+    # 12 turns of every kind (questions, greetings, thanks, yes/no, short questions and statements) over SIP,
+    # then the same over WebRTC to voicegate and to Pipecat 1.14 side by side (the full runs: every turn).
     ["voice_to_voice.py", "--turns", "12", "--calls", "3"],
+    ["voice_to_voice.py", "--reference", "pipecat", "--turns", "12", "--calls", "3"],
     # The short forms: two small steps over SIP, one over WebRTC, one through Kamailio to two nodes (the full
     # runs, bench/capacity.py alone: docs/performance.md "Capacity with real conversations").
     ["capacity.py", "--calls", "2,4", "--seconds", "30"],

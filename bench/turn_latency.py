@@ -21,11 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import percentiles, progress, save, table
 from internal.config import load_config
+from internal.conversation.rolling_summary import RollingSummary
 from internal.identity import CallerIdentity
 from internal.llm.base import ChatRequest, ReplyDelta, ToolCall
 from internal.pipeline.events import NullSink
 from internal.pipeline.pipeline import VoicePipeline
-from internal.pipeline.rolling_summary import RollingSummary
 from internal.pipeline.services import PipelineServices
 from internal.session import Conversation, Session
 

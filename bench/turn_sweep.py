@@ -166,8 +166,10 @@ def _fixed(probability: Probability, ready: Ready = decision_ready_ms) -> tuple[
 
 def configs(fusion: Any) -> dict[str, Config]:
     """The policies compared: each signal alone, the rule this replaced (Smart Turn vetoed by dangling
-    words), and the fusion: Smart Turn asked at every silence, only where its answer could change the
-    decision (`fused_gated`, the default), or with a hold graded by the probability (`fused_graded`)."""
+    words), and the fusion: Smart Turn asked at every silence, only once the words say its answer could
+    change the decision (`fused_gated`, issue 25's default), asked when the speech stops beside the decode
+    and used only where it can change the decision (`fused_early`, the default since issue 40), or with a
+    hold graded by the probability (`fused_graded`)."""
 
     def always(point: DecisionPoint, threshold: float) -> bool:
         return True
@@ -185,6 +187,9 @@ def configs(fusion: Any) -> dict[str, Config]:
     def gated_ready(threshold: float) -> Ready:
         return lambda pt: text_ready_ms(pt) + (pt.smart_turn_ms if asked(pt, threshold) else 0.0)
 
+    def early_ready(threshold: float) -> Ready:  # asked when the speech stops, beside the decode
+        return lambda pt: decision_ready_ms(pt) if asked(pt, threshold) else text_ready_ms(pt)
+
     def fused(pt: DecisionPoint) -> float:
         return float(fusion.probability(pt.audio_p, pt.text, pt.snr_db))
 
@@ -196,6 +201,7 @@ def configs(fusion: Any) -> dict[str, Config]:
         "fused": Config(*_fixed(fused), False, always),
         "fused_graded": Config(*_fixed(fused), True, always),
         "fused_gated": Config(gated, gated_ready, False, asked),
+        "fused_early": Config(gated, early_ready, False, always),
     }
 
 
@@ -231,3 +237,58 @@ def plot(curves: dict[str, list[CurvePoint]], path: str, title: str, highlight: 
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+# ---- eot-bench's numbers -------------------------------------------------------------------------
+# LiveKit's eot-bench summarises a turn detector's trade-off curve by four numbers: the false cut-offs it
+# makes when it must answer within 300 ms and within 600 ms, and how long it makes a finished caller wait
+# when it may cut off at most 5 % and 10 % of the unfinished ones. A point of the curve is one setting of a
+# policy (threshold, longest hold) or one pipeline run; its latency is the finished turns' release p50.
+
+CUTOFF_AT_MS = (300, 600)  # the releases eot-bench reads the false cut-offs at
+RELEASE_AT_PCT = (5, 10)  # the false cut-off rates it reads the release latency at
+
+
+@dataclass(frozen=True, slots=True)
+class TradeOff:
+    release_ms: float  # finished turns: end of the last word -> release, p50 (NaN: none released)
+    cutoff_pct: float  # unfinished turns answered before their end
+
+
+def trade_offs(points: Iterable[CurvePoint], premature: Callable[[CurvePoint], float]) -> list[TradeOff]:
+    """A policy's curve as (release latency, false cut-offs) pairs; `premature` picks released or heard."""
+    return [TradeOff(p.release_p50_ms, premature(p)) for p in points]
+
+
+def cutoffs_within(points: Iterable[TradeOff], release_ms: float) -> float | None:
+    """The fewest false cut-offs (%) of any point that releases finished turns within `release_ms` (p50);
+    None: no point is that fast."""
+    fast = [p.cutoff_pct for p in points if not math.isnan(p.release_ms) and p.release_ms <= release_ms]
+    return round(min(fast), 1) if fast else None
+
+
+def release_within(points: Iterable[TradeOff], cutoff_pct: float) -> float | None:
+    """The shortest release latency (ms, p50) of any point that cuts off at most `cutoff_pct` % of the
+    unfinished turns; None: every point cuts off more (or releases nothing)."""
+    safe = [p.release_ms for p in points if not math.isnan(p.release_ms) and p.cutoff_pct <= cutoff_pct]
+    return round(min(safe)) if safe else None
+
+
+def eot_bench(points: Iterable[TradeOff]) -> dict[str, float | None]:
+    """eot-bench's four numbers: false cut-offs (%) at a 300 and a 600 ms release, release latency (ms)
+    at 5 % and 10 % false cut-offs."""
+    points = list(points)
+    return {**{f"cutoff_pct_at_{ms}ms": cutoffs_within(points, ms) for ms in CUTOFF_AT_MS},
+            **{f"release_ms_at_{pct}pct": release_within(points, pct) for pct in RELEASE_AT_PCT}}
+
+
+def eot_bench_cells(numbers: dict[str, float | None]) -> list[str]:
+    """The four numbers as table cells ("-": the curve never gets there)."""
+    return [*("-" if numbers[f"cutoff_pct_at_{ms}ms"] is None else f"{numbers[f'cutoff_pct_at_{ms}ms']} %"
+              for ms in CUTOFF_AT_MS),
+            *("-" if numbers[f"release_ms_at_{pct}pct"] is None else f"{numbers[f'release_ms_at_{pct}pct']} ms"
+              for pct in RELEASE_AT_PCT)]
+
+
+EOT_BENCH_HEADER = [*(f"cut-offs @{ms} ms" for ms in CUTOFF_AT_MS), *(f"release @{pct} % cut-offs"
+                                                                     for pct in RELEASE_AT_PCT)]

@@ -3,6 +3,8 @@ finished wait, and does the agent stop for a real interruption but not for "mm-h
 
     .venv/bin/python bench/turns.py curve    [--lines piper/8000/none,...] [--offsets 120,200,300]
     .venv/bin/python bench/turns.py pipeline [--lines ...] [--barge] [--parallel 3] [--set pipeline.key=value]
+                                             [--sweep pipeline.key=v1,v2,...]
+    (either: --sentences N, the first N paused and N finished sentences only: a quick look)
 
 The turns come from bench/turn_cases.py: 22 sentences with a pause of 0.5, 1.0 or 1.5 s cut in where a
 person pauses (66 paused dialogues), 36 finished questions, statements and short answers, and for
@@ -16,14 +18,16 @@ None of these sentences is in the fusion model's training set (scripts/train_tur
 Smart Turn and Whisper at every end of utterance, with their costs), then each policy is replayed over
 them in milliseconds (bench/turn_sweep.py) for every threshold and longest hold: premature ends of turn
 against finished-turn release latency, for Smart Turn alone, the rule this replaced, the words alone and
-the fusion; eot-bench's two numbers; a PNG per line in docs/images/. And what the turn models cost
-against the recogniser, per decision.
+the fusion; LiveKit eot-bench's four numbers per line and policy (false cut-offs at a 300 and a 600 ms
+release, release latency at 5 % and 10 % false cut-offs: bench/turn_sweep.py `eot_bench`); a PNG per line
+in docs/images/. And what the turn models cost against the recogniser, per decision.
 
 `pipeline`: the dialogues through the real pipeline on a 20 ms clock, several at once as concurrent
 calls (Whisper workers, Smart Turn, the fusion, prepared replies, continuation merge; a stub agent that
 answers at once, spoken by espeak-ng): premature releases (absorbed unheard, or heard: reply audio played
 before the caller went on), answers to the whole sentence, release and first-audio latency, prepared
-replies used and thrown away, and with --barge false and missed barge-ins.
+replies used and thrown away, and with --barge false and missed barge-ins. Each run is one point of a
+curve; with --sweep (one run per setting) eot-bench's four numbers are read over the runs of each line.
 """
 
 from __future__ import annotations
@@ -53,7 +57,20 @@ from bench.turn_cases import (
     paused_dialogues,
 )
 from bench.turn_signals import DecisionPoint, DialogueSignals, extract_all
-from bench.turn_sweep import configs, decision_ready_ms, evaluate, frontier, plot, summary, sweep
+from bench.turn_sweep import (
+    EOT_BENCH_HEADER,
+    TradeOff,
+    configs,
+    decision_ready_ms,
+    eot_bench,
+    eot_bench_cells,
+    evaluate,
+    frontier,
+    plot,
+    summary,
+    sweep,
+    trade_offs,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 PAUSES_S = (0.5, 1.0, 1.5)
@@ -66,14 +83,24 @@ LONG_REPLY = ("Our opening hours are nine in the morning to six in the evening o
 BARGE_WINDOW_S = 2.5  # an interruption must stop the agent within this long
 
 
-def eval_dialogues(voice: str, barge: bool = False) -> list[Dialogue]:
+def eval_sets(sentences: int = 0) -> tuple[list[str], list[str]]:
+    """The paused and the finished sentences measured: all, or the first `sentences` of each (--sentences:
+    a quick look, not a measurement)."""
+    if not sentences:
+        return EVAL_PAUSED, EVAL_COMPLETE
+    return EVAL_PAUSED[:sentences], EVAL_COMPLETE[:sentences]
+
+
+def eval_dialogues(voice: str, barge: bool = False, sentences: int = 0) -> list[Dialogue]:
+    paused, complete = eval_sets(sentences)
+
     def build() -> list[Dialogue]:
         aligner = Aligner()
-        return (paused_dialogues(EVAL_PAUSED, voice, PAUSES_S, aligner,
-                                 lambda done: progress(f"dialogues ({voice})", done, len(EVAL_PAUSED)))
-                + complete_dialogues(EVAL_COMPLETE, voice))
+        return (paused_dialogues(paused, voice, PAUSES_S, aligner,
+                                 lambda done: progress(f"dialogues ({voice})", done, len(paused)))
+                + complete_dialogues(complete, voice))
 
-    out: list[Dialogue] = cached("turns-eval", (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, "v2"), build)
+    out: list[Dialogue] = cached("turns-eval", (paused, complete, PAUSES_S, voice, "v2"), build)
     if barge:
         out = out + cached("turns-barge", (voice, LONG_REPLY), lambda: barge_dialogues(voice))
     return out
@@ -120,13 +147,14 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
     version = "v7" if gate == "noise" else "v5"  # the signals' recipe (v7: the final gate and SNR estimate)
     whisper = dict(parse_setting(item) for item in args.whisper)
     for voice, rate, noise in parse_lines(args.lines):
-        dialogues = eval_dialogues(voice)
+        dialogues = eval_dialogues(voice, sentences=args.sentences)
+        paused, complete = eval_sets(args.sentences)
         for offset in [int(o) for o in args.offsets.split(",")]:
             label = (f"{voice}/{rate}/{noise}/{offset}ms" + ("" if gate == "noise" else f"/{gate} gate")
                      + "".join(f"/{k}={v}" for k, v in whisper.items()))
             signals: list[DialogueSignals] = cached(
                 "turns-signals",
-                (EVAL_PAUSED, EVAL_COMPLETE, PAUSES_S, voice, rate, noise, offset, *gated, *whisper.items(), version),
+                (paused, complete, PAUSES_S, voice, rate, noise, offset, *gated, *whisper.items(), version),
                 lambda d=dialogues, r=rate, n=noise, o=offset, lab=label: extract_all(
                     d, r, n, o, args.workers, gate == "noise", whisper,
                     lambda done, total: progress(f"signals {lab}", done, total)))
@@ -137,10 +165,12 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
             for name, points in curves.items():
                 heard = summary(points, lambda p: p.heard_pct)
                 released = summary(points, lambda p: p.premature_pct)
-                line["configs"][name] = {"premature": released, "heard": heard,
+                eot = eot_bench(trade_offs(points, lambda p: p.premature_pct))
+                eot_heard = eot_bench(trade_offs(points, lambda p: p.heard_pct))
+                line["configs"][name] = {"premature": released, "heard": heard, "eot_bench": eot,
+                                         "eot_bench_heard": eot_heard,
                                          "frontier": [asdict(p) for p in frontier(points, lambda p: p.premature_pct)]}
-                rows.append([label, name, fmt(released["premature_pct_at_300ms"], "%"),
-                             fmt(released["release_ms_at_5pct"], " ms"), fmt(heard["release_ms_at_5pct"], " ms"),
+                rows.append([label, name, *eot_bench_cells(eot), fmt(eot_heard["release_ms_at_5pct"], " ms"),
                              fmt(released["lowest_premature_pct"], "%"),
                              fmt(released["fastest_release_p50_ms"], " ms")])
             policy = chosen[args.policy]
@@ -148,14 +178,18 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
                 signals, args.policy, policy.probability(args.threshold), args.threshold, args.max_wait, args.tts_ms,
                 policy.graded, policy.ready(args.threshold)))
             suffix = "".join(f"-{g}" for g in gated) + "".join(f"-{k}{v}" for k, v in whisper.items())
-            image = REPO / "docs" / "images" / f"turns-{voice}-{rate}-{noise}-{offset}ms{suffix}.png"
+            # A quick look (--sentences) is no measurement: its picture stays out of the docs.
+            images = REPO / "bench" / "results" if args.sentences else REPO / "docs" / "images"
+            image = images / f"turns-{voice}-{rate}-{noise}-{offset}ms{suffix}.png"
             plot(curves, str(image), f"{voice}, {rate} Hz, noise {noise}, VAD offset {offset} ms "
                  f"({sum(s.kind == 'paused' for s in signals)} paused, "
                  f"{sum(s.kind == 'complete' for s in signals)} finished)")
             line["image"] = str(image.relative_to(REPO))
             report[label] = line
-    print(table(rows, ["line", "policy", "premature @300 ms", "release @5 % premature", "release @5 % heard",
-                       "lowest premature", "fastest p50"]))
+    print("eot-bench's numbers per line and policy: false cut-offs (paused sentences answered before their end)"
+          " at a 300 / 600 ms release p50 of the finished ones, and that release at 5 / 10 % false cut-offs")
+    print(table(rows, ["line", "policy", *EOT_BENCH_HEADER, "release @5 % heard", "lowest cut-offs",
+                       "fastest p50"]))
     print()
     op_rows = []
     for label, line in report.items():
@@ -210,10 +244,10 @@ class TimedSink:
 
 
 async def run_dialogue(services: Any, model: Any, dialogue: Dialogue, pcm: bytes, rate: int) -> dict[str, Any]:
+    from internal.conversation.rolling_summary import RollingSummary
     from internal.identity import CallerIdentity
     from internal.pipeline.localcall import LocalCall
     from internal.pipeline.pipeline import VoicePipeline
-    from internal.pipeline.rolling_summary import RollingSummary
     from internal.session import Conversation, Session
 
     session = Session(CallerIdentity.anonymous("bench"), "talk", Conversation(RollingSummary(None, 1.0)))
@@ -280,7 +314,7 @@ async def run_line(args: argparse.Namespace, voice: str, rate: int, noise: str,
     from server.providers import build_services, build_stt, build_tts
     from tests.fakes.models import RecordingModel
 
-    dialogues = eval_dialogues(voice, barge=args.barge)
+    dialogues = eval_dialogues(voice, barge=args.barge, sentences=args.sentences)
     with tempfile.TemporaryDirectory(prefix="voicegate-bench-turns-") as work:
         config = load_config(None)
         config.server.data_dir = work
@@ -327,24 +361,60 @@ async def run_line(args: argparse.Namespace, voice: str, rate: int, noise: str,
         return result
 
 
+def sweep_settings(items: list[str]) -> list[dict[str, Any]]:
+    """`--sweep pipeline.KEY=v1,v2,...` (repeatable): every combination, each checked by the config model
+    ([{}]: no sweep, one run at the defaults and --set)."""
+    import itertools
+
+    axes = []
+    for item in items:
+        key, _, values = item.partition("=")
+        axes.append([f"{key}={value}" for value in values.split(",") if value])
+    return [pipeline_settings(list(combo)) for combo in itertools.product(*axes)] if axes else [{}]
+
+
+def pipeline_eot(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """eot-bench's numbers over one line's pipeline runs (one run per --sweep setting): each run is one point
+    of the curve, its finished turns' release p50 against its paused sentences released (or heard) early."""
+    released = [TradeOff(float(r["released_ms"]["p50"]), float(r["premature_release_pct"])) for r in points]
+    heard = [TradeOff(float(r["released_ms"]["p50"]), float(r["premature_heard_pct"])) for r in points]
+    return {"points": len(points), "eot_bench": eot_bench(released), "eot_bench_heard": eot_bench(heard)}
+
+
 async def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     extra = pipeline_settings(args.set)
     report: dict[str, Any] = {"set": extra}
     rows = []
+    eot_rows = []
+    settings = sweep_settings(args.sweep)
     for voice, rate, noise in parse_lines(args.lines):
-        r = await run_line(args, voice, rate, noise, extra)
-        report[f"{voice}/{rate}/{noise}"] = r
-        rows.append([f"{voice}/{rate}/{noise}", f"{r['premature_release_pct']} %", f"{r['premature_heard_pct']} %",
-                     f"{r['one_answer_to_the_whole_sentence_pct']} %", f"{r['finished_split_pct']} %",
-                     f"{r['released_ms']['p50']} / {r['released_ms']['p95']}",
-                     f"{r['first_audio_ms']['p50']} / {r['first_audio_ms']['p95']}",
-                     f"{r['prepared_discarded_pct']} % of {r['prepared_replies']}",
-                     f"{r['false_barge_in_pct']} %" if args.barge else "-",
-                     f"{r['missed_barge_in_pct']} %" if args.barge else "-",
-                     f"{r['cpu_s']['turn_models_vs_recogniser_pct']} %"])
+        line = f"{voice}/{rate}/{noise}"
+        runs = []
+        for setting in settings:
+            r = await run_line(args, voice, rate, noise, {**extra, **setting})
+            label = line + "".join(f" {k}={v}" for k, v in setting.items())
+            r["setting"] = setting
+            runs.append(r)
+            report[label] = r
+            rows.append([label, f"{r['premature_release_pct']} %", f"{r['premature_heard_pct']} %",
+                         f"{r['one_answer_to_the_whole_sentence_pct']} %", f"{r['finished_split_pct']} %",
+                         f"{r['released_ms']['p50']} / {r['released_ms']['p95']}",
+                         f"{r['first_audio_ms']['p50']} / {r['first_audio_ms']['p95']}",
+                         f"{r['prepared_discarded_pct']} % of {r['prepared_replies']}",
+                         f"{r['false_barge_in_pct']} %" if args.barge else "-",
+                         f"{r['missed_barge_in_pct']} %" if args.barge else "-",
+                         f"{r['cpu_s']['turn_models_vs_recogniser_pct']} %"])
+        eot = pipeline_eot(runs)
+        report.setdefault("eot_bench", {})[line] = eot
+        eot_rows.append([line, str(eot["points"]), *eot_bench_cells(eot["eot_bench"]),
+                         *eot_bench_cells(eot["eot_bench_heard"])[2:]])
     print(table(rows, ["line", "premature release", "premature heard", "one whole answer", "finished split",
                        "released p50/p95 ms", "first audio p50/p95 ms", "prepared thrown away",
                        "false barge-in", "missed barge-in", "turn models / recogniser CPU"]))
+    print("\neot-bench's numbers per line over the runs above (a curve of one point without --sweep: a number "
+          "is '-' when that run is not within the bound)")
+    print(table(eot_rows, ["line", "runs", *EOT_BENCH_HEADER,
+                           *(f"release @{pct} % heard" for pct in (5, 10))]))
     return report
 
 
@@ -361,10 +431,15 @@ def main() -> int:
     parser.add_argument("--tts-ms", type=float, default=TTS_MS, help="curve: first-sentence synthesis time")
     parser.add_argument("--threshold", type=float, default=0.75, help="curve: the operating point reported")
     parser.add_argument("--max-wait", type=float, default=2000)
-    parser.add_argument("--policy", default="fused_gated", help="curve: the policy of the operating point")
+    parser.add_argument("--policy", default="fused_early", help="curve: the policy of the operating point")
     parser.add_argument("--barge", action="store_true", help="pipeline: backchannels and interruptions too")
     parser.add_argument("--parallel", type=int, default=3, help="pipeline: dialogues at once (as concurrent calls)")
     parser.add_argument("--set", action="append", default=[], metavar="pipeline.KEY=VALUE")
+    parser.add_argument("--sweep", action="append", default=[], metavar="pipeline.KEY=V1,V2,...",
+                        help="pipeline: one run per value (repeatable: every combination), for eot-bench's "
+                             "numbers over a curve of real pipeline runs")
+    parser.add_argument("--sentences", type=int, default=0,
+                        help="only the first N paused and N finished sentences (a quick look; default: all)")
     parser.add_argument("--label", default="")
     args = parser.parse_args()
     if args.mode == "curve":

@@ -14,7 +14,7 @@ import sys
 from typing import Any, TextIO
 
 from internal.config import Config, ConfigError
-from internal.pipeline.transcript import TranscriptEntry
+from internal.conversation.transcript import TranscriptEntry
 from internal.session import Session
 from server.cli_logging import configure_tool_logging
 

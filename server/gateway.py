@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import trace
 
 from internal.config import Config
+from internal.conversation.state import CallContext
 from internal.db import Database
 from internal.identity import CallerIdentity
 from internal.llm.base import ChatModel
@@ -219,12 +220,13 @@ class Gateway:
         session_memory = SessionMemory(runtime, config.pipeline.greeting, outbox,
                                        returning_greeting=config.pipeline.returning_greeting)
         register_memory_tools(self.tools, runtime, session_memory, session_digests=config.memory.session_digests)
-        services.greeter = session_memory.greeter
-        services.before_turn = session_memory.before_turn
-        services.after_turn = session_memory.after_turn
-        services.observe_audio = session_memory.observe_audio
+        # The pipeline hands back the call it serves, which the composition root made as a Session.
+        services.greeter = lambda call: session_memory.greeter(as_session(call))
+        services.before_turn = lambda call: session_memory.before_turn(as_session(call))
+        services.after_turn = lambda call: session_memory.after_turn(as_session(call))
+        services.observe_audio = lambda call, pcm, event: session_memory.observe_audio(as_session(call), pcm, event)
         if config.memory.injection == "retrieval":
-            services.turn_memory = session_memory.turn_memory
+            services.turn_memory = lambda call, text: session_memory.turn_memory(as_session(call), text)
         sessions.add_end_hook(session_memory.end)
         self._start_learning(session_memory)
         sweeper = RetentionSweeper(runtime, config.memory.sweep_interval_s)
@@ -246,13 +248,13 @@ class Gateway:
         self._stack.push_async_callback(retriever.aclose)
         top_k = self.config.rag.top_k
 
-        def knowledge(session: Session) -> TurnRetrieval:
+        def knowledge(session: CallContext) -> TurnRetrieval:
             current = session.data.get(RAG_KEY)
             if not isinstance(current, TurnRetrieval):
                 current = session.data[RAG_KEY] = TurnRetrieval(retriever, top_k)
             return current
 
-        async def retrieve(session: Session, text: str) -> list[str]:
+        async def retrieve(session: CallContext, text: str) -> list[str]:
             return await knowledge(session).for_turn(text)
 
         async def forget(session: Session) -> None:
@@ -467,3 +469,10 @@ class Gateway:
         # Draining answers 503 like a fault, so a balancer stops sending; the status says it is on purpose.
         status = "draining" if self.draining else "ok" if ok else "degraded"
         return {"status": status, "node_id": self.node_id, "draining": self.draining, "components": components}
+
+
+def as_session(call: CallContext) -> Session:
+    """The Session behind a pipeline's CallContext (every call the gateway builds is one)."""
+    if not isinstance(call, Session):
+        raise TypeError(f"expected a Session, got {type(call).__name__}")
+    return call

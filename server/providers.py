@@ -7,9 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from internal.config import Config, ConfigError
+from internal.conversation.rolling_summary import RollingSummary, Summariser
 from internal.devices import DeviceUnavailable
 from internal.llm.base import ChatModel
-from internal.pipeline.rolling_summary import RollingSummary, Summariser
 from internal.pipeline.services import PipelineServices
 from internal.pipeline.tools import ToolRegistry, register_end_call
 from internal.session.session import Conversation

@@ -13,7 +13,7 @@ from pathlib import Path
 from internal.audio.resample import resample
 from internal.config import Config
 from internal.identity import CallerIdentity
-from internal.pipeline.events import Event, StateEvent, TimingEvent, TranscriptEvent
+from internal.pipeline.events import Event, ReleaseEvent, StateEvent, TimingEvent, TranscriptEvent
 from internal.pipeline.localcall import LocalCall
 from internal.pipeline.pipeline import VoicePipeline
 from internal.session.session import Session
@@ -24,19 +24,34 @@ TRAILING_SILENCE_MS = 800
 
 
 class PrintingSink:
+    """Prints the conversation as it was answered: the caller's words once per turn, as the agent took them
+    (a fragment that the whole turn's transcript replaced is not a line of its own), then the agent's."""
+
     def __init__(self) -> None:
         self.timings: dict[str, float] = {}
+        self._caller: list[str] = []  # the caller's words since their last printed line
 
     def emit(self, event: Event) -> None:
-        if isinstance(event, TranscriptEvent) and event.final:
-            who = "caller" if event.role == "user" else "agent "
-            print(f"{who}: {event.text}", flush=True)
+        if isinstance(event, TranscriptEvent) and event.final and event.role == "user":
+            if event.replaces:
+                self._caller = []
+            self._caller.append(event.text)
+        elif isinstance(event, ReleaseEvent):
+            self._print_caller()
+        elif isinstance(event, TranscriptEvent) and event.final:
+            self._print_caller()
+            print(f"agent : {event.text}", flush=True)
         elif isinstance(event, TimingEvent):
             self.timings[event.stage] = event.ms
         elif isinstance(event, StateEvent) and event.state == "listening" and self.timings:
             parts = ", ".join(f"{stage} {ms:.0f} ms" for stage, ms in self.timings.items())
             print(f"        [{parts}]", flush=True)
             self.timings = {}
+
+    def _print_caller(self) -> None:
+        if self._caller:
+            print(f"caller: {' '.join(self._caller)}", flush=True)
+            self._caller = []
 
 
 def load_caller_audio(path: Path, rate: int) -> bytes:

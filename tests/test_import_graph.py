@@ -102,3 +102,26 @@ def test_no_module_of_the_project_is_in_an_import_circle() -> None:
     graph = import_graph()
     assert {"server.cli", "internal.sip.ua", "internal.rag.ingest", "internal.session.manager"} <= set(graph)
     assert circles(graph) == [], "modules that import each other (a dependency must point one way)"
+
+
+def every_import(path: Path, known: set[str]) -> set[str]:
+    """All project modules a file imports, those under `if TYPE_CHECKING:` included."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PACKAGES):
+            found.add(node.module)
+            names = {f"{node.module}.{alias.name}" for alias in node.names}
+            found.update(names & known)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith(PACKAGES))
+    return found
+
+
+def test_the_pipeline_and_the_turn_see_a_call_only_through_its_context() -> None:
+    """session -> pipeline -> turn, one way: the pipeline gets a narrow CallContext (internal/conversation),
+    never the Session, not even for a type; the turn's owner never imports the pipeline."""
+    known = set(import_graph())
+    for package, banned in (("pipeline", "internal.session.session"), ("turn", "internal.pipeline")):
+        for path in (REPO / "internal" / package).rglob("*.py"):
+            offending = {name for name in every_import(path, known) if name.startswith(banned)}
+            assert not offending, f"{path.relative_to(REPO)} imports {sorted(offending)}"

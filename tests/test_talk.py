@@ -72,5 +72,22 @@ def test_a_one_second_pause_inside_a_phone_number_is_one_turn(tmp_path: Path) ->
     heard = [line for line in lines if line.startswith("caller:")]
     replies = [line for line in lines if line.startswith("agent :")]
     assert len(replies) == 1, lines  # one answer, to the whole number
+    assert len(heard) == 1, lines  # the caller line the agent answered, not the fragment before the pause too
     assert any("7" in line or "seven" in line for line in heard), heard  # the end of the number was heard
     assert sum(1 for line in lines if "end_of_turn" in line) == 1, lines  # one turn's timings
+
+
+def test_the_printed_caller_line_is_the_turn_the_agent_answered(capsys: pytest.CaptureFixture[str]) -> None:
+    """A fragment the whole turn's transcript replaced is not a caller line of its own."""
+    from internal.pipeline.events import ReleaseEvent, TranscriptEvent
+    from server.talk import PrintingSink
+
+    sink = PrintingSink()
+    sink.emit(TranscriptEvent(role="user", text="How do I reset my path?", final=True))
+    sink.emit(TranscriptEvent(role="user", text="How do I reset my password?", final=True, replaces=True))
+    sink.emit(ReleaseEvent(reason="verdict", probability=0.9, silence_ms=300))
+    sink.emit(TranscriptEvent(role="agent", text="Use the link on the sign-in page.", final=True))
+    sink.emit(TranscriptEvent(role="user", text="Thanks.", final=True))
+    sink.emit(ReleaseEvent(reason="verdict"))
+    assert capsys.readouterr().out.splitlines() == [
+        "caller: How do I reset my password?", "agent : Use the link on the sign-in page.", "caller: Thanks."]

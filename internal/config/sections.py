@@ -308,6 +308,8 @@ class PipelineConfig(Section):
     end_of_turn_download: bool = True
     end_of_turn_device: Literal["auto", "cpu", "cuda"] = "auto"  # Smart Turn's onnxruntime device (internal/devices.py)
     max_turn_wait_ms: int = Field(2000, ge=0)
+    adaptive_hold: bool = True
+    end_of_turn_early: bool = True
     preemptive_reply: bool = True
     continuation_window_ms: int = Field(1200, ge=0)
     noise_suppression: Literal["off", "rnnoise"] = "off"

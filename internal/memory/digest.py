@@ -14,10 +14,10 @@ import re
 import time
 import unicodedata
 
+from internal.conversation.rolling_summary import extractive_summary
+from internal.conversation.transcript import TranscriptEntry
 from internal.memory.injection import neutralise_for_storage
 from internal.memory.provider import DocumentFormat
-from internal.pipeline.rolling_summary import extractive_summary
-from internal.pipeline.transcript import TranscriptEntry
 
 DIGEST_HEADING = "## Recent calls"
 # A plain-text document gets no Markdown: its digest section is headed by a plain line.

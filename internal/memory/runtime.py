@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from internal.config.providers import MemoryConfig
+from internal.conversation.text import control_characters
 from internal.identity import CallerIdentity
 from internal.memory import documents as edits
 from internal.memory.audit import AuditLog
@@ -61,7 +62,6 @@ from internal.memory.provider import (
 from internal.memory.records import SessionDigest
 from internal.memory.results import applied_documents, valid_documents
 from internal.memory.surface import ProviderSurface
-from internal.pipeline.text import control_characters
 
 __all__ = [
     "UNKNOWN_EPOCH",

@@ -24,6 +24,8 @@ import re
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
+from internal.conversation.rolling_summary import format_transcript_for_summary
+from internal.conversation.text import clean
 from internal.memory.digest import bounded_line, call_summary, merge_digest, scrub_summary
 from internal.memory.injection import memory_context, memory_text
 from internal.memory.outbox import (
@@ -47,8 +49,6 @@ from internal.memory.provider import (
 )
 from internal.memory.runtime import UNKNOWN_EPOCH, CallerErased, FrontendMemoryRuntime
 from internal.pipeline.events import MemoryChangedEvent
-from internal.pipeline.rolling_summary import format_transcript_for_summary
-from internal.pipeline.text import clean
 from internal.pipeline.vad import VadEvent
 from internal.session.actions import ACTIONS, call_actions
 from internal.session.session import Session

@@ -6,8 +6,8 @@ agent's turns: while a CallerInput holds the pipeline, key presses and final tra
 turn is formed or answered, and the caller's speech does not interrupt the agent (the holder decides
 what a barge-in means, e.g. stopping its prompt). The recogniser keeps running, so words still arrive.
 The holders live in internal/telephony; the pipeline only routes (pipeline.py `capture`), and shows the
-caller's keys and words in the call's events through `shown`, masked while a private holder (a digit
-form) has them.
+caller's keys and words in the call's events through `shown`, masked while a holder that keeps them
+private (a digit form: `private = True`) has them.
 """
 
 from __future__ import annotations
@@ -15,27 +15,30 @@ from __future__ import annotations
 from typing import Protocol, TypeVar
 
 from internal.pipeline.events import DtmfEvent, Event, TranscriptEvent
+from internal.stt.base import Transcript
 
 MASKED_WORDS = "[digit entry]"  # what a masked transcript event says instead of the caller's words
 E = TypeVar("E", bound=Event)
 
 
 class CallerInput(Protocol):
-    # The caller's keys and words while this holds are nobody's business but its own (a digit form: a
-    # PIN, a card number): the call's events show that a key was pressed or words were said, not which.
-    private: bool
+    """What the pipeline routes to the input that holds the call (the TurnOwner by default)."""
 
-    def audio(self, pcm: bytes) -> None:
-        """Every inbound 20 ms frame (hot path: bounded, synchronous work only)."""
+    def audio(self, pcm: bytes, voiced: bool) -> None:
+        """Every inbound 20 ms frame (hot path: bounded, synchronous work only); `voiced`: the VAD's verdict."""
 
-    def speech_started(self) -> None:
-        """The VAD heard the caller start speaking."""
+    def speech_started(self, preroll_frames: int) -> bool:
+        """The VAD heard the caller start speaking (`preroll_frames` of audio before it kept); True when the
+        recogniser should hear this as a new turn (forget the earlier utterances)."""
 
-    def speech_ended(self) -> None:
-        """The VAD ended an utterance; its final transcript follows (when there is a recogniser)."""
+    def speech_ended(self, final_owed: bool) -> None:
+        """The VAD ended an utterance; `final_owed`: its final transcript follows."""
 
-    def transcript(self, text: str, final: bool) -> None:
-        """What the recogniser heard (partials too, from streaming engines)."""
+    def transcript(self, transcript: Transcript) -> None:
+        """What the recogniser heard (partials too, from streaming engines; superseded finals too)."""
+
+    def finals_lost(self, count: int) -> None:
+        """`count` finals the recogniser owed will never come (it died or hung); 0: it was replaced."""
 
     def digit(self, digit: str) -> None:
         """A key press (RFC 4733 or SIP INFO)."""
@@ -43,9 +46,10 @@ class CallerInput(Protocol):
 
 def shown(holder: CallerInput | None, event: E) -> E:
     """`event` as the call's events (DataChannel, call feed, logs) show it while `holder` holds the caller's
-    input: a private holder's keys and the caller's words are masked, as DigitsEvent promises (events
-    never carry the digits); anything else, and every event when nothing holds, is shown as it is."""
-    if holder is None or not holder.private:
+    input: the keys and words of a holder that keeps them private (`private = True`: a digit form, whose
+    entry may be a PIN or a card number) are masked, as DigitsEvent promises (events never carry the
+    digits); anything else, and every event when no holder has the call, is shown as it is."""
+    if holder is None or getattr(holder, "private", False) is not True:
         return event
     if isinstance(event, DtmfEvent):
         return event.model_copy(update={"digit": "", "masked": True})  # type: ignore[return-value]

@@ -18,7 +18,7 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from internal.pipeline.rolling_summary import summary_context_block
+from internal.conversation.rolling_summary import summary_context_block
 
 BUILTIN_PROMPT: Traversable = files("internal.pipeline") / "PROMPT.md"  # package data: in the wheel beside this module
 ASSISTANT_PROFILE_HEADING = ("## Assistant profile (the deployer's defaults for every caller: who you are and how "

@@ -62,6 +62,18 @@ class TurnEvent(Event):
     outcome: TurnOutcome
 
 
+class ReleaseEvent(Event):
+    """The caller's turn was released to the agent, and why: `verdict` (the end-of-turn verdict reached the
+    threshold: answered at once), `hold` (unsure: held for the caller to go on, then answered), `text_rules`
+    (no end-of-turn model), `keypad` or `typed`. `probability`: the fused P(finished) it was decided on;
+    `silence_ms`: from the caller's last sound to the release (0 for keys and typed turns)."""
+
+    type: Literal["release"] = "release"
+    reason: Literal["verdict", "hold", "text_rules", "keypad", "typed"]
+    probability: float | None = None
+    silence_ms: float = 0.0
+
+
 class ConnectionEvent(Event):
     type: Literal["connection"] = "connection"
     state: Literal["connected", "resumed", "ended"]

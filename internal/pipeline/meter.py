@@ -6,13 +6,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from internal.pipeline.events import EventSink, TimingEvent, TurnEvent, TurnOutcome
+from internal.conversation.state import CallContext
+from internal.pipeline.events import EventSink, ReleaseEvent, TimingEvent, TurnEvent, TurnOutcome
 from internal.pipeline.services import PipelineServices
-from internal.session.session import Session
+from internal.turn.pending import Release
 
 
 class TurnMeter:
-    def __init__(self, session: Session, services: PipelineServices, sink: EventSink,
+    def __init__(self, session: CallContext, services: PipelineServices, sink: EventSink,
                  clock: Callable[[], float]) -> None:
         self.session = session
         self.services = services
@@ -30,6 +31,14 @@ class TurnMeter:
         if self.services.telemetry is not None:
             self.services.telemetry.turn_event(outcome)
         self.sink.emit(TurnEvent(outcome=outcome))
+
+    def released(self, release: Release) -> None:
+        """Why the caller's turn was answered when it was (the end-of-turn verdict, the hold, the rules)."""
+        if self.services.telemetry is not None:
+            self.services.telemetry.turn_event(f"released_{release.reason}")
+        probability = None if release.probability is None else round(release.probability, 3)
+        self.sink.emit(ReleaseEvent(reason=release.reason, probability=probability,
+                                    silence_ms=round(release.silence_ms, 1)))
 
     def ns(self, monotonic_s: float) -> int:
         return int(monotonic_s * 1e9) + self._wall_offset_ns

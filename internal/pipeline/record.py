@@ -6,12 +6,13 @@ heard some of it. A reply thrown away before that is never written, so nothing h
 
 from __future__ import annotations
 
+from internal.conversation.state import CallContext
 from internal.llm.base import ChatMessage
 from internal.pipeline.events import EventSink, TranscriptEvent
-from internal.session.session import Session
 
 
-def record_agent(session: Session, sink: EventSink, text: str, interrupted: bool = False, intended: str = "") -> None:
+def record_agent(session: CallContext, sink: EventSink, text: str, interrupted: bool = False,
+                 intended: str = "") -> None:
     """What the agent said (or, interrupted, what the caller heard of it)."""
     if not text:
         return  # nothing was heard (e.g. interrupted while still thinking): nothing to record
@@ -22,7 +23,7 @@ def record_agent(session: Session, sink: EventSink, text: str, interrupted: bool
     sink.emit(TranscriptEvent(role="agent", text=text, final=True))
 
 
-def record_caller(session: Session, text: str) -> None:
+def record_caller(session: CallContext, text: str) -> None:
     """Caller words answered outside the agent (the recording's consent): kept in the conversation so the
     model knows what was said, without counting as a turn it answered."""
     conversation = session.conversation
@@ -30,7 +31,7 @@ def record_caller(session: Session, text: str) -> None:
     conversation.history.append(ChatMessage("user", text))
 
 
-def record_turn(session: Session, sink: EventSink, user_text: str, exchange: list[ChatMessage], *,
+def record_turn(session: CallContext, sink: EventSink, user_text: str, exchange: list[ChatMessage], *,
                 streak: int, keypad: bool, agent_text: str, interrupted: bool, intended: str) -> None:
     """The caller's words, the tool calls the reply made, and what the agent said, in that order."""
     conversation = session.conversation

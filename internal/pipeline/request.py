@@ -7,14 +7,14 @@ was over can be thrown away without a trace.
 
 from __future__ import annotations
 
+from internal.conversation.state import CallContext
 from internal.llm.base import ChatMessage, ChatRequest, Turn
 from internal.pipeline.context import build_system_context
 from internal.pipeline.services import PipelineServices
 from internal.pipeline.tools import ToolContext
-from internal.session.session import Session
 
 
-async def build_request(session: Session, services: PipelineServices, turn: Turn, user_text: str,
+async def build_request(session: CallContext, services: PipelineServices, turn: Turn, user_text: str,
                         tool_context: ToolContext) -> ChatRequest:
     """The request for `turn` (its summary, knowledge, memory and interrupted text are filled in)."""
     conversation = session.conversation

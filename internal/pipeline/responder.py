@@ -18,11 +18,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import trace
 
+from internal.conversation.state import CallContext
 from internal.llm.base import LlmError, ToolCall, Turn
 from internal.pipeline.events import (
     AgentState,
@@ -38,9 +38,10 @@ from internal.pipeline.reply import ReplyRunner, speak_text
 from internal.pipeline.request import build_request
 from internal.pipeline.services import PipelineServices, misunderstanding_note
 from internal.pipeline.tools import ToolContext
-from internal.pipeline.turn_reply import TurnReply, same_turn_text
+from internal.pipeline.turn_reply import TurnReply
 from internal.session.actions import record_action, tool_action
-from internal.session.session import Session
+from internal.turn.pending import Release, TurnTimes
+from internal.turn.text_cues import same_turn_text
 
 log = logging.getLogger(__name__)
 
@@ -52,17 +53,8 @@ STILL_NOT_UNDERSTOOD = ("I'm having trouble hearing you. You could try again fro
 SESSION_SPAN = "telemetry.span"  # session.data key of the session's trace span
 
 
-@dataclass(slots=True)
-class TurnTimes:
-    """Monotonic moments of one turn, as the pipeline saw them (0.0: not applicable)."""
-
-    speech_ended: float = 0.0
-    final: float = 0.0
-    released: float = 0.0
-
-
 class Responder:
-    def __init__(self, session: Session, services: PipelineServices, playout: Playout, sink: EventSink,
+    def __init__(self, session: CallContext, services: PipelineServices, playout: Playout, sink: EventSink,
                  clock: Callable[[], float]) -> None:
         self.session = session
         self.services = services
@@ -159,8 +151,10 @@ class Responder:
         self.playout.held = False
         self.meter.turn_event("prepared_discarded")
 
-    def release(self, turn: Turn, confidence: float | None, times: TurnTimes) -> None:
+    def release(self, turn: Turn, confidence: float | None, times: TurnTimes, why: Release | None = None) -> None:
         """The caller's turn is over: play the reply prepared for these words, or start one now."""
+        if why is not None:
+            self.meter.released(why)
         reply = self._prepared
         if reply is not None and same_turn_text(reply.text, turn.text) and reply.running and not turn.dtmf:
             self._prepared = None
@@ -181,6 +175,14 @@ class Responder:
         self.playout.held = False
         reply.released.set()
         self.set_state("thinking")
+
+    def duck(self, ducked: bool) -> None:
+        """The caller may be talking over the agent: lower its voice until they stop (or it is stopped)."""
+        self.playout.ducked = ducked
+
+    def stage(self, name: str, ms: float) -> None:
+        """A latency of the turn about to be answered."""
+        self.timing(name, ms, self.session.conversation.turns + 1)
 
     def hold(self) -> None:
         """The caller started speaking right after the reply began: stop the sound now, keep the reply

@@ -32,7 +32,7 @@ from internal.tts.base import TextToSpeech
 from internal.turn.weights import TurnModelError
 
 if TYPE_CHECKING:
-    from internal.session.session import Session
+    from internal.conversation.state import CallContext
     from internal.telemetry.otel import Telemetry
     from internal.turn.fusion import TurnFusion
     from internal.turn.silero import SileroModel
@@ -79,11 +79,11 @@ def misunderstanding_note(confidence: float | None, floor: float, streak: int) -
     return streak, LOW_CONFIDENCE_DIRECTIVES[min(streak, len(LOW_CONFIDENCE_DIRECTIVES)) - 1]
 
 
-async def _nothing(session: Session) -> None:
+async def _nothing(session: CallContext) -> None:
     return None
 
 
-def _no_audio_observer(session: Session, pcm: bytes, event: VadEvent | None) -> None:
+def _no_audio_observer(session: CallContext, pcm: bytes, event: VadEvent | None) -> None:
     return None
 
 
@@ -96,22 +96,22 @@ class PipelineServices:
     tools: ToolRegistry = field(default_factory=ToolRegistry)
     persona: str = ""
     # The system-context layers for a session (memory plugs in here).
-    layers: Callable[[Session], ContextLayers] | None = None
+    layers: Callable[[CallContext], ContextLayers] | None = None
     # What to say when a call starts (memory may pick the deployer's returning-caller greeting).
-    greeter: Callable[[Session], str] | None = None
-    retrieve: Callable[[Session, str], Awaitable[list[str]]] | None = None
+    greeter: Callable[[CallContext], str] | None = None
+    retrieve: Callable[[CallContext, str], Awaitable[list[str]]] | None = None
     # Start retrieval for a turn still in its merge window (pipeline.rag_prefetch); never blocks.
-    prefetch: Callable[[Session, str], None] | None = None
+    prefetch: Callable[[CallContext, str], None] | None = None
     # Per-turn memory (injection = "retrieval"): the memory lines relevant to this turn's text.
     # Retrieval mode: (memory_context, memory_text) for this turn, or None to keep the snapshot.
-    turn_memory: Callable[[Session, str], Awaitable[tuple[str, str] | None]] | None = None
+    turn_memory: Callable[[CallContext, str], Awaitable[tuple[str, str] | None]] | None = None
     # Idle points: before a turn is answered (refresh changed memory) and after it was spoken.
-    before_turn: Callable[[Session], Awaitable[None]] = _nothing
-    after_turn: Callable[[Session], Awaitable[None]] = _nothing
+    before_turn: Callable[[CallContext], Awaitable[None]] = _nothing
+    after_turn: Callable[[CallContext], Awaitable[None]] = _nothing
     # Hot path: every inbound frame and VAD event; must be bounded, synchronous work only.
-    observe_audio: Callable[[Session, bytes, VadEvent | None], None] = _no_audio_observer
+    observe_audio: Callable[[CallContext, bytes, VadEvent | None], None] = _no_audio_observer
     # Call recording ([recording] enabled): the session's recording for a new pipeline (None: not recorded).
-    recording: Callable[[Session, int, EventSink], CallRecording | None] | None = None
+    recording: Callable[[CallContext, int, EventSink], CallRecording | None] | None = None
     policy: str = field(default="")
     skills: str = ""
     assistant_profile: str = ""
@@ -158,7 +158,7 @@ class PipelineServices:
         if not self.assistant_profile:
             self.assistant_profile = load_text(self.config.assistant_profile)
 
-    def context(self, session: Session) -> ContextLayers:
+    def context(self, session: CallContext) -> ContextLayers:
         if self.layers is not None:
             return self.layers(session)
         conversation = session.conversation
@@ -171,7 +171,7 @@ class PipelineServices:
             skills=self.skills,
         )
 
-    def greeting(self, session: Session) -> str:
+    def greeting(self, session: CallContext) -> str:
         if self.greeter is not None:
             return self.greeter(session)
         return self.config.greeting

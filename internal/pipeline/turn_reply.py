@@ -17,28 +17,6 @@ import asyncio
 from dataclasses import dataclass, field
 
 from internal.llm.base import ChatMessage
-from internal.turn.text_cues import words
-
-
-def same_turn_text(a: str, b: str) -> bool:
-    """Do two transcripts say the same words (punctuation and case aside)?"""
-    return words(a) == words(b)
-
-
-def added_words(before: str, after: str) -> list[str]:
-    """The words `after` has beyond what it shares with `before` from the start.
-
-    A turn re-recognised after the caller went on ("I'd like a table for." -> "I'd like a table for four
-    people.") gives the continuation; a caller who only said "mm" gives ["mm"]; a re-recognition with no
-    more words than before (noise, or a word heard differently) gives nothing.
-    """
-    old, new = words(before), words(after)
-    if len(new) <= len(old):
-        return []
-    shared = 0
-    while shared < len(old) and old[shared] == new[shared]:
-        shared += 1
-    return new[shared:]
 
 
 @dataclass(eq=False)

@@ -1,8 +1,9 @@
 """Session: the durable half of a call, apart from any transport.
 
-The conversation (model history, TranscriptLog, rolling summary, memory snapshot) lives here, so a
-browser that reconnects (WHIP resume) gets a new transport and pipeline attached to the same session
-and carries on where it was, with no repeated greeting.
+The conversation (internal/conversation: model history, TranscriptLog, rolling summary, memory snapshot)
+is held here, so a browser that reconnects (WHIP resume) gets a new transport and pipeline attached to the
+same session and carries on where it was, with no repeated greeting. The pipeline sees a Session only as
+a CallContext (internal/conversation/state.py): it never imports this module.
 """
 
 from __future__ import annotations
@@ -13,47 +14,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from internal.conversation.state import Conversation
 from internal.identity import CallerIdentity
-from internal.llm.base import ChatMessage
-from internal.pipeline.rolling_summary import RollingSummary
-from internal.pipeline.transcript import TranscriptLog
 
 if TYPE_CHECKING:
     from internal.pipeline.pipeline import VoicePipeline
 
 TransportKind = Literal["sip", "webrtc", "talk"]
-
-# The model sees at most this many recent messages; the rolling summary covers what falls out.
-HISTORY_WINDOW = 30
-
-
-@dataclass
-class Conversation:
-    summary: RollingSummary
-    history: list[ChatMessage] = field(default_factory=list)
-    transcript: TranscriptLog = field(default_factory=TranscriptLog)
-    greeted: bool = False
-    turns: int = 0
-    misunderstanding_streak: int = 0
-    # The caller's memory as injected into this conversation: set at start, refreshed between turns.
-    user_preferences: str = ""
-    memory: str = ""
-    # What memory adds to the system context: fenced, labelled and bounded by memory.max_chars as a whole.
-    memory_context: str = ""
-    # The same memory as plain text, bounded the same way: a bring-your-own agent's `memory` field.
-    memory_text: str = ""
-    memory_revision: int = 0
-    # Index into `history` where messages observed by the memory provider end (restored history excluded).
-    observed_upto: int = 0
-
-    def recent_history(self, *then: ChatMessage) -> list[ChatMessage]:
-        """The last messages the model sees, followed by `then` (this turn's, not yet in the history)."""
-        window = [*self.history, *then][-HISTORY_WINDOW:]
-        # Never start the window on a tool result whose call fell out of it.
-        while window and window[0].role == "tool":
-            window = window[1:]
-        return window
-
 
 @dataclass
 class Session:

@@ -25,10 +25,12 @@ from internal.pipeline.events import (
     AmdEvent,
     DigitsEvent,
     Event,
+    ReleaseEvent,
     StateEvent,
     TimingEvent,
     TranscriptEvent,
     TransferEvent,
+    TurnEvent,
     VoicemailEvent,
 )
 from internal.pipeline.pipeline import VoicePipeline
@@ -58,6 +60,9 @@ class CallLog:
         elif isinstance(event, StateEvent):
             log.debug("sip call state", extra={"call_id": self._call_id, "state": event.state})
         elif isinstance(event, (DigitsEvent, AmdEvent, VoicemailEvent, TransferEvent)):  # the phone flows
+            log.info("sip call %s", event.type, extra={"call_id": self._call_id,
+                                                       "detail": event.model_dump(exclude={"type", "ts"})})
+        elif isinstance(event, (ReleaseEvent, TurnEvent)):  # how the turn was taken: no content
             log.info("sip call %s", event.type, extra={"call_id": self._call_id,
                                                        "detail": event.model_dump(exclude={"type", "ts"})})
         elif isinstance(event, TimingEvent):  # emitted only with pipeline.debug; metrics record them always

@@ -70,6 +70,7 @@ class WhisperSpeechToText:
                                 batch_size=config.batch_size, batch_key=utterance_window,
                                 max_wait_s=config.shed_after_ms / 1000)
         self.retried = 0  # utterances decoded again in the full window (see whisper_decode.py)
+        self.early_decode_s = config.early_decode_s  # workers.UtteranceStream: decode while the caller talks
 
     def describe(self) -> dict[str, object]:
         return {"engine": self.name, "model": self.model.name, "source": self.model.source,
@@ -85,14 +86,14 @@ class WhisperSpeechToText:
         """Start every worker; each loads and warms its model before taking work."""
         await self.pool.warm_up(bytes(MODEL_RATE // 5 * 2), MODEL_RATE)
 
-    async def decode(self, pcm: bytes, sample_rate: int, caller: object | None = None) -> Decoded:
-        decoded: Decoded = await self.pool.decode(caller if caller is not None else self, pcm, sample_rate)
+    async def decode(self, pcm: bytes, sample_rate: int, caller: object | None = None, earlier: str = "") -> Decoded:
+        decoded: Decoded = await self.pool.decode(caller if caller is not None else self, pcm, sample_rate, earlier)
         if decoded.retried:
             self.retried += 1
         return decoded
 
-    async def transcribe(self, pcm: bytes, sample_rate: int, caller: object | None = None) -> str:
-        return (await self.decode(pcm, sample_rate, caller)).text
+    async def transcribe(self, pcm: bytes, sample_rate: int, caller: object | None = None, earlier: str = "") -> str:
+        return (await self.decode(pcm, sample_rate, caller, earlier)).text
 
     def withdraw(self, caller: object) -> int:
         """Take back `caller`'s decodes still waiting for a worker (a later decode of the turn covers them)."""

@@ -138,11 +138,17 @@ class WhisperDecoder:
         self.tokenizer = Tokenizer(self.model.hf_tokenizer, multilingual, task="transcribe",
                                    language=language or "en")
         self.suppressed = list(get_suppressed_tokens(self.tokenizer, [-1]))
+        self.prompt = self.prompt_for("")
+
+    def prompt_for(self, earlier: str) -> list[int]:
+        """The decoder's prompt: the vocabulary, then `earlier` (the words of the turn already decoded while
+        the caller was speaking, so this part is heard as their continuation)."""
+        previous = " ".join(part for part in (self.settings.vocabulary.strip(), earlier.strip()) if part)
         prompt: list[int] = []
-        if settings.vocabulary.strip():
-            words = self.tokenizer.encode(" " + settings.vocabulary.strip())
+        if previous:
+            words = self.tokenizer.encode(" " + previous)
             prompt = [self.tokenizer.sot_prev, *words[-PROMPT_TOKENS:]]
-        self.prompt = [*prompt, *self.tokenizer.sot_sequence, self.tokenizer.no_timestamps]
+        return [*prompt, *self.tokenizer.sot_sequence, self.tokenizer.no_timestamps]
 
     def speech_only(self, audio: np.ndarray) -> np.ndarray:
         """The utterance without its non-speech stretches (faster-whisper's Silero VAD); empty: none."""
@@ -153,11 +159,13 @@ class WhisperDecoder:
             return audio[:0]
         return np.concatenate([audio[span["start"] : span["end"]] for span in spans])
 
-    def run(self, audio: np.ndarray, frames: int, beam_size: int = 0) -> Decoded:
-        return self.run_batch([audio], frames, beam_size)[0]
+    def run(self, audio: np.ndarray, frames: int, beam_size: int = 0, earlier: str = "") -> Decoded:
+        return self.run_batch([audio], frames, beam_size, [earlier])[0]
 
-    def run_batch(self, audios: list[np.ndarray], frames: int, beam_size: int = 0) -> list[Decoded]:
-        """Encode and decode several utterances as one CTranslate2 batch, each in a window of `frames`."""
+    def run_batch(self, audios: list[np.ndarray], frames: int, beam_size: int = 0,
+                  earlier: list[str] | None = None) -> list[Decoded]:
+        """Encode and decode several utterances as one CTranslate2 batch, each in a window of `frames`
+        (`earlier`: per utterance, the words before it that the prompt carries)."""
         import ctranslate2
 
         features = []
@@ -168,9 +176,10 @@ class WhisperDecoder:
         encoded = self.model.model.encode(ctranslate2.StorageView.from_array(np.ascontiguousarray(np.stack(features))),
                                           to_cpu=False)
         duration_s = max(audio.size for audio in audios) / MODEL_RATE
-        max_length = min(MAX_TOKENS, len(self.prompt) + int(duration_s * TOKENS_PER_S) + 16)
+        prompts = [self.prompt_for(text) if text else self.prompt for text in (earlier or [""] * len(audios))]
+        max_length = min(MAX_TOKENS, max(map(len, prompts)) + int(duration_s * TOKENS_PER_S) + 16)
         results: Any = self.model.model.generate(
-            encoded, [self.prompt] * len(audios), beam_size=beam_size or self.settings.beam_size, patience=1.0,
+            encoded, prompts, beam_size=beam_size or self.settings.beam_size, patience=1.0,
             length_penalty=1.0, max_length=max_length, return_scores=True, return_no_speech_prob=True,
             suppress_blank=True, suppress_tokens=self.suppressed, max_initial_timestamp_index=0,
         )
@@ -182,15 +191,16 @@ class WhisperDecoder:
                                    float(result.no_speech_prob), frames))
         return decoded
 
-    def decode(self, audio: np.ndarray) -> Decoded:
-        return self.decode_many([audio])[0]
+    def decode(self, audio: np.ndarray, earlier: str = "") -> Decoded:
+        return self.decode_many([audio], [earlier])[0]
 
-    def decode_many(self, audios: list[np.ndarray]) -> list[Decoded]:
+    def decode_many(self, audios: list[np.ndarray], earlier: list[str] | None = None) -> list[Decoded]:
         """Several callers' utterances in one batch (the window of the longest; noisy and clean ones in
         a batch each, as their beams differ); each one that looks unreliable in its short window is
         decoded again alone in the full one."""
         # The SNR is measured on the utterance as the VAD cut it, before Silero drops its quiet parts:
         # the noise between and around the words is what it is measured on.
+        earlier = earlier or [""] * len(audios)
         snrs = [estimate_snr_db(audio) for audio in audios]
         if self.settings.vad_filter:
             audios = [self.speech_only(audio) for audio in audios]
@@ -201,13 +211,14 @@ class WhisperDecoder:
         frames = max(window_frames(audios[i].size / MODEL_RATE, self.settings.short_window) for i in live)
         for beam in sorted({self.settings.beam_for(snrs[i]) for i in live}):
             group = [i for i in live if self.settings.beam_for(snrs[i]) == beam]
-            for i, decoded in zip(group, self.run_batch([audios[i] for i in group], frames, beam), strict=True):
-                out[i] = replace(self._settled(audios[i], decoded, beam), snr_db=snrs[i])
+            decodes = self.run_batch([audios[i] for i in group], frames, beam, [earlier[i] for i in group])
+            for i, decoded in zip(group, decodes, strict=True):
+                out[i] = replace(self._settled(audios[i], decoded, beam, earlier[i]), snr_db=snrs[i])
         return out
 
-    def _settled(self, audio: np.ndarray, decoded: Decoded, beam_size: int = 0) -> Decoded:
+    def _settled(self, audio: np.ndarray, decoded: Decoded, beam_size: int = 0, earlier: str = "") -> Decoded:
         if decoded.window_frames < FULL_WINDOW_FRAMES and (unreliable(decoded) or no_words(decoded)):
-            full = self.run(audio, FULL_WINDOW_FRAMES, beam_size)
+            full = self.run(audio, FULL_WINDOW_FRAMES, beam_size, earlier)
             decoded = Decoded(full.text, full.avg_logprob, full.no_speech_prob, FULL_WINDOW_FRAMES, retried=True)
         if no_words(decoded):
             return Decoded("", decoded.avg_logprob, decoded.no_speech_prob, decoded.window_frames, decoded.retried)
@@ -226,22 +237,22 @@ def init_worker(settings: DecodeSettings) -> None:
     _decoder.run(np.zeros(MODEL_RATE // 2, dtype=np.float32), MIN_WINDOW_S * FRAMES_PER_S)  # warm the kernels
 
 
-def decode_utterance(pcm: bytes, sample_rate: int) -> Decoded:
+def decode_utterance(pcm: bytes, sample_rate: int, earlier: str = "") -> Decoded:
     assert _decoder is not None, "init_worker has not run in this process"
-    return _decoder.decode(to_model_audio(pcm, sample_rate))
+    return _decoder.decode(to_model_audio(pcm, sample_rate), earlier)
 
 
 def worker_ready() -> bool:
     return _decoder is not None
 
 
-def decode_utterances(items: list[tuple[bytes, int]]) -> list[Decoded]:
-    """Several utterances (pcm, sample rate) decoded as one batch (DecoderPool's decode_batch)."""
+def decode_utterances(items: list[tuple[bytes, int, str]]) -> list[Decoded]:
+    """Several utterances (pcm, sample rate, earlier words) decoded as one batch (DecoderPool's decode_batch)."""
     assert _decoder is not None, "init_worker has not run in this process"
-    return _decoder.decode_many([to_model_audio(pcm, rate) for pcm, rate in items])
+    return _decoder.decode_many([to_model_audio(pcm, rate) for pcm, rate, _ in items], [e for _, _, e in items])
 
 
-def utterance_window(pcm: bytes, sample_rate: int) -> int:
+def utterance_window(pcm: bytes, sample_rate: int, earlier: str = "") -> int:
     """The encoder window an utterance will likely need (DecoderPool's batch_key: only utterances of one
     window are batched, so a short one is not padded to a long one's length)."""
     return window_frames(len(pcm) / 2 / sample_rate, short_window=True)

@@ -23,7 +23,9 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
+
+import numpy as np
 
 from internal.stt.base import SttError, Transcript
 from internal.telemetry.queues import WorkQueue
@@ -347,6 +349,52 @@ class UtteranceEngine(Protocol):
     def withdraw(self, caller: object) -> int: ...
 
 
+class EarlyDecodingEngine(UtteranceEngine, Protocol):
+    """An engine that can hear a part of a turn as the continuation of words it already decoded."""
+
+    early_decode_s: float  # undecoded speech past which a part is decoded while the caller talks (0: never)
+
+    async def transcribe(self, pcm: bytes, sample_rate: int, caller: object | None = None,
+                         earlier: str = "") -> str: ...
+
+
+# Audio kept back from an early decode: the caller may be inside a word.
+EARLY_DECODE_LEAVE_MS = 500
+# The cut before it goes in the middle of the quietest 100 ms of this stretch: a gap between words, most
+# often (a cut inside a word is heard twice, or not at all).
+EARLY_CUT_SEARCH_MS = 1000
+EARLY_CUT_GAP_FRAMES = 5
+
+
+def quietest_cut(pcm: bytes, sample_rate: int, end: int, search_ms: int = EARLY_CUT_SEARCH_MS,
+                 gap_frames: int = EARLY_CUT_GAP_FRAMES) -> int:
+    """A byte offset at or before `end`: the middle of the quietest run of `gap_frames` 20 ms frames within
+    `search_ms` before it."""
+    frame = sample_rate // 50 * 2
+    end -= end % frame
+    start = max(0, end - search_ms * sample_rate // 1000 * 2)
+    start -= start % frame
+    samples = np.frombuffer(pcm[start:end], dtype=np.int16).astype(np.float32).reshape(-1, frame // 2)
+    if not len(samples):
+        return end
+    energy = np.einsum("ij,ij->i", samples, samples)
+    run = min(gap_frames, len(energy))
+    sums = np.convolve(energy, np.ones(run), mode="valid")
+    best = int(np.argmin(sums))
+    return start + (best + run // 2) * frame
+
+
+def join_words(earlier: str, later: str) -> str:
+    """Two parts of one turn's text: a full stop Whisper put at the end of the first part goes when the
+    second carries on in lower case ("... the end of the month." + "and send me ...")."""
+    earlier, later = earlier.strip(), later.strip()
+    if not earlier or not later:
+        return earlier or later
+    if later[0].islower() and earlier.endswith("."):
+        earlier = earlier[:-1]
+    return f"{earlier} {later}"
+
+
 class UtteranceStream:
     """One call's recognition: whole utterances, decoded when the VAD ends them, results in order.
 
@@ -365,6 +413,16 @@ class UtteranceStream:
         self._buffer = bytearray()
         self._turn = bytearray()  # the turn's earlier utterances (whole-turn mode)
         self._turn_text = ""  # the latest decode of the turn
+        # Decoding during speech (whole-turn mode, an engine with early_decode_s): the turn's audio up to
+        # `_prefix_bytes` is already heard as `_prefix_text`, so an end of speech decodes only the rest.
+        early_s = float(getattr(engine, "early_decode_s", 0.0)) if self.whole_turn else 0.0
+        self._early_bytes = int(early_s * sample_rate) * 2
+        self._prefix_text = ""
+        self._prefix_bytes = 0
+        self._early: asyncio.Task[None] | None = None
+        self._generation = 0  # bumped when the prefix may no longer be extended by a decode in flight
+        self.early_decodes = 0  # parts decoded while the caller spoke (for tests and /health)
+        self.tail_decodes = 0  # ends of speech that decoded only what those parts left
         self._limit = sample_rate * 2 * engine.max_utterance_s
         self._results: asyncio.Queue[Transcript | None] = asyncio.Queue()
         self._previous: asyncio.Task[None] | None = None
@@ -373,9 +431,41 @@ class UtteranceStream:
     def push(self, pcm: bytes) -> None:
         if not self._closed and len(self._buffer) < self._limit:
             self._buffer.extend(pcm)
+            if (self._early_bytes and (self._early is None or self._early.done())
+                    and len(self._turn) + len(self._buffer) - self._prefix_bytes >= self._early_bytes):
+                self._decode_part()
 
     def new_turn(self) -> None:
         self._turn = bytearray()
+        self._forget_prefix()
+
+    def _forget_prefix(self) -> None:
+        self._prefix_text, self._prefix_bytes = "", 0
+        self._generation += 1
+
+    def _decode_part(self) -> None:
+        """The caller is still talking: decode the turn's audio so far (less the last half second), so at
+        the end of speech only the tail is left to decode."""
+        audio = bytes(self._turn) + bytes(self._buffer)
+        leave = self._rate * 2 * EARLY_DECODE_LEAVE_MS // 1000
+        cut = quietest_cut(audio, self._rate, len(audio) - leave)
+        start = self._prefix_bytes
+        if cut - start < self._early_bytes // 2:
+            return
+        self._early = asyncio.create_task(
+            self._decode_early(audio[start:cut], start, cut, self._prefix_text, self._generation))
+
+    async def _decode_early(self, audio: bytes, start: int, end: int, earlier: str, generation: int) -> None:
+        engine = cast(EarlyDecodingEngine, self._engine)
+        try:
+            text = await engine.transcribe(audio, self._rate, self, earlier=earlier)
+        except Exception as exc:  # superseded, shed or failed: the end of speech decodes this part too
+            log.debug("%s early decode dropped: %s", self._engine.name, exc)
+            return
+        if generation == self._generation and self._prefix_bytes == start and not self._closed:
+            self._prefix_text = join_words(earlier, text)
+            self._prefix_bytes = end
+            self.early_decodes += 1
 
     def end_of_speech(self) -> None:
         audio, self._buffer = bytes(self._buffer), bytearray()
@@ -383,29 +473,41 @@ class UtteranceStream:
             return
         click = len(audio) < self._rate * 2 * self._engine.min_utterance_ms // 1000
         whole = self.whole_turn
+        start, earlier = 0, ""
         if whole and not click:
             if len(self._turn) + len(audio) > self._limit:
                 self._turn = bytearray()  # past the engine's window: this utterance starts afresh
+                self._forget_prefix()
                 whole = False
-            elif self._turn:
+            elif self._turn or (self._early is not None and not self._early.done()):
                 # The turn's earlier utterances are in this decode too: one still waiting for a worker
                 # (a busy node) would only be replaced by it, so it gives its place up. On an idle node
                 # each decode starts at once and nothing is withdrawn.
                 self._engine.withdraw(self)
             self._turn.extend(audio)
             audio = bytes(self._turn)
+            # What was decoded while the caller spoke is not decoded again; a part still being decoded now
+            # is not waited for (this decode covers it).
+            start, earlier = self._prefix_bytes, self._prefix_text
+            self._generation += 1
         elif click:
             # A click: not worth a decode, but its result keeps its place in line (in whole-turn mode the
             # turn's text as it stands).
             audio = b""
         # Chain on the previous decode so results come out in the order the caller spoke.
-        self._previous = asyncio.create_task(self._decode(audio, self._previous, whole and bool(self._turn)))
+        self._previous = asyncio.create_task(self._decode(audio, self._previous, whole and bool(self._turn),
+                                                          start, earlier))
 
-    async def _decode(self, audio: bytes, previous: asyncio.Task[None] | None, whole: bool) -> None:
+    async def _decode(self, audio: bytes, previous: asyncio.Task[None] | None, whole: bool, start: int = 0,
+                      earlier: str = "") -> None:
         text = ""
         overloaded = superseded = False
         try:
-            if audio:
+            if audio and start:
+                self.tail_decodes += 1
+                engine = cast(EarlyDecodingEngine, self._engine)
+                text = join_words(earlier, await engine.transcribe(audio[start:], self._rate, self, earlier=earlier))
+            elif audio:
                 text = await self._engine.transcribe(audio, self._rate, self)
         except SttSuperseded:
             superseded = True

@@ -27,6 +27,7 @@ from internal.config.telephony import AmdConfig, AmdOutcome
 from internal.pipeline.events import AmdEvent, VoicemailEvent
 from internal.pipeline.pipeline import VoicePipeline
 from internal.session import Session
+from internal.stt.base import Transcript
 from internal.telephony.amd import (
     AmdDecision,
     AmdResult,
@@ -98,7 +99,7 @@ class MachineListener:
     def now_ms(self) -> int:
         return int((self._clock() - self._start) * 1000)
 
-    def audio(self, pcm: bytes) -> None:
+    def audio(self, pcm: bytes, voiced: bool) -> None:
         classifier = self.classifier
         undecided = classifier.decision is None
         if undecided and len(self._audio) < self._max_bytes:
@@ -112,16 +113,22 @@ class MachineListener:
         self.classifier.tick(self.now_ms())
         self.changed.set()  # time passing can decide (silence), start the message, or find the call over
 
-    def speech_started(self) -> None:
-        return None
+    def speech_started(self, preroll_frames: int) -> bool:
+        return True  # each utterance is heard on its own
 
-    def speech_ended(self) -> None:
+    def speech_ended(self, final_owed: bool) -> None:
         if self.classifier.decision is None:
             self.classifier.utterance_ended()
 
-    def transcript(self, text: str, final: bool) -> None:
-        if final and self.classifier.transcript(text) is not None:
+    def transcript(self, transcript: Transcript) -> None:
+        if not transcript.final or transcript.superseded:
+            return
+        if self.classifier.transcript(transcript.text.strip()) is not None:
             self.changed.set()
+
+    def finals_lost(self, count: int) -> None:
+        if count:
+            self.transcript(Transcript("", final=True))
 
     def digit(self, digit: str) -> None:
         return None

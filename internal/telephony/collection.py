@@ -19,6 +19,7 @@ from typing import Literal
 
 from internal.pipeline.events import DigitsEvent, EventSink
 from internal.pipeline.pipeline import VoicePipeline
+from internal.stt.base import Transcript
 from internal.telephony.digits import AttemptResult, DigitEntry, DigitSpec, Via, next_prompt
 
 NOT_STARTED_MS = 1 << 62  # an attempt's timers start when its prompt has been heard
@@ -52,21 +53,26 @@ class DigitCollection:
     def now_ms(self) -> int:
         return int((self._clock() - self._epoch) * 1000)
 
-    def audio(self, pcm: bytes) -> None:
+    def audio(self, pcm: bytes, voiced: bool) -> None:
         return None
 
-    def speech_started(self) -> None:
+    def speech_started(self, preroll_frames: int) -> bool:
         if self.entry is not None:
             self.entry.speech_started(self.now_ms())
             self.changed.set()
+        return True  # each utterance is heard on its own
 
-    def speech_ended(self) -> None:
+    def speech_ended(self, final_owed: bool) -> None:
         return None
 
-    def transcript(self, text: str, final: bool) -> None:
-        if final and self.entry is not None:
-            self.entry.speech(text, self.now_ms())
+    def transcript(self, transcript: Transcript) -> None:
+        if transcript.final and not transcript.superseded and self.entry is not None:
+            self.entry.speech(transcript.text.strip(), self.now_ms())
             self.changed.set()
+
+    def finals_lost(self, count: int) -> None:
+        if count:  # the words will not come: the attempt stops waiting for them
+            self.transcript(Transcript("", final=True))
 
     def digit(self, digit: str) -> None:
         if self.entry is not None:

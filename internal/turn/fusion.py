@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 
 from internal.stt.whisper_models import sha256_of
-from internal.turn.text_cues import TextCues, text_cues
+from internal.turn.text_cues import TextCues, text_cues, whole_utterance
 
 WEIGHTS_FILE = "fusion_weights.json"
 WEIGHTS_SHA256 = "8f674111f192a6b0451f2f2e24af396464cf4d161a96ffe0d1083e4fb57d6704"
@@ -42,6 +42,11 @@ CLEAN_FROM_DB, CLEAN_TO_DB = 10.0, 30.0
 # it is not asked, and the decision is taken at the middle of that range (NOT_ASKED).
 SOUND_RANGE = 4.0
 NOT_ASKED = 0.5
+# "Hello.", "Thanks.", "Yes.", "What is my name?": whole turns by their words alone (text_cues.whole_utterance).
+# The fitted weights hold one- and two-word turns (most short fragments in the training turns were first
+# halves) and overrule a confident Smart Turn on them; these are answered at once instead, and a caller
+# who goes on after one is absorbed by the continuation merge.
+WHOLE_UTTERANCE_P = 0.95
 
 
 def cleanness(snr_db: float | None) -> float:
@@ -88,11 +93,16 @@ class TurnFusion:
         """Could Smart Turn's answer change the decision? Not when the words settle it whatever the sound
         ("a table for", "Can I pay by card, please?"), nor on a line too noisy for the sound to count: each
         verdict costs a third of a decode, and the default asks it only where it can matter."""
+        if whole_utterance(text, questions=cleanness(snr_db) >= 1.0):
+            return False
         low = self.probability(1.0 / (1.0 + math.exp(SOUND_RANGE)), text, snr_db)
         high = self.probability(1.0 / (1.0 + math.exp(-SOUND_RANGE)), text, snr_db)
         return low < threshold <= high
 
     def probability(self, audio_probability: float | None, text: str, snr_db: float | None = None) -> float:
+        # A short question is trusted on a clean line only: in noise the recogniser makes them of fragments.
+        if whole_utterance(text, questions=cleanness(snr_db) >= 1.0):
+            return WHOLE_UTTERANCE_P
         weights = self.with_audio if audio_probability is not None else self.text_only
         x = feature_vector(audio_probability, text_cues(text), snr_db)
         return sigmoid(sum(w * v for w, v in zip(weights, x, strict=True)))

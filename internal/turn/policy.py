@@ -1,10 +1,16 @@
-"""When to answer: how long a pending turn is held after the caller falls silent. Pure policy.
+"""When to answer, and what a sound or a word over the agent means: the turn's policy, as pure functions.
 
-With an end-of-turn verdict (fusion.py's probability that the caller has finished), a turn at or above
-`threshold` is answered at once; below it, the agent waits up to `max_wait_ms` of silence for more. A
-graded wait (longer the less finished the turn looks) was measured too and lost on every line of
-bench/turns.py: the turns it answers sooner are mostly first halves whose probability sits just under the
-threshold, so it bought a faster p95 with many more premature answers (docs/performance.md).
+Every threshold the caller's turn uses is named here with its reason; owner.py applies them.
+
+**The hold.** With an end-of-turn verdict (fusion.py's probability that the caller has finished), a turn
+at or above `threshold` is answered at once. Below it the agent waits for more, all or nothing: a turn
+whose words say it goes on (P below SURE_GOES_ON_P: "a table for", a number being read out) is held the
+configured longest hold; an unsure one is held this caller's own pause ceiling (dynamic endpointing,
+pauses.py), which is the configured longest hold until their inner pauses are known. A hold graded by the
+probability was measured again on the turn benchmark (bench/turns.py curve, docs/performance.md) and lost
+on every line: the first halves of paused sentences ("I was charged.", "The flat is on the second floor.")
+sit in the same band of probability as slow finished statements, so any graded hold short of the longest
+pause cut 20-60 % of them off audibly.
 
 Without a verdict (`pipeline.end_of_turn = "off"`) the text rules decide: finals are held for a merge
 window that restarts with each new final (longer when the words trail off), and released only after the
@@ -13,6 +19,7 @@ caller has also been quiet for a while, never later than TURN_MERGE_MAX_MS after
 
 from __future__ import annotations
 
+from internal.turn.pending import Decision
 from internal.turn.text_cues import ends_dictation, ends_incomplete, ends_terminal
 
 # A caller who never pauses cleanly still gets an answer after this long (text rules).
@@ -20,16 +27,55 @@ TURN_MERGE_MAX_MS = 2500
 # The text rules' longer wait when the words trail off ("and", "my number is") or are mid-dictation.
 TURN_MERGE_INCOMPLETE_MS = 900
 
+# How long a turn waits for the end-of-turn model's answer before the words decide alone (text-only
+# weights): a model that hangs must not hold the caller.
+VERDICT_WAIT_MS = 700
+# Shorter utterances (a cough, a click, "mm") are not worth the end-of-turn model: the words decide.
+MIN_ASKED_SPEECH_MS = 240
+# An utterance this long that came back without words was speech we failed to hear: ask again. Shorter
+# ones (a breath, a click) are ignored.
+NOT_UNDERSTOOD_SPEECH_MS = 400
+# A reply is prepared only for turns at least this likely to be finished: one that surely goes on ("a table
+# for") would only be thrown away.
+PREPARE_FLOOR = 0.2
 
-def fused_wait_ms(probability: float, *, threshold: float, max_wait_ms: float, since_silence_ms: float) -> float:
+# Below this fused P(finished) the words say the turn goes on: held the configured longest hold whatever
+# this caller's pauses have been (a number read out, "a table for" invite the longest pauses).
+SURE_GOES_ON_P = 0.3
+
+
+def hold_ms(probability: float, *, threshold: float, max_wait_ms: float, caller_ceiling_ms: float,
+            since_silence_ms: float) -> float:
     """How much longer a turn whose fused P(finished) is `probability` is held (0 = answer now).
 
-    The hold is counted from the start of the caller's silence (the VAD's end of speech), so a verdict that
-    arrived late does not add its own delay on top.
+    Counted from the start of the caller's silence (the VAD's end of speech), so a verdict that arrived late
+    does not add its own delay on top. `caller_ceiling_ms`: this caller's pause ceiling (pauses.py).
     """
     if probability >= threshold:
         return 0.0
+    longest = max_wait_ms if probability < SURE_GOES_ON_P else min(max_wait_ms, caller_ceiling_ms)
+    return max(0.0, longest - since_silence_ms)
+
+
+def fused_wait_ms(probability: float, *, threshold: float, max_wait_ms: float, since_silence_ms: float) -> float:
+    """The hold before dynamic endpointing: every unsure turn waits the longest hold (the benchmark's
+    replay of one dialogue per caller, where no caller's pauses are known yet, is the same)."""
+    if probability >= threshold:
+        return 0.0
     return max(0.0, max_wait_ms - since_silence_ms)
+
+
+def asks_model(speech_ms: float, over_agent: bool) -> bool:
+    """Is this utterance's end worth the end-of-turn model? Long enough to hold words, and not spoken over
+    the agent (a backchannel or a barge-in is not the end of the caller's turn)."""
+    return speech_ms >= MIN_ASKED_SPEECH_MS and not over_agent
+
+
+def worth_preparing(probability: float | None, text: str) -> bool:
+    """Start the reply for these words before the turn is released? (`probability` None: the text rules.)"""
+    if probability is None:  # not for words the text rules hold longer ("I want to", "... 555")
+        return not (ends_incomplete(text) or ends_dictation(text))
+    return probability >= PREPARE_FLOOR
 
 
 def merge_wait_ms(text: str, base_ms: int) -> int:
@@ -52,3 +98,10 @@ def text_rule_wait_ms(text: str, *, merge_ms: int, quiet_ms: int, since_speech_e
         wait = max(wait, quiet_ms - since_speech_end_ms)
     wait = min(wait, max(0.0, TURN_MERGE_MAX_MS - since_first_final_ms))
     return max(0.0, wait)
+
+
+def fused_decision(probability: float, *, threshold: float, max_wait_ms: float, caller_ceiling_ms: float,
+                   since_silence_ms: float) -> Decision:
+    wait = hold_ms(probability, threshold=threshold, max_wait_ms=max_wait_ms, caller_ceiling_ms=caller_ceiling_ms,
+                   since_silence_ms=since_silence_ms)
+    return Decision(wait, "verdict" if probability >= threshold else "hold", probability)

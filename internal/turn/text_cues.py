@@ -62,6 +62,19 @@ CLOSING_PHRASES = frozenset([
     "bye", "bye bye", "goodbye", "bye for now", "see you", "have a nice day", "have a good day", "you too",
     "cheers", "take care",
 ])
+# Whole utterances a caller says and then waits: greetings (alone, they are a turn: a caller who goes on
+# after "Hello." is absorbed by the continuation merge, which answers the whole sentence), thanks,
+# farewells and bare answers (ANSWER_WORDS, CLOSING_PHRASES).
+GREETINGS = frozenset([
+    "hello", "hi", "hey", "hiya", "hello there", "hi there", "hey there", "good morning", "good afternoon",
+    "good evening", "morning", "afternoon", "evening", "hello good morning", "hi good morning",
+    "hello good afternoon", "hello good evening", "yes hello", "oh hello", "hello hello", "hello again",
+    "hi again",
+])
+# A short wh-question is whole when it asks this few words and ends on none of the tails that go on.
+# ("Can I pay with it?" and "Is it possible?" start questions that often go on: not these.)
+SHORT_QUESTION_WORDS = 5
+WH_WORDS = frozenset("what where when why who whom whose which how what's where's when's who's how's".split())
 QUESTION_START = frozenset("what where when why who whom whose which how can could would will do does did is are "
                            "was were have has should may shall am isn't aren't don't doesn't won't can't".split())
 
@@ -153,7 +166,48 @@ def text_cues(text: str) -> TextCues:
     )
 
 
+def whole_utterance(text: str, questions: bool = True) -> bool:
+    """Words that are a whole turn by themselves however they sounded: a greeting, thanks or a farewell, a
+    bare answer ("Yes.", "No thanks."), or (`questions`) a short wh-question that ends on no open word
+    ("What is my name?", "What time is it?"). The fusion answers these at once (fusion.WHOLE_UTTERANCE_P)."""
+    tokens = words(text)
+    if not tokens or trails_off(text):
+        return False
+    phrase = " ".join(tokens)
+    # Not "that's everything", which is as often followed by thanks ("That's everything. | Thank you.").
+    closing = phrase in CLOSING_PHRASES and not phrase.startswith("that's")
+    if phrase in GREETINGS or closing or all(token in ANSWER_WORDS for token in tokens):
+        return True
+    last = tokens[-1]
+    # Two words at least: a lone "What?" is as often the start of a question split at a word gap. A
+    # question on a noisy line is left to the fused weights (the caller's `questions` False).
+    return (questions and ends_question(text) and tokens[0] in WH_WORDS and 2 <= len(tokens) <= SHORT_QUESTION_WORDS
+            and last not in DANGLING_TAIL and last not in OPEN_VERB_TAIL and last not in SUBJECT_TAIL
+            and not _numberish(last))
+
+
 def trails_off(text: str) -> bool:
     """Whisper writes an ellipsis where speech trails off, and a hyphen after a word cut short ("the s-")."""
     trimmed = text.strip().rstrip("'\")]}")
     return trimmed.endswith(("...", "\u2026", "-", "\u2014"))
+
+
+def same_turn_text(a: str, b: str) -> bool:
+    """Do two transcripts say the same words (punctuation and case aside)?"""
+    return words(a) == words(b)
+
+
+def added_words(before: str, after: str) -> list[str]:
+    """The words `after` has beyond what it shares with `before` from the start.
+
+    A turn re-recognised after the caller went on ("I'd like a table for." -> "I'd like a table for four
+    people.") gives the continuation; a caller who only said "mm" gives ["mm"]; a re-recognition with no
+    more words than before (noise, or a word heard differently) gives nothing.
+    """
+    old, new = words(before), words(after)
+    if len(new) <= len(old):
+        return []
+    shared = 0
+    while shared < len(old) and old[shared] == new[shared]:
+        shared += 1
+    return new[shared:]

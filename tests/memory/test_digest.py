@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from internal.conversation.transcript import TranscriptEntry
 from internal.memory.digest import (
     DIGEST_HEADING,
     call_summary,
@@ -11,7 +12,6 @@ from internal.memory.digest import (
     merge_digest,
     split_document,
 )
-from internal.pipeline.transcript import TranscriptEntry
 
 
 def entries(*lines: tuple[str, str]) -> list[TranscriptEntry]:

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from internal.config import Config, load_config
+from internal.conversation.rolling_summary import RollingSummary
 from internal.identity import CallerIdentity
 from internal.llm.base import ChatModel
 from internal.llm.local import LocalAgent
 from internal.pipeline.events import CollectingSink
 from internal.pipeline.pipeline import VoicePipeline
-from internal.pipeline.rolling_summary import RollingSummary
 from internal.pipeline.services import PipelineServices
 from internal.pipeline.tools import ToolRegistry, register_end_call
 from internal.session import Conversation, Session

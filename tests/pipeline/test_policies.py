@@ -7,17 +7,15 @@ import math
 import numpy as np
 import pytest
 
-from internal.pipeline.bargein import is_backchannel, is_meaningful_interruption, too_many_words
-from internal.pipeline.rolling_summary import (
+from internal.conversation.rolling_summary import (
     SUMMARY_MAX_INPUT_CHARS,
     extractive_summary,
     format_transcript_for_summary,
     should_refresh_summary,
     summary_context_block,
 )
+from internal.conversation.transcript import TranscriptEntry
 from internal.pipeline.services import misunderstanding_note
-from internal.pipeline.transcript import TranscriptEntry
-from internal.pipeline.turns import merge_text
 from internal.pipeline.vad import (
     AdaptiveEnergyClassifier,
     VadEvent,
@@ -25,6 +23,8 @@ from internal.pipeline.vad import (
     VoiceActivityDetector,
     frame_level_dbfs,
 )
+from internal.turn.bargein import is_backchannel, is_meaningful_interruption, too_many_words
+from internal.turn.pending import merge_text
 from internal.turn.policy import TURN_MERGE_INCOMPLETE_MS, merge_wait_ms
 from internal.turn.text_cues import ends_dictation, ends_incomplete, ends_terminal
 

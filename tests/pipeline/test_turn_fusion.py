@@ -29,8 +29,8 @@ def test_words_that_go_on_hold_the_turn_however_finished_it_sounds(text: str) ->
     assert not fusion.needs_audio(text, THRESHOLD, CLEAN_DB)  # so Smart Turn is not even asked
 
 
-@pytest.mark.parametrize("text", ["Where is my parcel?", "I want to report a broken street light.", "Yes.",
-                                  "No thanks."])
+@pytest.mark.parametrize("text", ["Can you tell me where my parcel is?", "I want to report a broken street light.",
+                                  "Please cancel my subscription."])
 def test_a_finished_sentence_is_answered_when_it_sounds_finished_and_waits_when_it_sounds_cut_off(text: str) -> None:
     fusion = shared_fusion()
     assert fusion.probability(SURE_FINISHED, text, CLEAN_DB) >= THRESHOLD
@@ -45,6 +45,30 @@ def test_thanks_and_farewells_are_answered_unless_they_sound_plainly_cut_off(tex
     assert shared_fusion().probability(0.3, text, CLEAN_DB) >= THRESHOLD
 
 
+@pytest.mark.parametrize("text", ["Hello.", "Good morning.", "Good afternoon.", "Thanks.", "Yes.", "No thanks.",
+                                  "What is my name?", "What time is it?", "Where is my parcel?", "Bye.",
+                                  "What's the time?", "Hello again.", "What is the date today?"])
+def test_a_short_whole_utterance_is_answered_at_once_however_it_sounds(text: str) -> None:
+    """Greetings, thanks, bare answers and short wh-questions: a caller says them and waits. The weights
+    alone held "Hello." and "What is my name?" for the longest hold even when Smart Turn was sure."""
+    fusion = shared_fusion()
+    assert fusion.probability(SURE_CUT_OFF, text, CLEAN_DB) >= THRESHOLD
+    assert fusion.probability(None, text, CLEAN_DB) >= THRESHOLD
+    assert not fusion.needs_audio(text, THRESHOLD, CLEAN_DB)
+
+
+@pytest.mark.parametrize("text", ["Hello, I", "What is the", "What?", "Can I pay with it?", "Is it possible?",
+                                  "What is my...", "That's everything.", "What is the code for 5?"])
+def test_openings_and_longer_questions_are_not_whole_utterances(text: str) -> None:
+    assert shared_fusion().probability(SURE_CUT_OFF, text, CLEAN_DB) < THRESHOLD
+
+
+def test_a_short_question_in_noise_is_not_trusted_by_its_words_alone() -> None:
+    """In noise the recogniser makes short questions of fragments ("Can I stay with it?")."""
+    assert shared_fusion().probability(None, "What is your lead?", NOISY_DB) < THRESHOLD
+    assert shared_fusion().probability(None, "Hello.", NOISY_DB) >= THRESHOLD
+
+
 def test_a_closing_phrase_needs_no_sound() -> None:
     fusion = shared_fusion()
     text = "Thank you, that's all."
@@ -52,7 +76,7 @@ def test_a_closing_phrase_needs_no_sound() -> None:
     assert not fusion.needs_audio(text, THRESHOLD, CLEAN_DB)
 
 
-@pytest.mark.parametrize("text", ["Where is my parcel?", "My phone number is 555.", "Yes."])
+@pytest.mark.parametrize("text", ["Where is my parcel?", "My phone number is 555.", "Can I pay by card?"])
 def test_on_a_noisy_line_the_sound_counts_for_little_and_is_not_asked(text: str) -> None:
     fusion = shared_fusion()
     swing = fusion.probability(SURE_FINISHED, text, NOISY_DB) - fusion.probability(SURE_CUT_OFF, text, NOISY_DB)

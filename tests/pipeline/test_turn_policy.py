@@ -1,4 +1,6 @@
-"""The end-of-turn policy: the words' cues, the graded hold, the text rules, and how the turn buffer applies them."""
+"""The end-of-turn policy: the words' cues, the graded hold, dynamic endpointing, the text rules, and how the
+turn owner applies them (internal/turn/owner.py, driven here through its input methods with a recording
+reply side; the pipeline tests run the same owner with the real Responder)."""
 
 from __future__ import annotations
 
@@ -6,9 +8,21 @@ import asyncio
 
 import pytest
 
-from internal.pipeline.turns import VERDICT_WAIT_MS, PendingTurn, TurnBuffer
+from internal.llm.base import Turn
+from internal.stt.base import Transcript
 from internal.turn.fusion import FEATURES, TurnFusion
-from internal.turn.policy import TURN_MERGE_INCOMPLETE_MS, TURN_MERGE_MAX_MS, fused_wait_ms, text_rule_wait_ms
+from internal.turn.owner import TurnOwner, TurnSettings
+from internal.turn.pauses import MIN_CEILING_MS, PAUSE_MARGIN_MS, CallerPauses, hold_ceiling_ms
+from internal.turn.pending import Release, TurnTimes
+from internal.turn.policy import (
+    SURE_GOES_ON_P,
+    TURN_MERGE_INCOMPLETE_MS,
+    TURN_MERGE_MAX_MS,
+    VERDICT_WAIT_MS,
+    fused_wait_ms,
+    hold_ms,
+    text_rule_wait_ms,
+)
 from internal.turn.text_cues import text_cues
 
 
@@ -47,10 +61,40 @@ def test_a_turn_above_the_threshold_is_answered_at_once() -> None:
     assert fused_wait_ms(0.5, threshold=0.5, max_wait_ms=2000, since_silence_ms=0) == 0.0
 
 
-def test_a_turn_below_the_threshold_waits_for_more_up_to_max_turn_wait() -> None:
+def test_the_all_or_nothing_hold_the_benchmark_compares_with() -> None:
     assert fused_wait_ms(0.45, threshold=0.5, max_wait_ms=2000, since_silence_ms=0) == 2000.0
     assert fused_wait_ms(0.0, threshold=0.5, max_wait_ms=2000, since_silence_ms=300) == 1700.0  # from the silence
     assert fused_wait_ms(0.0, threshold=0.5, max_wait_ms=2000, since_silence_ms=2500) == 0.0
+
+
+@pytest.mark.parametrize(("probability", "ceiling", "expected"), [
+    (0.9, 2000, 0.0),  # at or above the threshold: at once
+    (0.75, 2000, 0.0),
+    (0.74, 2000, 2000.0),  # unsure, nothing known of this caller: the longest hold
+    (0.74, 900, 900.0),  # unsure, a caller whose inner pauses are short: their ceiling
+    (SURE_GOES_ON_P - 0.01, 900, 2000.0),  # the words say it goes on: the longest hold whatever the caller
+])
+def test_the_hold_follows_the_verdict_and_this_callers_pauses(probability: float, ceiling: float,
+                                                              expected: float) -> None:
+    assert hold_ms(probability, threshold=0.75, max_wait_ms=2000, caller_ceiling_ms=ceiling,
+                   since_silence_ms=0) == expected
+
+
+def test_the_hold_is_counted_from_the_silence() -> None:
+    assert hold_ms(0.5, threshold=0.75, max_wait_ms=2000, caller_ceiling_ms=2000, since_silence_ms=500) == 1500.0
+    assert hold_ms(0.5, threshold=0.75, max_wait_ms=2000, caller_ceiling_ms=2000, since_silence_ms=2500) == 0.0
+
+
+def test_dynamic_endpointing_follows_this_callers_own_pauses() -> None:
+    assert hold_ceiling_ms([], 2000) == 2000  # nothing known: the configured longest hold
+    assert hold_ceiling_ms([400.0], 2000) == 2000  # one pause is an anecdote
+    assert hold_ceiling_ms([700.0, 650.0], 2000) == 700 + PAUSE_MARGIN_MS
+    assert hold_ceiling_ms([350.0, 320.0], 2000) == MIN_CEILING_MS  # never below a breath
+    assert hold_ceiling_ms([1900.0, 400.0], 2000) == 2000  # a caller who pauses long keeps the long hold
+    pauses = CallerPauses()
+    for gap in (5000.0, 150.0, 450.0, 380.0):  # a 5 s silence was not an inner pause; nor a word gap
+        pauses.went_on_after(gap)
+    assert list(pauses.pauses) == [450.0, 380.0]
 
 
 def rules(text: str, since_end: float | None = 0.0, since_final: float = 0.0) -> float:
@@ -67,7 +111,7 @@ def test_without_a_verdict_the_text_rules_decide() -> None:
 
 
 def stub_fusion() -> TurnFusion:
-    """Smart Turn's logit plus a strong veto for dangling words: enough to drive the buffer."""
+    """Smart Turn's logit plus a strong veto for dangling words: enough to drive the owner."""
     weights = [0.0] * len(FEATURES)
     weights[FEATURES.index("audio_logit")] = 1.0
     weights[FEATURES.index("dangling")] = -6.0
@@ -77,130 +121,236 @@ def stub_fusion() -> TurnFusion:
     return TurnFusion(tuple(weights), tuple(text_only))
 
 
-class Released:
-    def __init__(self) -> None:
-        self.turns: list[PendingTurn] = []
-        self.event = asyncio.Event()
+class Replies:
+    """The reply side as the owner sees it, recording what it was told."""
 
-    def __call__(self, pending: PendingTurn) -> None:
-        self.turns.append(pending)
+    def __init__(self) -> None:
+        self.released: list[tuple[str, Release | None]] = []
+        self.prepared: list[str] = []
+        self.event = asyncio.Event()
+        self.active = False
+        self.audible = False
+        self.calls: list[str] = []
+
+    def absorbable(self) -> bool:
+        return bool(self.released)
+
+    def prepare(self, text: str, confidence: float | None, times: TurnTimes) -> None:
+        self.prepared.append(text)
+
+    def release(self, turn: Turn, confidence: float | None, times: TurnTimes, why: Release | None = None) -> None:
+        self.released.append((turn.text or turn.dtmf, why))
         self.event.set()
 
+    def hold(self) -> None:
+        self.calls.append("hold")
 
-def fused_buffer(released: Released, max_wait_ms: int = 20000) -> TurnBuffer:
-    return TurnBuffer(350, 5000, released, max_turn_wait_ms=max_wait_ms, fusion=stub_fusion(), threshold=0.5)
+    def resume(self) -> None:
+        self.calls.append("resume")
+
+    def absorb(self) -> bool:
+        self.calls.append("absorb")
+        return True
+
+    def interrupt(self, reason: str) -> None:
+        self.calls.append("interrupt")
+
+    def duck(self, ducked: bool) -> None:
+        return None
+
+    def not_understood(self) -> None:
+        self.calls.append("not_understood")
+
+    def too_busy(self) -> None:
+        self.calls.append("too_busy")
+
+    def stage(self, name: str, ms: float) -> None:
+        return None
+
+    @property
+    def texts(self) -> list[str]:
+        return [text for text, _ in self.released]
 
 
-async def test_a_finished_turn_is_released_once_its_words_and_its_sound_are_in() -> None:
-    released = Released()
-    turns = fused_buffer(released)  # the text rules alone would wait 5 s
-    silence = turns.caller_stopped_speaking(verdict_expected=True)
-    turns.add_final("What time is it?")
-    await asyncio.sleep(0.05)
-    assert not released.turns  # Smart Turn is still out
-    turns.set_verdict(silence, 0.9)
-    await asyncio.wait_for(released.event.wait(), 2.0)
-    assert [t.text for t in released.turns] == ["What time is it?"]
-    assert turns.probability is not None and turns.probability > 0.5
+class Profile:
+    onset_frames = 3
+    offset_frames = 6
+
+
+class Line:
+    snr_db: float | None = None
+    profile = Profile()
+
+
+class Model:
+    """An end-of-turn model whose answers the test gives (one per question, in order)."""
+
+    def __init__(self) -> None:
+        self.questions: asyncio.Queue[asyncio.Future[float | None]] = asyncio.Queue()
+
+    async def predict(self, pcm: bytes, sample_rate: int) -> float | None:
+        answer: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
+        self.questions.put_nowait(answer)
+        return await answer
+
+    async def answer(self, probability: float | None) -> None:
+        (await asyncio.wait_for(self.questions.get(), 1.0)).set_result(probability)
+
+
+def owner(max_wait_ms: int = 20000, *, model: Model | None = None, fusion: TurnFusion | None = None,
+          merge_ms: int = 350, quiet_ms: int = 5000, adaptive: bool = False) -> tuple[TurnOwner, Replies]:
+    replies = Replies()
+    settings = TurnSettings(merge_ms, quiet_ms, max_wait_ms, 0.5, True, 700, 120, early_verdict=True,
+                            adaptive_hold=adaptive)
+    turn = TurnOwner(settings, replies, Line(), 8000, model=model, fusion=fusion)
+    return turn, replies
+
+
+def say(turn: TurnOwner, frames: int = 30) -> None:
+    """An utterance of `frames` voiced 20 ms frames, then its end (a final is owed)."""
+    turn.speech_started(0)
+    for _ in range(frames):
+        turn.audio(b"\0" * 320, True)
+    turn.speech_ended(final_owed=True)
+
+
+def final(turn: TurnOwner, text: str, whole: bool = True) -> None:
+    turn.transcript(Transcript(text, final=True, whole_turn=whole))
+
+
+async def test_a_finished_turn_is_released_on_the_verdict_asked_beside_the_decode() -> None:
+    model = Model()
+    turn, replies = owner(model=model, fusion=stub_fusion())  # the text rules alone would wait 5 s
+    say(turn)
+    await model.answer(0.9)  # the model answered before the words came: it was asked at the silence
+    await asyncio.sleep(0.01)
+    assert not replies.released  # the words are still owed
+    final(turn, "Can you check my parcel?")
+    await asyncio.wait_for(replies.event.wait(), 2.0)
+    assert replies.texts == ["Can you check my parcel?"]
+    why = replies.released[0][1]
+    assert why is not None and why.reason == "verdict" and why.probability == pytest.approx(0.9, abs=0.01)
+    assert turn.probability is not None and turn.probability > 0.5
+    assert replies.prepared[0] == "Can you check my parcel?"  # the reply started the moment the words existed
 
 
 async def test_a_dangling_word_holds_the_turn_however_finished_it_sounds_and_merges_what_follows() -> None:
-    released = Released()
-    turns = fused_buffer(released)
-    silence = turns.caller_stopped_speaking(verdict_expected=True)
-    turns.add_final("I'd like to book a table for")
-    turns.set_verdict(silence, 0.95)
-    await asyncio.sleep(0.5)
-    assert not released.turns
-    turns.caller_started_speaking()
-    second = turns.caller_stopped_speaking(verdict_expected=True)
-    turns.add_final("I'd like to book a table for four people.", replace=True)  # a whole-turn recogniser
-    turns.set_verdict(silence, 0.1)  # a late answer about the first silence is ignored
-    assert turns.verdict_pending
-    turns.set_verdict(second, 0.8)
-    await asyncio.wait_for(released.event.wait(), 2.0)
-    assert [t.text for t in released.turns] == ["I'd like to book a table for four people."]
+    model = Model()
+    turn, replies = owner(model=model, fusion=stub_fusion())
+    say(turn)
+    final(turn, "I'd like to book a table for")
+    await model.answer(0.95)
+    await asyncio.sleep(0.3)
+    assert not replies.released
+    say(turn)  # the caller goes on; the first silence's question is moot
+    final(turn, "I'd like to book a table for four people.")
+    await model.answer(0.8)
+    await asyncio.wait_for(replies.event.wait(), 2.0)
+    assert replies.texts == ["I'd like to book a table for four people."]
 
 
-async def test_an_unfinished_sentence_is_answered_after_max_turn_wait() -> None:
-    released = Released()
-    turns = fused_buffer(released, max_wait_ms=400)
-    silence = turns.caller_stopped_speaking(verdict_expected=True)
-    turns.add_final("I would like to")
-    turns.set_verdict(silence, 0.01)
-    await asyncio.wait_for(released.event.wait(), 3.0)
-    assert [t.text for t in released.turns] == ["I would like to"]
+async def test_a_verdict_about_an_earlier_silence_is_ignored() -> None:
+    model = Model()
+    turn, replies = owner(model=model, fusion=stub_fusion())
+    say(turn)
+    first = await asyncio.wait_for(model.questions.get(), 1.0)
+    say(turn)  # spoke again before the first answer came
+    second = await asyncio.wait_for(model.questions.get(), 1.0)
+    assert first.cancelled()  # the question about the first silence is withdrawn
+    final(turn, "Can you check")
+    final(turn, "Can you check my parcel?")
+    await asyncio.sleep(0.05)
+    assert not replies.released  # the answer about this silence is still out
+    second.set_result(0.9)
+    await asyncio.wait_for(replies.event.wait(), 2.0)
+    assert replies.texts == ["Can you check my parcel?"]
+
+
+async def test_an_unfinished_sentence_is_answered_after_the_longest_hold_for_the_hold_reason() -> None:
+    model = Model()
+    turn, replies = owner(max_wait_ms=400, model=model, fusion=stub_fusion())
+    say(turn)
+    final(turn, "I would like to")
+    await model.answer(0.01)
+    await asyncio.wait_for(replies.event.wait(), 3.0)
+    assert replies.texts == ["I would like to"]
+    why = replies.released[0][1]
+    assert why is not None and why.reason == "hold"
 
 
 @pytest.mark.parametrize("verdict", [None, "never"])
 async def test_a_failed_or_missing_verdict_leaves_the_words_in_charge(verdict: str | None) -> None:
-    released = Released()
-    turns = fused_buffer(released)
-    silence = turns.caller_stopped_speaking(verdict_expected=True)
-    turns.add_final("Where is my parcel?")
+    model = Model()
+    turn, replies = owner(model=model, fusion=stub_fusion())
+    say(turn)
+    final(turn, "Where is my parcel?")
     if verdict is None:
-        turns.set_verdict(silence, None)  # the model raised: at once the text-only weights decide
-        await asyncio.wait_for(released.event.wait(), 0.5)
+        await model.answer(None)  # the model raised: at once the text-only weights decide
+        await asyncio.wait_for(replies.event.wait(), 0.5)
     else:  # the model never answered: decided when the verdict wait runs out
-        await asyncio.wait_for(released.event.wait(), 1.0 + VERDICT_WAIT_MS / 1000)
-    assert [t.text for t in released.turns] == ["Where is my parcel?"]
-
-
-async def test_each_decision_is_reported_so_a_reply_can_be_prepared() -> None:
-    released = Released()
-    decisions: list[tuple[str, float | None]] = []
-    turns = TurnBuffer(350, 5000, released, max_turn_wait_ms=20000, fusion=stub_fusion(),
-                       on_decision=lambda pending, p: decisions.append((pending.text, p)))
-    silence = turns.caller_stopped_speaking(verdict_expected=True)
-    turns.add_final("Where is my parcel?")
-    assert decisions == []  # not before the sound's verdict
-    turns.set_verdict(silence, 0.2)
-    assert [text for text, _ in decisions] == ["Where is my parcel?"]
-    assert decisions[0][1] == pytest.approx(0.2, abs=0.01)
-    turns.close()
+        await asyncio.wait_for(replies.event.wait(), 1.0 + VERDICT_WAIT_MS / 1000)
+    assert replies.texts == ["Where is my parcel?"]
 
 
 async def test_a_released_turn_taken_back_gathers_what_the_caller_adds() -> None:
-    released = Released()
-    turns = fused_buffer(released)
-    turns.caller_stopped_speaking(verdict_expected=False)
-    turns.add_final("Can you send it")
-    turns.flush()
-    assert [t.text for t in released.turns] == ["Can you send it"]
-    first = released.turns[0]
-    turns.caller_started_speaking()
-    turns.caller_stopped_speaking(verdict_expected=False)
-    turns.restore(first)
-    turns.add_final("to my office instead?")
-    assert turns.pending is first and first.text == "Can you send it to my office instead?"
-    turns.close()
+    turn, replies = owner(fusion=stub_fusion())
+    turn.speech_started(0)
+    turn.speech_ended(final_owed=True)
+    final(turn, "Can you send it")  # short: not asked; the text weights say finished
+    await asyncio.wait_for(replies.event.wait(), 2.0)
+    assert replies.texts == ["Can you send it"]
+    replies.event.clear()
+    turn.speech_started(0)  # right after the release: the reply is held
+    assert replies.calls[-1] == "hold" and turn.continuing
+    turn.speech_ended(final_owed=True)
+    final(turn, "Can you send it to my office instead?")
+    assert "absorb" in replies.calls
+    await asyncio.wait_for(replies.event.wait(), 2.0)
+    assert replies.texts == ["Can you send it", "Can you send it to my office instead?"]
 
 
 async def test_a_turn_waits_for_the_words_the_caller_already_said_however_late_they_come() -> None:
     # On a loaded machine recognition runs seconds behind: the first half's text is in, the second
     # half is still being decoded. Answering now would answer half the phone number.
-    released = Released()
-    turns = TurnBuffer(50, 100, released, max_turn_wait_ms=300)
-    turns.caller_stopped_speaking(verdict_expected=False)
-    turns.add_final("My phone number is five five five.")
-    turns.awaiting_final = True  # the caller spoke again and stopped; that decode is still running
+    turn, replies = owner(max_wait_ms=300, merge_ms=50, quiet_ms=100)  # the text rules
+    say(turn)
+    say(turn)  # the caller spoke again and stopped; both decodes are owed
+    final(turn, "My phone number is five five five.", whole=False)
     await asyncio.sleep((TURN_MERGE_MAX_MS + 500) / 1000)  # past every window and the old ceiling
-    assert not released.turns
-    turns.add_final("One two three, four five six seven.")
-    turns.awaiting_final = False  # the pipeline clears it when the final (or its deadline) arrives
-    await asyncio.wait_for(released.event.wait(), 3.0)
-    assert [t.text for t in released.turns] == [
-        "My phone number is five five five. One two three, four five six seven."]
+    assert not replies.released
+    final(turn, "One two three, four five six seven.", whole=False)
+    await asyncio.wait_for(replies.event.wait(), 3.0)
+    assert replies.texts == ["My phone number is five five five. One two three, four five six seven."]
+    why = replies.released[0][1]
+    assert why is not None and why.reason == "text_rules"
 
 
-async def test_a_final_that_never_comes_releases_the_turn_when_its_deadline_clears_the_wait() -> None:
-    released = Released()
-    turns = TurnBuffer(50, 100, released, max_turn_wait_ms=300)
-    turns.caller_stopped_speaking()
-    turns.add_final("Where is my parcel?")
-    turns.awaiting_final = True
+async def test_a_final_that_never_comes_releases_the_turn_when_the_recogniser_gives_up_on_it() -> None:
+    turn, replies = owner(max_wait_ms=300, merge_ms=50, quiet_ms=100)
+    say(turn)
+    say(turn)
+    final(turn, "Where is my parcel?", whole=False)
     await asyncio.sleep(0.5)
-    assert not released.turns
-    turns.awaiting_final = False  # what VoicePipeline._stt_timed_out does after turn_timeout_s
-    await asyncio.wait_for(released.event.wait(), 2.0)
-    assert [t.text for t in released.turns] == ["Where is my parcel?"]
+    assert not replies.released
+    turn.finals_lost(1)  # what VoicePipeline._stt_timed_out does after turn_timeout_s
+    await asyncio.wait_for(replies.event.wait(), 2.0)
+    assert replies.texts == ["Where is my parcel?"]
+
+
+async def test_a_caller_who_pauses_briefly_is_held_only_past_their_own_pauses() -> None:
+    model = Model()
+    turn, replies = owner(max_wait_ms=3000, model=model, fusion=stub_fusion(), adaptive=True)
+    for gap in (0.35, 0.4):  # two inner pauses inside a held turn: "My order is, um, ..."
+        say(turn)
+        final(turn, "My order is")
+        await model.answer(0.3)  # unsure (the stub's fused P is Smart Turn's): held
+        await asyncio.sleep(gap)
+    say(turn)
+    final(turn, "My order is")
+    await model.answer(0.3)  # unsure: held this caller's ceiling, not the configured 3 s
+    assert len(turn.pauses.pauses) == 2 and max(turn.pauses.pauses) < 700
+    started = asyncio.get_running_loop().time()
+    await asyncio.wait_for(replies.event.wait(), 3.0)
+    waited_ms = (asyncio.get_running_loop().time() - started) * 1000
+    assert waited_ms < 1500, waited_ms  # not the configured 3 s
+    assert replies.texts == ["My order is"]

@@ -54,7 +54,7 @@ async def test_a_finished_question_is_released_on_the_models_verdict(
         await call.wait_caller_done()
         await call.wait_agent_quiet(300, timeout_s=30)
     assert user_finals(sink.events) == ["Where is my parcel?"]
-    probability = pipeline._turns.probability  # the fused verdict: finished
+    probability = pipeline.turn.probability  # the fused verdict: finished
     assert probability is not None and probability >= pipeline.config.end_of_turn_threshold
     waits = [e.ms for e in sink.events if isinstance(e, TimingEvent) and e.stage == "end_of_turn"]
     assert len(waits) == 1 and waits[0] < 3000, waits  # well inside the 5 s quiet window and max_turn_wait

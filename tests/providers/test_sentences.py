@@ -28,7 +28,7 @@ def chunk_all(text: str, step: int = 0) -> list[str]:
         ("It costs 3.14 dollars. Fine.", ["It costs 3.14 dollars.", "Fine."]),
         ("Write to me@example.com. Thanks.", ["Write to me@example.com.", "Thanks."]),
         ("Mr. Smith and Dr. Jones are in. Bye.", ["Mr. Smith and Dr. Jones are in.", "Bye."]),
-        ("Fruit, e.g. apples, i.e. food. Ok.", ["Fruit, e.g. apples, i.e. food.", "Ok."]),
+        ("Fruit, e.g. apples, i.e. food. Ok.", ["Fruit, e.g. apples,", "i.e. food.", "Ok."]),
         ("J. R. R. Tolkien wrote it. Yes.", ["J. R. R. Tolkien wrote it.", "Yes."]),
         ("Well... maybe later. Wait... What?", ["Well... maybe later.", "Wait...", "What?"]),
         ("He said \"stop.\" Then left.", ["He said \"stop.\"", "Then left."]),
@@ -60,6 +60,11 @@ def test_first_long_clause_is_cut_early_at_a_comma() -> None:
     assert chunker.push(" until nine tonight, and all of tomorrow, of course. Bye") == [
         "we are open until nine tonight, and all of tomorrow, of course."
     ]
+
+
+def test_a_greeting_that_opens_the_reply_is_synthesised_on_its_own() -> None:
+    """The first audio waits for the first chunk's synthesis: a short opening clause is heard sooner."""
+    assert chunk_all("Good afternoon, how can I help you today?") == ["Good afternoon,", "how can I help you today?"]
 
 
 def test_short_first_clause_is_not_cut_at_its_comma() -> None:

@@ -307,3 +307,52 @@ async def test_callers_waiting_together_are_decoded_as_one_batch_and_still_under
     errors = [word_errors(ref, text) for ref, text in zip(SENTENCES[:4], heard, strict=True)]
     assert sum(e for e, _ in errors) / sum(n for _, n in errors) <= 0.1, heard
     assert whisper.describe()["batch_size"] == 4
+
+
+LONG_SENTENCES = [
+    "I would like to change the delivery address for my order to my office, which is at twelve Oak Street, "
+    "and it should arrive before Friday please.",
+    "Please cancel my subscription at the end of the month and send me a confirmation by email to the "
+    "address on my account.",
+]
+
+
+@shared_loop
+async def test_a_long_turn_is_decoded_while_the_caller_speaks_and_only_its_tail_at_the_end(
+        whisper: WhisperSpeechToText) -> None:
+    """Decoding during speech (whisper.early_decode_s): the first seconds are heard while the caller still
+    talks, the end of speech decodes only the rest with those words as its prompt, and the words
+    understood are as good as one decode of the whole turn."""
+    clips = [neural_telephone(s) for s in LONG_SENTENCES]
+    whole = [await whisper.transcribe(padded(clip, 8000), 8000) for clip in clips]
+    parted = []
+    for clip in clips:
+        stream = whisper.open(8000)
+        audio = padded(clip, 8000)
+        for start in range(0, len(audio), 320):
+            stream.push(audio[start:start + 320])
+            if start % 16000 == 0:
+                await asyncio.sleep(0.2)  # a second of speech: the early decode runs as it would live
+        stream.end_of_speech()
+        parted.append((await anext(stream.results())).text)
+        assert stream.early_decodes >= 1 and stream.tail_decodes == 1, parted[-1]
+        await stream.aclose()
+    errors_whole = [word_errors(ref, text) for ref, text in zip(LONG_SENTENCES, whole, strict=True)]
+    errors_parted = [word_errors(ref, text) for ref, text in zip(LONG_SENTENCES, parted, strict=True)]
+    rate_whole = sum(e for e, _ in errors_whole) / sum(n for _, n in errors_whole)
+    rate_parted = sum(e for e, _ in errors_parted) / sum(n for _, n in errors_parted)
+    print(f"whole turn {rate_whole:.1%}: {whole}\nparted {rate_parted:.1%}: {parted}")
+    assert rate_parted <= max(0.12, rate_whole + 0.05), (parted, whole)
+
+
+def test_the_early_cut_goes_at_the_quietest_frame_and_a_carried_full_stop_is_dropped() -> None:
+    from internal.stt.workers import join_words, quietest_cut
+
+    loud, quiet = tone(400, 8000, level_dbfs=-20.0), silence(100, 8000)
+    audio = loud + quiet + loud + loud
+    cut = quietest_cut(audio, 8000, len(audio) - 300 * 16, search_ms=800)
+    assert cut == len(loud) + 2 * 320  # two frames into the 100 ms gap
+    joined = join_words("I need to cancel my order.", "and get a refund.")
+    assert joined == "I need to cancel my order and get a refund."
+    assert join_words("I need to cancel my order.", "Thanks.") == "I need to cancel my order. Thanks."
+    assert join_words("", "Hello.") == "Hello."

@@ -15,11 +15,11 @@ import psutil
 import pytest
 
 from internal.config import load_config
+from internal.conversation.rolling_summary import RollingSummary
 from internal.identity import CallerIdentity
 from internal.llm.local import LocalAgent
 from internal.pipeline.events import CollectingSink
 from internal.pipeline.pipeline import VoicePipeline
-from internal.pipeline.rolling_summary import RollingSummary
 from internal.pipeline.services import PipelineServices
 from internal.recording.service import RecordingService
 from internal.session import Conversation, Session

@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from internal.config import Config
+from internal.conversation.rolling_summary import RollingSummary
 from internal.identity import CallerIdentity
 from internal.pipeline.events import CollectingSink, RecordingEvent
 from internal.pipeline.localcall import LocalCall
 from internal.pipeline.pipeline import VoicePipeline
-from internal.pipeline.rolling_summary import RollingSummary
 from internal.pipeline.tools import ToolRegistry
 from internal.recording.service import RecordingService
 from internal.recording.tool import register_recording_tool

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from internal.config import ConfigError, load_config
 from internal.config.sections import SipConfig
+from internal.conversation.rolling_summary import RollingSummary
 from internal.identity import CallerIdentity
 from internal.llm.base import ChatMessage, ChatRequest, ReplyDelta, ToolCall, Turn
 from internal.llm.local import LocalAgent
-from internal.pipeline.rolling_summary import RollingSummary
 from internal.pipeline.tools import ToolContext, ToolRegistry
 from internal.session import Conversation, Session
 from internal.sip import SipRequest, parse

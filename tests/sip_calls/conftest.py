@@ -26,7 +26,7 @@ from internal.audio.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_enco
 from internal.audio.rtp import RtpError, RtpPacket
 from internal.config import Config, load_config
 from internal.config.providers import PocketsphinxConfig, WhisperConfig
-from internal.pipeline.transcript import TranscriptEntry
+from internal.conversation.transcript import TranscriptEntry
 from internal.session import Session, SessionManager
 from internal.stt.base import SpeechToText
 from internal.stt.pocketsphinx import PocketsphinxSpeechToText

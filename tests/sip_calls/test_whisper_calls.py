@@ -128,3 +128,22 @@ async def test_a_reply_released_during_the_pause_never_reaches_the_wire_before_t
     # On the wire: the reply once, the dropped one not at all.
     on_wire = (await whisper.transcribe(loud_part(capture.pcm()), 8000)).lower()
     assert on_wire.count("thank") == 1, on_wire
+
+
+@pytest.mark.parametrize("greeting", ["Good morning.", "Hello."])
+async def test_a_short_greeting_is_answered_on_the_verdict_not_after_the_longest_hold(
+        make_server: ServerFactory, tmp_path: Path, whisper: WhisperSpeechToText, greeting: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Read from why the turn was released (the `release` event, logged for a SIP call, and its metric),
+    not from a timing: a loaded test machine may be slow, but the reason does not change."""
+    caplog.set_level("INFO", logger="internal.sip.voice")
+    server = await make_server(stt=whisper, config=defaults_config(tmp_path))
+    scenario = render(tmp_path, media=stream(neural_caller(tmp_path, greeting)), ending=caller_bye(7000))
+    (await run_sipp(tmp_path, scenario, server.target)).check()
+    (session,) = await server.wait_ended()
+    users = [m.content for m in session.conversation.history if m.role == "user"]
+    assert len(users) == 1, users
+    releases = [getattr(r, "detail", {}) for r in caplog.records if r.getMessage() == "sip call release"]
+    assert [r["reason"] for r in releases] == ["verdict"], releases
+    assert turn_outcomes(server).get("released_verdict") == 1
+    assert not turn_outcomes(server).get("released_hold")

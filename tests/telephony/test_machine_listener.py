@@ -30,7 +30,7 @@ class FrameClock:
 async def listen(listener: MachineListener, clock: FrameClock, pcm: bytes) -> None:
     for index in range(len(pcm) // 320):
         clock.now += 0.02
-        listener.audio(pcm[index * 320:(index + 1) * 320])
+        listener.audio(pcm[index * 320:(index + 1) * 320], True)
         probe = listener.probe
         if probe is not None and not probe.done():
             await asyncio.wait_for(asyncio.shield(probe), 30)  # a recogniser as fast as the audio

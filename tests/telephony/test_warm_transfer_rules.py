@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from internal.pipeline.transcript import TranscriptLog
+from internal.conversation.transcript import TranscriptLog
 from internal.telephony.warm_transfer import (
     GREETING_PAUSE_MS,
     briefing,

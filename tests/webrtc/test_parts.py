@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from internal.config.sections import IceServer
+from internal.conversation.rolling_summary import RollingSummary
 from internal.identity import CallerIdentity
 from internal.peer.channel import ChannelEventSink, Ping, TypedTurn, parse_client_message
 from internal.peer.ice import configure_ice_hosts, parse_ice_hosts, rtc_configuration
 from internal.peer.tracks import AgentAudioTrack, InboundAudio
 from internal.pipeline.events import StateEvent
-from internal.pipeline.rolling_summary import RollingSummary
 from internal.session import Conversation, Session
 from internal.session.limits import TokenBucketLimiter
 from internal.signaling.resume import ResumeTokens

@@ -66,3 +66,20 @@ async def test_a_reply_released_during_the_pause_never_plays_and_the_whole_sente
     before = [pcm for at, pcm in client.heard if at < client.arrived_at(whole)]
     assert not any(loud(pcm) for pcm in before)
     assert any(loud(pcm) for at, pcm in client.heard if at >= client.arrived_at(whole))
+
+
+async def test_a_browser_callers_greeting_is_released_on_the_verdict(
+        tmp_path: Path, whisper: WhisperSpeechToText) -> None:
+    """The `release` event on the DataChannel says why the turn was answered when it was."""
+    config = webrtc_config(tmp_path)
+    (greeting,) = neural(["Good afternoon."], WAV_RATE)
+    wav = write_wav(tmp_path / "greeting.wav", silence(1500, WAV_RATE) + greeting + silence(6000, WAV_RATE),
+                    WAV_RATE)
+    async with live_server(config, stt=whisper, model=RecordingModel("Good afternoon to you.")) as server, \
+            server.http() as http:
+        client = WhipClient(wav)
+        assert (await client.dial(http)).status_code == 201
+        released = await client.wait_for(lambda e: e["type"] == "release", timeout=60)
+        await client.close()
+    assert released["reason"] == "verdict", released
+    assert released["probability"] >= config.pipeline.end_of_turn_threshold

@@ -12,7 +12,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 
-from internal.pipeline.transcript import TranscriptEntry
+from internal.conversation.transcript import TranscriptEntry
 
 log = logging.getLogger(__name__)
 

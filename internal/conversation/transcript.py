@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from internal.pipeline.text import clean
+from internal.conversation.text import clean
 
 Speaker = Literal["user", "agent"]
 

@@ -1,0 +1,63 @@
+"""The conversation of one call, which outlives any transport, and the narrow view the pipeline has of a call.
+
+`Conversation` is what a reconnect keeps (the model's history, the TranscriptLog, the rolling summary, the
+memory injected into it). The Session (internal/session) holds one; the pipeline reads and writes it
+through a `CallContext`, so the pipeline never imports the session package and the arrows point one way:
+session -> pipeline -> conversation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from internal.conversation.rolling_summary import RollingSummary
+from internal.conversation.transcript import TranscriptLog
+from internal.identity import CallerIdentity
+from internal.llm.base import ChatMessage
+
+# The model sees at most this many recent messages; the rolling summary covers what falls out.
+HISTORY_WINDOW = 30
+
+
+@dataclass
+class Conversation:
+    summary: RollingSummary
+    history: list[ChatMessage] = field(default_factory=list)
+    transcript: TranscriptLog = field(default_factory=TranscriptLog)
+    greeted: bool = False
+    turns: int = 0
+    misunderstanding_streak: int = 0
+    # The caller's memory as injected into this conversation: set at start, refreshed between turns.
+    user_preferences: str = ""
+    memory: str = ""
+    # What memory adds to the system context: fenced, labelled and bounded by memory.max_chars as a whole.
+    memory_context: str = ""
+    # The same memory as plain text, bounded the same way: a bring-your-own agent's `memory` field.
+    memory_text: str = ""
+    memory_revision: int = 0
+    # Index into `history` where messages observed by the memory provider end (restored history excluded).
+    observed_upto: int = 0
+
+    def recent_history(self, *then: ChatMessage) -> list[ChatMessage]:
+        """The last messages the model sees, followed by `then` (this turn's, not yet in the history)."""
+        window = [*self.history, *then][-HISTORY_WINDOW:]
+        # Never start the window on a tool result whose call fell out of it.
+        while window and window[0].role == "tool":
+            window = window[1:]
+        return window
+
+
+class CallContext(Protocol):
+    """What the pipeline knows of the call it serves (a Session is one): its ids, its conversation, the
+    per-call slots features keep (`data`), and how to hang up."""
+
+    id: str
+    identity: CallerIdentity
+    conversation: Conversation
+    data: dict[str, Any]
+    hangup: Callable[[], Awaitable[None]] | None
+
+    @property
+    def resource_id(self) -> str | None: ...
