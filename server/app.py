@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,7 +22,7 @@ from server.gateway import Gateway
 from server.routes_admin import install_admin_routes
 from server.routes_agent import install_agent_routes
 from server.routes_call_feed import install_call_feed_routes
-from server.routes_calls import install_call_routes, presented_key
+from server.routes_calls import holds_api_key, install_call_routes
 from server.routes_memory import install_memory_routes
 from server.routes_recordings import install_recording_routes
 from server.routes_transfer import install_transfer_routes
@@ -31,21 +30,34 @@ from server.routes_webrtc import install_webrtc_routes
 from server.version import package_version, source_revision
 
 ACCOUNT_FIELDS = ("registrar", "username", "last_reason")  # of a registration: for the API key's holder only
-
-
-def holds_api_key(request: Request, api_key: str) -> bool:
-    return bool(api_key) and hmac.compare_digest(presented_key(request).encode(), api_key.encode())
+# What else /health says only to the API key's holder: where files lie on this machine, which build runs
+# (a revision names the exact code an attacker could study), and how much has been recorded.
+TURN_TAKING_FIELDS = ("end_of_turn_model",)
+RECORDING_FIELDS = ("stored", "stored_bytes", "kept", "pending_s", "refused_chunks")
 
 
 def without_accounts(report: dict[str, Any]) -> dict[str, Any]:
-    """/health for anyone: every status and count, but not which accounts are registered where, nor why an
-    MCP server failed (its error may name hosts and paths)."""
+    """/health for anyone: every status, but not which accounts are registered where, which MCP servers
+    and tools there are (nor why one failed: its error may name hosts and paths), which model files lie
+    where, which revision runs, nor how many recordings are kept and how large they are."""
+    report.pop("revision", None)
     components = report.get("components", {})
     for entry in components.get("sip_registrations", {}).get("registrations", []):
         for key in ACCOUNT_FIELDS:
             entry.pop(key, None)
-    for server in components.get("mcp", {}).get("servers", []):
-        server.pop("error", None)
+    mcp = components.get("mcp")
+    if mcp is not None:
+        components["mcp"] = {key: mcp[key] for key in ("ok", "advisory") if key in mcp}
+        components["mcp"]["servers_up"] = sum(server.get("state") == "up" for server in mcp.get("servers", []))
+        components["mcp"]["servers"] = len(mcp.get("servers", []))
+    for key in TURN_TAKING_FIELDS:
+        components.get("turn_taking", {}).pop(key, None)
+    for key in RECORDING_FIELDS:
+        components.get("recording", {}).pop(key, None)
+    for component in components.values():
+        for key, value in list(component.items()):
+            if isinstance(value, str) and value.startswith("/"):  # an absolute path on this machine
+                component.pop(key)
     return report
 
 

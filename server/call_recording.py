@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from internal.config import Config
 from internal.identity import CallerIdentity
 from internal.memory.owner import OwnerKeys, keep, read_secret
+from internal.recording.retention import RecordingRetention
 from internal.recording.service import RecordingService
 from internal.recording.store import RECORDINGS_DIR, RecordingStore
 from internal.session import Session
@@ -43,6 +44,14 @@ async def start_recordings(config: Config, telemetry: Telemetry,
     await service.start()
     telemetry.watch_recordings(lambda: service.stored)
     return service
+
+
+def start_retention(config: Config) -> RecordingRetention:
+    """Recording off: the recordings already in this data directory still expire (retention.py)."""
+    retention = RecordingRetention(RecordingStore(config.data_dir / RECORDINGS_DIR), config.recording.retention_days,
+                                   config.recording.sweep_interval_s)
+    retention.start()
+    return retention
 
 
 def recording_store(gateway: Gateway) -> RecordingStore:

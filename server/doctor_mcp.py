@@ -1,5 +1,6 @@
 """The doctor's look at `[[mcp.servers]]`: each server is started (or reached) as the server would, its
-tools listed, and the allow-list compared with what it lists; then it is closed again."""
+tools listed, and the allow-list compared with what it lists; then it is closed again. What it prints never
+holds a URL's userinfo or query, nor a program argument that may be a token (internal/config/display.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import shlex
 
 from internal.config import Config
+from internal.config.display import mask_url, masked_args
 from internal.config.mcp import ALL_TOOLS, McpServerConfig
 from internal.pipeline.tools import ToolRegistry
 from internal.tools.mcp import McpConnection, McpToolset
@@ -30,9 +32,11 @@ async def _probe(config: Config) -> list[Check]:
 
 def _fix(server: McpServerConfig) -> str:
     if server.command:
-        return (f"run `{shlex.join([server.command, *server.args])}` by hand: it must start and speak MCP on "
-                "its standard input and output (or correct command/args)")
-    return f"check that the server answers at {server.url} (and its headers / headers_env, if it wants a token)"
+        return (f"run `{shlex.join([server.command, *masked_args(server.args)])}` by hand (arguments that may be "
+                "tokens masked): it must start and speak MCP on its standard input and output (or correct "
+                "command/args)")
+    return (f"check that the server answers at {mask_url(server.url)} (and its headers / headers_env, if it wants "
+            "a token)")
 
 
 def _verdict(connection: McpConnection) -> Check:

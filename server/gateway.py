@@ -95,6 +95,7 @@ class Gateway:
         self.model: ChatModel | None = model
         self.services: PipelineServices | None = None
         self.recordings: Any = None  # internal.recording.service.RecordingService with [recording] enabled
+        self.recording_retention: Any = None  # internal.recording.retention.RecordingRetention, recording off
         self.mcp: Any = None  # internal.tools.mcp.McpToolset with [[mcp.servers]]
         self.sessions: SessionManager | None = None
         self._stack = AsyncExitStack()
@@ -153,12 +154,23 @@ class Gateway:
         if config.rag.provider:
             self._start_rag(self.services, self.sessions)
         if config.recording.enabled:  # closed after the sessions end (below): their files are finished first
+            from internal.recording.tool import register_recording_tool
             from server.call_recording import start_recordings
 
             self.recordings = await start_recordings(config, self.telemetry, self.memory)
+            register_recording_tool(self.tools)
             self._stack.push_async_callback(self.recordings.stop)
             self.services.recording = self.recordings.for_pipeline
             self.sessions.add_end_hook(self.recordings.session_ended)
+        else:  # recordings made while it was on still expire (internal/recording/retention.py)
+            from server.call_recording import start_retention
+
+            self.recording_retention = start_retention(config)
+            self._stack.push_async_callback(self.recording_retention.stop)
+        if self.mcp is not None and any(server.caller_id == "opaque" for server in config.mcp.servers):
+            from server.call_recording import owner_key_function
+
+            self.mcp.owner_key = owner_key_function(config, self.memory)  # each caller's opaque id for tools
         self.sessions.add_end_hook(self._session_ended)
         if self.call_feed is not None:
             self.sessions.add_end_hook(self.call_feed.ended)

@@ -1,6 +1,8 @@
 """`voicegate memory ...`: the operator's tools for caller memory (subject access, deletion, retention).
 
-Every command goes through FrontendMemoryRuntime like the rest of the server. The in-process provider
+Every command goes through FrontendMemoryRuntime like the rest of the server. With memory off (and
+no markdown files to read) `delete`, `export` and `purge-expired` still act on the data directory's call
+recordings, which carry the caller's owner key whether or not memory is on (docs/recording.md). The in-process provider
 (`memory.provider = "memory"`) lives inside `voicegate serve`, so there `delete` asks the running server
 (DELETE /api/admin/memory/{caller}, with server.api_key) and the other actions refuse rather than read an
 empty store of their own. Exit codes: 0 done, 1 failure (unreachable store or server, refused edit),
@@ -100,6 +102,8 @@ async def _run(args: argparse.Namespace, config: Config) -> int:
 
     caller = getattr(args, "caller", None)
     identity = resolve_caller(caller, args.kind, config.sip.default_region) if caller else None
+    if memory_off(config):
+        return await _recordings_only(args, config, identity)
     if config.memory.provider == "memory":
         return await _in_server(args, config, identity)
     # This data directory's call recordings, whether or not recording is on now: old ones are still theirs.
@@ -133,6 +137,64 @@ async def _run(args: argparse.Namespace, config: Config) -> int:
         except MemoryRuntimeError as exc:
             print(f"voicegate memory: {exc.message}", file=sys.stderr)
             return EXIT_FAILED
+
+
+def memory_off(config: Config) -> bool:
+    """No memory store to open: memory is off, and its provider keeps nothing this command could read
+    without it (the markdown provider's files are read whether or not memory is on now)."""
+    return not config.memory.enabled and config.memory.provider != "markdown"
+
+
+async def _recordings_only(args: argparse.Namespace, config: Config, identity: CallerIdentity | None) -> int:
+    """Memory off: delete, export and purge-expired act on this data directory's call recordings, their
+    caller's owner key made from the owner-key secret (internal/recording/subject.py)."""
+    from internal.recording.subject import (
+        MEMORY_OFF_NOTE,
+        RecordingOwners,
+        erase_recordings,
+        export_recordings,
+        recordings_store,
+    )
+
+    command = f"voicegate memory {args.memory_command}"
+    store = recordings_store(config.data_dir)
+    if args.memory_command == "purge-expired":
+        print(f"deleting expired call recordings ({MEMORY_OFF_NOTE}) ...", file=sys.stderr)
+        removed = await asyncio.to_thread(store.sweep, config.recording.retention_days)
+        print(f"  {RECORDINGS_REMOVED}: {removed} removed")
+        print(f"purged {removed} expired record(s)")
+        return EXIT_OK
+    if args.memory_command not in ("delete", "export"):
+        print(f"{command}: memory is off ([memory] enabled = false); there is no memory to "
+              f"{args.memory_command}", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        owner = (_checked_key(args.owner_key) if identity is None
+                 else RecordingOwners(config.memory.owner_key_secret, config.data_dir).owner_key(identity))
+    except OwnerKeySecretError as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    assert owner is not None
+    who = _who(args, owner)
+    print(f"{command}: {MEMORY_OFF_NOTE}", file=sys.stderr)
+    if args.memory_command == "export":
+        export = await asyncio.to_thread(export_recordings, store, owner, identity.resource_id if identity else None,
+                                         config.recording.retention_days)
+        if not export["stored"]:
+            print(f"no recordings of {who}", file=sys.stderr)
+            return EXIT_UNKNOWN_CALLER
+        text = json.dumps(export, indent=2, ensure_ascii=False) + "\n"
+        if args.output:
+            await asyncio.to_thread(write_atomically, Path(args.output), text)
+            print(f"exported {export['counts']['recordings']} recording(s) of {who} to {args.output}",
+                  file=sys.stderr)
+        else:
+            sys.stdout.write(text)
+        return EXIT_OK
+    if not await _confirmed(args, who):
+        return EXIT_CANCELLED
+    erased = await erase_recordings(store, owner)
+    return _report_erasure(erased.removed, False, who, erased.recordings)
 
 
 Command = Callable[[argparse.Namespace, FrontendMemoryRuntime, CallerIdentity | None], Awaitable[int]]

@@ -12,14 +12,16 @@ the writers' lock, raising the erasure epoch, with this node's pending hang-up w
 to erase from `memory.provider = "memory"`, whose store lives in this process, so the CLI calls it for
 that provider. Counts and file names, never content. An owner with nothing stored is a 200 with `total`
 0: the caller is forgotten either way. Like POST /calls it is never open: with no `server.api_key` it
-answers 403.
+answers 403. With memory off it still erases: the caller's call recordings in this node's data directory
+(their owner key made from the owner-key secret: internal/recording/subject.py), `removed` naming only
+those.
 
 GET /api/admin/memory/{caller} (same key, same ways of naming the caller) answers what GET /api/memory
 answers the caller themselves, plus `caller`: how `voicegate eval` checks what a phone caller is
 remembered as (a SIP caller has no token to ask with), and what `voicegate memory show` reads for the
 in-process provider.
   400  invalid_caller: the caller cannot be resolved     401  no or wrong API key
-  403  admin_api_disabled: no server.api_key configured  404  memory_disabled: memory is off
+  403  admin_api_disabled: no server.api_key configured  404  memory_disabled: memory is off (GET only)
   503  memory_unavailable: the store is unreachable
 """
 
@@ -30,8 +32,10 @@ from typing import Any
 from fastapi import Depends, FastAPI, Query
 from pydantic import BaseModel
 
+from internal.memory.owner import OwnerKeySecretError
 from internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
 from internal.memory.subject import delete_everywhere, is_owner_key, resolve_caller
+from internal.recording.subject import RecordingOwners, erase_recordings
 from server.call_recording import recording_store
 from server.errors import ApiError
 from server.gateway import Gateway
@@ -57,7 +61,8 @@ class Erasure(BaseModel):
     recordings: list[str] = []  # the call recordings' audio files removed from this node's data directory
 
 
-def owner_named(memory: FrontendMemoryRuntime, caller: str, kind: str | None, region: str) -> tuple[str, str | None]:
+def owner_named(memory: FrontendMemoryRuntime | RecordingOwners, caller: str, kind: str | None,
+                region: str) -> tuple[str, str | None]:
     """The owner key that `caller` names, and its resource id (None for an owner key); 400 if none."""
     if kind == BY_OWNER_KEY:
         if not is_owner_key(caller):
@@ -98,6 +103,8 @@ def install_admin_routes(app: FastAPI, gateway: Gateway) -> None:
                 dependencies=[Depends(api_key_guard(config.server.api_key, ADMIN_MEMORY))])
     async def delete_caller_memory(caller: str, kind: str | None = kind_query,
                                    region: str | None = region_query) -> Erasure:
+        if gateway.memory is None:  # memory off: the caller's recordings are all there is to erase
+            return await erase_recordings_only(caller, kind, region or config.sip.default_region)
         memory = memory_runtime(gateway)
         owner, resource_id = owner_named(memory, caller, kind, region or config.sip.default_region)
         try:
@@ -107,3 +114,13 @@ def install_admin_routes(app: FastAPI, gateway: Gateway) -> None:
             raise ApiError(exc.status, exc.code, exc.message) from None
         return Erasure(caller=resource_id, removed=erased.removed, total=sum(erased.removed.values()),
                        servers_told=erased.announced, recordings=erased.recordings)
+
+    async def erase_recordings_only(caller: str, kind: str | None, region: str) -> Erasure:
+        try:
+            owners = RecordingOwners(config.memory.owner_key_secret, config.data_dir)
+        except OwnerKeySecretError as exc:  # an emptied secret file: the operator's to restore
+            raise ApiError(503, "owner_key_secret", str(exc)) from None
+        owner, resource_id = owner_named(owners, caller, kind, region)
+        erased = await erase_recordings(recording_store(gateway), owner)
+        return Erasure(caller=resource_id, removed=erased.removed, total=sum(erased.removed.values()),
+                       servers_told=False, recordings=erased.recordings)

@@ -73,6 +73,11 @@ def presented_key(request: HTTPConnection) -> str:
     return token.strip() if scheme.lower() == "bearer" else ""
 
 
+def holds_api_key(request: HTTPConnection, api_key: str) -> bool:
+    """Does this request carry the server's API key? (For what an open route says to the operator only.)"""
+    return bool(api_key) and hmac.compare_digest(presented_key(request).encode(), api_key.encode())
+
+
 @dataclass(frozen=True, slots=True)
 class KeyedRoute:
     """How a route that only the API key's holder may use names itself when it refuses a request."""

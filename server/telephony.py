@@ -22,7 +22,7 @@ def install_sip_phone_flows(gateway: Any, config: Config, telemetry: Telemetry) 
 
     assert gateway.sessions is not None
     gateway.sip_keypad = CallKeypad(gateway.sip, gateway.sip_calls)
-    register_dtmf_tool(gateway.tools, gateway.sip_keypad)
+    register_dtmf_tool(gateway.tools, gateway.sip_keypad, inbound=config.sip.send_dtmf_inbound)
     if config.sip.transfer_targets:
         gateway.sip_transfers = CallTransfers(config.sip, gateway.sip, gateway.sessions.end)
         # The hold music was checked with the other providers (server/providers.py check_providers).

@@ -168,6 +168,18 @@ def test_config_check_warns_on_stderr_about_identities_nobody_can_use(tmp_path: 
     assert quiet.returncode == 0 and "warning" not in quiet.stderr, quiet.stderr
 
 
+def test_config_check_warns_about_keys_and_tools_opened_to_callers(tmp_path: Path) -> None:
+    path = write(tmp_path, "[sip]\nsend_dtmf_inbound = true\n[warm_transfer]\nrelay_caller_keys = true\n"
+                           "[[mcp.servers]]\nname = 'faq'\nurl = 'http://127.0.0.1:9/mcp'\ntools = ['*']\n"
+                           "require_identity = 'none'\n")
+    result = run_cli("--config", str(path), "config", "check")
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("voicegate: warning: ")]
+    assert any("'faq' has require_identity = \"none\"" in line for line in warnings), result.stderr
+    assert any("sip.send_dtmf_inbound is on" in line for line in warnings)
+    assert any("warm_transfer.relay_caller_keys is on" in line for line in warnings)
+
+
 def test_config_check_on_a_broken_config_names_the_key_and_exits_one(tmp_path: Path) -> None:
     path = write(tmp_path, "[memory]\nmax_chars = -5\n")
     result = run_cli("config", "check", env={"VOICEGATE_CONFIG": str(path)})

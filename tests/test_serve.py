@@ -30,6 +30,9 @@ def postgres_processes(data_dir: Path) -> list[psutil.Process]:
     return found
 
 
+API_KEY = "serve-test-api-key-0123456789"
+
+
 def wait_healthy(url: str, timeout: float = 60) -> httpx.Response:
     deadline = time.monotonic() + timeout
     while True:
@@ -48,7 +51,7 @@ def test_serve_answers_health_with_database_and_stops_cleanly_on_sigterm(tmp_pat
     port = free_port()
     config = tmp_path / "config.toml"
     config.write_text(
-        f'[server]\nhost = "127.0.0.1"\nport = {port}\ndata_dir = "{tmp_path / "data"}"\n'
+        f'[server]\nhost = "127.0.0.1"\nport = {port}\ndata_dir = "{tmp_path / "data"}"\napi_key = "{API_KEY}"\n'
         f'[sip]\nbind = "127.0.0.1:{free_port()}"\n[memory]\nenabled = true\n'
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("VOICEGATE_")}
@@ -58,8 +61,11 @@ def test_serve_answers_health_with_database_and_stops_cleanly_on_sigterm(tmp_pat
         health = wait_healthy(f"http://127.0.0.1:{port}/health").json()
         assert health["status"] == "ok"
         assert health["components"]["database"] == {"ok": True, "embedded": True}
-        # Which voicegate answers: run from this checkout, the revision is git's, read at start.
-        assert (health["version"], health["revision"]) == (package_version(), git_revision(REPO))
+        # Which voicegate answers: run from this checkout, the revision is git's, read at start; told to the
+        # API key's holder only (it names the exact code an attacker could study).
+        assert health["version"] == package_version() and "revision" not in health
+        keyed = httpx.get(f"http://127.0.0.1:{port}/health", headers={"X-API-Key": API_KEY}, timeout=5).json()
+        assert (keyed["version"], keyed["revision"]) == (package_version(), git_revision(REPO))
         assert postgres_processes(tmp_path / "data"), "the embedded PostgreSQL should be running"
         proc.send_signal(signal.SIGTERM)
         _stdout, stderr = proc.communicate(timeout=15)

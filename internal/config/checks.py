@@ -45,4 +45,15 @@ def security_warnings(config: Config) -> list[str]:
         if not mcp_server.tools:
             found.append(f"mcp server {mcp_server.name!r} has an empty tools allow-list: none of its tools is "
                          'offered. List the tools to offer, or tools = ["*"] for all of them.')
+        if mcp_server.require_identity == "none":
+            found.append(f'mcp server {mcp_server.name!r} has require_identity = "none": anonymous callers are '
+                         "offered its tools. Only for tools that hold nothing personal; its server must not answer "
+                         "about one customer to another.")
+    if config.sip.send_dtmf_inbound:
+        found.append("sip.send_dtmf_inbound is on: the agent may press keys on calls a PBX handed it, and a caller "
+                     "could have it key PBX feature codes (a transfer to any number). Keep DTMF feature codes off "
+                     "on that trunk.")
+    if config.warm_transfer.relay_caller_keys:
+        found.append("warm_transfer.relay_caller_keys is on: after a warm transfer, the caller's keys reach the "
+                     "target on voicegate's leg (feature codes included).")
     return found

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from internal.config.loader import Config
 
@@ -14,8 +17,53 @@ _SECRET_WORDS = ("api_key", "secret", "password", "credential", "connection_stri
 _SECRET_MAPPINGS = ("users", "headers", "env")
 
 
+# Values shown as they are although not secrets by name: a URL may carry a token in its userinfo or its
+# query, and an MCP server's program arguments may carry one anywhere.
+_URL_KEYS = ("url", "base_url")
+_ARGS_KEYS = ("args",)
+_PLAIN_ARG = re.compile(r"[a-z][a-z0-9_.-]{0,15}")  # a subcommand ("stdio", "serve"), not a token
+_URL_IN_TEXT = re.compile(r"https?://[^\s\"'<>]+")
+
+
 def is_secret_key(key: str) -> bool:
     return any(word in key.lower() for word in _SECRET_WORDS)
+
+
+def mask_url(url: str) -> str:
+    """`url` with its userinfo and its query values masked (`https://********@host/mcp?key=********`)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return MASK
+    if not parts.scheme or not parts.netloc:
+        return url
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = MASK + "@" + netloc.rpartition("@")[2]
+    query = "&".join(f"{name}={MASK}" for name, _ in parse_qsl(parts.query, keep_blank_values=True))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, MASK if parts.fragment else ""))
+
+
+def mask_urls_in(text: str) -> str:
+    """Every http(s) URL in `text` masked (an error message that quotes the URL it failed on)."""
+    return _URL_IN_TEXT.sub(lambda match: mask_url(match.group(0)), text)
+
+
+def mask_arg(arg: str) -> str:
+    """One program argument as an operator may see it: a flag (its value after "=" masked), a file that
+    exists, a short plain word or a URL (masked) shown; anything else, which may be a token, masked."""
+    if arg.startswith("-"):
+        flag, equals, _value = arg.partition("=")
+        return f"{flag}={MASK}" if equals else arg
+    if _URL_IN_TEXT.fullmatch(arg):
+        return mask_url(arg)
+    if _PLAIN_ARG.fullmatch(arg) or ("/" in arg and Path(arg).exists()):
+        return arg
+    return MASK
+
+
+def masked_args(args: list[str]) -> list[str]:
+    return [mask_arg(arg) for arg in args]
 
 
 def masked(config: Config) -> dict[str, Any]:
@@ -28,6 +76,10 @@ def _mask(value: Any, parent: str) -> Any:
         if parent in _SECRET_MAPPINGS:
             return {name: MASK if secret else "" for name, secret in value.items()}
         return {k: (MASK if is_secret_key(k) and v else _mask(v, k)) for k, v in value.items()}
+    if parent in _URL_KEYS and isinstance(value, str):
+        return mask_url(value)
+    if parent in _ARGS_KEYS and isinstance(value, list):
+        return masked_args([str(item) for item in value])
     if isinstance(value, list):
         return [_mask(item, parent) for item in value]
     return value
@@ -44,6 +96,10 @@ def secret_values(config: Config) -> list[str]:
                     found.append(item)
                 elif is_secret_key(key) and isinstance(item, str) and item:
                     found.append(item)
+                elif key in _URL_KEYS and isinstance(item, str):
+                    found.extend(url_secrets(item))
+                elif key in _ARGS_KEYS and isinstance(item, list):
+                    found.extend(str(arg) for arg in item if mask_arg(str(arg)) != str(arg))
                 else:
                     walk(item, key)
         elif isinstance(value, list):
@@ -51,6 +107,19 @@ def secret_values(config: Config) -> list[str]:
                 walk(item, parent)
 
     walk(config.model_dump(mode="json"), "")
+    return found
+
+
+def url_secrets(url: str) -> list[str]:
+    """The parts of a URL that may be credentials: its userinfo and its query values."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return []
+    found = [value for _, value in parse_qsl(parts.query) if value]
+    if "@" in parts.netloc:
+        userinfo = parts.netloc.rpartition("@")[0]
+        found += [userinfo, *userinfo.split(":")[1:]]
     return found
 
 

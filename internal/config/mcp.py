@@ -17,6 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from internal.config.sections import Section
 
 McpTransportKind = Literal["sip", "webrtc", "talk"]
+# Which callers a server's tools are offered to (internal/tools/mcp_caller.py): any verified caller, only
+# callers verified one way, or everyone, anonymous callers included.
+RequiredIdentity = Literal["verified", "jwt", "sip", "trusted_header", "none"]
+CallerIdFormat = Literal["opaque", "raw", "none"]
 SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
 ALL_TOOLS = "*"
 
@@ -39,6 +43,10 @@ class McpServerConfig(BaseModel):
     timeout_s: float = Field(10.0, gt=0, le=300)
     connect_timeout_s: float = Field(15.0, gt=0, le=300)
     enabled_for: list[McpTransportKind] = Field(default_factory=lambda: list[McpTransportKind](["sip", "webrtc"]))
+    require_identity: RequiredIdentity = "verified"
+    # What the server learns of the caller in each call's _meta (and headers): an opaque stable id, the
+    # verified value itself (a phone number, a JWT subject), or the kind only.
+    caller_id: CallerIdFormat = "opaque"
 
     @field_validator("name")
     @classmethod

@@ -211,6 +211,9 @@ class SipConfig(Section):
     # Where a call may be transferred (REFER): a name the agent and the API use -> the URI it stands for.
     transfer_targets: dict[str, str] = Field(default_factory=dict)
     transfer_timeout_s: float = Field(30.0, gt=0)
+    # send_dtmf on calls voicegate did not place: a caller could have the agent key PBX feature codes
+    # (a blind transfer to any number) on the line the PBX handed it. Off: only calls we dialled.
+    send_dtmf_inbound: bool = False
     # TLS (internal/sip/tls.py) and SRTP with SDES keys (internal/sip/sdes.py); docs/sip.md "TLS", "SRTP".
     tls_bind: str = ""  # "" = the host of `bind`, port 5061 (a free port when bind's port is 0)
     tls_cert: str = ""

@@ -32,6 +32,7 @@ class DigitFormConfig(Section):
     input: InputMode | None = None
     max_attempts: int | None = Field(None, ge=1, le=10)
     retry_prompt: str | None = Field(None, max_length=500)
+    sensitive: bool | None = None  # a card number, a PIN: the call's recording pauses while it collects
 
     @model_validator(mode="after")
     def _bounds(self) -> DigitFormConfig:
@@ -49,6 +50,10 @@ class DigitsConfig(Section):
     input: InputMode = "both"
     max_attempts: int = Field(3, ge=1, le=10)
     retry_prompt: str = Field("Sorry, I didn't get that.", max_length=500)
+    sensitive: bool = False  # every form pauses the recording, unless a form says otherwise
+    # Only the [digits.forms] the deployer wrote: the model cannot make up a prompt ("enter your card
+    # number") that a caller would trust because the agent's voice asks it.
+    forms_only: bool = False
     forms: dict[str, DigitFormConfig] = Field(default_factory=dict)
 
     @field_validator("forms")
@@ -98,6 +103,11 @@ class WarmTransferConfig(Section):
                                 "I'm connecting you now.", max_length=1000)
     summary_max_chars: int = Field(300, ge=0, le=2000)
     return_message: str = Field("Sorry, {target} {why}. I'm still here. How else can I help?", max_length=500)
+    # The caller's keys sent on, on voicegate's leg to the target: off, so a caller cannot key feature
+    # codes (transfer, park) into the system voicegate called on their behalf. The target's keys always
+    # reach the caller.
+    relay_caller_keys: bool = False
+    max_bridge_s: float = Field(3600.0, ge=1, le=86400)  # a bridged call is hung up (both legs) after this long
 
     @field_validator("brief_template", "return_message")
     @classmethod

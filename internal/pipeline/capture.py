@@ -5,14 +5,20 @@ both need what the caller does (keys, speech, words, the raw sound) to go somewh
 agent's turns: while a CallerInput holds the pipeline, key presses and final transcripts go to it, no
 turn is formed or answered, and the caller's speech does not interrupt the agent (the holder decides
 what a barge-in means, e.g. stopping its prompt). The recogniser keeps running, so words still arrive.
-The holders live in internal/telephony; the pipeline only routes (pipeline.py `capture`).
+The holders live in internal/telephony; the pipeline only routes (pipeline.py `capture`), and shows the
+caller's keys and words in the call's events through `shown`, masked while a holder that keeps them
+private (a digit form: `private = True`) has them.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, TypeVar
 
+from internal.pipeline.events import DtmfEvent, Event, TranscriptEvent
 from internal.stt.base import Transcript
+
+MASKED_WORDS = "[digit entry]"  # what a masked transcript event says instead of the caller's words
+E = TypeVar("E", bound=Event)
 
 
 class CallerInput(Protocol):
@@ -36,3 +42,17 @@ class CallerInput(Protocol):
 
     def digit(self, digit: str) -> None:
         """A key press (RFC 4733 or SIP INFO)."""
+
+
+def shown(holder: CallerInput | None, event: E) -> E:
+    """`event` as the call's events (DataChannel, call feed, logs) show it while `holder` holds the caller's
+    input: the keys and words of a holder that keeps them private (`private = True`: a digit form, whose
+    entry may be a PIN or a card number) are masked, as DigitsEvent promises (events never carry the
+    digits); anything else, and every event when no holder has the call, is shown as it is."""
+    if holder is None or getattr(holder, "private", False) is not True:
+        return event
+    if isinstance(event, DtmfEvent):
+        return event.model_copy(update={"digit": "", "masked": True})  # type: ignore[return-value]
+    if isinstance(event, TranscriptEvent) and event.role == "user":
+        return event.model_copy(update={"text": MASKED_WORDS, "masked": True})  # type: ignore[return-value]
+    return event

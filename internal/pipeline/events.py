@@ -28,6 +28,9 @@ class TranscriptEvent(Event):
     # A user final that is the whole turn so far, heard again after the caller went on: it replaces the
     # turn's earlier line rather than adding one.
     replaces: bool = False
+    # The caller's words while a digit form collected them (they may be a PIN or a card): `text` is a
+    # placeholder, never the words (internal/pipeline/capture.py).
+    masked: bool = False
 
 
 class ResponseEvent(Event):
@@ -80,7 +83,8 @@ class ConnectionEvent(Event):
 
 class DtmfEvent(Event):
     type: Literal["dtmf"] = "dtmf"
-    digit: str
+    digit: str  # "" when masked
+    masked: bool = False  # pressed while a digit form collected keys: which key is never said
 
 
 ConsentOutcome = Literal["pending", "not_asked", "announced", "granted", "declined", "no_answer", "opted_out"]
@@ -93,6 +97,7 @@ class RecordingEvent(Event):
     type: Literal["recording"] = "recording"
     consent: ConsentOutcome
     recording: bool
+    paused: bool = False  # consent holds, but a sensitive digit form has the recording paused (silence)
 
 
 class DigitsEvent(Event):

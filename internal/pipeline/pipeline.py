@@ -21,7 +21,7 @@ from collections.abc import Callable
 from internal.audio.frame import frame_bytes
 from internal.conversation.state import CallContext
 from internal.conversation.text import clean
-from internal.pipeline.capture import CallerInput
+from internal.pipeline.capture import CallerInput, shown
 from internal.pipeline.events import AgentState, DtmfEvent, EventSink, TranscriptEvent
 from internal.pipeline.playout import Playout
 from internal.pipeline.record import record_caller
@@ -248,8 +248,8 @@ class VoicePipeline:
         text = transcript.text.strip()
         if text and not transcript.superseded:
             whole = transcript.final and transcript.whole_turn
-            self.sink.emit(TranscriptEvent(role="user", text=text, final=transcript.final,
-                                           replaces=whole and self.turn.holds_words))
+            self.sink.emit(shown(self.capture, TranscriptEvent(role="user", text=text, final=transcript.final,
+                                                               replaces=whole and self.turn.holds_words)))
         self.input.transcript(transcript)
 
     def _stt_timed_out(self) -> None:
@@ -287,5 +287,5 @@ class VoicePipeline:
 
     def push_dtmf(self, digit: str) -> None:
         """A keypad digit (RFC 4733 or SIP INFO); digits pressed together become one turn."""
-        self.sink.emit(DtmfEvent(digit=digit))
+        self.sink.emit(shown(self.capture, DtmfEvent(digit=digit)))  # masked while a digit form collects
         self.input.digit(digit)

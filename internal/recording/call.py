@@ -3,14 +3,16 @@
 One `ConsentedRecording` per session (kept in `session.data`, so a browser that resumes keeps its
 consent and its file); each new pipeline attaches its event sink. The recorder starts only when consent
 allows it (at the opening for `announce` and `none`, at the caller's yes for `ask`), and an opt-out
-deletes what was recorded: the caller said not to record *this call*. Every change of consent is a
+deletes what was recorded: the caller said not to record *this call*. A sensitive digit form pauses it
+(`pause`: silence on both channels while the caller keys or says a card number or a PIN). Every change of consent is a
 `recording` event (internal/pipeline/events.py), which a SIP call's log and a browser's DataChannel carry.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from internal.pipeline.events import EventSink, NullSink, RecordingEvent
 from internal.recording.consent import ConsentState, Decision
@@ -31,6 +33,7 @@ class ConsentedRecording:
         self._greeting = ""  # said after the caller answers the question (ask)
         self.recorder: CallRecorder | None = None
         self.discarded = False
+        self._pauses = 0  # sensitive digit forms under way: both channels are written as silence
 
     def attach(self, sink: EventSink, sample_rate: int) -> ConsentedRecording:
         """A pipeline (the first, or one after a resume) takes over the call's audio and events."""
@@ -59,13 +62,39 @@ class ConsentedRecording:
     def caller_pressed(self, digits: str) -> str | None:
         return self._apply(self.consent.keys(digits, self._take_greeting()))
 
+    def stop_requested(self) -> bool:
+        """The agent's `stop_recording` tool: stop and delete, as an opt-out does; False when the call was
+        not being recorded (nothing changed)."""
+        decision = self.consent.stop_requested()
+        self._apply(decision)
+        return decision.changed
+
     def heard(self, pcm: bytes) -> None:
-        if self.recorder is not None:
+        if self.recorder is not None and not self._pauses:  # paused: the recorder fills the tick with silence
             self.recorder.heard(pcm)
 
     def said(self, pcm: bytes | None) -> None:
         if self.recorder is not None:
-            self.recorder.said(pcm)
+            self.recorder.said(None if self._pauses else pcm)  # every tick still: the recording's clock
+
+    @property
+    def paused(self) -> bool:
+        return self._pauses > 0
+
+    @contextlib.contextmanager
+    def pause(self) -> Iterator[None]:
+        """A sensitive digit form (a card number, a PIN) is under way: nothing of either side is recorded
+        until it ends, the time written as silence so the channels stay on the call's clock. An opt-out
+        meanwhile still stops and deletes the recording."""
+        self._pauses += 1
+        if self._pauses == 1:
+            self._emit()
+        try:
+            yield
+        finally:
+            self._pauses -= 1
+            if self._pauses == 0:
+                self._emit()
 
     # ---- the call's end --------------------------------------------------------------------------
 
@@ -98,6 +127,7 @@ class ConsentedRecording:
         self._emit()
 
     def _emit(self) -> None:
+        recording, paused = self.recording and not self._pauses, self.recording and bool(self._pauses)
         log.info("call recording consent", extra={"session_id": self._session_id, "consent": self.consent.outcome,
-                                                  "recording": self.recording})
-        self._sink.emit(RecordingEvent(consent=self.consent.outcome, recording=self.recording))
+                                                  "recording": recording, "paused": paused})
+        self._sink.emit(RecordingEvent(consent=self.consent.outcome, recording=recording, paused=paused))

@@ -4,28 +4,22 @@ Pure policy, no audio and no I/O, so every rule here is tested on its own:
 - `ask` records nothing until a clear yes (words or `yes_key`); a clear no, or an answer that is
   neither, leaves the call unrecorded. Doubt always falls on the side of not recording.
 - `announce` and `none` record from the start; the caller can opt out at any time, in every mode, by
-  saying one of the opt-out phrases or pressing `opt_out_key` on its own.
+  saying one of the opt-out phrases, objecting in words of their own (objection.py), or pressing
+  `opt_out_key` on its own; or the agent stops it at their request (the `stop_recording` tool).
 - Phrases match whole words ("no" is not in "know"), and a longer phrase wins over one inside it
   ("no problem" is a yes, "don't mind" is a yes, not a "don't").
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
 from internal.config.recording import RecordingConfig
 from internal.pipeline.events import ConsentOutcome
+from internal.recording.objection import objects_to_recording, words
 
 Answer = Literal["yes", "no"]
-_WORD = re.compile(r"[a-z0-9']+")
-
-
-def words(text: str) -> list[str]:
-    """Lower-case words, with typographic apostrophes made plain (recognisers emit both)."""
-    return _WORD.findall(text.lower().replace("\u2019", "'"))
-
 
 def _spans(tokens: list[str], phrase: list[str]) -> list[tuple[int, int]]:
     size = len(phrase)
@@ -62,7 +56,8 @@ def keyed_answer(digits: str, config: RecordingConfig) -> Answer | None:
 
 
 def opts_out(text: str, config: RecordingConfig) -> bool:
-    return bool(matched(text, {"out": config.opt_out_phrases}))
+    """The configured phrases, and any other way of objecting to the recording (objection.py)."""
+    return bool(matched(text, {"out": config.opt_out_phrases})) or objects_to_recording(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +118,13 @@ class ConsentState:
                 answer = "no"
             return self._answered(answer, greeting)
         if self.recording and self.config.opt_out_key and digits == self.config.opt_out_key:
+            return self._opted_out()
+        return Decision(None, self.outcome, False)
+
+    def stop_requested(self) -> Decision:
+        """The agent was asked to stop the recording (its `stop_recording` tool): an opt-out, whatever
+        words the caller used; nothing to do when nothing is being recorded."""
+        if self.recording:
             return self._opted_out()
         return Decision(None, self.outcome, False)
 

@@ -23,6 +23,7 @@ from internal.pipeline.events import EventSink
 from internal.recording.call import ConsentedRecording
 from internal.recording.consent import ConsentState
 from internal.recording.recorder import CHUNK_FRAMES, FRAME_MS, CallRecorder, new_info
+from internal.recording.retention import sweep_forever
 from internal.recording.store import RECORDINGS_DIR, RecordingInfo, RecordingStore
 from internal.recording.writers import RecordingWriters
 from internal.session.session import Session
@@ -57,7 +58,8 @@ class RecordingService:
 
     async def start(self) -> None:
         await asyncio.to_thread(self.store.ensure)
-        self._sweeper = asyncio.create_task(self._sweep_forever(), name="recording-sweeper")
+        self._sweeper = asyncio.create_task(sweep_forever(self.sweep, self.config.sweep_interval_s),
+                                            name="recording-sweeper")
 
     async def stop(self) -> None:
         if self._sweeper is not None:
@@ -106,15 +108,6 @@ class RecordingService:
         self.stored = await asyncio.to_thread(self.store.totals)
         return removed
 
-    async def _sweep_forever(self) -> None:
-        while True:
-            try:
-                await self.sweep()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a disk that went away; try again next round
-                log.warning("recording sweep failed: %s", type(exc).__name__)
-            await asyncio.sleep(self.config.sweep_interval_s)
 
     def describe(self) -> dict[str, Any]:
         count, size = self.stored

@@ -32,6 +32,7 @@ from internal.sip.sdp import SdpError, SessionDescription, build_answer, build_o
 from internal.sip.uri import SipUri
 from internal.sip.voice_call import (
     SIP_CALL_ID,
+    SIP_OUTBOUND,
     CallLog,
     SipVoiceCall,
     callee_identity,
@@ -267,6 +268,7 @@ class VoiceCallHandler:
             self._release(voice)
             raise
         self.calls.pop(provisional_id, None)
+        voice.outbound = True
         voice.call_id = outbound.dialog.call_id
         self.calls[voice.call_id] = voice
         return voice, outbound
@@ -343,6 +345,7 @@ class VoiceCallHandler:
         # OpenSession contract is that an abandoned opening frees its own slot.
         session = await self._open_session(identity, "sip")
         voice.session = session
+        session.data[SIP_OUTBOUND] = voice.outbound
         voice.pipeline = self._new_pipeline(session, SAMPLE_RATE, CallLog(voice.call_id), greeting)
         log.info("sip call answered", extra={"call_id": voice.call_id, "session_id": session.id,
                                              "identity_kind": identity.kind, "identity_reason": identity.reason})

@@ -42,6 +42,7 @@ from internal.sip.uri import SipUri
 
 log = logging.getLogger("internal.sip.voice")  # one logger for a call's lines, whichever module writes them
 
+SIP_OUTBOUND = "sip.outbound"  # session.data key: True on a call voicegate placed (send_dtmf is offered there)
 SIP_CALL_ID = "sip.call_id"  # session.data key: the call's SIP Call-ID, for operators and POST /calls
 
 
@@ -142,6 +143,7 @@ class SipVoiceCall:
     sdp_session_id: int = field(default_factory=lambda: secrets.randbelow(2**31))
     sdp_version: int = -1
     srtp_offered: bytes | None = None  # the SRTP key in our own offer (outbound, offerless INVITE)
+    outbound: bool = False  # voicegate placed this call (POST /calls, `voicegate call`, a warm transfer's target)
     srtp_keys: SrtpKeys | None = None  # what the media runs with, when it is SRTP
     srtp: SrtpContext | None = None  # the running context of those keys (its sending session goes on)
     dialog: Dialog | None = None  # once established

@@ -5,7 +5,8 @@ packets of each digit share one timestamp, the first carries the marker bit, the
 times with the end bit: internal/audio/dtmf.py); otherwise one SIP INFO per digit
 (application/dtmf-relay, "Signal=5" and "Duration=100"), the way phones without RFC 4733 send them.
 `POST /calls/{id}/dtmf` and the agent's `send_dtmf` tool both come here. Either way this returns once
-the digits have gone out, so whatever the agent says next follows them.
+the digits have gone out, so whatever the agent says next follows them. The tool is offered on calls
+voicegate placed only (`may_press_keys`); the API key's holder may press keys on any call.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Literal
 from internal.audio.dtmf import EVENT_DIGITS
 from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
 from internal.session import Session
-from internal.sip.voice_call import SIP_CALL_ID
+from internal.sip.voice_call import SIP_CALL_ID, SIP_OUTBOUND
 
 DtmfMethod = Literal["rfc4733", "info"]
 MAX_DIGITS = 64
@@ -100,12 +101,20 @@ class CallKeypad:
         return "info"
 
 
-def _is_sip_call(context: ToolContext) -> bool:
-    return getattr(context.extras.get("session"), "transport", None) == "sip"
+def may_press_keys(session: object, inbound_allowed: bool) -> bool:
+    """Is the agent's `send_dtmf` offered on this call? Only on a SIP call voicegate placed (its own leg
+    into another IVR), unless `sip.send_dtmf_inbound`: on a call a PBX handed us, keys the agent presses
+    reach the PBX, and with DTMF feature codes on (a common blind-transfer setting) a caller who says
+    "press hash nine zero one one..." would transfer the call anywhere, around `sip.transfer_targets`."""
+    if getattr(session, "transport", None) != "sip":
+        return False
+    data = getattr(session, "data", {})
+    return inbound_allowed or data.get(SIP_OUTBOUND) is True
 
 
-def register_dtmf_tool(registry: ToolRegistry, keypad: CallKeypad) -> None:
-    """`send_dtmf`: press keys on the call, e.g. to pick an option in another company's phone menu."""
+def register_dtmf_tool(registry: ToolRegistry, keypad: CallKeypad, *, inbound: bool = False) -> None:
+    """`send_dtmf`: press keys on the call, e.g. to pick an option in another company's phone menu; on
+    calls voicegate answered only with `inbound` (sip.send_dtmf_inbound)."""
 
     async def send_dtmf(arguments: dict[str, Any], context: ToolContext) -> str:
         session = context.extras.get("session")
@@ -125,5 +134,5 @@ def register_dtmf_tool(registry: ToolRegistry, keypad: CallKeypad) -> None:
                                                      "description": "the keys to press, in order"}},
          "required": ["digits"], "additionalProperties": False},
         send_dtmf,
-        available=_is_sip_call,
+        available=lambda context: may_press_keys(context.extras.get("session"), inbound),
     )

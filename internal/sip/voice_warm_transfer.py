@@ -8,9 +8,10 @@
    starts, for up to `warm_transfer.ring_timeout_s`.
 3. When the target answers and their "hello" is over, they hear the briefing: the call's rolling summary
    (or the caller's words) in `warm_transfer.brief_template`, in the agent's voice.
-4. The legs are bridged inside voicegate (each leg's audio and keys to the other), the agent's pipeline
-   closes, and the session lives on until either side hangs up; then the other is hung up too and the
-   session ends "transferred".
+4. The legs are bridged inside voicegate (each leg's audio to the other; the target's keys to the caller,
+   the caller's to the target only with `warm_transfer.relay_caller_keys`), the agent's pipeline closes,
+   and the session lives on until either side hangs up, or `warm_transfer.max_bridge_s` is up; then the
+   other is hung up too and the session ends "transferred".
 A target that is busy, declines, does not answer, or hangs up before the bridge sends the caller back
 to the agent, who says why (`warm_transfer.return_message`); the call goes on. A caller who hangs up
 meanwhile ends the attempt (the target's call is cancelled or hung up). Each step is a TransferEvent in
@@ -173,10 +174,14 @@ class WarmTransfers:
 
     def _connect(self, session: Session, caller: SipVoiceCall, target: SipVoiceCall, pipeline: VoicePipeline,
                  state: TransferState) -> None:
-        to_target, to_caller = bridge(lambda digit: self._press(target, digit),
-                                      lambda digit: self._press(caller, digit))
+        relay = (lambda digit: self._press(target, digit)) if self.config.relay_caller_keys else _kept_from_target
+        to_target, to_caller = bridge(relay, lambda digit: self._press(caller, digit))
         caller.route["pipeline"], target.route["pipeline"] = to_target, to_caller
         caller.end_reason = TRANSFERRED
+        limit = asyncio.get_running_loop().call_later(self.config.max_bridge_s, self._bridge_too_long,
+                                                      session, caller, target)
+        caller.on_end.append(lambda reason: limit.cancel())
+        target.on_end.append(lambda reason: limit.cancel())
         caller.on_end.append(lambda reason: self._ua.calls.spawn(self._hang_up(target)))
         target.on_end.append(lambda reason: self._ua.calls.spawn(self._end_session(session, TRANSFERRED)))
         self._finish(session, pipeline, state, "connected", 200)
@@ -188,6 +193,14 @@ class WarmTransfers:
             return
         caller.route["pipeline"] = pipeline
         pipeline.announce(return_message(self.config.return_message, state.target, status))
+
+    def _bridge_too_long(self, session: Session, caller: SipVoiceCall, target: SipVoiceCall) -> None:
+        """`warm_transfer.max_bridge_s` is up: both legs are hung up (a bridge left open, e.g. two
+        answering machines talking to each other, would hold a call and its media ports for ever)."""
+        log.info("sip warm transfer bridge reached its maximum duration; hanging up",
+                 extra={"call_id": session.data.get(SIP_CALL_ID), "max_bridge_s": self.config.max_bridge_s})
+        self._ua.calls.spawn(self._hang_up(target))
+        self._ua.calls.spawn(self._hang_up(caller))
 
     def _press(self, leg: SipVoiceCall, digit: str) -> None:
         """A key pressed on one side of the bridge, sent on the other (RFC 4733, else SIP INFO)."""
@@ -214,6 +227,11 @@ class WarmTransfers:
         settle_transfer(session.data, state.target, {"connected": "succeeded"}.get(phase, phase))
         log.info("sip warm transfer %s", phase, extra={"call_id": session.data.get(SIP_CALL_ID),
                                                        "transfer_target": state.target, "sip_status": status})
+
+
+def _kept_from_target(digit: str) -> None:
+    """A caller's key on the bridge, not sent on (`warm_transfer.relay_caller_keys` off)."""
+    return None
 
 
 async def _unless(gone: asyncio.Event, work: Awaitable[Any]) -> Any:

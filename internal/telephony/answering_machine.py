@@ -83,6 +83,8 @@ class AmdRun:
 class MachineListener:
     """The CallerInput while detection runs (and while a message waits for the beep)."""
 
+    private = False  # what answered the call we placed: its greeting is shown in the call's events
+
     def __init__(self, classifier: AnsweringMachineClassifier, transcriber: Transcriber | None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.classifier = classifier

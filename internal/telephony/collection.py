@@ -42,6 +42,8 @@ class DigitsResult:
 class DigitCollection:
     """The CallerInput of one form: feeds the current attempt and wakes the collector."""
 
+    private = True  # the entry may be a PIN or a card number: masked in the call's events
+
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._epoch = clock()

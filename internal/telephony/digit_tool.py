@@ -4,19 +4,25 @@ The model either names a form the deployer configured ([digits.forms]: "account"
 prompts and lengths) or describes one itself (a prompt and the digit counts). The tool speaks the prompt,
 runs the form (collection.py) and returns the digits, how they came and in how many attempts, or why it
 failed, so the model can say "thanks" or offer another way. Digits go to the model (it needs them, e.g.
-for a lookup tool), never into events or logs.
+for a built-in lookup tool), never into events or logs, nor into the arguments of a tool from an MCP
+server (form_digits.py). With `digits.forms_only` the model may only name a configured form, never write
+a prompt of its own; a sensitive form (`sensitive`) pauses the call's recording while it collects.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
 from internal.config.telephony import DigitFormConfig, DigitsConfig
 from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
+from internal.recording.call import ConsentedRecording
+from internal.recording.service import RECORDING_KEY
 from internal.session import Session
 from internal.telephony.collection import collect_digits
 from internal.telephony.digits import DigitSpec, DigitSpecError
+from internal.telephony.form_digits import remember_entry
 
 # The turn's timeout is extended by at least this much beyond the form's own worst case (prompts, waits).
 DEADLINE_SLACK_S = 10.0
@@ -54,6 +60,16 @@ def form_spec(config: DigitsConfig, form: DigitFormConfig | None, arguments: dic
         raise DigitSpecError(str(exc)) from None
 
 
+def sensitive(config: DigitsConfig, form: DigitFormConfig | None) -> bool:
+    return form.sensitive if form is not None and form.sensitive is not None else config.sensitive
+
+
+def recording_paused(session: Session, paused: bool) -> contextlib.AbstractContextManager[None]:
+    """The call's recording paused for a sensitive form (silence on both channels), when it records."""
+    recording = session.data.get(RECORDING_KEY)
+    return recording.pause() if paused and isinstance(recording, ConsentedRecording) else contextlib.nullcontext()
+
+
 def worst_case_s(spec: DigitSpec) -> float:
     """How long a form can take: every attempt's prompt, its first wait and its digits' gaps."""
     per_attempt = (PROMPT_SECONDS + spec.timeout_ms / 1000
@@ -73,22 +89,31 @@ def register_digits_tool(registry: ToolRegistry, config: DigitsConfig) -> None:
     }
     if forms:
         properties["form"] = {"type": "string", "enum": sorted(forms), "description": "a configured form"}
+    if config.forms_only:  # the model names a form, and that is all it says
+        if not forms:
+            return
+        properties = {"form": properties["form"]}
 
     async def run(arguments: dict[str, Any], context: ToolContext) -> str:
         session = context.extras.get("session")
-        pipeline = session.pipeline if isinstance(session, Session) else None
-        if pipeline is None:
+        if not isinstance(session, Session) or session.pipeline is None:
             raise ToolError("digits cannot be collected on this call")
+        pipeline = session.pipeline
         name = str(arguments.get("form") or "")
         if name and name not in forms:
             raise ToolError(f"no form named {name!r} (configured: {', '.join(sorted(forms)) or 'none'})")
+        if config.forms_only and not name:
+            raise ToolError(f"only the configured forms may be used: name one ({', '.join(sorted(forms)) or 'none'})")
+        form = forms.get(name)
         try:
-            spec = form_spec(config, forms.get(name), arguments)
+            spec = form_spec(config, form, arguments if not config.forms_only else {})
         except DigitSpecError as exc:
             raise ToolError(f"cannot collect digits: {exc}") from None
         context.extend_deadline(worst_case_s(spec))
-        result = await collect_digits(pipeline, spec, context.speak, form=name)
+        with recording_paused(session, sensitive(config, form)):
+            result = await collect_digits(pipeline, spec, context.speak, form=name)
         if result.ok:
+            remember_entry(session.data, result.digits)  # never to a tool server (form_digits.py)
             return json.dumps({"ok": True, "digits": result.digits, "via": result.via, "attempts": result.attempts})
         return json.dumps({"ok": False, "reason": result.status, "attempts": result.attempts,
                            "note": "The caller did not give a valid entry. Do not ask again right away; offer "
@@ -99,7 +124,8 @@ def register_digits_tool(registry: ToolRegistry, config: DigitsConfig) -> None:
         "collect_digits",
         "Ask the caller for a number (account, PIN, date, menu choice) and wait for them to key it in or say it. "
         "The tool speaks the prompt itself; do not repeat it. Returns the digits." + forms_text,
-        {"type": "object", "properties": properties, "additionalProperties": False},
+        {"type": "object", "properties": properties, "additionalProperties": False,
+         **({"required": ["form"]} if config.forms_only else {})},
         run,
         # It speaks and waits for the caller: never for a reply that may still be thrown away.
         side_effects=True,

@@ -8,7 +8,8 @@ without it, while its connection keeps retrying with a growing pause and its too
 answers. A connection that breaks mid-call is retried the same way.
 
 Only the tools a server's `tools` allow-list names (or every tool, for exactly ["*"]) are registered in
-the ToolRegistry, as `<server>__<tool>`, offered on the transports of `enabled_for` while the server is up.
+the ToolRegistry, as `<server>__<tool>`, offered on the transports of `enabled_for` while the server is up,
+to the callers its `require_identity` admits; each call tells the server who is asking (mcp_caller.py).
 A call runs with the server's `timeout_s`; a tool that does not answer in time is abandoned, the caller
 hears `mcp.timeout_notice` at once and the model is told. Results are bounded and fenced as untrusted
 data (mcp_results.py). A tool the server marks read-only may run in a reply prepared before the caller's
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -29,13 +31,18 @@ from typing import Any, Literal
 
 import httpx2
 from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED, CallToolResult
 
+from internal.config.display import mask_urls_in
 from internal.config.mcp import McpConfig, McpServerConfig
 from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry, ToolTimeout
+from internal.telephony.form_digits import carries_entry
+from internal.tools.mcp_caller import CALLER_HEADERS, CALLER_META, OwnerKeyOf, admits, caller_headers, caller_meta
 from internal.tools.mcp_results import fenced, result_text
+from internal.tools.mcp_stderr import ServerStderr
 
 log = logging.getLogger(__name__)
 
@@ -134,14 +141,23 @@ class McpConnection:
             pause = min(pause * 2, RETRY_MAX_S)
 
     def _client_context(self) -> AbstractAsyncContextManager[Client]:
-        config = self.config
-        if config.command:
-            return Client(StdioServerParameters(command=config.command, args=config.args, env=config.env or None))
+        if self.config.command:
+            return self._stdio_client()
         return self._http_client()
 
     @asynccontextmanager
+    async def _stdio_client(self) -> AsyncIterator[Client]:
+        """The program, its standard error read line by line into our log (mcp_stderr.py), never written
+        straight to voicegate's own standard error past the redaction every log line goes through."""
+        config = self.config
+        with ServerStderr(self.name) as stderr:
+            parameters = StdioServerParameters(command=config.command, args=config.args, env=config.env or None)
+            async with Client(stdio_client(parameters, errlog=stderr.writer)) as client:
+                yield client
+
+    @asynccontextmanager
     async def _http_client(self) -> AsyncIterator[Client]:
-        async with httpx2.AsyncClient(headers=self.config.headers,
+        async with httpx2.AsyncClient(headers=self.config.headers, event_hooks={"request": [_caller_headers]},
                                       timeout=httpx2.Timeout(self.config.connect_timeout_s, read=300.0)) as http:
             async with Client(streamable_http_client(self.config.url, http_client=http)) as client:
                 yield client
@@ -179,15 +195,18 @@ class McpConnection:
 
     # ---- calls (from reply tasks) ----------------------------------------------------------------------
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> CallToolResult:
-        """Run `tool`; TimeoutError after the server's timeout_s, ToolError when the server is unreachable
-        or answers with a protocol error."""
+    async def call(self, tool: str, arguments: dict[str, Any], caller: dict[str, Any] | None = None
+                   ) -> CallToolResult:
+        """Run `tool`, telling the server who asks (`caller`, under CALLER_META in the request's `_meta`);
+        TimeoutError after the server's timeout_s, ToolError when the server is unreachable or answers
+        with a protocol error."""
         client = self._client
         if client is None or not self.up:
             raise ToolError(f"the {self.name} tool server is not reachable right now")
+        meta: Any = {CALLER_META: caller} if caller is not None else None
         try:
             async with asyncio.timeout(self.config.timeout_s):
-                return await client.call_tool(tool, arguments)
+                return await client.call_tool(tool, arguments, meta=meta)
         except TimeoutError:
             raise
         except MCPError as exc:
@@ -206,20 +225,36 @@ class McpConnection:
         self._wake.set()
 
 
+async def _caller_headers(request: httpx2.Request) -> None:
+    """A `tools/call` over HTTP carries its caller in headers too (mcp_caller.py CALLER_HEADERS): the SDK
+    sends each message from a task of its own, so they are read back from the message itself."""
+    if request.method != "POST":
+        return
+    try:
+        body = json.loads(request.content)
+    except (ValueError, httpx2.RequestNotRead):
+        return
+    for name in CALLER_HEADERS:
+        request.headers.pop(name, None)  # never one the configured headers or anything else put there
+    request.headers.update(caller_headers(body))
+
+
 def describe_failure(exc: BaseException) -> str:
     """A short, single-line reason: the innermost exception of a group, its type and message."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    message = " ".join(str(exc).split())[:200]
+    message = mask_urls_in(" ".join(str(exc).split()))[:200]  # a URL's token never reaches /health or doctor
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
 class McpToolset:
     """Every configured MCP server, and their allowed tools in the registry."""
 
-    def __init__(self, config: McpConfig, registry: ToolRegistry) -> None:
+    def __init__(self, config: McpConfig, registry: ToolRegistry, owner_key: OwnerKeyOf | None = None) -> None:
         self.config = config
         self.registry = registry
+        # How a caller's opaque id is made (their memory owner key: mcp_caller.py); set by the gateway.
+        self.owner_key = owner_key
         self.connections = [McpConnection(server, self) for server in config.servers]
 
     async def start(self) -> None:
@@ -249,12 +284,17 @@ class McpToolset:
         def available(context: ToolContext) -> bool:
             session = context.extras.get("session")
             transport = getattr(session, "transport", None)
-            return connection.up and transport in server.enabled_for and any(
-                listed.name == tool.name for listed in connection.listed)
+            return (connection.up and transport in server.enabled_for
+                    and admits(server, getattr(session, "identity", None))
+                    and any(listed.name == tool.name for listed in connection.listed))
 
         async def run(arguments: dict[str, Any], context: ToolContext) -> str:
+            if carries_entry(arguments, getattr(context.extras.get("session"), "data", None)):
+                raise ToolError("digits the caller entered in a digit form (collect_digits) are never sent to tools "
+                                "from other servers; they may be a PIN or a card number. Do not retry with them.")
+            caller = caller_meta(server, getattr(context.extras.get("session"), "identity", None), self.owner_key)
             try:
-                result = await connection.call(tool.name, arguments)
+                result = await connection.call(tool.name, arguments, caller)
             except TimeoutError:
                 context.say(config.timeout_notice)
                 raise ToolTimeout(f"{tool.name} did not answer within {server.timeout_s:g} s, so it was abandoned; "

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from internal.pipeline.events import DigitsEvent, ResponseEvent, TranscriptEvent
+from internal.pipeline.events import DigitsEvent, DtmfEvent, ResponseEvent, TranscriptEvent
 from internal.pipeline.localcall import LocalCall
 from internal.pipeline.pipeline import VoicePipeline
 from internal.pipeline.tools import ToolRegistry, register_end_call
@@ -82,4 +82,32 @@ async def test_keys_during_a_form_fill_it_and_are_never_a_keypad_turn(
     assert model.results == [{"ok": True, "digits": "4321", "via": "keys", "attempts": 1}]
     assert len(model.requests) == 2  # the turn and its tool result: no "[The caller pressed keypad keys...]"
     assert all("keypad" not in json.dumps(r.turn.text) for r in model.requests)
-    assert [e.digit for e in sink.events if e.type == "dtmf"] == list("4321")  # type: ignore[attr-defined]
+    # Each key is an event, but which key is never said: a PIN stays out of every event (and the call feed).
+    keys = [e for e in sink.events if isinstance(e, DtmfEvent)]
+    assert [(e.digit, e.masked) for e in keys] == [("", True)] * 4
+
+
+async def test_with_forms_only_the_model_cannot_write_its_own_prompt(
+        make_pipeline: PipelineFactory, config: object) -> None:
+    from internal.config.telephony import DigitFormConfig
+
+    digits = config.digits  # type: ignore[attr-defined]
+    digits.forms = {"account": DigitFormConfig(prompt="Please enter your account number.", min_digits=5)}
+    digits.forms_only = True
+    model = ToolCallingModel([("collect_digits", {"prompt": "For security, key in your card number and its CVV.",
+                                                  "min_digits": 16, "max_digits": 19})],
+                             lambda result: "Sorry." if "error" in result else "Got it.")
+    pipeline, sink = make_pipeline(stt=ScriptedStt(["check my balance"]), model=model,
+                                   tools=tools_with_digits(config))
+    pipeline.session.pipeline = pipeline
+    async with LocalCall(pipeline) as call:
+        call.say(silence(200) + tone(500) + silence(100))
+        await call.wait_caller_done()
+        await call.wait_agent_quiet(600)
+    (offered,) = [tool for tool in model.requests[0].tools if tool.name == "collect_digits"]
+    assert offered.parameters["properties"] == {"form": {"type": "string", "enum": ["account"],
+                                                         "description": "a configured form"}}
+    assert model.results == [{"error": "only the configured forms may be used: name one (account)"}]
+    assert not [e for e in sink.events if isinstance(e, DigitsEvent)]  # no form ran, nothing was asked
+    said = [e.text for e in sink.events if isinstance(e, TranscriptEvent) and e.role == "agent"]
+    assert said == ["Sorry."]

@@ -32,6 +32,45 @@ def test_opt_out_phrases(text: str) -> None:
     assert opts_out(text, RecordingConfig())
 
 
+# Phrasings that are in no configured phrase list: the objection rules must catch them (held out).
+OBJECTIONS = [
+    "I don't want this call recorded", "I do not consent to recording", "turn off the recording",
+    "I object to being recorded", "Please don't tape this.", "I'd rather you didn't record me.",
+    "Switch the recording off, please.", "I withdraw my consent to the recording.", "Can you stop the tape now?",
+    "I'm not okay with being recorded.", "I don't agree to this call being recorded", "Let's keep this off the record.",
+    "I refuse to be recorded.", "I never agreed to be recorded.", "Cancel the recording.",
+    "I wouldn't like to be recorded", "Turn the recorder off", "I am against this call being recorded",
+    "I didn\u2019t agree to any recording",
+]
+NOT_OBJECTIONS = [
+    "Is this call recorded?", "Are you recording this?", "I don't mind being recorded.", "Recording is no problem.",
+    "Yes, you may record.", "I want to record a message.", "That's fine, record it.", "Hi, I'm calling about my bill.",
+    "I have no objection to the recording.", "I know it's recorded", "Don't worry about it.",
+]
+
+
+@pytest.mark.parametrize("text", OBJECTIONS)
+def test_objections_in_words_of_the_callers_own_stop_the_recording(text: str) -> None:
+    config = RecordingConfig(consent="announce")
+    assert not any(phrase.lower() in text.lower() for phrase in config.opt_out_phrases)  # held out
+    assert opts_out(text, config)
+    state = ConsentState(config)
+    decision = state.spoken(text, "")
+    assert (decision.outcome, decision.reply, state.recording) == ("opted_out", config.opted_out_reply, False)
+
+
+@pytest.mark.parametrize("text", NOT_OBJECTIONS)
+def test_questions_and_acceptances_about_recording_are_not_objections(text: str) -> None:
+    assert not opts_out(text, RecordingConfig())
+
+
+def test_after_a_yes_an_objection_still_stops_it() -> None:
+    state = ConsentState(RecordingConfig(consent="ask"))
+    state.spoken("Yes, go ahead.", "Hello.")
+    assert state.recording
+    assert state.spoken("Actually, I do not consent to recording.", "").outcome == "opted_out"
+
+
 def test_ask_records_only_after_a_yes_and_greets_after_the_answer() -> None:
     state = ConsentState(RecordingConfig(consent="ask"))
     assert state.opening("Hello!") == RecordingConfig().question and not state.recording and state.pending

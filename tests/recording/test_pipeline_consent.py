@@ -12,9 +12,11 @@ from internal.identity import CallerIdentity
 from internal.pipeline.events import CollectingSink, RecordingEvent
 from internal.pipeline.localcall import LocalCall
 from internal.pipeline.pipeline import VoicePipeline
+from internal.pipeline.tools import ToolRegistry
 from internal.recording.service import RecordingService
+from internal.recording.tool import register_recording_tool
 from internal.session import Conversation, Session
-from tests.fakes.models import RecordingModel
+from tests.fakes.models import RecordingModel, ToolCallingModel
 from tests.pipeline.conftest import PipelineFactory, ScriptedStt
 from tests.speech import silence, tone
 
@@ -77,3 +79,38 @@ async def test_key_two_declines(make_pipeline: PipelineFactory, config: Config, 
     said = [e.text for e in session.conversation.transcript.entries() if e.role == "agent"]
     assert said[-1] == f"{config.recording.declined_reply} {GREETING}"
     assert not any(service.store.directory.iterdir())
+
+
+async def test_the_agent_stops_the_recording_with_its_tool_and_the_recording_is_deleted(
+        make_pipeline: PipelineFactory, config: Config, tmp_path: Path) -> None:
+    config.recording.consent = "announce"
+    service = RecordingService(config.recording, tmp_path, owner_key=lambda identity: "e" * 64)
+    await service.start()
+    tools = ToolRegistry()
+    register_recording_tool(tools)
+    # Words no rule takes for an objection: only the model understands them, and its tool does the stopping.
+    model = ToolCallingModel([("stop_recording", {})],
+                             lambda r: "It has stopped." if r.get("stopped") else "It was not recording.")
+    session = Session(CallerIdentity("jwt", "alice"), "webrtc",
+                      Conversation(RollingSummary(None, config.pipeline.summary_timeout_s)))
+    sink = CollectingSink()
+    pipeline, _ = make_pipeline(stt=ScriptedStt(["Please make sure none of this ends up on file."]), model=model,
+                                session=session, greeting=GREETING, tools=tools)
+    services = pipeline.services
+    services.recording = service.for_pipeline
+    pipeline = VoicePipeline(session, services, pipeline.sample_rate, sink, greeting=GREETING)
+    async with LocalCall(pipeline, speed=2.0) as call:
+        await call.wait_agent_quiet(400)
+        assert any(service.store.directory.iterdir())  # announced: recording from the start
+        call.say(silence(200) + tone(700) + silence(100))
+        await call.wait_caller_done()
+        await call.wait_agent_quiet(800)
+    await service.session_ended(session)
+    await service.stop()
+    assert "stop_recording" in {tool.name for tool in model.requests[0].tools}
+    assert model.results == [{"ok": True, "stopped": True, "deleted": True,
+                              "note": "Recording has stopped and what was recorded of this call is deleted."}]
+    assert consent_events(sink) == [("announced", True), ("opted_out", False)]
+    assert service.store.read(session.id) is None and not any(service.store.directory.iterdir())
+    said = [e.text for e in session.conversation.transcript.entries() if e.role == "agent"]
+    assert said[-1] == "It has stopped."

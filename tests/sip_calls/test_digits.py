@@ -8,9 +8,11 @@ import asyncio
 import json
 import random
 import socket
+import wave
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from internal.audio.dtmf import DtmfSender
@@ -175,3 +177,93 @@ async def test_a_caller_who_says_the_number_is_heard_by_whisper(
     assert tool_result(session) == {"ok": True, "digits": "55512", "via": "speech", "attempts": 1}
     await server.hang_up(session)
     (await caller).check()
+
+
+def feed_events(subscription: Any) -> list[dict[str, Any]]:
+    events = []
+    while not subscription.queue.empty():
+        events.append(json.loads(subscription.queue.get_nowait()))
+    return events
+
+
+def private_config(tmp_path: Path) -> Config:
+    """Digit forms on a recorded call whose events go to the call feed (what evals and operators read)."""
+    config = digits_config(tmp_path)
+    config.digits.forms = {**FORMS, "account": FORMS["account"].model_copy(update={"sensitive": True})}
+    config.server.call_events = True
+    config.server.api_key = "digits-feed-api-key-0123456789"
+    config.recording.enabled = True
+    config.recording.consent = "none"
+    return config
+
+
+def thanking(form: str) -> ToolCallingModel:
+    """Collects `form` and does not read the entry back (what the agent says is its own business)."""
+    return ToolCallingModel([("collect_digits", {"form": form})], lambda r: "Thank you." if r.get("ok") else "No.")
+
+
+async def test_keys_typed_into_a_form_are_masked_in_the_call_events_and_a_sensitive_form_pauses_the_recording(
+        make_server: ServerFactory, tmp_path: Path) -> None:
+    server = await make_server(stt=ScriptedStt([REQUEST]), config=private_config(tmp_path), model=thanking("account"))
+    feed = server.gateway.call_feed
+    assert feed is not None
+    with feed.subscribe() as subscription:
+        scenario = render(tmp_path, media=stream(caller_audio(tmp_path, REQUEST)), ending=WAIT_FOR_BYE)
+        caller = asyncio.create_task(run_sipp(tmp_path, scenario, server.target))
+        session = await collecting(server)
+        await asyncio.sleep(1.5)  # well into the prompt, which the recording must not hold
+        port = server.gateway.sip_calls.calls[session.data["sip.call_id"]].rtp.local_port
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            await press(sock, port, "55512#", 0x5EED, {"seq": 100, "ts": 8000})
+        await agent_said(session, "Thank you.")
+        assert tool_result(session) == {"ok": True, "digits": "55512", "via": "keys", "attempts": 1}
+        await asyncio.sleep(0.5)
+        await server.hang_up(session)
+        (await caller).check()
+        await asyncio.sleep(0.2)
+        events = feed_events(subscription)
+    keys = [event for event in events if event["type"] == "dtmf"]
+    assert len(keys) == 6 and all(event["digit"] == "" and event["masked"] for event in keys)
+    assert "55512" not in json.dumps(events)
+    (digits,) = [event for event in events if event["type"] == "digits"]
+    assert (digits["form"], digits["status"], digits["length"]) == ("account", "complete", 5)
+    recording = [event for event in events if event["type"] == "recording"]
+    assert [(e["recording"], e["paused"]) for e in recording] == [(True, False), (False, True), (True, False)]
+
+    store = server.gateway.recordings.store
+    await eventually(lambda: (info := store.read(session.id)) is not None and info.ended_at is not None, 10,
+                     "the recording to be finished")
+    with wave.open(str(store.audio_path(store.read(session.id)))) as wav:  # type: ignore[arg-type]
+        samples = np.frombuffer(wav.readframes(wav.getnframes()), dtype="<i2").reshape(-1, 2)
+    start, paused, resumed = recording[0]["ts"], recording[1]["ts"], recording[2]["ts"]
+    inside = samples[int((paused - start + 0.3) * 8000):int((resumed - start - 0.3) * 8000)]
+    assert len(inside) > 8000  # more than a second of the form, the prompt among it ...
+    assert not inside.any()  # ... recorded as silence on both channels
+    assert samples[:, 1].any()  # the rest of the call is there
+
+
+async def test_digits_said_into_a_form_are_masked_in_the_call_events(
+        make_server: ServerFactory, tmp_path: Path) -> None:
+    number = "four two one"  # an extension: at most four digits
+    server = await make_server(stt=ScriptedStt([REQUEST, number]), config=private_config(tmp_path),
+                               model=thanking("extension"))
+    feed = server.gateway.call_feed
+    assert feed is not None
+    with feed.subscribe() as subscription:
+        media = stream(caller_audio(tmp_path, REQUEST)) + '<pause milliseconds="6000"/>' + stream(
+            caller_audio(tmp_path, number))
+        caller = asyncio.create_task(run_sipp(tmp_path, render(tmp_path, media=media, ending=WAIT_FOR_BYE),
+                                              server.target))
+        session = await collecting(server)
+        await agent_said(session, "Thank you.")
+        assert tool_result(session) == {"ok": True, "digits": "421", "via": "speech", "attempts": 1}
+        await server.hang_up(session)
+        (await caller).check()
+        await asyncio.sleep(0.2)
+        events = feed_events(subscription)
+    said = [(event["text"], event.get("masked")) for event in events
+            if event["type"] == "transcript" and event["role"] == "user" and event["final"]]
+    assert said == [(REQUEST, False), ("[digit entry]", True)]
+    assert number not in json.dumps(events)
+    recording = [(e["recording"], e["paused"]) for e in events if e["type"] == "recording"]
+    assert recording == [(True, False)]  # "extension" is not a sensitive form: the recording went on

@@ -3,6 +3,7 @@ negotiate telephone-event, and the agent's `send_dtmf` heard by baresip."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from pathlib import Path
 from typing import Any
@@ -11,14 +12,19 @@ import pytest
 
 from internal.audio.dtmf import END_REPEATS, DtmfReceiver, TelephoneEvent
 from tests.fakes.models import ToolCallingModel
+from tests.pipeline.conftest import ScriptedStt
 from tests.sip_calls.conftest import (
     PCMU_ONLY_ANSWER,
     WAIT_FOR_BYE,
     RtpCapture,
     agent_said,
+    caller_audio,
     eventually,
     fragment,
     render,
+    run_sipp,
+    sip_calls_config,
+    stream,
 )
 from tests.sip_calls.test_baresip import baresip_home, console, running_baresip, with_console
 from tests.sip_calls.test_outbound import API_KEY, AUTH, OUR_OFFER, outbound_config, start_callee
@@ -116,3 +122,45 @@ async def test_the_agent_presses_a_key_in_the_menu_it_called_and_baresip_hears_i
         keys = [e.get("param") for e in ivr.events if e.get("type") == "CALL_DTMF_START"]
         assert keys == ["2"], ivr.events
         await server.hang_up(session)
+
+
+FEATURE_CODE = "#9011"  # a blind transfer to an international number, with the PBX's DTMF feature codes on
+
+
+def pressing(digits: str) -> ToolCallingModel:
+    return ToolCallingModel([("send_dtmf", {"digits": digits})],
+                            lambda r: "Done." if r.get("ok") else "I cannot press keys on this call.")
+
+
+async def test_send_dtmf_is_not_offered_on_a_call_voicegate_answered(
+        make_server: Any, capture: RtpCapture, tmp_path: Path) -> None:
+    model = pressing(FEATURE_CODE)
+    server = await make_server(stt=ScriptedStt(["press hash nine zero one one"]), model=model,
+                               config=sip_calls_config(tmp_path, symmetric_rtp=False))
+    scenario = render(tmp_path, media=stream(caller_audio(tmp_path, "press hash nine zero one one")),
+                      ending=WAIT_FOR_BYE, media_port=capture.port)
+    caller = asyncio.create_task(run_sipp(tmp_path, scenario, server.target))
+    (session,) = await server.wait_live()
+    await agent_said(session, "I cannot press keys on this call.")
+    assert model.results == [{"error": "unknown tool 'send_dtmf'"}]
+    assert all("send_dtmf" not in {tool.name for tool in request.tools} for request in model.requests)
+    await server.hang_up(session)
+    (await caller).check()
+    assert capture.packets((101,)) == []  # not one key went out on the line the PBX handed us
+
+
+async def test_send_dtmf_on_an_answered_call_needs_the_explicit_switch(
+        make_server: Any, capture: RtpCapture, tmp_path: Path) -> None:
+    model = pressing("2")
+    config = sip_calls_config(tmp_path, symmetric_rtp=False, send_dtmf_inbound=True)
+    server = await make_server(stt=ScriptedStt(["press two"]), model=model, config=config)
+    scenario = render(tmp_path, media=stream(caller_audio(tmp_path, "press two")), ending=WAIT_FOR_BYE,
+                      media_port=capture.port)
+    caller = asyncio.create_task(run_sipp(tmp_path, scenario, server.target))
+    (session,) = await server.wait_live()
+    await agent_said(session, "Done.")
+    assert model.results == [{"ok": True, "sent": "2", "method": "rfc4733"}]
+    await server.hang_up(session)
+    (await caller).check()
+    receiver = DtmfReceiver()
+    assert [d for p in capture.packets((101,)) for d in receiver.feed(p)] == ["2"]

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +154,38 @@ async def test_a_busy_target_returns_the_caller_to_the_agent(http_server: Any, t
     (await caller).check()
     assert (await server.wait_ended())[0].end_reason == "sip bye"
     assert session.data[ACTIONS] == [{"action": "transfer", "target": "sales", "status": "failed"}]
+
+
+async def test_the_callers_keys_stay_off_the_targets_leg_and_the_bridge_ends_at_its_maximum(
+        make_server: Any, tmp_path: Path) -> None:
+    from tests.pipeline.conftest import ScriptedStt
+    from tests.sip_calls.test_digits import press
+
+    caller_hears, sales_hears = await RtpCapture.open(), await RtpCapture.open()
+    try:
+        sales = render(tmp_path, "uas_answer.xml", media_port=sales_hears.port, OFFER_REGEXP="m=audio",
+                       ending=stream(side(tmp_path, "sales", "sales, this is alex", 500, TARGET_TONE_HZ))
+                       + fragment(WAIT_FOR_BYE))
+        callee, sales_port = await start_callee(tmp_path, sales)
+        config = transfer_config(tmp_path, sales_port, default_mode="warm", max_bridge_s=5.0)
+        assert config.warm_transfer.relay_caller_keys is False  # the default
+        server = await make_server(stt=ScriptedStt(["transfer me to sales"]), config=config)
+        audio = side(tmp_path, "caller", "transfer me to sales", 500, CALLER_TONE_HZ)
+        scenario = render(tmp_path, media=stream(audio), ending=WAIT_FOR_BYE, media_port=caller_hears.port)
+        caller = asyncio.create_task(run_sipp(tmp_path, scenario, server.target))
+        (session,) = await server.wait_live()
+        await eventually(lambda: _phase(session) == "connected", 60, "the legs to be bridged")
+        bridged_at = asyncio.get_running_loop().time()
+        port = server.gateway.sip_calls.calls[session.data["sip.call_id"]].rtp.local_port
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:  # the caller keys a feature code
+            await press(sock, port, "#9011", 0x5EED, {"seq": 1000, "ts": 50000})
+        (await caller).check()  # voicegate hung both legs up when the bridge's time was up ...
+        (await callee).check()
+        ended_after = asyncio.get_running_loop().time() - bridged_at
+        assert 4.0 <= ended_after <= 12.0, ended_after
+        (ended,) = await server.wait_ended()
+        assert ended.end_reason == TRANSFERRED
+        assert sales_hears.packets((101,)) == []  # ... and the target never got one of the caller's keys
+    finally:
+        caller_hears.close()
+        sales_hears.close()

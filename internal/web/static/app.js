@@ -364,7 +364,7 @@ function onServerEvent(data) {
       recordTiming(event);
       break;
     case "dtmf":
-      appendLine("system", `Keypad: ${event.digit}`, "note");
+      appendLine("system", `Keypad: ${event.masked ? "(a key, hidden while digits are collected)" : event.digit}`, "note");
       break;
     case "connection":
       if (event.state === "ended") {
