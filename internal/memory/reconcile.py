@@ -13,7 +13,9 @@ A session digest (when `memory.session_digests` is on) records a call's topics, 
 injected into prompts and lives min(`digest_retention_days`, `retention_days`).
 
 Forgetting holds after the call too: what the caller had removed during it (`HangupWrite.forgotten`,
-words of the removed facts) is kept out of both. Transcript lines that mention a forgotten word are not
+words of the removed facts), and any fact the call saw that is gone from the document when the step
+runs (removed through the API, the page, the CLI or another node: `HangupWrite.forgotten_against`), is
+kept out of both. Transcript lines that mention a forgotten word are not
 shown to the model, a proposed edit whose new text mentions one is dropped, and the session digest
 leaves out the topics, gist and caller lines that mention one.
 """
@@ -24,6 +26,7 @@ import json
 import logging
 import re
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 from internal.llm.base import ChatModel, LlmError
@@ -150,10 +153,14 @@ class Reconciler:
 
     async def __call__(self, call: HangupWrite) -> None:
         """An outbox step: the call's transcript (redacted and bounded at hang-up) against the documents."""
-        transcript, owner = without_forgotten(call.transcript, set(call.forgotten)), call.owner
-        if not transcript.strip():
+        owner = call.owner
+        if not call.transcript.strip():
             return
         documents = await landing(self.runtime.latest(owner))
+        forgotten = call.forgotten_against(documents["memory"])  # removed by the call, or by anyone since
+        transcript = without_forgotten(call.transcript, forgotten)
+        if not transcript.strip():
+            return
         prompt = (f"USER document:\n{documents['user'].content or '(empty)'}\n\n"
                   f"MEMORY document:\n{documents['memory'].content or '(empty)'}\n\nTRANSCRIPT:\n{transcript}")
         try:
@@ -164,7 +171,7 @@ class Reconciler:
             return
         applied = 0
         for edit in edits:
-            if restates(edit, set(call.forgotten)):
+            if restates(edit, forgotten):
                 log.info("a reconciliation edit was dropped: it restates a fact the caller had removed")
                 continue
             try:
@@ -194,6 +201,9 @@ class SessionDigestRecorder:
         """An outbox step: a model's topics and gist of the call, or keywords of what the caller said."""
         if not self.runtime.keeps_session_digests:
             return
+        if call.seen:  # a fact the call saw and someone removed since (the API, another node) is left out
+            memory = (await landing(self.runtime.latest(call.owner)))["memory"]
+            call = replace(call, forgotten=sorted(call.forgotten_against(memory)))
         digest = fallback_digest(call)
         transcript = without_forgotten(call.transcript, set(call.forgotten))
         if self.model is not None and transcript.strip():

@@ -151,6 +151,17 @@ class FrontendMemoryRuntime(ProviderSurface):
             log.warning("memory unavailable; the call goes on without it: %s", type(exc).__name__)
         return False
 
+    def snapshot_known(self, owner: str) -> bool:
+        """Whether the synchronous snapshot holds this owner's documents as read (a provider that keeps
+        no cache of its own, or cannot say, is taken at its word)."""
+        cached = getattr(self.provider, "cached", None)
+        if not callable(cached):
+            return True
+        try:
+            return bool(cached(owner))
+        except Exception:
+            return False
+
     def documents(self, owner: str) -> dict[Scope, MemoryDocument]:
         """Both documents from the provider's synchronous snapshot (empty ones when absent or unreadable:
         the prompt path goes on without memory rather than fail)."""

@@ -9,6 +9,10 @@
 - End: what the call leaves to write (its digest line, and when configured reconciliation and a
   session digest) goes to the hang-up outbox (internal/memory/outbox.py) as a small bounded record;
   the Session is released at once and the outbox lands the writes, durably, off the call path.
+- Forgetting: the call keeps the fact lines it saw (at set-up, at each refresh, at each change notice).
+  A fact gone from the document when a hang-up step lands (removed by the caller's tool, the API, the
+  page, the CLI or another node, during the call or after it) is not restated by the call's digest line,
+  session digest or reconciliation (HangupWrite.forgotten_against), whoever removed it.
 - Erasure: the owner's erasure epoch is read at set-up and every write of the call carries it, so a
   call that is live when its caller is erased writes nothing afterwards (tool, digest, session digest,
   reconciliation), and drops its injected memory at its next idle point. A call that could not read
@@ -24,7 +28,14 @@ import re
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
-from internal.memory.digest import bounded_line, call_summary, merge_digest, scrub_summary
+from internal.memory.digest import (
+    bounded_line,
+    call_summary,
+    fact_lines,
+    merge_digest,
+    scrub_summary,
+    without_mentions,
+)
 from internal.memory.injection import memory_context, memory_text
 from internal.memory.outbox import (
     SAID_LINES,
@@ -60,6 +71,8 @@ EPOCH = "memory.epoch"  # the owner's erasure epoch when the call began (UNKNOWN
 DIRTY = "memory.dirty"
 UNSUBSCRIBE = "memory.unsubscribe"
 FORGOTTEN = "memory.forgotten"  # words of facts the caller had removed during this call
+SEEN = "memory.seen"  # the fact lines of `memory` this call saw, however they changed during it
+SEEN_BUDGET = 4  # ... at most this many times memory.max_chars of them (a call that saw many edits)
 SESSION_DIGEST_STEP = "session_digest"  # the outbox step that records a call's session digest
 _NAME = re.compile(r"(?:caller's name is|call the caller|their name is|name:)\s*([A-Z][\w'-]+)", re.IGNORECASE)
 
@@ -130,6 +143,7 @@ class SessionMemory:
 
         def changed() -> None:
             session.data[DIRTY] = True
+            self._saw(session, owner)
             if session.pipeline is not None:
                 session.pipeline.sink.emit(MemoryChangedEvent())
 
@@ -165,6 +179,20 @@ class SessionMemory:
         conversation.memory_context = memory_context(user, memory, self.runtime.config.max_chars)
         conversation.memory_text = memory_text(user, memory, self.runtime.config.max_chars)
         session.data[DIRTY] = False
+        self._saw(session, owner)
+
+    def _saw(self, session: Session, owner: str) -> None:
+        """Add the facts the snapshot holds now to what this call has seen (nothing when the snapshot
+        is not known: an empty one would not mean that every fact went)."""
+        if not self.runtime.snapshot_known(owner):
+            return
+        document = self.runtime.documents(owner)["memory"]
+        seen: list[str] = session.data.setdefault(SEEN, [])
+        budget = SEEN_BUDGET * self.runtime.config.max_chars - sum(len(line) for line in seen)
+        for line in fact_lines(document.content, document.format):
+            if line not in seen and len(line) <= budget:
+                seen.append(line)
+                budget -= len(line)
 
     # ---- pipeline hooks --------------------------------------------------------------------------
 
@@ -290,7 +318,7 @@ class SessionMemory:
         said = [redact(e.text.strip()) for e in entries if e.role == "user" and e.text.strip()][:SAID_LINES]
         return HangupWrite(**base, steps=["digest", *self.after_session],  # type: ignore[arg-type]
                            summary=summary, transcript=transcript, said=said, summarise=summarise,
-                           forgotten=forgotten, actions=actions)
+                           forgotten=forgotten, actions=actions, seen=list(session.data.get(SEEN, ())))
 
     async def _hand_over(self, session: Session, owner: str, epoch: int, exchanges: list[Exchange]) -> None:
         """Off the call path: reduce the ended call to its bounded record (formatting and redacting a
@@ -311,15 +339,22 @@ class SessionMemory:
         context = ChangeContext("digest", entry.session_id, erasure_epoch=entry.epoch)
         summary = entry.summary
         if entry.summarise and self.summarise is not None and entry.transcript.strip():
+            forgotten = set(entry.forgotten)
+            if entry.seen:  # the model is not shown what was removed since the call saw it
+                forgotten = entry.forgotten_against((await landing(self.runtime.latest(entry.owner)))["memory"])
             try:
-                written = bounded_line(self.runtime.sensitive.redact(await self.summarise(entry.transcript)))
-                summary = scrub_summary(written, set(entry.forgotten)) if written else summary
+                written = bounded_line(self.runtime.sensitive.redact(
+                    await self.summarise(without_mentions(entry.transcript, forgotten))))
+                summary = scrub_summary(written, forgotten) if written else summary
             except Exception as exc:  # the quoted lines stand in; never retry a model for a digest
                 log.info("the call summary model failed; the digest keeps the caller's quoted lines: %s",
                          type(exc).__name__)
 
         def merged(current: MemoryDocument) -> str:
-            return merge_digest(current.content, summary, max_chars, fmt=current.format)
+            # Judged against the document this write replaces, under the owner's lock: a fact removed
+            # anywhere before this lands is not quoted again.
+            line = scrub_summary(summary, entry.forgotten_against(current))
+            return merge_digest(current.content, line, max_chars, fmt=current.format)
 
         await landing(self.runtime.set_document(entry.owner, "memory", "", context, transform=merged))
 
