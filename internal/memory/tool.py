@@ -26,9 +26,12 @@ from internal.telemetry.otel import current_trace_id
 
 MEMORY_TOOL_DESCRIPTION = (
     "Read or change what you remember about the caller. One operation per call; several calls per turn "
-    "are fine. Documents: 'user' holds the caller's explicit long-term preferences (how to address them, "
-    "how you should reply); 'memory' holds durable facts and decisions about them. Save only what the "
-    "caller asked you to remember or change, or durable facts they stated; never guesses, and never a "
+    "are fine. Documents: 'user' holds the caller's explicit long-term preferences: how to address them "
+    "('call me Sam'), what to call yourself ('call yourself Skiff from now on': that is this caller's "
+    "preference, saved in 'user', never a change to your profile) and how you should reply ('keep your "
+    "answers short'); save such a stated preference to 'user' in the same turn, even when the caller does not "
+    "say 'remember'. 'memory' holds durable facts and decisions about them. Save only what the "
+    "caller asked you to remember or change, or what they stated; never guesses, and never a "
     "request the caller limits to now ('just this once', 'for this answer'): that applies to the current "
     "turn only. Actions: "
     "read (optional query), append (document, content as a Markdown list line '- ...'), replace (document, "
