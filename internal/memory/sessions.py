@@ -57,11 +57,12 @@ from internal.memory.provider import (
     SessionContext,
 )
 from internal.memory.runtime import UNKNOWN_EPOCH, CallerErased, FrontendMemoryRuntime
+from internal.memory.tasks import CallTasks, LedgerWriter
 from internal.pipeline.events import MemoryChangedEvent
 from internal.pipeline.rolling_summary import format_transcript_for_summary
 from internal.pipeline.text import clean
 from internal.pipeline.vad import VadEvent
-from internal.session.actions import ACTIONS, call_actions
+from internal.session.actions import ACTIONS, CALL_TASKS, ON_CHANGE, call_actions, objective
 from internal.session.session import Session
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,8 @@ UNSUBSCRIBE = "memory.unsubscribe"
 FORGOTTEN = "memory.forgotten"  # words of facts the caller had removed during this call
 SEEN = "memory.seen"  # the fact lines of `memory` this call saw, however they changed during it
 SEEN_BUDGET = 4  # ... at most this many times memory.max_chars of them (a call that saw many edits)
+LEDGER = "memory.ledger"  # the call's LedgerWriter: its actions' status, live, in the caller's task ledger
+LEDGER_SETTLE_S = 5.0  # how long a hang-up waits for the call's last ledger writes (in the background)
 SESSION_DIGEST_STEP = "session_digest"  # the outbox step that records a call's session digest
 _NAME = re.compile(r"(?:caller's name is|call the caller|their name is|name:)\s*([A-Z][\w'-]+)", re.IGNORECASE)
 
@@ -148,6 +151,11 @@ class SessionMemory:
                 session.pipeline.sink.emit(MemoryChangedEvent())
 
         session.data[UNSUBSCRIBE] = self.runtime.subscribe(owner, changed)
+        epoch = session.data[EPOCH]
+        if self.runtime.keeps_tasks and epoch != UNKNOWN_EPOCH:  # what the agent dispatches: status kept live
+            writer = session.data[LEDGER] = LedgerWriter(self.runtime, owner, epoch, session.id)
+            session.data[ON_CHANGE] = writer.told
+            session.data[CALL_TASKS] = CallTasks(self.runtime, owner, epoch, session.id)
         if self.runtime.capabilities.audio_stream_observation:
             self._observe_audio(session, AudioEvent("session_start"))
         log.info("caller memory loaded" if loaded else "caller memory not loaded",
@@ -281,6 +289,7 @@ class SessionMemory:
         capabilities = self.runtime.capabilities
         if capabilities.audio_stream_observation:
             self._observe_audio(session, AudioEvent("session_end"))
+        session.data.pop(ON_CHANGE, None)
         epoch = self.epoch(session)
         if epoch == UNKNOWN_EPOCH:
             log.warning("this call leaves no memory: its caller's erasure state could not be read")
@@ -299,7 +308,9 @@ class SessionMemory:
             # told the session ended, even when the caller said nothing.
             return HangupWrite(**base, steps=["flush"])  # type: ignore[arg-type]
         # What the agent did goes with the session digest, when one is kept (internal/session/actions.py).
-        actions = call_actions(session.data.get(ACTIONS)) if SESSION_DIGEST_STEP in self.after_session else []
+        # Only the objective: the status lives in the task ledger (internal/memory/tasks.py), read at recall.
+        actions = [objective(action) for action in call_actions(session.data.get(ACTIONS))] \
+            if SESSION_DIGEST_STEP in self.after_session else []
         if conversation.transcript.user_turns() == 0:
             if not actions:
                 return None  # nothing was said or done: nothing to remember
@@ -323,6 +334,9 @@ class SessionMemory:
     async def _hand_over(self, session: Session, owner: str, epoch: int, exchanges: list[Exchange]) -> None:
         """Off the call path: reduce the ended call to its bounded record (formatting and redacting a
         long transcript is CPU work, so in a thread), then hand it to the outbox."""
+        writer = session.data.pop(LEDGER, None)
+        if isinstance(writer, LedgerWriter):  # transfers still waiting never learn their outcome now
+            await writer.settle(call_actions(session.data.get(ACTIONS)), LEDGER_SETTLE_S)
         if exchanges:
             await self.runtime.observe(owner, exchanges, SessionContext(session.id, session.transport))
         entry = await asyncio.to_thread(self.hangup_write, session, owner, epoch)
