@@ -28,6 +28,7 @@ import re
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
+from internal.memory.call_access import CallMemoryAccess
 from internal.memory.digest import (
     bounded_line,
     call_summary,
@@ -113,6 +114,8 @@ class SessionMemory:
         # lines are kept, quoted and bounded.
         self.summarise: Callable[[str], Awaitable[str]] | None = None
         self._writes: set[asyncio.Task[None]] = set()
+        # A BYO agent's capability for the caller of each live call (set by the gateway with llm "agent").
+        self.access: CallMemoryAccess | None = None
         outbox.add_step("digest", self._land_digest)
         outbox.add_step("flush", self._land_flush)
         outbox.on_rejected = self._refused
@@ -156,6 +159,8 @@ class SessionMemory:
             writer = session.data[LEDGER] = LedgerWriter(self.runtime, owner, epoch, session.id)
             session.data[ON_CHANGE] = writer.told
             session.data[CALL_TASKS] = CallTasks(self.runtime, owner, epoch, session.id)
+        if self.access is not None and epoch != UNKNOWN_EPOCH:
+            self.access.issue(session.id, owner, epoch)
         if self.runtime.capabilities.audio_stream_observation:
             self._observe_audio(session, AudioEvent("session_start"))
         log.info("caller memory loaded" if loaded else "caller memory not loaded",
@@ -281,6 +286,8 @@ class SessionMemory:
     async def end(self, session: Session) -> None:
         """The session manager's end hook: returns at once; the writing happens in the background."""
         owner = self.owner(session)
+        if self.access is not None:  # the BYO agent's capability dies with the call
+            self.access.revoke(session.id)
         unsubscribe = session.data.pop(UNSUBSCRIBE, None)
         if callable(unsubscribe):
             unsubscribe()
