@@ -33,11 +33,18 @@ from typing import Any
 
 from internal.llm.base import ChatModel, LlmError
 from internal.memory.digest import mentions
-from internal.memory.outbox import HangupWrite
+from internal.memory.outbox import HangupWrite, StepFailed, StepRejected
 from internal.memory.preferences import preference_edit
-from internal.memory.provider import ChangeContext, OwnerErased
+from internal.memory.provider import ChangeContext, OwnerErased, RevisionConflict
 from internal.memory.records import SessionDigest
-from internal.memory.runtime import DAY_S, CallerErased, FrontendMemoryRuntime, MemoryRuntimeError
+from internal.memory.runtime import (
+    DAY_S,
+    CallerErased,
+    EditOutcome,
+    FrontendMemoryRuntime,
+    MemoryRuntimeError,
+    StaleRevision,
+)
 from internal.memory.sessions import landing
 from internal.session.actions import call_actions
 
@@ -188,22 +195,42 @@ class Reconciler:
             log.warning("memory reconciliation skipped: %s", exc)
             return
         applied = 0
+        # With facts the call saw, each edit is checked against the `memory` revision its forgetting was
+        # judged on: a removal landing meanwhile (another node, the API) makes it judge again.
+        guarded = bool(call.seen)
+        revision = documents["memory"].revision
         for edit in edits:
-            if restates(edit, forgotten):
-                log.info("a reconciliation edit was dropped: it restates a fact the caller had removed")
-                continue
-            try:
-                outcome = await self.runtime.edit(owner, edit["document"], edit["action"],  # type: ignore[arg-type]
-                                                  content=edit.get("content", ""), old_text=edit.get("old_text", ""),
-                                                  new_text=edit.get("new_text", ""),
-                                                  context=ChangeContext("reconciliation", call.session_id,
-                                                                        erasure_epoch=call.epoch))
+            for _attempt in range(3):
+                if restates(edit, forgotten):
+                    log.info("a reconciliation edit was dropped: it restates a fact the caller had removed")
+                    break
+                try:
+                    outcome = await self._apply(call, edit, revision if guarded else None)
+                except StaleRevision:
+                    documents = await landing(self.runtime.latest(owner))
+                    forgotten, revision = call.forgotten_against(documents["memory"]), documents["memory"].revision
+                    continue
+                except CallerErased:
+                    raise OwnerErased(call.epoch) from None  # the outbox drops the rest of this call
+                except MemoryRuntimeError as exc:
+                    log.info("a reconciliation edit was refused", extra={"code": getattr(exc, "code", "")})
+                    break
                 applied += int(outcome.changed)
-            except CallerErased:
-                raise OwnerErased(call.epoch) from None  # the outbox drops the rest of this call
-            except MemoryRuntimeError as exc:
-                log.info("a reconciliation edit was refused", extra={"code": getattr(exc, "code", "")})
+                revision = outcome.documents["memory"].revision
+                break
         log.info("memory reconciled", extra={"proposed": len(edits), "applied": applied})
+
+
+    async def _apply(self, call: HangupWrite, edit: dict[str, str], memory_revision: int | None) -> EditOutcome:
+        """One proposed edit; a `memory` edit is refused (StaleRevision) when the document moved past
+        `memory_revision`. A `user` edit never waits on `memory`."""
+        document = edit["document"]
+        return await self.runtime.edit(call.owner, document, edit["action"],  # type: ignore[arg-type]
+                                       content=edit.get("content", ""), old_text=edit.get("old_text", ""),
+                                       new_text=edit.get("new_text", ""),
+                                       expected_revision=memory_revision if document == "memory" else None,
+                                       context=ChangeContext("reconciliation", call.session_id,
+                                                             erasure_epoch=call.epoch))
 
 
 class SessionDigestRecorder:
@@ -219,20 +246,34 @@ class SessionDigestRecorder:
         """An outbox step: a model's topics and gist of the call, or keywords of what the caller said."""
         if not self.runtime.keeps_session_digests:
             return
-        if call.seen:  # a fact the call saw and someone removed since (the API, another node) is left out
-            memory = (await landing(self.runtime.latest(call.owner)))["memory"]
-            call = replace(call, forgotten=sorted(call.forgotten_against(memory)))
-        digest = fallback_digest(call)
-        transcript = without_forgotten(call.transcript, set(call.forgotten))
-        if self.model is not None and transcript.strip():
+        value: dict[str, Any] | None = None
+        for attempt in range(3):
+            # A fact the call saw and someone removed since (the API, another node) is left out: judged
+            # against the `memory` revision the write checks in its own transaction, so a removal that
+            # lands in between makes it judge again.
+            revision, judged = None, call
+            if call.seen:
+                memory = (await landing(self.runtime.latest(call.owner)))["memory"]
+                revision, judged = memory.revision, replace(call, forgotten=sorted(call.forgotten_against(memory)))
+            digest = fallback_digest(judged)
+            transcript = without_forgotten(call.transcript, set(judged.forgotten))
+            if self.model is not None and transcript.strip() and value is None and attempt == 0:
+                try:
+                    value = parse_json_object(await self.model.complete(DIGEST_SYSTEM_PROMPT, transcript,
+                                                                        RECONCILE_TIMEOUT_S))
+                except (LlmError, ValueError) as exc:
+                    log.info("session digest from the model failed; using keywords: %s", exc)
+            if value is not None:
+                digest = model_digest(judged, value, digest)
+            digest = SessionDigest(digest.session_id, [self.runtime.sensitive.redact(t) for t in digest.topics],
+                                   self.runtime.sensitive.redact(digest.gist)[:50], actions=digest.actions)
             try:
-                value = parse_json_object(await self.model.complete(DIGEST_SYSTEM_PROMPT, transcript,
-                                                                    RECONCILE_TIMEOUT_S))
-                digest = model_digest(call, value, digest)
-            except (LlmError, ValueError) as exc:
-                log.info("session digest from the model failed; using keywords: %s", exc)
-        digest = SessionDigest(digest.session_id, [self.runtime.sensitive.redact(t) for t in digest.topics],
-                               self.runtime.sensitive.redact(digest.gist)[:50], actions=digest.actions)
-        await landing(self.runtime.add_session_digest(call.owner, digest, self.retention_s,
-                                                      ChangeContext("digest", call.session_id,
-                                                                    erasure_epoch=call.epoch)))
+                await landing(self.runtime.add_session_digest(
+                    call.owner, digest, self.retention_s, ChangeContext("digest", call.session_id,
+                                                                        erasure_epoch=call.epoch),
+                    memory_revision=revision))
+                return
+            except StepRejected as exc:
+                if not isinstance(exc.__cause__, RevisionConflict):
+                    raise
+        raise StepFailed("memory kept changing under the session digest")

@@ -14,14 +14,20 @@ from typing import Any
 
 import pytest
 
+from internal.config import load_config
 from internal.identity import CallerIdentity
+from internal.llm.openai import OpenAIChatModel
 from internal.memory.digest import no_longer_stated
 from internal.memory.outbox import HangupWrite
 from internal.memory.provider import ChangeContext, MemoryDocument
+from internal.memory.providers.inmemory import InMemoryProvider
+from internal.memory.reconcile import Reconciler, SessionDigestRecorder
+from internal.memory.runtime import FrontendMemoryRuntime
 from internal.pipeline.events import CollectingSink
 from internal.pipeline.localcall import LocalCall
 from server.gateway import Gateway
-from tests.memory.conftest import base_config
+from tests.fakes.openai_fake import FakeOpenAI
+from tests.memory.conftest import RETENTION_S, base_config, make_runtime
 from tests.pipeline.conftest import ScriptedStt
 
 ALICE = CallerIdentity("jwt", "alice", "jwt")
@@ -119,3 +125,54 @@ async def test_a_fact_removed_after_the_hang_up_before_the_digest_landed_stays_r
     finally:
         await gateway.stop()
     assert "green tea" in document and "zanzibar" not in document.lower()
+
+
+OWNER = "ef" * 32
+SAID = ["my locker code word zanzibar still works", "I also like green tea"]
+
+
+def removed_right_after_the_first_read(runtime: FrontendMemoryRuntime) -> list[int]:
+    """The runtime's first `latest()` answers the documents as they were, and the fact is removed just
+    after it (another node's PATCH landing between a hang-up step's read and its write)."""
+    real, reads = runtime.latest, [0]
+
+    async def latest(owner: str) -> dict[Any, Any]:
+        reads[0] += 1
+        if reads[0] > 1:
+            return await real(owner)
+        before = await real(owner)
+        await runtime.edit(owner, "memory", "replace", old_text=LINE, new_text="", context=ChangeContext("api"))
+        return before
+
+    runtime.latest = latest  # type: ignore[method-assign]
+    return reads
+
+
+async def test_a_removal_landing_while_the_session_digest_is_judged_makes_it_judge_again(tmp_path: Path) -> None:
+    runtime = make_runtime(InMemoryProvider(RETENTION_S), tmp_path, session_digests=True)
+    await runtime.edit(OWNER, "memory", "append", content=FACTS.strip(), context=ChangeContext("api"))
+    reads = removed_right_after_the_first_read(runtime)
+    entry = HangupWrite(OWNER, "s1", "talk", 0, ["session_digest"], said=SAID, seen=FACTS.strip().splitlines())
+    await SessionDigestRecorder(runtime, None)(entry)
+    (digest,) = await runtime.session_digests(OWNER)
+    assert reads[0] >= 3  # judged, refused by the provider (the document moved on), judged again
+    assert digest.gist == "I also like green tea" and "zanzibar" not in json.dumps(digest.topics)
+
+
+async def test_a_removal_landing_while_reconciliation_runs_is_not_written_back(tmp_path: Path) -> None:
+    runtime = make_runtime(InMemoryProvider(RETENTION_S), tmp_path)
+    await runtime.edit(OWNER, "memory", "append", content=FACTS.strip(), context=ChangeContext("api"))
+    removed_right_after_the_first_read(runtime)
+    entry = HangupWrite(OWNER, "s1", "talk", 0, ["reconcile"], seen=FACTS.strip().splitlines(),
+                        transcript="Caller: my locker code word zanzibar still works\nCaller: I also like green tea\n")
+    async with FakeOpenAI() as fake:
+        fake.script_reply(json.dumps({"edits": [
+            {"document": "memory", "action": "append", "content": "- The caller's locker word is zanzibar."},
+            {"document": "memory", "action": "append", "content": "- The caller likes green tea."}]}))
+        model = OpenAIChatModel(load_config(None).openai, base_url=fake.url + "/v1", api_key="k")
+        try:
+            await Reconciler(runtime, model)(entry)
+        finally:
+            await model.aclose()
+    memory = (await runtime.latest(OWNER))["memory"].content
+    assert "likes green tea" in memory and "zanzibar" not in memory

@@ -147,9 +147,15 @@ class InMemoryProvider:
             return ApplyResult(len(changed), changed)
 
     async def add_session_digest(self, owner_id: str, digest: SessionDigest, retention_s: float, *,
-                                 erasure_epoch: int | None = None, max_per_owner: int = 200) -> None:
+                                 erasure_epoch: int | None = None, max_per_owner: int = 200,
+                                 memory_revision: int | None = None) -> None:
         async with self._lock:
             self._check_epoch(owner_id, erasure_epoch)
+            if memory_revision is not None:  # judged against this `memory`: refused once it moved on
+                live = self._live(owner_id, "memory")
+                current = live.document.revision if live is not None else 0
+                if current != memory_revision:
+                    raise RevisionConflict("memory", current)
             now = time.time()
             kept = replace(digest, topics=list(digest.topics), actions=[dict(a) for a in digest.actions])
             items = [*(d for d in self._digests.get(owner_id, []) if d.expires_at > now),

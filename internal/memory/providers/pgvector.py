@@ -274,10 +274,18 @@ class PgvectorProvider:
         return await pgvector_owners.owners(self._db, limit, offset)
 
     async def add_session_digest(self, owner_id: str, digest: SessionDigest, retention_s: float, *,
-                                 erasure_epoch: int | None = None, max_per_owner: int = 200) -> None:
+                                 erasure_epoch: int | None = None, max_per_owner: int = 200,
+                                 memory_revision: int | None = None) -> None:
         async with self._db.pool.connection() as conn, conn.transaction():
             await lock_owner(conn, owner_id)
             await check_epoch(conn, owner_id, erasure_epoch)
+            if memory_revision is not None:  # judged against this `memory`: refused once it moved on
+                cursor = await conn.execute("SELECT revision FROM memories WHERE owner_key = %s AND scope = 'memory' "
+                                            "AND expires_at > now()", (owner_id,))
+                row = await cursor.fetchone()
+                current = int(row[0]) if row else 0
+                if current != memory_revision:
+                    raise RevisionConflict("memory", current)
             await conn.execute(
                 "INSERT INTO session_digests (owner_key, session_id, topics, gist, actions, expires_at) "
                 "VALUES (%s, %s, %s, %s, %s, now() + make_interval(secs => %s))",
