@@ -39,6 +39,9 @@ class McpServerConfig(BaseModel):
     timeout_s: float = Field(10.0, gt=0, le=300)
     connect_timeout_s: float = Field(15.0, gt=0, le=300)
     enabled_for: list[McpTransportKind] = Field(default_factory=lambda: list[McpTransportKind](["sip", "webrtc"]))
+    # Tools that start work elsewhere (a ticket, a delivery) -> the tool voicegate asks for its status ("" none):
+    # their runs go to the caller's task ledger, whose status `recall` reads live (docs/tools.md).
+    task_tools: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod
