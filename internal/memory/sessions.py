@@ -155,7 +155,8 @@ class SessionMemory:
 
         session.data[UNSUBSCRIBE] = self.runtime.subscribe(owner, changed)
         epoch = session.data[EPOCH]
-        if self.runtime.keeps_tasks and epoch != UNKNOWN_EPOCH:  # what the agent dispatches: status kept live
+        # What the agent dispatches, its status kept live for `recall` (so only when session digests are kept).
+        if self.runtime.keeps_tasks and SESSION_DIGEST_STEP in self.after_session and epoch != UNKNOWN_EPOCH:
             writer = session.data[LEDGER] = LedgerWriter(self.runtime, owner, epoch, session.id)
             session.data[ON_CHANGE] = writer.told
             session.data[CALL_TASKS] = CallTasks(self.runtime, owner, epoch, session.id)

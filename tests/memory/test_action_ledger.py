@@ -314,6 +314,11 @@ async def test_without_session_digests_nothing_of_the_ledger_is_kept(tmp_path: P
         owner = gateway.memory.owner_key(SAM)
         assert owner is not None
         entry = gateway.session_memory.hangup_write(session, owner, 0)
+        await gateway.sessions.end(session, "caller hung up")  # type: ignore[union-attr]
+        await gateway.sessions.drain()  # type: ignore[union-attr]
+        await gateway.session_memory.drain(10)
+        tables = await gateway.memory.export(owner)
     finally:
         await gateway.stop()
     assert entry is not None and entry.actions == []
+    assert tables["memory_tasks"] == []  # nor any status in the task ledger
