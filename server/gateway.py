@@ -220,6 +220,12 @@ class Gateway:
         session_memory = SessionMemory(runtime, config.pipeline.greeting, outbox,
                                        returning_greeting=config.pipeline.returning_greeting)
         register_memory_tools(self.tools, runtime, session_memory, session_digests=config.memory.session_digests)
+        if hasattr(self.model, "call_access"):  # a BYO agent: a capability for each live call's caller
+            from internal.memory.call_access import CallMemoryAccess, access_field
+
+            access = session_memory.access = CallMemoryAccess()
+            public_url = config.server.public_url
+            self.model.call_access = lambda session_id: access_field(access, session_id, public_url)  # type: ignore[union-attr]
         # The pipeline hands back the call it serves, which the composition root made as a Session.
         services.greeter = lambda call: session_memory.greeter(as_session(call))
         services.before_turn = lambda call: session_memory.before_turn(as_session(call))

@@ -1,7 +1,8 @@
 """The memory control plane: GET/PATCH /api/memory and the /api/events WebSocket.
 
-Owner-scoped by the authenticated identity (a verified JWT, or the trusted server-side header), never by a
-parameter: there is no way to name another caller. Writes go through FrontendMemoryRuntime, so they are
+Owner-scoped by the authenticated identity (a verified JWT, or the trusted server-side header), or by a
+BYO agent's capability for the live call it answers (X-Voicegate-Call-Token: internal/memory/call_access.py),
+never by a parameter: there is no way to name another caller. Writes go through FrontendMemoryRuntime, so they are
 the same exact edits the memory tool makes, with the same revisions, filtering, audit and notifications.
 Each PATCH is a `memory.write` span whose trace id the change carries (audit log, provider context).
 """
@@ -11,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import replace
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, ConfigDict, Field
 
 from internal.identity.http_identity import AuthError, HttpIdentityResolver
+from internal.memory.call_access import CALL_TOKEN_HEADER, CallGrant
 from internal.memory.documents import project_for_model
 from internal.memory.provider import ChangeContext, MemoryDocument, Scope
 from internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
@@ -95,8 +98,23 @@ def install_memory_routes(app: FastAPI, gateway: Gateway) -> None:
     def runtime() -> FrontendMemoryRuntime:
         return memory_runtime(gateway)
 
+    def call_grant(request: Request) -> CallGrant | None:
+        """A BYO agent's capability for its live call's caller (X-Voicegate-Call-Token), when it sent one;
+        an unknown token, or one whose call has ended, is refused (never taken for no token)."""
+        token = request.headers.get(CALL_TOKEN_HEADER)
+        if token is None:
+            return None
+        access = gateway.session_memory.access if gateway.session_memory is not None else None
+        grant = access.grant(token) if access is not None else None
+        if grant is None:
+            raise ApiError(401, "unauthorized", "this call token is not valid here: its call has ended, or it is "
+                           "not hosted by this node")
+        return grant
+
     async def owner_of(request: Request | _WithQueryToken) -> str:
         memory = runtime()
+        if isinstance(request, Request) and (grant := call_grant(request)) is not None:
+            return grant.owner
         try:
             identity = await resolver().resolve(request)  # type: ignore[arg-type]
         except AuthError as exc:
@@ -128,6 +146,9 @@ def install_memory_routes(app: FastAPI, gateway: Gateway) -> None:
             raise ApiError(429, "rate_limited", "too many memory edits; try again shortly",
                            {"Retry-After": str(decision.retry_after_s)})
         owner = await owner_of(request)
+        grant = call_grant(request)  # a call's own edit: its session, and its erasure epoch
+        context = ChangeContext("api", grant.session_id if grant else None, trace_id=current_trace_id(),
+                                erasure_epoch=grant.epoch if grant else None)
         try:
             # record_exception off: an edit's error may quote the caller's text, and spans leave the node
             with gateway.telemetry.tracer.start_as_current_span(
@@ -136,7 +157,7 @@ def install_memory_routes(app: FastAPI, gateway: Gateway) -> None:
                 outcome = await runtime().edit(owner, edit.document, edit.action, content=edit.content,
                                                old_text=edit.old_text, new_text=edit.new_text,
                                                expected_revision=edit.expected_revision,
-                                               context=ChangeContext("api", trace_id=current_trace_id()))
+                                               context=replace(context, trace_id=current_trace_id()))
         except MemoryRuntimeError as exc:
             extra = memory_body(exc.documents, config.memory.max_chars) if exc.documents else {}
             raise ApiError(exc.status, exc.code, exc.message, extra=extra) from None

@@ -30,7 +30,7 @@ import logging
 import re
 import unicodedata
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -65,11 +65,18 @@ class AgentChatModel:
         )
         # One-shot transforms belong to no call; a stable id per client lets an agent group them.
         self._oneshot_session = uuid.uuid4().hex
+        # The call's memory capability for the agent (internal/memory/call_access.py), by session id: set
+        # by the gateway when memory is on; None, or an answer of None, sends none.
+        self.call_access: Callable[[str], dict[str, str] | None] | None = None
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ReplyDelta | ToolCall]:
         if request.tools:
             log.debug("agent provider ignores %d server-side tools (the agent owns tool use)", len(request.tools))
-        async for text in self._post(chat_body(request), self._timeout_s):
+        body = chat_body(request)
+        access = self.call_access(request.session_id) if self.call_access is not None else None
+        if access:
+            body["memory_access"] = access
+        async for text in self._post(body, self._timeout_s):
             yield ReplyDelta(text)
 
     async def complete(self, system: str, user: str, timeout_s: float) -> str:

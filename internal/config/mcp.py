@@ -47,6 +47,9 @@ class McpServerConfig(BaseModel):
     # What the server learns of the caller in each call's _meta (and headers): an opaque stable id, the
     # verified value itself (a phone number, a JWT subject), or the kind only.
     caller_id: CallerIdFormat = "opaque"
+    # Tools that start work elsewhere (a ticket, a delivery) -> the tool voicegate asks for its status ("" none):
+    # their runs go to the caller's task ledger, whose status `recall` reads live (docs/tools.md).
+    task_tools: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod

@@ -175,6 +175,9 @@ class MemoryConfig(Section):
     sensitive_patterns: list[str] = Field(default_factory=list)
     write_retry_max_s: float = Field(60.0, gt=0)
     max_session_digests: int = Field(200, ge=1)
+    # The task ledger (internal/memory/tasks.py): live status of work the agent dispatched.
+    task_terminal_days: float = Field(3, gt=0)
+    max_tasks: int = Field(50, ge=1)
     outbox_max_age_h: float = Field(24.0, gt=0)
     outbox_max_entries: int = Field(10_000, ge=1)
     read_timeout_ms: int = Field(300, gt=0)

@@ -182,7 +182,8 @@ def _spoken_date(date: str) -> str:
 
 
 def _done(action: dict[str, Any]) -> str:
-    """One action of the recall tool's ledger, as the agent says it ("put you through to sales")."""
+    """One action of the recall tool's ledger, as the agent says it ("put you through to sales"). Its
+    status is the task ledger's now; "dispatched" claims none (internal/memory/tasks.py)."""
     status = action.get("status")
     if action.get("action") == "transfer":
         target = action.get("target", "")
@@ -190,9 +191,19 @@ def _done(action: dict[str, Any]) -> str:
             return f"put you through to {target}"
         if status == "failed":
             return f"tried to put you through to {target}, but it didn't go through"
+        if status == "dispatched":
+            return f"asked to put you through to {target}"
         return f"started putting you through to {target}"
     name = str(action.get("name", "")).replace("_", " ")
-    return f"ran {name}" if status == "ok" else f"tried {name}, but it failed"
+    if status in ("ok", "succeeded"):
+        return f"ran {name}" if status == "ok" else f"ran {name}, and it has finished"
+    if status in ("started", "running"):
+        return f"started {name}, and it is still in progress"
+    if status == "dispatched":
+        return f"ran {name}"
+    if status == "cancelled":
+        return f"started {name}, but it was cancelled"
+    return f"tried {name}, but it failed"
 
 
 def last_call_answer(result: dict[str, Any], *, asked_about_actions: bool) -> str:

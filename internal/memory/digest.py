@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import time
 import unicodedata
+from collections.abc import Collection, Iterable
 
 from internal.conversation.rolling_summary import extractive_summary
 from internal.conversation.transcript import TranscriptEntry
@@ -179,6 +180,36 @@ def forgotten_words(before: str, after: str, fmt: DocumentFormat = "markdown") -
     for line in new_facts - old_facts:
         added |= fact_words(line)
     return removed - added
+
+
+def fact_lines(content: str, fmt: DocumentFormat = "markdown") -> list[str]:
+    """The fact lines of a `memory` document (everything above its digest section), stripped."""
+    return [line.strip() for line in split_document(content, fmt)[0].splitlines() if line.strip()]
+
+
+def no_longer_stated(seen: Iterable[str], current: str, fmt: DocumentFormat = "markdown") -> set[str]:
+    """What a call must not restate at hang-up although nobody told it: the distinctive words of the fact
+    lines it saw (`seen`) that the `memory` document no longer holds, less the words its facts still
+    state. However a fact went (the API, the page, the CLI, another call, another node, before or after
+    the hang-up), the call's digest line, session digest and reconciliation leave it out."""
+    now = fact_lines(current, fmt)
+    gone = set(seen) - set(now)
+    if not gone:
+        return set()
+    removed: set[str] = set()
+    for line in gone:
+        removed |= fact_words(line)
+    for line in now:
+        removed -= fact_words(line)
+    return removed
+
+
+def without_mentions(text: str, words: Collection[str]) -> str:
+    """`text` without the lines that mention any of `words`."""
+    if not words:
+        return text
+    forgotten = set(words)
+    return "\n".join(line for line in text.splitlines() if not mentions(line, forgotten))
 
 
 def forget_in_digests(before: str, after: str, fmt: DocumentFormat = "markdown") -> str:

@@ -35,8 +35,9 @@ from typing import Any
 import httpx
 import psycopg
 
+from internal.memory.digest import no_longer_stated
 from internal.memory.durable import write_atomically
-from internal.memory.provider import OwnerErased
+from internal.memory.provider import MemoryDocument, OwnerErased
 
 log = logging.getLogger(__name__)
 
@@ -99,12 +100,20 @@ class HangupWrite:
     said: list[str] = field(default_factory=list)  # the caller's first lines (redacted), for keyword digests
     summarise: bool = False  # the digest line is to be written by the summary model from `transcript`
     forgotten: list[str] = field(default_factory=list)  # words of facts removed in the call: not restated
+    # The fact lines of `memory` the call saw (bounded): a fact among them that is gone when a step lands
+    # was removed by someone else (the API, another node, the CLI) and is not restated either.
+    seen: list[str] = field(default_factory=list)
     # What the agent did (internal/session/actions.py, at most MAX_ACTIONS small entries), for the session
     # digest; an entry written before this field existed has none.
     actions: list[dict[str, str]] = field(default_factory=list)
     created_at: float = field(default_factory=time.time)
     attempts: int = 0
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+
+    def forgotten_against(self, memory: MemoryDocument) -> set[str]:
+        """Every word this call must not restate, judged against the `memory` document as it is now: what
+        the call itself removed, and what it saw that is no longer there (digest.no_longer_stated)."""
+        return set(self.forgotten) | no_longer_stated(self.seen, memory.content, memory.format)
 
     def file_name(self) -> str:
         return f"{self.owner}-{int(self.created_at * 1000):015d}-{self.id}.json"

@@ -18,6 +18,7 @@ all come through here, never to a provider or the database directly. The runtime
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -150,6 +151,17 @@ class FrontendMemoryRuntime(ProviderSurface):
         except Exception as exc:
             log.warning("memory unavailable; the call goes on without it: %s", type(exc).__name__)
         return False
+
+    def snapshot_known(self, owner: str) -> bool:
+        """Whether the synchronous snapshot holds this owner's documents as read (a provider that keeps
+        no cache of its own, or cannot say, is taken at its word)."""
+        cached = getattr(self.provider, "cached", None)
+        if not callable(cached):
+            return True
+        try:
+            return bool(cached(owner))
+        except Exception:
+            return False
 
     def documents(self, owner: str) -> dict[Scope, MemoryDocument]:
         """Both documents from the provider's synchronous snapshot (empty ones when absent or unreadable:
@@ -321,8 +333,10 @@ class FrontendMemoryRuntime(ProviderSurface):
         return await self.provider.apply(owner, changes, context)
 
     async def add_session_digest(self, owner: str, digest: SessionDigest, retention_s: float,
-                                 context: ChangeContext) -> bool:
-        """Record a call's session digest (bounded per owner); False when the provider keeps none."""
+                                 context: ChangeContext, memory_revision: int | None = None) -> bool:
+        """Record a call's session digest (bounded per owner); False when the provider keeps none. With
+        `memory_revision`, a provider that can check it refuses (RevisionConflict) when the `memory`
+        document moved past it: the digest was judged against a version that is gone."""
         add = getattr(self.provider, "add_session_digest", None)
         if add is None:
             return False
@@ -332,9 +346,13 @@ class FrontendMemoryRuntime(ProviderSurface):
                     context.erasure_epoch != self._local_epochs.get(owner, 0):
                 await self._audit(owner, context, "session_digest", "refused", error="erased")
                 raise CallerErased("this caller's memory was erased after the call began; not saved")
+            guard = {"memory_revision": memory_revision} if memory_revision is not None and \
+                "memory_revision" in inspect.signature(add).parameters else {}
             try:
                 await add(owner, digest, retention_s, erasure_epoch=context.erasure_epoch,
-                          max_per_owner=self.config.max_session_digests)
+                          max_per_owner=self.config.max_session_digests, **guard)
+            except RevisionConflict:
+                raise
             except OwnerErased:
                 await self._audit(owner, context, "session_digest", "refused", error="erased")
                 raise CallerErased("this caller's memory was erased after the call began; not saved") from None

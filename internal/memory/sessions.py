@@ -9,6 +9,10 @@
 - End: what the call leaves to write (its digest line, and when configured reconciliation and a
   session digest) goes to the hang-up outbox (internal/memory/outbox.py) as a small bounded record;
   the Session is released at once and the outbox lands the writes, durably, off the call path.
+- Forgetting: the call keeps the fact lines it saw (at set-up, at each refresh, at each change notice).
+  A fact gone from the document when a hang-up step lands (removed by the caller's tool, the API, the
+  page, the CLI or another node, during the call or after it) is not restated by the call's digest line,
+  session digest or reconciliation (HangupWrite.forgotten_against), whoever removed it.
 - Erasure: the owner's erasure epoch is read at set-up and every write of the call carries it, so a
   call that is live when its caller is erased writes nothing afterwards (tool, digest, session digest,
   reconciliation), and drops its injected memory at its next idle point. A call that could not read
@@ -26,7 +30,15 @@ from typing import Any
 
 from internal.conversation.rolling_summary import format_transcript_for_summary
 from internal.conversation.text import clean
-from internal.memory.digest import bounded_line, call_summary, merge_digest, scrub_summary
+from internal.memory.call_access import CallMemoryAccess
+from internal.memory.digest import (
+    bounded_line,
+    call_summary,
+    fact_lines,
+    merge_digest,
+    scrub_summary,
+    without_mentions,
+)
 from internal.memory.injection import memory_context, memory_text
 from internal.memory.outbox import (
     SAID_LINES,
@@ -48,9 +60,10 @@ from internal.memory.provider import (
     SessionContext,
 )
 from internal.memory.runtime import UNKNOWN_EPOCH, CallerErased, FrontendMemoryRuntime
+from internal.memory.tasks import CallTasks, LedgerWriter
 from internal.pipeline.events import MemoryChangedEvent
 from internal.pipeline.vad import VadEvent
-from internal.session.actions import ACTIONS, call_actions
+from internal.session.actions import ACTIONS, CALL_TASKS, ON_CHANGE, call_actions, objective
 from internal.session.session import Session
 
 log = logging.getLogger(__name__)
@@ -60,6 +73,10 @@ EPOCH = "memory.epoch"  # the owner's erasure epoch when the call began (UNKNOWN
 DIRTY = "memory.dirty"
 UNSUBSCRIBE = "memory.unsubscribe"
 FORGOTTEN = "memory.forgotten"  # words of facts the caller had removed during this call
+SEEN = "memory.seen"  # the fact lines of `memory` this call saw, however they changed during it
+SEEN_BUDGET = 4  # ... at most this many times memory.max_chars of them (a call that saw many edits)
+LEDGER = "memory.ledger"  # the call's LedgerWriter: its actions' status, live, in the caller's task ledger
+LEDGER_SETTLE_S = 5.0  # how long a hang-up waits for the call's last ledger writes (in the background)
 SESSION_DIGEST_STEP = "session_digest"  # the outbox step that records a call's session digest
 _NAME = re.compile(r"(?:caller's name is|call the caller|their name is|name:)\s*([A-Z][\w'-]+)", re.IGNORECASE)
 
@@ -97,6 +114,8 @@ class SessionMemory:
         # lines are kept, quoted and bounded.
         self.summarise: Callable[[str], Awaitable[str]] | None = None
         self._writes: set[asyncio.Task[None]] = set()
+        # A BYO agent's capability for the caller of each live call (set by the gateway with llm "agent").
+        self.access: CallMemoryAccess | None = None
         outbox.add_step("digest", self._land_digest)
         outbox.add_step("flush", self._land_flush)
         outbox.on_rejected = self._refused
@@ -130,10 +149,19 @@ class SessionMemory:
 
         def changed() -> None:
             session.data[DIRTY] = True
+            self._saw(session, owner)
             if session.pipeline is not None:
                 session.pipeline.sink.emit(MemoryChangedEvent())
 
         session.data[UNSUBSCRIBE] = self.runtime.subscribe(owner, changed)
+        epoch = session.data[EPOCH]
+        # What the agent dispatches, its status kept live for `recall` (so only when session digests are kept).
+        if self.runtime.keeps_tasks and SESSION_DIGEST_STEP in self.after_session and epoch != UNKNOWN_EPOCH:
+            writer = session.data[LEDGER] = LedgerWriter(self.runtime, owner, epoch, session.id)
+            session.data[ON_CHANGE] = writer.told
+            session.data[CALL_TASKS] = CallTasks(self.runtime, owner, epoch, session.id)
+        if self.access is not None and epoch != UNKNOWN_EPOCH:
+            self.access.issue(session.id, owner, epoch)
         if self.runtime.capabilities.audio_stream_observation:
             self._observe_audio(session, AudioEvent("session_start"))
         log.info("caller memory loaded" if loaded else "caller memory not loaded",
@@ -165,6 +193,20 @@ class SessionMemory:
         conversation.memory_context = memory_context(user, memory, self.runtime.config.max_chars)
         conversation.memory_text = memory_text(user, memory, self.runtime.config.max_chars)
         session.data[DIRTY] = False
+        self._saw(session, owner)
+
+    def _saw(self, session: Session, owner: str) -> None:
+        """Add the facts the snapshot holds now to what this call has seen (nothing when the snapshot
+        is not known: an empty one would not mean that every fact went)."""
+        if not self.runtime.snapshot_known(owner):
+            return
+        document = self.runtime.documents(owner)["memory"]
+        seen: list[str] = session.data.setdefault(SEEN, [])
+        budget = SEEN_BUDGET * self.runtime.config.max_chars - sum(len(line) for line in seen)
+        for line in fact_lines(document.content, document.format):
+            if line not in seen and len(line) <= budget:
+                seen.append(line)
+                budget -= len(line)
 
     # ---- pipeline hooks --------------------------------------------------------------------------
 
@@ -245,6 +287,8 @@ class SessionMemory:
     async def end(self, session: Session) -> None:
         """The session manager's end hook: returns at once; the writing happens in the background."""
         owner = self.owner(session)
+        if self.access is not None:  # the BYO agent's capability dies with the call
+            self.access.revoke(session.id)
         unsubscribe = session.data.pop(UNSUBSCRIBE, None)
         if callable(unsubscribe):
             unsubscribe()
@@ -253,6 +297,7 @@ class SessionMemory:
         capabilities = self.runtime.capabilities
         if capabilities.audio_stream_observation:
             self._observe_audio(session, AudioEvent("session_end"))
+        session.data.pop(ON_CHANGE, None)
         epoch = self.epoch(session)
         if epoch == UNKNOWN_EPOCH:
             log.warning("this call leaves no memory: its caller's erasure state could not be read")
@@ -271,7 +316,9 @@ class SessionMemory:
             # told the session ended, even when the caller said nothing.
             return HangupWrite(**base, steps=["flush"])  # type: ignore[arg-type]
         # What the agent did goes with the session digest, when one is kept (internal/session/actions.py).
-        actions = call_actions(session.data.get(ACTIONS)) if SESSION_DIGEST_STEP in self.after_session else []
+        # Only the objective: the status lives in the task ledger (internal/memory/tasks.py), read at recall.
+        actions = [objective(action) for action in call_actions(session.data.get(ACTIONS))] \
+            if SESSION_DIGEST_STEP in self.after_session else []
         if conversation.transcript.user_turns() == 0:
             if not actions:
                 return None  # nothing was said or done: nothing to remember
@@ -290,11 +337,14 @@ class SessionMemory:
         said = [redact(e.text.strip()) for e in entries if e.role == "user" and e.text.strip()][:SAID_LINES]
         return HangupWrite(**base, steps=["digest", *self.after_session],  # type: ignore[arg-type]
                            summary=summary, transcript=transcript, said=said, summarise=summarise,
-                           forgotten=forgotten, actions=actions)
+                           forgotten=forgotten, actions=actions, seen=list(session.data.get(SEEN, ())))
 
     async def _hand_over(self, session: Session, owner: str, epoch: int, exchanges: list[Exchange]) -> None:
         """Off the call path: reduce the ended call to its bounded record (formatting and redacting a
         long transcript is CPU work, so in a thread), then hand it to the outbox."""
+        writer = session.data.pop(LEDGER, None)
+        if isinstance(writer, LedgerWriter):  # transfers still waiting never learn their outcome now
+            await writer.settle(call_actions(session.data.get(ACTIONS)), LEDGER_SETTLE_S)
         if exchanges:
             await self.runtime.observe(owner, exchanges, SessionContext(session.id, session.transport))
         entry = await asyncio.to_thread(self.hangup_write, session, owner, epoch)
@@ -311,15 +361,22 @@ class SessionMemory:
         context = ChangeContext("digest", entry.session_id, erasure_epoch=entry.epoch)
         summary = entry.summary
         if entry.summarise and self.summarise is not None and entry.transcript.strip():
+            forgotten = set(entry.forgotten)
+            if entry.seen:  # the model is not shown what was removed since the call saw it
+                forgotten = entry.forgotten_against((await landing(self.runtime.latest(entry.owner)))["memory"])
             try:
-                written = bounded_line(self.runtime.sensitive.redact(await self.summarise(entry.transcript)))
-                summary = scrub_summary(written, set(entry.forgotten)) if written else summary
+                written = bounded_line(self.runtime.sensitive.redact(
+                    await self.summarise(without_mentions(entry.transcript, forgotten))))
+                summary = scrub_summary(written, forgotten) if written else summary
             except Exception as exc:  # the quoted lines stand in; never retry a model for a digest
                 log.info("the call summary model failed; the digest keeps the caller's quoted lines: %s",
                          type(exc).__name__)
 
         def merged(current: MemoryDocument) -> str:
-            return merge_digest(current.content, summary, max_chars, fmt=current.format)
+            # Judged against the document this write replaces, under the owner's lock: a fact removed
+            # anywhere before this lands is not quoted again.
+            line = scrub_summary(summary, entry.forgotten_against(current))
+            return merge_digest(current.content, line, max_chars, fmt=current.format)
 
         await landing(self.runtime.set_document(entry.owner, "memory", "", context, transform=merged))
 

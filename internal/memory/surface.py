@@ -13,6 +13,7 @@ import inspect
 import logging
 from typing import Any
 
+from internal.config.providers import MemoryConfig
 from internal.memory.errors import CallerErased, MemoryUnavailable
 from internal.memory.provider import (
     AudioEvent,
@@ -25,6 +26,7 @@ from internal.memory.provider import (
     normalised_description,
 )
 from internal.memory.records import OwnerSummary, SessionDigest
+from internal.memory.tasks import TaskEntry
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,7 @@ HEALTH_DETAIL_CHARS = 200
 
 class ProviderSurface:
     provider: Any
+    config: MemoryConfig
     capabilities: ProviderCapabilities
     audio_failures: int = 0  # observe_audio() calls that raised (logged once, see observe_audio)
 
@@ -73,6 +76,39 @@ class ProviderSurface:
     @property
     def keeps_session_digests(self) -> bool:
         return callable(getattr(self.provider, "add_session_digest", None))
+
+    # ---- the task ledger (internal/memory/tasks.py) ----------------------------------------------
+
+    @property
+    def keeps_tasks(self) -> bool:
+        return callable(getattr(self.provider, "record_task", None))
+
+    async def record_task(self, owner: str, entry: TaskEntry, epoch: int | None) -> bool:
+        """Create or move one task's entry (bounded per owner, refused after an erasure of the owner
+        since `epoch`); False when the provider keeps no ledger."""
+        record = getattr(self.provider, "record_task", None)
+        if record is None:
+            return False
+        day = 86400.0
+        try:
+            await record(owner, entry, erasure_epoch=epoch, retention_s=self.config.retention_days * day,
+                         terminal_keep_s=self.config.task_terminal_days * day, max_per_owner=self.config.max_tasks)
+        except OwnerErased:
+            raise CallerErased("this caller's memory was erased after the call began; not saved") from None
+        except Exception as exc:
+            raise MemoryUnavailable(f"memory is unavailable ({type(exc).__name__})") from None
+        return True
+
+    async def tasks(self, owner: str, task_ids: list[str]) -> dict[str, TaskEntry]:
+        """The live ledger entries of these tasks (absent: expired, never recorded, or no ledger)."""
+        read = getattr(self.provider, "tasks", None)
+        if read is None or not task_ids:
+            return {}
+        try:
+            found = list(await read(owner, task_ids))
+        except Exception as exc:
+            raise MemoryUnavailable(f"memory is unavailable ({type(exc).__name__})") from None
+        return {entry.task_id: entry for entry in found if isinstance(entry, TaskEntry)}
 
     # ---- learning providers ----------------------------------------------------------------------
 

@@ -8,8 +8,9 @@ once; an empty `new_text` deletes it. Failures come back as errors the model can
 nothing. Offered only to verified callers. A write carries the trace id of the turn that made it.
 
 `recall` (with `memory.session_digests`) returns the caller's latest session digests: per call its
-date, topics, gist and what the agent did (tool names and transfer targets with their status, never
-arguments or results: internal/session/actions.py).
+date, topics, gist and what the agent did (tool names and transfer targets, never arguments or results:
+internal/session/actions.py), each with its status read from the task ledger at the time of the
+question, or "dispatched" when the ledger no longer knows it (internal/memory/tasks.py).
 """
 
 from __future__ import annotations
@@ -20,15 +21,19 @@ from typing import Any
 from internal.memory.provider import ChangeContext, MemoryDocument, Scope
 from internal.memory.runtime import UNKNOWN_EPOCH, FrontendMemoryRuntime, MemoryRuntimeError
 from internal.memory.sessions import OWNER, SessionMemory
+from internal.memory.tasks import live_actions
 from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
 from internal.session.actions import call_actions
 from internal.telemetry.otel import current_trace_id
 
 MEMORY_TOOL_DESCRIPTION = (
     "Read or change what you remember about the caller. One operation per call; several calls per turn "
-    "are fine. Documents: 'user' holds the caller's explicit long-term preferences (how to address them, "
-    "how you should reply); 'memory' holds durable facts and decisions about them. Save only what the "
-    "caller asked you to remember or change, or durable facts they stated; never guesses, and never a "
+    "are fine. Documents: 'user' holds the caller's explicit long-term preferences: how to address them "
+    "('call me Sam'), what to call yourself ('call yourself Skiff from now on': that is this caller's "
+    "preference, saved in 'user', never a change to your profile) and how you should reply ('keep your "
+    "answers short'); save such a stated preference to 'user' in the same turn, even when the caller does not "
+    "say 'remember'. 'memory' holds durable facts and decisions about them. Save only what the "
+    "caller asked you to remember or change, or what they stated; never guesses, and never a "
     "request the caller limits to now ('just this once', 'for this answer'): that applies to the current "
     "turn only. Actions: "
     "read (optional query), append (document, content as a Markdown list line '- ...'), replace (document, "
@@ -49,9 +54,11 @@ MEMORY_TOOL_PARAMETERS: dict[str, Any] = {
 }
 RECALL_TOOL_DESCRIPTION = ("What you and the caller talked about in earlier calls and what you did for them, "
                            "newest call first: its date, topics, a short gist, and its actions (each a tool that "
-                           "ran or a transfer, with its status: ok or error; requested, succeeded, failed or "
-                           "ended). Use for 'what did we discuss last time' or 'what did you do for me last "
-                           "time'. Returns no calls when none are kept.")
+                           "ran or a transfer), each with its status as it is now: ok or error; started, running, "
+                           "succeeded, failed or cancelled; requested or ended; or 'dispatched' when it was done "
+                           "or asked for but its status is no longer known (never claim one then). Use for 'what "
+                           "did we discuss last time' or 'what did you do for me last time'. Returns no calls "
+                           "when none are kept.")
 
 
 def documents_json(documents: dict[Scope, MemoryDocument]) -> dict[str, Any]:
@@ -122,10 +129,14 @@ def register_memory_tools(registry: ToolRegistry, runtime: FrontendMemoryRuntime
         owner = _owner(context)
         try:
             items = await runtime.session_digests(owner, 5)
+            # Status is read from the task ledger now, never the digest's copy (seed 004).
+            calls = [{"date": time.strftime("%Y-%m-%d", time.localtime(d.created_at)), "topics": d.topics,
+                      "gist": d.gist, "actions": await live_actions(runtime, owner, call_actions(d.actions),
+                                                                    registry.task_status, _epoch(context, sessions))}
+                     for d in items]
         except MemoryRuntimeError as exc:
             raise ToolError(exc.message) from None
-        return {"calls": [{"date": time.strftime("%Y-%m-%d", time.localtime(d.created_at)), "topics": d.topics,
-                           "gist": d.gist, "actions": call_actions(d.actions)} for d in items]}
+        return {"calls": calls}
 
     registry.register("recall", RECALL_TOOL_DESCRIPTION, {"type": "object", "properties": {},
                                                           "additionalProperties": False},

@@ -9,7 +9,11 @@ transfers, ending the call). A reply prepared before the caller's turn is over m
 it runs only the tools without side effects until the turn is released (internal/pipeline/responder.py).
 Unknown is treated as "has side effects". A run of a tool with side effects is told to the call's
 ledger of what the agent did (`ToolContext.record_tool`: the tool's name and whether it worked, never
-its arguments or result), unless the tool keeps its own record (`ledger=False`).
+its arguments or result), unless the tool keeps its own record (`ledger=False`). A tool that only starts
+work elsewhere (`starts_work=True`: a ticket, a delivery) is recorded as "started" under a task id it
+gets in `context.extras["task_id"]`, with the call's `context.extras["tasks"]` (internal/memory/tasks.py
+CallTasks, when the caller has memory) to report how the work goes, during the call or after it; its
+optional `status(task_id)` is asked when the caller's `recall` finds the task still open.
 
 Every run is timed and counted by tool, source (`builtin`, or `mcp:<server>` for a tool from an MCP
 server: internal/tools/mcp.py) and outcome (`ok`, `error`, `timeout`, `cancelled`), and is a `tool` span under the
@@ -23,12 +27,13 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opentelemetry import trace
 
 from internal.llm.base import ToolCall, ToolSpec
+from internal.session.actions import CALL_TASKS, new_task_id, record_action, tool_action
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +98,8 @@ class _Tool:
     ledger: bool = True
     source: str = "builtin"
     untrusted: bool = False
+    starts_work: bool = False
+    status: Callable[[str], Awaitable[str | None]] | None = None
 
 
 class ToolRegistry:
@@ -104,15 +111,24 @@ class ToolRegistry:
 
     def register(self, name: str, description: str, parameters: dict[str, Any], handler: ToolHandler,
                  available: Availability | None = None, side_effects: SideEffects = True,
-                 ledger: bool = True, *, source: str = "builtin", untrusted: bool = False) -> None:
+                 ledger: bool = True, *, source: str = "builtin", untrusted: bool = False,
+                 starts_work: bool = False, status: Callable[[str], Awaitable[str | None]] | None = None) -> None:
         """Add a tool; `available(context)` decides per call whether the model is offered it at all.
         `ledger=False`: its runs are not the call's actions to recall (memory writes are audited, a
         transfer records its own outcome, ending the call does nothing for the caller). `source` names
-        where it comes from in metrics and traces; `untrusted`: its results are data from outside."""
+        where it comes from in metrics and traces; `untrusted`: its results are data from outside.
+        `starts_work`: a run starts work that goes on elsewhere (its status moves in the caller's task
+        ledger); `status(task_id)`: that work's status now ("running", "succeeded", "failed",
+        "cancelled"; None: no news), asked when `recall` finds the task open."""
         if name in self._tools:
             raise ValueError(f"a tool named {name!r} is already registered")
         self._tools[name] = _Tool(ToolSpec(name, description, parameters), handler, available, side_effects, ledger,
-                                  source, untrusted)
+                                  source, untrusted, starts_work, status)
+
+    def task_status(self, name: str) -> Callable[[str], Awaitable[str | None]] | None:
+        """The status function of a tool that starts work (None: it has none, or no such tool)."""
+        tool = self._tools.get(name)
+        return tool.status if tool is not None and tool.starts_work else None
 
     def sources(self) -> dict[str, str]:
         """Every registered tool's name and source, in registration order."""
@@ -166,6 +182,12 @@ class ToolRegistry:
         if "_raw" in call.arguments:
             return _error("the arguments were not valid JSON; call the tool again with a JSON object")
         recorded = tool.ledger and self.has_side_effects(call)
+        task_id = ""
+        if tool.starts_work:
+            task_id = new_task_id()
+            session = context.extras.get("session")
+            tasks = getattr(session, "data", {}).get(CALL_TASKS) if session is not None else None
+            context = replace(context, extras={**context.extras, "task_id": task_id, "tasks": tasks})
         started = time.monotonic()
         outcome = "cancelled"  # unless it ends otherwise: a barge-in or a hang-up cancels the turn's tools
         error = ""
@@ -189,7 +211,10 @@ class ToolRegistry:
                 ms = (time.monotonic() - started) * 1000.0
                 span.set_attribute("voicegate.tool.outcome", outcome)
                 self._measure(call.name, tool.source, outcome, ms)
-        self._record(context, call.name, recorded, ok=outcome == "ok")
+        if task_id and recorded:
+            self._started(context, call.name, task_id, ok=outcome == "ok")
+        else:
+            self._record(context, call.name, recorded, ok=outcome == "ok")
         return text[:MAX_RESULT_CHARS], error
 
     def _measure(self, name: str, source: str, outcome: str, ms: float) -> None:
@@ -198,6 +223,14 @@ class ToolRegistry:
                 self.metrics(name, source, outcome, ms)
             except Exception:  # metrics are never a reason to fail a tool
                 log.warning("could not count the run of tool %s", name, exc_info=True)
+
+    @staticmethod
+    def _started(context: ToolContext, name: str, task_id: str, *, ok: bool) -> None:
+        """A tool that starts work: "started" (or "error" when it could not) under its task id."""
+        session = context.extras.get("session")
+        data = getattr(session, "data", None)
+        if isinstance(data, dict):
+            record_action(data, tool_action(name, ok, task_id, started=True))
 
     @staticmethod
     def _record(context: ToolContext, name: str, recorded: bool, *, ok: bool) -> None:

@@ -1,10 +1,11 @@
 """What the agent did on a call: a small ledger kept in `session.data` while the call lasts.
 
 It answers a later "what did you do for me last time": an entry says what kind of action it was, which
-tool ran or which transfer target (a name from the deployer's allow-list) was asked for, and how it
-ended. Never a tool's arguments or its result: they could hold anything the caller said, and the
-ledger outlives the call. At hang-up the memory side stores it with the call's session digest, when
-session digests are kept (internal/memory/sessions.py); otherwise it goes with the session.
+tool ran or which transfer target (a name from the deployer's allow-list) was asked for, its task id
+and its status. Never a tool's arguments or its result: they could hold anything the caller said, and
+the ledger outlives the call. Status is live (seed 004): each change is told to `ON_CHANGE` (the memory
+side keeps it in the caller's task ledger, internal/memory/tasks.py, where it can still move after the
+call), and what a session digest keeps is only the objective (`objective`: kind, name, task id).
 
 The pipeline records tool runs (internal/pipeline/responder.py), the SIP side records transfers
 (internal/sip/voice_transfer.py); this module imports nothing of either, so both and memory can use it.
@@ -12,28 +13,43 @@ The pipeline records tool runs (internal/pipeline/responder.py), the SIP side re
 
 from __future__ import annotations
 
+import logging
+import secrets
 from typing import Any
 
 ACTIONS = "session.actions"  # the session.data key of the call's ledger
+ON_CHANGE = "session.actions.on_change"  # session.data: told every new or changed entry (the task ledger)
+CALL_TASKS = "session.tasks"  # session.data: the handle a tool that starts work keeps (memory.tasks.CallTasks)
+TASK_CHARS = 32  # a task id: random hex made here, never the caller's
 MAX_ACTIONS = 10  # per call: the latest are kept, a call that ran a tool in a loop is still one small row
 NAME_CHARS = 64  # a tool or target name is the deployer's, never the caller's, but bound it anyway
 
 # The kinds of action, the key naming what was acted on, and the statuses each may end in.
 _KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "tool": ("name", ("ok", "error")),
-    # "requested": the transfer was asked for and its outcome never arrived (the call ended first).
+    # ok/error: a tool that did its work while it ran. A tool that starts work elsewhere (`starts_work`)
+    # is "started", may report "running", and ends "succeeded", "failed" or "cancelled".
+    "tool": ("name", ("ok", "error", "started", "running", "succeeded", "failed", "cancelled")),
+    # "requested": the transfer was asked for and its outcome has not arrived; "ended": the call ended
+    # before it did (the ledger settles it so at hang-up: nobody can learn it any more).
     "transfer": ("target", ("requested", "succeeded", "failed", "ended")),
 }
+TERMINAL = frozenset({"ok", "error", "succeeded", "failed", "cancelled", "ended"})
 
 Action = dict[str, str]
+log = logging.getLogger(__name__)
 
 
-def tool_action(name: str, ok: bool) -> Action:
-    return {"action": "tool", "name": name[:NAME_CHARS], "status": "ok" if ok else "error"}
+def new_task_id() -> str:
+    return secrets.token_hex(8)
+
+
+def tool_action(name: str, ok: bool, task: str | None = None, *, started: bool = False) -> Action:
+    status = ("started" if started else "ok") if ok else "error"
+    return {"action": "tool", "name": name[:NAME_CHARS], "status": status, "task": task or new_task_id()}
 
 
 def transfer_action(target: str) -> Action:
-    return {"action": "transfer", "target": target[:NAME_CHARS], "status": "requested"}
+    return {"action": "transfer", "target": target[:NAME_CHARS], "status": "requested", "task": new_task_id()}
 
 
 def record_action(data: dict[str, Any], action: Action) -> None:
@@ -41,8 +57,10 @@ def record_action(data: dict[str, Any], action: Action) -> None:
     ledger = data.get(ACTIONS)
     if not isinstance(ledger, list):
         ledger = data[ACTIONS] = []
+    action.setdefault("task", new_task_id())
     ledger.append(action)
     del ledger[:-MAX_ACTIONS]
+    _told(data, action)
 
 
 def settle_transfer(data: dict[str, Any], target: str, status: str) -> None:
@@ -51,18 +69,44 @@ def settle_transfer(data: dict[str, Any], target: str, status: str) -> None:
         if action.get("action") == "transfer" and action.get("target") == target[:NAME_CHARS] \
                 and action.get("status") == "requested":
             action["status"] = status
+            _told(data, action)
             return
+
+
+def _told(data: dict[str, Any], action: Action) -> None:
+    hook = data.get(ON_CHANGE)
+    if callable(hook):
+        try:
+            hook(dict(action))
+        except Exception:  # the task ledger is a note about the call, never a reason to fail it
+            log.warning("could not tell the task ledger of an action", exc_info=True)
+
+
+def objective(action: Action) -> Action:
+    """What a session digest keeps of an action: what was dispatched, never its (live) status."""
+    return {key: value for key, value in action.items() if key != "status"}
 
 
 def call_actions(value: Any) -> list[Action]:
     """The well-formed entries of a ledger, copied and bounded: from a session, an outbox entry written
-    by an older version, or a store. Anything else (other keys, other statuses, text) is dropped."""
+    by an older version, or a store. Anything else (other keys, other statuses, text) is dropped; the
+    status may be absent (a session digest keeps only the objective)."""
     found: list[Action] = []
     for item in value[-MAX_ACTIONS:] if isinstance(value, list) else []:
         if not isinstance(item, dict) or item.get("action") not in _KINDS:
             continue
         key, statuses = _KINDS[item["action"]]
-        name, status = item.get(key), item.get("status")
-        if isinstance(name, str) and name.strip() and status in statuses:
-            found.append({"action": item["action"], key: name[:NAME_CHARS], "status": status})
+        name, status, task = item.get(key), item.get("status"), item.get("task")
+        if not isinstance(name, str) or not name.strip() or (status is not None and status not in statuses):
+            continue
+        action = {"action": item["action"], key: name[:NAME_CHARS]}
+        if status is not None:
+            action["status"] = status
+        if isinstance(task, str) and task.isalnum() and len(task) <= TASK_CHARS:
+            action["task"] = task
+        found.append(action)
     return found
+
+
+def valid_status(kind: str, status: Any) -> bool:
+    return kind in _KINDS and status in _KINDS[kind][1]

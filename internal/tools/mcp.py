@@ -44,6 +44,21 @@ from internal.tools.mcp_caller import CALLER_HEADERS, CALLER_META, OwnerKeyOf, a
 from internal.tools.mcp_results import fenced, result_text
 from internal.tools.mcp_stderr import ServerStderr
 
+# A task tool (`task_tools`) gets the ledger's task id in this argument, which the model is never shown;
+# its status tool is called with {"task_id": ...} and answers one of TASK_STATUSES.
+TASK_ARGUMENT = "voicegate_task_id"
+TASK_STATUSES = ("running", "succeeded", "failed", "cancelled")
+
+
+def without_task_argument(parameters: dict[str, Any]) -> dict[str, Any]:
+    """A task tool's input schema as the model sees it: voicegate fills the task id itself."""
+    properties = {k: v for k, v in (parameters.get("properties") or {}).items() if k != TASK_ARGUMENT}
+    required = [r for r in parameters.get("required") or [] if r != TASK_ARGUMENT]
+    shown = {**parameters, "properties": properties}
+    if "required" in parameters:
+        shown["required"] = required
+    return shown
+
 log = logging.getLogger(__name__)
 
 McpState = Literal["starting", "up", "down"]
@@ -288,11 +303,15 @@ class McpToolset:
                     and admits(server, getattr(session, "identity", None))
                     and any(listed.name == tool.name for listed in connection.listed))
 
+        task_tool = tool.name in server.task_tools
+
         async def run(arguments: dict[str, Any], context: ToolContext) -> str:
             if carries_entry(arguments, getattr(context.extras.get("session"), "data", None)):
                 raise ToolError("digits the caller entered in a digit form (collect_digits) are never sent to tools "
                                 "from other servers; they may be a PIN or a card number. Do not retry with them.")
             caller = caller_meta(server, getattr(context.extras.get("session"), "identity", None), self.owner_key)
+            if task_tool:  # the server keys its work on the ledger's task id, so it can answer for it later
+                arguments = {**arguments, TASK_ARGUMENT: str(context.extras.get("task_id", ""))}
             try:
                 result = await connection.call(tool.name, arguments, caller)
             except TimeoutError:
@@ -305,9 +324,19 @@ class McpToolset:
                 raise ToolError(text)
             return text
 
+        status_tool = server.task_tools.get(tool.name, "")
+
+        async def status(task_id: str) -> str | None:
+            """The work's status as the server's status tool says it: one word of the ledger's, else no news."""
+            result = await connection.call(status_tool, {"task_id": task_id})
+            word = result_text(result).strip().strip(".").lower()
+            return word if not result.is_error and word in TASK_STATUSES else None
+
         self.registry.register(name, tool.description or f"{tool.name} (from the {server.name} tool server)",
-                               tool.parameters, run, available=available, side_effects=not tool.read_only,
-                               source=f"mcp:{server.name}", untrusted=True)
+                               without_task_argument(tool.parameters) if task_tool else tool.parameters, run,
+                               available=available, side_effects=not tool.read_only or task_tool,
+                               source=f"mcp:{server.name}", untrusted=True, starts_work=task_tool,
+                               status=status if task_tool and status_tool else None)
 
     def describe(self) -> dict[str, Any]:
         """For /health and GET /api/agent: each server's state and the tools it offers (names only)."""

@@ -1,5 +1,6 @@
-"""What the agent did on a call, recalled later: the ledger of actions kept with each session digest
-(bounded, expiring with retention, erased and exported with the caller), and how long digests live."""
+"""What the agent did on a call, recalled later: the actions kept with each session digest (their
+objective: bounded, expiring with retention, erased and exported with the caller; their status is the
+task ledger's, tests/memory/test_task_ledger.py), and how long digests live."""
 
 from __future__ import annotations
 
@@ -38,6 +39,10 @@ TRANSFERRED = {"action": "transfer", "target": "sales", "status": "succeeded"}
 BOOKED = {"action": "tool", "name": "book_table", "status": "ok"}
 
 
+def without(key: str, actions: list[dict[str, str]]) -> list[dict[str, str]]:
+    return [{k: v for k, v in action.items() if k != key} for action in actions]
+
+
 # ---- the ledger itself ---------------------------------------------------------------------------
 
 def test_the_ledger_keeps_the_latest_actions_and_settles_a_transfer() -> None:
@@ -48,14 +53,16 @@ def test_the_ledger_keeps_the_latest_actions_and_settles_a_transfer() -> None:
     settle_transfer(data, "sales", "failed")
     ledger = data[ACTIONS]
     assert len(ledger) == MAX_ACTIONS and ledger[0]["name"] == "tool_6"
-    assert ledger[-1] == {"action": "transfer", "target": "sales", "status": "failed"}
+    assert without("task", ledger)[-1] == {"action": "transfer", "target": "sales", "status": "failed"}
+    assert len({action["task"] for action in ledger}) == MAX_ACTIONS  # each its own task id
 
 
 def test_only_well_formed_entries_survive_a_load() -> None:
     loaded = call_actions([BOOKED, {**TRANSFERRED, "note": "the caller's words"}, {"action": "tool", "name": "x"},
                            {"action": "shell", "name": "rm", "status": "ok"}, "text", {"action": "tool",
                            "name": "y", "status": "done"}])
-    assert loaded == [BOOKED, TRANSFERRED]
+    # {"action": "tool", "name": "x"}: an objective as a session digest keeps it, without its status.
+    assert loaded == [BOOKED, TRANSFERRED, {"action": "tool", "name": "x"}]
     assert call_actions(None) == [] and call_actions({"action": "tool"}) == []
     assert len(call_actions([BOOKED] * 50)) == MAX_ACTIONS
 
@@ -81,7 +88,7 @@ async def test_tool_runs_with_side_effects_are_recorded_by_name_and_status_only(
     context = ToolContext("s", None, 1, record_tool=lambda name, ok: record_action(data, tool_action(name, ok)))
     for name in ("book_table", "cancel_order", "opening_hours", "own_record", "end_call", "unknown"):
         await tools.run(ToolCall("c", name, {"who": "Sam Smith, 4111"}), context)
-    assert data[ACTIONS] == [BOOKED, {"action": "tool", "name": "cancel_order", "status": "error"}]
+    assert without("task", data[ACTIONS]) == [BOOKED, {"action": "tool", "name": "cancel_order", "status": "error"}]
     assert "Sam" not in json.dumps(data)  # never the arguments, never the result
 
 
@@ -137,6 +144,10 @@ def exported_actions(tables: dict[str, list[dict[str, Any]]]) -> list[Any]:
     return [row["actions"] for rows in tables.values() for row in rows if "actions" in row]
 
 
+DISPATCHED_SALES = {"action": "transfer", "target": "sales", "status": "dispatched"}
+DISPATCHED_BOOKING = {"action": "tool", "name": "book_table", "status": "dispatched"}
+
+
 async def test_recall_returns_what_the_agent_did_and_erasure_takes_it(provider: Any, tmp_path: Path) -> None:
     runtime = make_runtime(provider, tmp_path, session_digests=True)
     junk = {"action": "tool", "name": "charge_card", "status": "ok", "arguments": "4111 1111 1111 1111"}
@@ -145,7 +156,8 @@ async def test_recall_returns_what_the_agent_did_and_erasure_takes_it(provider: 
     assert len(calls) == 1 and len(calls[0]["actions"]) == MAX_ACTIONS  # bounded per call
     await SessionDigestRecorder(runtime, None)(hangup([TRANSFERRED, BOOKED]))
     calls = await recalled(runtime, tmp_path)
-    assert calls[0]["actions"] == [TRANSFERRED, BOOKED]
+    # Digests without task ids (written before the task ledger): what was done, never a frozen status.
+    assert calls[0]["actions"] == [DISPATCHED_SALES, DISPATCHED_BOOKING]
     assert "4111" not in json.dumps(calls)  # a stray key never reaches the store
 
     assert exported_actions(await runtime.export(OWNER_KEY))[-1] == [TRANSFERRED, BOOKED]
@@ -160,7 +172,7 @@ async def test_a_digest_and_its_actions_expire_with_the_callers_retention(provid
     recorder = SessionDigestRecorder(runtime, None)
     assert recorder.retention_s == 1.0
     await recorder(hangup([TRANSFERRED]))
-    assert [c["actions"] for c in await recalled(runtime, tmp_path)] == [[TRANSFERRED]]
+    assert [c["actions"] for c in await recalled(runtime, tmp_path)] == [[DISPATCHED_SALES]]
     await asyncio.sleep(1.2)
     assert await recalled(runtime, tmp_path) == []  # expired: never served, even before the sweep
     removed = await runtime.purge_expired()
@@ -242,7 +254,10 @@ async def test_the_next_call_hears_what_the_agent_did_last_time(tmp_path: Path) 
         await gateway.stop()
     assert agent_lines(sink)[-1].endswith("I ran book table, then tried cancel order, but it failed.")
     # The memory write is audited, not an action; the tools' arguments are never kept.
-    assert booking_call.actions == [BOOKED, {"action": "tool", "name": "cancel_order", "status": "error"}]
+    # The digest keeps the objective (with its task id); the status is the task ledger's.
+    assert without("task", booking_call.actions) == [{"action": "tool", "name": "book_table"},
+                                                     {"action": "tool", "name": "cancel_order"}]
+    assert all(action["task"] for action in booking_call.actions)
     assert "Friday" not in json.dumps(booking_call.actions)
     assert recall_call.actions == []  # reading memory is no action
 
@@ -264,9 +279,12 @@ async def test_a_call_where_nothing_was_said_still_records_what_was_done(tmp_pat
         tables = await gateway.memory.export(owner)
     finally:
         await gateway.stop()
-    assert digest.actions == [TRANSFERRED] and digest.topics == [] and digest.gist == ""
+    objective = {"action": "transfer", "target": "sales"}
+    assert without("task", digest.actions) == [objective] and digest.topics == [] and digest.gist == ""
     (row,) = tables["session_digests"]
-    assert row["actions"] == [TRANSFERRED]
+    assert without("task", row["actions"]) == [objective]
+    (task,) = tables["memory_tasks"]  # the status, live, in the task ledger
+    assert task["status"] == "succeeded" and task["task_id"] == digest.actions[0]["task"]
 
 
 async def test_digests_written_by_the_server_follow_retention_days(tmp_path: Path) -> None:
@@ -281,7 +299,7 @@ async def test_digests_written_by_the_server_follow_retention_days(tmp_path: Pat
         (row,) = (await gateway.memory.export(owner))["session_digests"]
     finally:
         await gateway.stop()
-    assert row["actions"] == [BOOKED]
+    assert without("task", row["actions"]) == [{"action": "tool", "name": "book_table"}]
     assert abs((row["expires_at"] - row["created_at"]) - 30 * DAY_S) < 60
 
 
@@ -296,6 +314,11 @@ async def test_without_session_digests_nothing_of_the_ledger_is_kept(tmp_path: P
         owner = gateway.memory.owner_key(SAM)
         assert owner is not None
         entry = gateway.session_memory.hangup_write(session, owner, 0)
+        await gateway.sessions.end(session, "caller hung up")  # type: ignore[union-attr]
+        await gateway.sessions.drain()  # type: ignore[union-attr]
+        await gateway.session_memory.drain(10)
+        tables = await gateway.memory.export(owner)
     finally:
         await gateway.stop()
     assert entry is not None and entry.actions == []
+    assert tables["memory_tasks"] == []  # nor any status in the task ledger

@@ -49,7 +49,8 @@ async def test_history_entries_expire_by_their_own_age_not_the_latest_write() ->
     await write(provider, "memory", "- Kept.", retention_s=DAY)
     await asyncio.sleep(0.5)
     assert [h.revision for h in provider.history(OWNER, "memory")] == [2]
-    assert await provider.purge_expired() == {"memories": 0, "memory_history": 1, "session_digests": 0}
+    assert await provider.purge_expired() == {"memories": 0, "memory_history": 1, "session_digests": 0,
+                                              "memory_tasks": 0}
     assert [row["revision"] for row in (await provider.export_owner(OWNER))["memory_history"]] == [2]
 
 
@@ -60,7 +61,8 @@ async def test_expired_documents_and_digests_are_purged_each_by_their_own_expiry
     await provider.add_session_digest(OWNER, digest(1), 0.3)
     await provider.add_session_digest(OWNER, digest(2), DAY)
     await asyncio.sleep(0.5)
-    assert await provider.purge_expired() == {"memories": 1, "memory_history": 1, "session_digests": 1}
+    assert await provider.purge_expired() == {"memories": 1, "memory_history": 1, "session_digests": 1,
+                                              "memory_tasks": 0}
     assert [d.scope for d in await provider.load(OWNER)] == ["memory"]
     assert [d.session_id for d in await provider.session_digests(OWNER)] == ["s2"]
 
@@ -71,7 +73,8 @@ async def test_erasure_raises_the_epoch_and_a_write_from_before_it_is_refused() 
     await provider.apply(OWNER, [MemoryChange("memory", "- Likes tea.", 0)], context(epoch=0))
     await write(provider, "memory", "- Likes coffee.")
     await provider.add_session_digest(OWNER, digest(1), DAY, erasure_epoch=0)
-    assert await provider.delete_owner(OWNER) == {"memories": 1, "memory_history": 2, "session_digests": 1}
+    assert await provider.delete_owner(OWNER) == {"memories": 1, "memory_history": 2, "session_digests": 1,
+                                            "memory_tasks": 0}
     assert await provider.erasure_epoch(OWNER) == 1
     with pytest.raises(OwnerErased) as erased:
         await provider.apply(OWNER, [MemoryChange("memory", "- Likes tea.", 0)], context(epoch=0))
@@ -110,7 +113,7 @@ async def test_export_holds_everything_expired_but_not_swept_included_with_progr
     export = await provider.export_owner(OWNER, lambda table, rows: seen.append((table, rows)))
     assert export["memories"][0]["content"] == "- Call me Sam." and len(export["session_digests"]) == 1001
     assert seen == [("memories", 1), ("memory_history", 1), ("session_digests", 500), ("session_digests", 1000),
-                    ("session_digests", 1001), ("memory_erasures", 0)]
+                    ("session_digests", 1001), ("memory_tasks", 0), ("memory_erasures", 0)]
 
 
 async def test_the_owner_key_fingerprint_round_trips_and_stored_owners_are_counted() -> None:

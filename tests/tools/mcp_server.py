@@ -6,8 +6,8 @@
 Every call's arguments are appended as a JSON line to $MCP_TEST_CALLS (when set), so a test can see what
 reached the server; `lookup_order` also notes who voicegate said was asking to $MCP_TEST_CALLERS.
 The tools: an order lookup whose answer tries to break out of its fence and is too
-long to pass whole, a lookup that never answers in time, a failing tool, one that kills the server, and a
-dangerous tool that no allow-list in the tests names.
+long to pass whole, a lookup that never answers in time, a failing tool, one that kills the server, a
+ticket tool that starts work and its status tool, and a dangerous tool that no allow-list in the tests names.
 """
 
 from __future__ import annotations
@@ -71,6 +71,24 @@ def crash_server() -> str:
     """Stop this server's process at once (a tool server that dies mid-call)."""
     note("crash_server", {})
     os._exit(1)
+
+
+OPENED: set[str] = set()  # tickets opened by this process, by voicegate's task id
+
+
+@server.tool()
+def open_ticket(subject: str, voicegate_task_id: str = "") -> str:
+    """Open a support ticket; the work goes on after the call (a task tool: voicegate's task id comes along)."""
+    note("open_ticket", {"subject": subject, "voicegate_task_id": voicegate_task_id})
+    OPENED.add(voicegate_task_id)
+    return "Ticket T-1001 opened."
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def ticket_status(task_id: str) -> str:
+    """The status of the ticket opened under voicegate's task id."""
+    note("ticket_status", {"task_id": task_id})
+    return "succeeded" if task_id in OPENED else "no such ticket"
 
 
 @server.tool()

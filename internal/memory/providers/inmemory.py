@@ -29,6 +29,7 @@ from internal.memory.provider import (
     Scope,
 )
 from internal.memory.records import OwnerSummary, SessionDigest, forget_in_session_digest
+from internal.memory.tasks import TaskEntry
 
 EXPORT_PROGRESS_EVERY = 500  # rows between two progress reports of an export
 
@@ -59,6 +60,12 @@ class _Digest:
 
 
 @dataclass(frozen=True, slots=True)
+class _Task:
+    entry: TaskEntry
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class _Erasure:
     epoch: int
     erased_at: float
@@ -74,6 +81,7 @@ class InMemoryProvider:
         self._records: dict[tuple[str, Scope], _Record] = {}
         self._history: dict[tuple[str, Scope], builtins.list[HistoryEntry]] = {}
         self._digests: dict[str, builtins.list[_Digest]] = {}
+        self._tasks: dict[str, dict[str, _Task]] = {}  # owner -> task id -> entry (the task ledger)
         self._erasures: dict[str, _Erasure] = {}
         self._fingerprint: str | None = None
         self._lock = asyncio.Lock()
@@ -139,9 +147,15 @@ class InMemoryProvider:
             return ApplyResult(len(changed), changed)
 
     async def add_session_digest(self, owner_id: str, digest: SessionDigest, retention_s: float, *,
-                                 erasure_epoch: int | None = None, max_per_owner: int = 200) -> None:
+                                 erasure_epoch: int | None = None, max_per_owner: int = 200,
+                                 memory_revision: int | None = None) -> None:
         async with self._lock:
             self._check_epoch(owner_id, erasure_epoch)
+            if memory_revision is not None:  # judged against this `memory`: refused once it moved on
+                live = self._live(owner_id, "memory")
+                current = live.document.revision if live is not None else 0
+                if current != memory_revision:
+                    raise RevisionConflict("memory", current)
             now = time.time()
             kept = replace(digest, topics=list(digest.topics), actions=[dict(a) for a in digest.actions])
             items = [*(d for d in self._digests.get(owner_id, []) if d.expires_at > now),
@@ -168,13 +182,36 @@ class InMemoryProvider:
             self._keep(self._digests, owner_id, kept)
             return changed
 
+    # ---- the task ledger (internal/memory/tasks.py) ----------------------------------------------
+
+    async def record_task(self, owner_id: str, entry: TaskEntry, *, erasure_epoch: int | None, retention_s: float,
+                          terminal_keep_s: float, max_per_owner: int) -> None:
+        async with self._lock:
+            self._check_epoch(owner_id, erasure_epoch)
+            now = time.time()
+            tasks = {k: t for k, t in self._tasks.get(owner_id, {}).items() if t.expires_at > now}
+            before = tasks.get(entry.task_id)
+            created = before.entry.created_at if before is not None else now
+            stored = replace(entry, created_at=created, updated_at=now,
+                             session_id=before.entry.session_id if before is not None else entry.session_id)
+            expires = now + terminal_keep_s if entry.terminal else (before.expires_at if before else now + retention_s)
+            tasks[entry.task_id] = _Task(stored, expires)
+            newest = sorted(tasks.values(), key=lambda t: t.entry.created_at)[-max_per_owner:]
+            self._tasks[owner_id] = {t.entry.task_id: t for t in newest}
+
+    async def tasks(self, owner_id: str, task_ids: builtins.list[str]) -> builtins.list[TaskEntry]:
+        now = time.time()
+        held = self._tasks.get(owner_id, {})
+        return [held[t].entry for t in task_ids if t in held and held[t].expires_at > now]
+
     # ---- erasure and retention -------------------------------------------------------------------
 
     async def delete_owner(self, owner_id: str) -> dict[str, int]:
         async with self._lock:
             self._erasures[owner_id] = _Erasure(self._epoch(owner_id) + 1, time.time())
             removed = {"memories": 0, "memory_history": 0,
-                       "session_digests": len(self._digests.pop(owner_id, []))}
+                       "session_digests": len(self._digests.pop(owner_id, [])),
+                       "memory_tasks": len(self._tasks.pop(owner_id, {}))}
             for key in [k for k in self._records if k[0] == owner_id]:
                 del self._records[key]
                 removed["memories"] += 1
@@ -185,7 +222,7 @@ class InMemoryProvider:
     async def purge_expired(self) -> dict[str, int]:
         async with self._lock:
             now = time.time()
-            removed = {"memories": 0, "memory_history": 0, "session_digests": 0}
+            removed = {"memories": 0, "memory_history": 0, "session_digests": 0, "memory_tasks": 0}
             for key in [k for k, r in self._records.items() if r.expires_at <= now]:
                 del self._records[key]
                 removed["memories"] += 1
@@ -197,6 +234,13 @@ class InMemoryProvider:
                 live = [d for d in items if d.expires_at > now]
                 removed["session_digests"] += len(items) - len(live)
                 self._keep(self._digests, owner, live)
+            for owner, held in list(self._tasks.items()):
+                alive = {k: t for k, t in held.items() if t.expires_at > now}
+                removed["memory_tasks"] += len(held) - len(alive)
+                if alive:
+                    self._tasks[owner] = alive
+                else:
+                    del self._tasks[owner]
             # Past the fence no writer that started before an erasure is still alive.
             for owner in [o for o, e in self._erasures.items() if e.erased_at + self._fence_s <= now]:
                 del self._erasures[owner]
@@ -221,8 +265,9 @@ class InMemoryProvider:
                    for entry in entries]
         digests = [{**asdict(d.digest), "expires_at": d.expires_at} for d in self._digests.get(owner_id, [])]
         erasure = self._erasures.get(owner_id)
+        tasks = [{**asdict(t.entry), "expires_at": t.expires_at} for t in self._tasks.get(owner_id, {}).values()]
         tables = {"memories": memories, "memory_history": history, "session_digests": digests,
-                  "memory_erasures": [asdict(erasure)] if erasure else []}
+                  "memory_tasks": tasks, "memory_erasures": [asdict(erasure)] if erasure else []}
         if progress is not None:
             for table, rows in tables.items():
                 for done in range(EXPORT_PROGRESS_EVERY, len(rows), EXPORT_PROGRESS_EVERY):
@@ -245,7 +290,7 @@ class InMemoryProvider:
     async def stored_owner_count(self) -> int:
         """Owners with anything held (documents, history or digests, live or not yet swept)."""
         return len({owner for owner, _ in self._records} | {owner for owner, _ in self._history}
-                   | set(self._digests))
+                   | set(self._digests) | set(self._tasks))
 
     async def key_fingerprint(self) -> str | None:
         return self._fingerprint

@@ -39,12 +39,13 @@ from internal.memory.provider import (
 )
 from internal.memory.providers import pgvector_owners
 from internal.memory.records import DocumentCache, OwnerSummary, SessionDigest, forget_in_session_digest
+from internal.memory.tasks import TaskEntry
 from internal.rag.embedding import Embedder
 
 log = logging.getLogger(__name__)
 
 HISTORY_LIMIT = 20  # revisions kept per document
-MEMORY_TABLES = ("memories", "memory_items", "memory_history", "session_digests")
+MEMORY_TABLES = ("memories", "memory_items", "memory_history", "session_digests", "memory_tasks")
 CHANGE_CHANNEL = "voicegate_memory"  # payload: "<node id>:<owner key>:<changed|erased>", never content
 
 
@@ -273,10 +274,18 @@ class PgvectorProvider:
         return await pgvector_owners.owners(self._db, limit, offset)
 
     async def add_session_digest(self, owner_id: str, digest: SessionDigest, retention_s: float, *,
-                                 erasure_epoch: int | None = None, max_per_owner: int = 200) -> None:
+                                 erasure_epoch: int | None = None, max_per_owner: int = 200,
+                                 memory_revision: int | None = None) -> None:
         async with self._db.pool.connection() as conn, conn.transaction():
             await lock_owner(conn, owner_id)
             await check_epoch(conn, owner_id, erasure_epoch)
+            if memory_revision is not None:  # judged against this `memory`: refused once it moved on
+                cursor = await conn.execute("SELECT revision FROM memories WHERE owner_key = %s AND scope = 'memory' "
+                                            "AND expires_at > now()", (owner_id,))
+                row = await cursor.fetchone()
+                current = int(row[0]) if row else 0
+                if current != memory_revision:
+                    raise RevisionConflict("memory", current)
             await conn.execute(
                 "INSERT INTO session_digests (owner_key, session_id, topics, gist, actions, expires_at) "
                 "VALUES (%s, %s, %s, %s, %s, now() + make_interval(secs => %s))",
@@ -316,6 +325,41 @@ class PgvectorProvider:
                                        (scrubbed.topics, scrubbed.gist, row_id))
                 changed += scrubbed is not digest
         return changed
+
+    # ---- the task ledger (internal/memory/tasks.py) ----------------------------------------------
+
+    async def record_task(self, owner_id: str, entry: TaskEntry, *, erasure_epoch: int | None, retention_s: float,
+                          terminal_keep_s: float, max_per_owner: int) -> None:
+        """Create or move a task's entry under the owner's lock; a finished one is kept `terminal_keep_s`
+        from now, an open one keeps its expiry; the oldest beyond `max_per_owner` go."""
+        keep_s = terminal_keep_s if entry.terminal else retention_s
+        async with self._db.pool.connection() as conn, conn.transaction():
+            await lock_owner(conn, owner_id)
+            await check_epoch(conn, owner_id, erasure_epoch)
+            await conn.execute(
+                "INSERT INTO memory_tasks (owner_key, task_id, session_id, kind, name, status, expires_at) "
+                "VALUES (%s, %s, %s, %s, %s, %s, now() + make_interval(secs => %s)) "
+                "ON CONFLICT (owner_key, task_id) DO UPDATE SET status = EXCLUDED.status, updated_at = now(), "
+                "expires_at = CASE WHEN %s THEN EXCLUDED.expires_at ELSE memory_tasks.expires_at END",
+                (owner_id, entry.task_id, entry.session_id or None, entry.kind, entry.name, entry.status, keep_s,
+                 entry.terminal),
+            )
+            await conn.execute(
+                "DELETE FROM memory_tasks WHERE owner_key = %s AND task_id NOT IN (SELECT task_id FROM memory_tasks "
+                "WHERE owner_key = %s ORDER BY created_at DESC, task_id DESC LIMIT %s)",
+                (owner_id, owner_id, max_per_owner),
+            )
+
+    async def tasks(self, owner_id: str, task_ids: builtins.list[str]) -> builtins.list[TaskEntry]:
+        async with self._db.pool.connection() as conn:
+            cursor = await conn.execute(
+                "SELECT task_id, kind, name, status, coalesce(session_id, ''), extract(epoch FROM created_at), "
+                "extract(epoch FROM updated_at) FROM memory_tasks "
+                "WHERE owner_key = %s AND task_id = ANY(%s) AND expires_at > now()",
+                (owner_id, task_ids),
+            )
+            rows = await cursor.fetchall()
+        return [TaskEntry(r[0], r[1], r[2], r[3], r[4], float(r[5]), float(r[6])) for r in rows]
 
     async def export_owner(self, owner_id: str, progress: Callable[[str, int], None] | None = None,
                            ) -> dict[str, builtins.list[dict[str, Any]]]:

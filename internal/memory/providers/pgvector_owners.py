@@ -19,10 +19,11 @@ EXPORT_TABLES: dict[str, str] = {
     "memory_items": "scope, position, text, embedding, expires_at",
     "memory_history": "scope, revision, source, char_count, session_id, changed_at, expires_at",
     "session_digests": "id, session_id, topics, gist, actions, created_at, expires_at",
+    "memory_tasks": "task_id, session_id, kind, name, status, created_at, updated_at, expires_at",
     "memory_erasures": "epoch, erased_at, expires_at",
 }
 ORDER = {"memories": "scope", "memory_items": "scope, position", "memory_history": "scope, revision",
-         "session_digests": "created_at, id", "memory_erasures": "epoch"}
+         "session_digests": "created_at, id", "memory_tasks": "created_at, task_id", "memory_erasures": "epoch"}
 
 
 def _seconds(value: datetime | None) -> float:
@@ -99,6 +100,6 @@ async def stored_owner_count(database: Database) -> int:
     async with database.pool.connection() as conn:
         cursor = await conn.execute(
             "SELECT count(*) FROM (SELECT owner_key FROM memories UNION SELECT owner_key FROM session_digests "
-            "UNION SELECT owner_key FROM memory_items) AS stored")
+            "UNION SELECT owner_key FROM memory_items UNION SELECT owner_key FROM memory_tasks) AS stored")
         row = await cursor.fetchone()
     return int(row[0]) if row else 0

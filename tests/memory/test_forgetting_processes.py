@@ -1,0 +1,97 @@
+"""A fact deleted on one node while its caller's call is live on another stays deleted (issue 42): two
+real `voicegate serve` processes on one PostgreSQL, a real WebRTC call (aiortc, WHIP, typed turns on the
+DataChannel) on node A, the delete through node B's PATCH /api/memory, the hang-up on A with every
+hang-up writer on (digest line, reconciliation, session digest, each with a model that would say it
+again); afterwards the fact is nowhere in the database's dump nor in either node's files."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.memory.processes import Cluster, VoicegateNode, wait_until
+from tests.memory.test_erasure_processes import stored
+from tests.memory.traces import files_containing, lines_containing, settle
+from tests.webrtc.harness import WhipClient
+
+pytestmark = pytest.mark.slow
+
+WEB = "zoe"  # owner jwt:zoe, on both nodes (one owner-key secret)
+MARKER = "zanzibar"
+LINE = "- The caller's locker code word is zanzibar."
+WEBRTC = {"enabled": True, "ice_hosts": ["127.0.0.1"]}
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path, fresh_db: str) -> AsyncIterator[Cluster]:
+    async with Cluster(tmp_path, fresh_db) as nodes:
+        yield nodes
+
+
+def models_that_would_say_it_again(node: VoicegateNode) -> None:
+    model = node.model
+    model.reply_text = "Okay."
+    model.summary_reply = "The caller talked about green tea and the locker word zanzibar."
+    model.reconcile_reply = json.dumps({"edits": [
+        {"document": "memory", "action": "append", "content": "- The caller's locker word is zanzibar."},
+        {"document": "memory", "action": "append", "content": "- The caller likes green tea."}]})
+    model.digest_reply = json.dumps({"topics": ["zanzibar locker", "green tea"], "gist": "green tea"})
+
+
+async def test_a_fact_deleted_through_node_b_while_the_call_is_live_on_node_a_stays_deleted(
+        cluster: Cluster) -> None:
+    memory = {"auto": True, "session_digests": True}
+    a = await cluster.node("a", webrtc=WEBRTC, memory=memory)
+    b = await cluster.node("b", webrtc=WEBRTC, memory=memory)
+    models_that_would_say_it_again(a)
+    added = await b.patch_memory(WEB, document="memory", action="append", content=LINE)
+    assert added.status_code == 200, added.text
+
+    caller = WhipClient()
+    try:
+        async with a.http() as http:
+            token = a.auth(WEB)["Authorization"].removeprefix("Bearer ")
+            answer = await caller.dial(http, token=token)
+            assert answer.status_code == 201, answer.text
+            await caller.wait_channel_open()
+            for said in ("my locker code word zanzibar still works", "I also like green tea"):
+                before = len(a.model.turns)
+                caller.send({"type": "text", "text": said})
+                await wait_until(lambda n=before: len(a.model.turns) > n, 60, "the typed turn to reach A's model",
+                                 a.tails)
+                await caller.wait_for(lambda e: e.get("type") == "transcript" and e.get("role") == "agent"
+                                      and bool(e.get("final")), 60)
+                caller.events.clear()
+            assert MARKER in a.model.turns[-1].prompt, "A's call never had the fact in its memory"
+            assert await a.live_calls() == 1
+
+            removed = await b.patch_memory(WEB, document="memory", action="replace", old_text=LINE, new_text="")
+            assert removed.status_code == 200 and removed.json()["changed"] is True, removed.text
+            hung_up = await caller.hang_up(http, headers=a.auth(WEB))
+            assert hung_up.status_code in (200, 204), hung_up.text
+    finally:
+        await caller.close()
+
+    await wait_until(lambda: _no_calls(a), 30, "the call to end on A", a.tails)
+    # Every hang-up step has run once something it writes is stored: the positive control.
+    dump = await settle(cluster.db_uri, quiet_s=4, minimum_s=8, timeout_s=60)
+    assert "likes green tea" in dump, "A's reconciliation never landed"
+    assert any("{\"green tea\"}" in line for line in lines_containing(dump, "green tea")), (
+        "A's session digest never landed:\n" + "\n".join(lines_containing(dump, "green tea")))
+    rows = lines_containing(dump, MARKER)
+    assert not rows, "the deleted fact came back into the database at A's hang-up:\n" + "\n".join(rows)
+    shown = (await a.get_memory(WEB)).text + (await b.get_memory(WEB)).text
+    assert MARKER not in shown.lower()
+    for node in (a, b):
+        assert await node.stop() == 0, node.tails()
+    assert not await stored(cluster.db_uri, MARKER)
+    for node in (a, b):
+        assert not files_containing(node.data_dir, MARKER), f"node {node.name}'s files still hold it"
+
+
+async def _no_calls(node: VoicegateNode) -> bool:
+    return await node.live_calls() == 0
+
