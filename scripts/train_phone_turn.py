@@ -255,7 +255,7 @@ def load_models(smart_turn: bool) -> tuple[Any, Any]:
 
 
 def record(dialogues: list[Dialogue], noise_of: Callable[[int], str], offset_of: Callable[[int], int],
-           words: bool, label: str, models: dict[str, Any]) -> list[Recorded]:
+           words: bool, label: str, models: dict[str, Any], rate: int = RATE) -> list[Recorded]:
     """Each dialogue through the pipeline's VAD (bench/turn_signals.extract), in this process."""
     from bench import turn_signals
     from internal.turn.silero import shared_silero
@@ -268,7 +268,7 @@ def record(dialogues: list[Dialogue], noise_of: Callable[[int], str], offset_of:
     out = []
     for index, dialogue in enumerate(dialogues):
         recorder.tails, recorder.ends, recorder.extra_ms = [], [], []
-        signals = turn_signals.extract(dialogue, RATE, noise_of(index), SEED + index, offset_of(index))
+        signals = turn_signals.extract(dialogue, rate, noise_of(index), SEED + index, offset_of(index))
         # The decode's CPU without the recording's own encoder pass.
         signals.points = [replace(p, decode_ms=max(0.0, p.decode_ms - extra)) if words else p
                           for p, extra in zip(signals.points, recorder.extra_ms, strict=False)]
@@ -465,13 +465,15 @@ def constant(value: Any) -> Callable[[float], Any]:
     return lambda _threshold: value
 
 
-def eval_states(voice: str, noise: str, offset_ms: int, models: dict[str, Any]) -> list[Recorded]:
-    """The benchmark's held-out dialogues in `voice` through 8 kHz G.711, recorded with words and Smart Turn."""
-    label = f"{voice}/8000/{noise}/{offset_ms}ms"
+def eval_states(voice: str, noise: str, offset_ms: int, models: dict[str, Any], rate: int = RATE) -> list[Recorded]:
+    """The benchmark's held-out dialogues in `voice` through 8 kHz G.711 (or at 16 kHz), recorded with words and
+    Smart Turn."""
+    label = f"{voice}/{rate}/{noise}/{offset_ms}ms"
     dialogues = eval_dialogues(voice)
-    result: list[Recorded] = cached(
-        "eval-states", (EVAL_PAUSED, EVAL_COMPLETE, EVAL_PAUSES_S, voice, noise, offset_ms, "smart turn"),
-        lambda: record(dialogues, lambda i: noise, lambda i: offset_ms, True, f"held-out {label}", models))
+    key = (EVAL_PAUSED, EVAL_COMPLETE, EVAL_PAUSES_S, voice, noise, offset_ms, "smart turn",
+           *([rate] if rate != RATE else []))
+    result: list[Recorded] = cached("eval-states", key, lambda: record(
+        dialogues, lambda i: noise, lambda i: offset_ms, True, f"held-out {label}", models, rate))
     return result
 
 
@@ -503,7 +505,8 @@ def main() -> int:
     parser.add_argument("--no-eval", action="store_true", help="only fit (no held-out report)")
     parser.add_argument("--eval-lines", default=",".join(f"{v}/{n}/{EVAL_OFFSET_MS}" for v in ("piper", "espeak")
                                                          for n in ("none", "white")),
-                        help="held-out lines: voice/noise/VAD offset (ms); noise none or white (10 dB)")
+                        help="held-out lines: voice/noise/VAD offset (ms)[/rate]; noise none or white (10 dB); "
+                             "rate 8000 (G.711, the default) or 16000")
     parser.add_argument("--report", default=str(CACHE / "held_out.json"))
     args = parser.parse_args()
     ESPEAK_VOICES.update(TRAIN_ESPEAK)
@@ -569,9 +572,10 @@ def main() -> int:
     head = load_head(path, digest)
     report: dict[str, Any] = {"fit": fit, "lines": {}}
     for line in args.eval_lines.split(","):
-        voice, noise, offset = line.split("/")
-        label = f"{voice}/8000/{noise}/{offset}ms"
-        report["lines"][label] = held_out(eval_states(voice, noise, int(offset), models), head, label)
+        voice, noise, offset, *rest = line.split("/")
+        rate = int(rest[0]) if rest else RATE
+        label = f"{voice}/{rate}/{noise}/{offset}ms"
+        report["lines"][label] = held_out(eval_states(voice, noise, int(offset), models, rate), head, label)
     Path(args.report).write_text(json.dumps(report, indent=1) + "\n")
     print(f"\nheld-out report: {args.report}")
     return 0
