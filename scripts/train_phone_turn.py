@@ -4,13 +4,14 @@
 
 The training turns: bench/turn_cases.py's TRAIN sentences and EXTRA_SENTENCES below (none of them in the
 benchmark's EVAL sets), each with a 1 s pause cut in at its mark and at two other word boundaries, plus
-finished sentences; spoken by Piper joe with two seeds other than the benchmark's, and by two espeak-ng
-en-us variants, each voice also 8 % faster and higher and 8 % slower and lower; through 8 kHz G.711
-mu-law, clean and with white noise at 10-25 dB. Every end of utterance the pipeline's VAD finds (bench/
-turn_signals.py, at a VAD offset of 120 or 200 ms) is one example: label 1 where the turn really ended, 0
-where the speaker went on. Its features are Whisper tiny.en's encoder states for the turn's audio so far,
-exactly as the recogniser's decode computes them (speech-only audio, the short window), pooled by
-internal/turn/phone_turn.py.
+finished sentences (the three short answers TRAIN_COMPLETE shares with the benchmark's set are left out);
+spoken by Piper joe with two seeds other than the benchmark's, and by two espeak-ng en-us variants, each
+dialogue at a speed drawn from 0.92, 1 and 1.08 (resampled: slower is lower, faster is higher); through 8 kHz
+G.711 mu-law, clean and with white noise at an SNR drawn from 10-25 dB. Every end of utterance the pipeline's
+VAD finds (bench/turn_signals.py, at a VAD offset of 120 or 200 ms) is one example: label 1 where the turn
+really ended, 0 where the speaker went on. Its features are Whisper tiny.en's encoder states for the turn's
+audio so far, exactly as the recogniser's decode computes them (speech-only audio, the short window), pooled
+by internal/turn/phone_turn.py.
 
 A logistic regression (standardised features, L2 penalty chosen by 5-fold cross-validation grouped by
 sentence, classes weighted equally, Newton's method) is fitted in numpy. It writes the weights with the
@@ -19,8 +20,10 @@ recipe and its fit, and prints the SHA-256 to pin in internal/turn/phone_turn.py
 Then, unless --no-eval, it reports on the benchmark's held-out EVAL dialogues (bench/turns.py's sets:
 never trained on, never used to choose anything) at 8 kHz G.711, clean and with 10 dB white noise: Smart
 Turn alone against the head alone (and each fused with the text cues through the fusion's weights):
-ROC AUC, unfinished turns judged finished at the operating points, premature ends of turn at 300 and
-600 ms releases (bench/turn_sweep.py's replay), and the CPU per decision. Generated audio and features
+ROC AUC, unfinished turns judged finished at the operating points (0.5, 0.75, and the threshold that
+releases 90 % of finished turns), premature ends of turn at 300, 600 and 800 ms releases and the release
+at 5 % premature (bench/turn_sweep.py's replay), and the CPU per decision. It writes the report as JSON
+(--report). Generated audio and features
 are cached under /tmp/phone-turn-cache. Nothing is downloaded: the models are the pinned ones.
 """
 
