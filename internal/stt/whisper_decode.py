@@ -21,12 +21,15 @@ import math
 import re
 import zlib
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from internal.audio.line_noise import estimate_snr_db
 from internal.stt.workers import watch_parent
+
+if TYPE_CHECKING:
+    from internal.turn.phone_turn import PhoneTurnHead
 
 MODEL_RATE = 16000
 FRAMES_PER_S = 100  # Whisper's features: one frame per 10 ms
@@ -59,6 +62,7 @@ class DecodeSettings:
     device: str = "cpu"  # CTranslate2's device, resolved from whisper.device (internal/devices.py)
     noisy_snr_db: float = 0.0  # an utterance whose estimated SNR is below this is noisy (0: none is)
     noisy_beam_size: int = 0  # the beam for a noisy utterance (0: beam_size)
+    end_of_turn_head: bool = True  # also score the phone-band end-of-turn head (Decoded.end_of_turn)
 
     def beam_for(self, snr_db: float) -> int:
         """Greedy (or the configured beam) on a clean line, the wider beam on a noisy one."""
@@ -75,6 +79,15 @@ class Decoded:
     window_frames: int
     retried: bool = False
     snr_db: float | None = None  # the utterance's estimated SNR (None: not measured)
+    # P(the caller's turn is finished) from the phone-band end-of-turn head (internal/turn/phone_turn.py) on
+    # this decode's own encoder states: the turn's audio as heard so far. None: not computed (no speech).
+    end_of_turn: float | None = None
+
+
+def cpu_device() -> Any:
+    import ctranslate2
+
+    return ctranslate2.Device.cpu
 
 
 def window_frames(duration_s: float, short_window: bool) -> int:
@@ -139,6 +152,11 @@ class WhisperDecoder:
                                    language=language or "en")
         self.suppressed = list(get_suppressed_tokens(self.tokenizer, [-1]))
         self.prompt = self.prompt_for("")
+        self.turn_head: PhoneTurnHead | None = None
+        if settings.end_of_turn_head:  # a missing or changed weights file is refused here, with its reason
+            from internal.turn.phone_turn import shared_head
+
+            self.turn_head = shared_head()
 
     def prompt_for(self, earlier: str) -> list[int]:
         """The decoder's prompt: the vocabulary, then `earlier` (the words of the turn already decoded while
@@ -166,15 +184,7 @@ class WhisperDecoder:
                   earlier: list[str] | None = None) -> list[Decoded]:
         """Encode and decode several utterances as one CTranslate2 batch, each in a window of `frames`
         (`earlier`: per utterance, the words before it that the prompt carries)."""
-        import ctranslate2
-
-        features = []
-        for audio in audios:
-            padded = np.zeros(frames * (MODEL_RATE // FRAMES_PER_S) + 160, dtype=np.float32)
-            padded[: min(audio.size, padded.size)] = audio[: padded.size]
-            features.append(self.model.feature_extractor(padded)[:, :frames])
-        encoded = self.model.model.encode(ctranslate2.StorageView.from_array(np.ascontiguousarray(np.stack(features))),
-                                          to_cpu=False)
+        encoded = self.encode(audios, frames)
         duration_s = max(audio.size for audio in audios) / MODEL_RATE
         prompts = [self.prompt_for(text) if text else self.prompt for text in (earlier or [""] * len(audios))]
         max_length = min(MAX_TOKENS, max(map(len, prompts)) + int(duration_s * TOKENS_PER_S) + 16)
@@ -183,13 +193,39 @@ class WhisperDecoder:
             length_penalty=1.0, max_length=max_length, return_scores=True, return_no_speech_prob=True,
             suppress_blank=True, suppress_tokens=self.suppressed, max_initial_timestamp_index=0,
         )
+        turn = self.end_of_turn(encoded, audios)
         decoded = []
-        for result in results:
+        for index, result in enumerate(results):
             tokens = [t for t in result.sequences_ids[0] if t < self.tokenizer.eot]
             # CTranslate2 scores a hypothesis by its summed log-probability over its length (length_penalty 1).
             decoded.append(Decoded(self.tokenizer.decode(tokens).strip(), float(result.scores[0]),
-                                   float(result.no_speech_prob), frames))
+                                   float(result.no_speech_prob), frames, end_of_turn=turn[index]))
         return decoded
+
+    def encode(self, audios: list[np.ndarray], frames: int) -> Any:
+        """The encoder's states for each utterance in a window of `frames` (a CTranslate2 StorageView,
+        batch x frames/2 x width), as the decode uses them."""
+        import ctranslate2
+
+        features = []
+        for audio in audios:
+            padded = np.zeros(frames * (MODEL_RATE // FRAMES_PER_S) + 160, dtype=np.float32)
+            padded[: min(audio.size, padded.size)] = audio[: padded.size]
+            features.append(self.model.feature_extractor(padded)[:, :frames])
+        return self.model.model.encode(ctranslate2.StorageView.from_array(np.ascontiguousarray(np.stack(features))),
+                                       to_cpu=False)
+
+    def end_of_turn(self, encoded: Any, audios: list[np.ndarray]) -> list[float | None]:
+        """The phone-band head's P(turn finished) for each utterance, from states the decode computed anyway:
+        pooled over the end of the speech (internal/turn/phone_turn.py), a few microseconds each."""
+        from internal.turn.phone_turn import pool_states
+
+        head = self.turn_head
+        if head is None:
+            return [None] * len(audios)
+        states = np.asarray(encoded if self.settings.device == "cpu" else encoded.to_device(cpu_device()))
+        return [head.probability(pool_states(states[i], audio.size)) if audio.size else None
+                for i, audio in enumerate(audios)]
 
     def decode(self, audio: np.ndarray, earlier: str = "") -> Decoded:
         return self.decode_many([audio], [earlier])[0]
@@ -219,9 +255,11 @@ class WhisperDecoder:
     def _settled(self, audio: np.ndarray, decoded: Decoded, beam_size: int = 0, earlier: str = "") -> Decoded:
         if decoded.window_frames < FULL_WINDOW_FRAMES and (unreliable(decoded) or no_words(decoded)):
             full = self.run(audio, FULL_WINDOW_FRAMES, beam_size, earlier)
-            decoded = Decoded(full.text, full.avg_logprob, full.no_speech_prob, FULL_WINDOW_FRAMES, retried=True)
+            decoded = Decoded(full.text, full.avg_logprob, full.no_speech_prob, FULL_WINDOW_FRAMES, retried=True,
+                              end_of_turn=full.end_of_turn)
         if no_words(decoded):
-            return Decoded("", decoded.avg_logprob, decoded.no_speech_prob, decoded.window_frames, decoded.retried)
+            return Decoded("", decoded.avg_logprob, decoded.no_speech_prob, decoded.window_frames, decoded.retried,
+                           end_of_turn=decoded.end_of_turn)
         return decoded
 
 
