@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Callable
 
 from internal.audio.frame import frame_bytes
+from internal.config.sections import PipelineConfig
 from internal.conversation.state import CallContext
 from internal.conversation.text import clean
 from internal.pipeline.capture import CallerInput, shown
@@ -36,6 +37,17 @@ log = logging.getLogger(__name__)
 PRE_ROLL_MS = 300  # audio kept from before the VAD decided speech began, so first syllables survive
 STT_REOPENS_PER_CALL = 3  # fresh streams after the engine's stream dies, before the call goes on without
 __all__ = ["APOLOGY", "VoicePipeline"]
+
+
+def head_verdicts(config: PipelineConfig, services: PipelineServices, sample_rate: int) -> bool:
+    """Does the recogniser's phone-band head judge the sound of this call's turns (instead of Smart Turn)?
+    `pipeline.phone_turn_head`: auto on 8 kHz calls (the head was trained on G.711 phone lines), always,
+    or off; only with the fused end-of-turn decision and a recogniser that computes it (Whisper tiny.en)."""
+    if config.end_of_turn != "smart_turn" or config.phone_turn_head == "off":
+        return False
+    if not getattr(services.stt, "end_of_turn_head", False):
+        return False
+    return config.phone_turn_head == "always" or sample_rate == 8000
 
 
 class VoicePipeline:
@@ -72,7 +84,8 @@ class VoicePipeline:
             model=services.turn_model, fusion=services.turn_fusion,
             backchannels=frozenset(self.config.backchannels),
             prefetch=(lambda text: prefetch(session, text)) if prefetch is not None else None,
-            intercept=self._about_recording, clock=clock)
+            intercept=self._about_recording, recogniser_verdicts=head_verdicts(self.config, services, sample_rate),
+            clock=clock)
         # While set, the caller's keys and words go to it, not to the turn (capture.py): digit collection,
         # answering-machine detection.
         self.capture: CallerInput | None = None

@@ -27,6 +27,9 @@ class Transcript:
     # No text because a later final of the same turn covers this utterance's audio (its decode was
     # withdrawn before it ran): nothing to say or do for it, the next final follows.
     superseded: bool = False
+    # P(the caller's turn is finished) from the recogniser's own end-of-turn head (Whisper's phone-band
+    # head on its encoder states, internal/turn/phone_turn.py), for the audio this final heard. None: none.
+    end_of_turn: float | None = None
 
 
 class SttError(Exception):

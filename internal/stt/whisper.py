@@ -29,6 +29,7 @@ from internal.stt.whisper_decode import (
 from internal.stt.whisper_models import ResolvedModel, resolve_model
 from internal.stt.workers import DecoderPool, UtteranceStream
 from internal.telemetry.queues import WorkQueue
+from internal.turn.phone_turn import HEAD_MODEL
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,9 @@ def decode_settings(config: WhisperConfig, model: ResolvedModel, cuda_count: int
     return DecodeSettings(model_dir=str(model.path), compute_type=compute_type, cpu_threads=config.cpu_threads,
                           beam_size=config.beam_size, language=config.language, vad_filter=config.vad_filter,
                           short_window=config.short_window, vocabulary=vocabulary_prompt(config), device=device,
-                          noisy_snr_db=config.noisy_snr_db, noisy_beam_size=config.noisy_beam_size)
+                          noisy_snr_db=config.noisy_snr_db, noisy_beam_size=config.noisy_beam_size,
+                          # The phone-band head was fitted on tiny.en's encoder states; another model has others.
+                          end_of_turn_head=model.name == HEAD_MODEL)
 
 
 class WhisperSpeechToText:
@@ -71,6 +74,8 @@ class WhisperSpeechToText:
                                 max_wait_s=config.shed_after_ms / 1000)
         self.retried = 0  # utterances decoded again in the full window (see whisper_decode.py)
         self.early_decode_s = config.early_decode_s  # workers.UtteranceStream: decode while the caller talks
+        # Each decode also scores the phone-band end-of-turn head (Transcript.end_of_turn).
+        self.end_of_turn_head = self.settings.end_of_turn_head
 
     def describe(self) -> dict[str, object]:
         return {"engine": self.name, "model": self.model.name, "source": self.model.source,
@@ -94,6 +99,12 @@ class WhisperSpeechToText:
 
     async def transcribe(self, pcm: bytes, sample_rate: int, caller: object | None = None, earlier: str = "") -> str:
         return (await self.decode(pcm, sample_rate, caller, earlier)).text
+
+    async def transcribe_turn(self, pcm: bytes, sample_rate: int, caller: object | None = None,
+                              earlier: str = "") -> tuple[str, float | None]:
+        """The words and the phone-band head's P(turn finished) from the same decode."""
+        decoded = await self.decode(pcm, sample_rate, caller, earlier)
+        return decoded.text, decoded.end_of_turn
 
     def withdraw(self, caller: object) -> int:
         """Take back `caller`'s decodes still waiting for a worker (a later decode of the turn covers them)."""

@@ -218,12 +218,14 @@ class WhisperDecoder:
     def end_of_turn(self, encoded: Any, audios: list[np.ndarray]) -> list[float | None]:
         """The phone-band head's P(turn finished) for each utterance, from states the decode computed anyway:
         pooled over the end of the speech (internal/turn/phone_turn.py), a few microseconds each."""
-        from internal.turn.phone_turn import pool_states
+        from internal.turn.phone_turn import POOL_SPANS, pool_states
 
         head = self.turn_head
         if head is None:
             return [None] * len(audios)
         states = np.asarray(encoded if self.settings.device == "cpu" else encoded.to_device(cpu_device()))
+        if states.shape[-1] * len(POOL_SPANS) != head.weights.size:
+            return [None] * len(audios)  # another model's states: the head does not apply
         return [head.probability(pool_states(states[i], audio.size)) if audio.size else None
                 for i, audio in enumerate(audios)]
 

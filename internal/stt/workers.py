@@ -349,6 +349,13 @@ class UtteranceEngine(Protocol):
     def withdraw(self, caller: object) -> int: ...
 
 
+class VerdictEngine(UtteranceEngine, Protocol):
+    """An engine whose decode also says whether the turn sounds finished (end_of_turn_head)."""
+
+    async def transcribe_turn(self, pcm: bytes, sample_rate: int, caller: object | None = None,
+                              earlier: str = "") -> tuple[str, float | None]: ...
+
+
 class EarlyDecodingEngine(UtteranceEngine, Protocol):
     """An engine that can hear a part of a turn as the continuation of words it already decoded."""
 
@@ -501,12 +508,18 @@ class UtteranceStream:
     async def _decode(self, audio: bytes, previous: asyncio.Task[None] | None, whole: bool, start: int = 0,
                       earlier: str = "") -> None:
         text = ""
+        verdict: float | None = None
         overloaded = superseded = False
         try:
             if audio and start:
                 self.tail_decodes += 1
-                engine = cast(EarlyDecodingEngine, self._engine)
-                text = join_words(earlier, await engine.transcribe(audio[start:], self._rate, self, earlier=earlier))
+            if audio and getattr(self._engine, "end_of_turn_head", False):
+                engine = cast(VerdictEngine, self._engine)
+                text, verdict = await engine.transcribe_turn(audio[start:], self._rate, self, earlier=earlier)
+                text = join_words(earlier, text)
+            elif audio and start:
+                engine_e = cast(EarlyDecodingEngine, self._engine)
+                text = join_words(earlier, await engine_e.transcribe(audio[start:], self._rate, self, earlier=earlier))
             elif audio:
                 text = await self._engine.transcribe(audio, self._rate, self)
         except SttSuperseded:
@@ -526,7 +539,8 @@ class UtteranceStream:
                 self._turn_text = text
             else:
                 text = self._turn_text
-        self._results.put_nowait(Transcript(text, final=True, whole_turn=whole, overloaded=overloaded))
+        self._results.put_nowait(Transcript(text, final=True, whole_turn=whole, overloaded=overloaded,
+                                            end_of_turn=verdict))
 
     async def results(self) -> AsyncIterator[Transcript]:
         while (item := await self._results.get()) is not None:

@@ -69,10 +69,13 @@ def sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
-def feature_vector(audio_probability: float | None, cues: TextCues, snr_db: float | None = None) -> list[float]:
-    """The model's inputs for one decision (the audio terms are 0 when there is no audio verdict)."""
+def feature_vector(audio_probability: float | None, cues: TextCues, snr_db: float | None = None,
+                   sound_trained_on_noise: bool = False) -> list[float]:
+    """The model's inputs for one decision (the audio terms are 0 when there is no audio verdict).
+    `sound_trained_on_noise`: the verdict comes from a model trained on noisy lines (the phone-band head),
+    so its logit keeps full weight whatever the SNR."""
     audio = logit(audio_probability) if audio_probability is not None else 0.0
-    clean = cleanness(snr_db)
+    clean = 1.0 if sound_trained_on_noise else cleanness(snr_db)
     return [
         1.0, audio, audio * clean,
         float(cues.empty), float(cues.short), float(cues.answer_only), float(cues.terminal), float(cues.question_mark),
@@ -99,12 +102,13 @@ class TurnFusion:
         high = self.probability(1.0 / (1.0 + math.exp(-SOUND_RANGE)), text, snr_db)
         return low < threshold <= high
 
-    def probability(self, audio_probability: float | None, text: str, snr_db: float | None = None) -> float:
+    def probability(self, audio_probability: float | None, text: str, snr_db: float | None = None,
+                    sound_trained_on_noise: bool = False) -> float:
         # A short question is trusted on a clean line only: in noise the recogniser makes them of fragments.
         if whole_utterance(text, questions=cleanness(snr_db) >= 1.0):
             return WHOLE_UTTERANCE_P
         weights = self.with_audio if audio_probability is not None else self.text_only
-        x = feature_vector(audio_probability, text_cues(text), snr_db)
+        x = feature_vector(audio_probability, text_cues(text), snr_db, sound_trained_on_noise)
         return sigmoid(sum(w * v for w, v in zip(weights, x, strict=True)))
 
 

@@ -32,7 +32,7 @@ from internal.config.sections import PipelineConfig
 from internal.llm.base import Turn
 from internal.stt.base import Transcript
 from internal.turn.bargein import is_backchannel, is_meaningful_interruption, too_many_words
-from internal.turn.fusion import NOT_ASKED, TurnFusion
+from internal.turn.fusion import NOT_ASKED, TurnFusion, cleanness
 from internal.turn.keypad import Keypad
 from internal.turn.pauses import CallerPauses
 from internal.turn.pending import Decision, PendingTurn, Release, TurnTimes
@@ -42,6 +42,7 @@ from internal.turn.policy import (
     asks_model,
     fused_decision,
     text_rule_wait_ms,
+    verdict_threshold,
     worth_preparing,
 )
 from internal.turn.ports import EndOfTurnModel, Line, Replies
@@ -70,12 +71,14 @@ class TurnSettings:
     vad_offset_ms: int
     early_verdict: bool = True
     adaptive_hold: bool = True
+    head_threshold: float = 0.5
+
 
     @classmethod
     def from_config(cls, config: PipelineConfig) -> TurnSettings:
         return cls(config.turn_merge_ms, config.user_speech_quiet_ms, config.max_turn_wait_ms,
                    config.end_of_turn_threshold, config.barge_in, config.barge_in_confirm_ms, config.vad_offset_ms,
-                   config.end_of_turn_early, config.adaptive_hold)
+                   config.end_of_turn_early, config.adaptive_hold, config.phone_turn_threshold)
 
 
 class TurnOwner:
@@ -83,7 +86,7 @@ class TurnOwner:
                  model: EndOfTurnModel | None = None, fusion: TurnFusion | None = None,
                  backchannels: frozenset[str] = frozenset(), prefetch: Callable[[str], None] | None = None,
                  intercept: Callable[[str, str], bool] = lambda text, keys: False,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 recogniser_verdicts: bool = False, clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
         self.replies = replies
         self.line = line
@@ -93,6 +96,10 @@ class TurnOwner:
         self.backchannels = backchannels
         self._prefetch_words = prefetch
         self._intercept = intercept  # a turn that is not for the agent (the recording's consent answer)
+        # The recogniser's finals carry the phone-band head's verdict (Transcript.end_of_turn): the sound of
+        # the turn is judged by the decode itself, and the end-of-turn model is asked only when one lacks it.
+        self.recogniser_verdicts = recogniser_verdicts
+        self._head_verdict = False  # the latest verdict is the head's (trained on noisy lines: full weight)
         self._clock = clock
         self.pauses = CallerPauses()
         self.keypad = Keypad(self._keys_entered)
@@ -192,16 +199,18 @@ class TurnOwner:
         self.replies.duck(False)
         if final_owed:
             self._awaiting += 1
-        ask = self.model is not None and asks_model(self._speech_frames * FRAME_MS, self._over_agent)
+        sound = self.model is not None or self.recogniser_verdicts
+        ask = sound and asks_model(self._speech_frames * FRAME_MS, self._over_agent)
         self._silences += 1
         self._verdict_pending = ask
+        self._head_verdict = False
         self.audio_probability = self.probability = None
         if self.pending is not None:
             self.pending.speech_ended_at = now
             self._arm()
         if ask:
             self._asked = self._silences
-            if self.settings.early_verdict:
+            if self.settings.early_verdict and not self.recogniser_verdicts:
                 self._ask_model(self._silences)  # beside the decode, not after it
         if not final_owed:
             self._words_in()
@@ -212,6 +221,12 @@ class TurnOwner:
             self._awaiting -= 1
             if not self._awaiting and self.pending is not None:
                 self._arm()
+        if (transcript.final and transcript.end_of_turn is not None and self.recogniser_verdicts
+                and not self._awaiting and not self._speaking and self._verdict_pending):
+            # The decode of the turn up to this silence judged its sound too.
+            self._verdict_pending = False
+            self._head_verdict = True
+            self.audio_probability = transcript.end_of_turn
         if transcript.superseded:
             return  # a later final of this turn holds the same words and more
         text = transcript.text.strip()
@@ -312,7 +327,8 @@ class TurnOwner:
     # ---- the end-of-turn model ---------------------------------------------------------------------
 
     def _ask_model(self, silence: int) -> None:
-        if self.model is None:
+        if self.model is None:  # only the recogniser's head could have judged the sound, and it did not
+            self._set_verdict(silence, None)
             return
         if self._verdict_task is not None:
             self._verdict_task.cancel()
@@ -341,6 +357,7 @@ class TurnOwner:
         if silence != self._silences or self._speaking:
             return  # the caller spoke again since: that silence is no longer the question
         self._verdict_pending = False
+        self._head_verdict = False
         self.audio_probability = probability
         if self.pending is not None:
             self._arm()
@@ -359,10 +376,13 @@ class TurnOwner:
             return Decision(wait, "text_rules")
         if self._verdict_pending and (quiet or 0.0) < VERDICT_WAIT_MS:
             return None
-        self.probability = self.fusion.probability(self.audio_probability, pending.text, self.line.snr_db)
+        self.probability = self.fusion.probability(self.audio_probability, pending.text, self.line.snr_db,
+                                                   sound_trained_on_noise=self._head_verdict)
         ceiling = (self.pauses.ceiling_ms(settings.max_turn_wait_ms) if settings.adaptive_hold
                    else float(settings.max_turn_wait_ms))
-        return fused_decision(self.probability, threshold=settings.threshold, max_wait_ms=settings.max_turn_wait_ms,
+        threshold = (verdict_threshold(settings.threshold, settings.head_threshold, cleanness(self.line.snr_db))
+                     if self._head_verdict else settings.threshold)
+        return fused_decision(self.probability, threshold=threshold, max_wait_ms=settings.max_turn_wait_ms,
                               caller_ceiling_ms=ceiling, since_silence_ms=quiet or 0.0)
 
     def _arm(self) -> None:

@@ -28,6 +28,7 @@ from internal.stt.whisper_models import sha256_of
 
 WEIGHTS_FILE = "phone_turn_weights.json"
 WEIGHTS_SHA256 = "4f1bdf594dbb9b708a09190c41c1a8320686cb0e7147242525556c0c2b443b06"
+HEAD_MODEL = "tiny.en"  # the Whisper model whose encoder states the head was fitted on
 SAMPLES_PER_STATE = 320  # Whisper's encoder: one state per 20 ms of 16 kHz audio
 # The pooling, in encoder states (20 ms) relative to the end of the audio the decode heard: (first, last)
 # of each mean, concatenated in order. Training writes the same spans with the weights; a file whose

@@ -22,6 +22,7 @@ from internal.turn.policy import (
     fused_wait_ms,
     hold_ms,
     text_rule_wait_ms,
+    verdict_threshold,
 )
 from internal.turn.text_cues import text_cues
 
@@ -354,3 +355,45 @@ async def test_a_caller_who_pauses_briefly_is_held_only_past_their_own_pauses() 
     waited_ms = (asyncio.get_running_loop().time() - started) * 1000
     assert waited_ms < 1500, waited_ms  # not the configured 3 s
     assert replies.texts == ["My order is"]
+
+
+async def test_the_recognisers_own_verdict_judges_the_sound_and_the_model_is_not_asked() -> None:
+    """On a phone line Whisper's phone-band head scores the turn in the decode (Transcript.end_of_turn)."""
+    model = Model()
+    turn, replies = owner(model=model, fusion=stub_fusion())
+    turn.recogniser_verdicts = True
+    say(turn)
+    turn.transcript(Transcript("Can you check my parcel?", final=True, whole_turn=True, end_of_turn=0.9))
+    await asyncio.wait_for(replies.event.wait(), 2.0)
+    assert replies.texts == ["Can you check my parcel?"]
+    why = replies.released[0][1]
+    assert why is not None and why.reason == "verdict"
+    assert model.questions.empty()  # Smart Turn never heard this turn
+
+
+async def test_a_final_without_the_recognisers_verdict_falls_back_to_the_model() -> None:
+    model = Model()
+    turn, replies = owner(model=model, fusion=stub_fusion())
+    turn.recogniser_verdicts = True
+    say(turn)
+    final(turn, "Can you check my parcel?")  # no end_of_turn on it
+    await model.answer(0.9)
+    await asyncio.wait_for(replies.event.wait(), 2.0)
+    assert replies.texts == ["Can you check my parcel?"]
+
+
+@pytest.mark.parametrize(("clean", "expected"), [(1.0, 0.5), (0.0, 0.75), (0.5, 0.625)])
+def test_the_heads_verdict_answers_sooner_on_a_clean_line_only(clean: float, expected: float) -> None:
+    assert verdict_threshold(0.75, 0.5, clean) == pytest.approx(expected)
+    assert verdict_threshold(0.5, 0.75, clean) == 0.5  # never stricter than the usual threshold
+
+
+async def test_a_clean_phone_line_answers_the_heads_verdict_at_its_own_threshold() -> None:
+    replies = Replies()
+    settings = TurnSettings(350, 5000, 20000, 0.75, True, 700, 120, head_threshold=0.5)
+    turn = TurnOwner(settings, replies, Line(), 8000, fusion=stub_fusion(), recogniser_verdicts=True)
+    say(turn)  # the stub fusion's P is the head's: 0.6, between the head's threshold and the usual one
+    turn.transcript(Transcript("Can you check my parcel?", final=True, whole_turn=True, end_of_turn=0.6))
+    await asyncio.wait_for(replies.event.wait(), 1.0)  # not the 20 s hold
+    why = replies.released[0][1]
+    assert why is not None and why.reason == "verdict"

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from internal.pipeline.events import ResponseEvent, TimingEvent, TranscriptEvent
+from internal.pipeline.events import ReleaseEvent, ResponseEvent, TimingEvent, TranscriptEvent
 from internal.pipeline.localcall import LocalCall
 from internal.stt.whisper import WhisperSpeechToText
 from tests.fakes.models import RecordingModel
@@ -44,21 +44,29 @@ def user_finals(events: Sequence[object]) -> list[str]:
     return [e.text for e in events if isinstance(e, TranscriptEvent) and e.role == "user" and e.final]
 
 
+@pytest.mark.parametrize("head", ["auto", "off"])
 @pytest.mark.asyncio(loop_scope="module")
 async def test_a_finished_question_is_released_on_the_models_verdict(
-        make_pipeline: PipelineFactory, whisper: WhisperSpeechToText) -> None:
+        make_pipeline: PipelineFactory, whisper: WhisperSpeechToText, head: str) -> None:
+    """On a phone line Whisper's phone-band head judges the sound in the decode (`phone_turn_head` auto);
+    off, Smart Turn is asked when the speech stops."""
     pipeline, sink = make_pipeline(stt=whisper, model=RecordingModel("Okay."), rate=RATE,
-                                   user_speech_quiet_ms=5000, **DEFAULTS)  # the silence rules alone would wait 5 s
+                                   user_speech_quiet_ms=5000,  # the silence rules alone would wait 5 s
+                                   phone_turn_head=head, **DEFAULTS)
     async with LocalCall(pipeline) as call:
-        call.say(silence(300, RATE) + neural_telephone("Where is my parcel?") + silence(3000, RATE))
+        call.say(silence(300, RATE) + neural_telephone("Could you tell me where my parcel is?") + silence(3000, RATE))
         await call.wait_caller_done()
         await call.wait_agent_quiet(300, timeout_s=30)
-    assert user_finals(sink.events) == ["Where is my parcel?"]
-    probability = pipeline.turn.probability  # the fused verdict: finished
-    assert probability is not None and probability >= pipeline.config.end_of_turn_threshold
+    assert [t.lower().rstrip("?.") for t in user_finals(sink.events)] == ["could you tell me where my parcel is"]
+    releases = [e for e in sink.events if isinstance(e, ReleaseEvent)]
+    if head == "auto":  # the head hears it finished: answered at once (Smart Turn's fusion held it 2.3 s here)
+        probability = pipeline.turn.probability
+        assert probability is not None and probability >= pipeline.config.phone_turn_threshold
+        assert [e.reason for e in releases] == ["verdict"], releases
     waits = [e.ms for e in sink.events if isinstance(e, TimingEvent) and e.stage == "end_of_turn"]
     assert len(waits) == 1 and waits[0] < 3000, waits  # well inside the 5 s quiet window and max_turn_wait
-    assert [e for e in sink.events if isinstance(e, TimingEvent) and e.stage == "end_of_turn_model"]
+    smart_turn_asked = [e for e in sink.events if isinstance(e, TimingEvent) and e.stage == "end_of_turn_model"]
+    assert bool(smart_turn_asked) == (head == "off")
 
 
 @pytest.mark.asyncio(loop_scope="module")

@@ -147,3 +147,22 @@ async def test_a_short_greeting_is_answered_on_the_verdict_not_after_the_longest
     assert [r["reason"] for r in releases] == ["verdict"], releases
     assert turn_outcomes(server).get("released_verdict") == 1
     assert not turn_outcomes(server).get("released_hold")
+
+
+async def test_on_a_phone_line_the_recognisers_head_judges_the_turn_and_smart_turn_is_not_run(
+        make_server: ServerFactory, tmp_path: Path, whisper: WhisperSpeechToText,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A finished statement over G.711: Whisper's phone-band head scores it in the decode itself."""
+    caplog.set_level("INFO", logger="internal.sip.voice")
+    server = await make_server(stt=whisper, config=defaults_config(tmp_path))
+    turn_model = server.gateway.services.turn_model
+    asked_before = turn_model.inferences
+    caller = neural_caller(tmp_path, "I want to report a broken street light.")
+    scenario = render(tmp_path, media=stream(caller), ending=caller_bye(8000))
+    (await run_sipp(tmp_path, scenario, server.target)).check()
+    (session,) = await server.wait_ended()
+    users = [m.content for m in session.conversation.history if m.role == "user"]
+    assert len(users) == 1 and "street light" in users[0].lower(), users
+    releases = [getattr(r, "detail", {}) for r in caplog.records if r.getMessage() == "sip call release"]
+    assert [r["reason"] for r in releases] == ["verdict"], releases  # finished, by the sound and the words
+    assert turn_model.inferences == asked_before  # Smart Turn never ran for this call
