@@ -311,7 +311,7 @@ class PipelineConfig(Section):
     adaptive_hold: bool = True
     end_of_turn_early: bool = True
     phone_turn_head: Literal["auto", "always", "off"] = "auto"
-    phone_turn_threshold: float = Field(0.5, ge=0.0, le=1.0)
+    phone_turn_threshold: float = Field(0.55, ge=0.0, le=1.0)
     preemptive_reply: bool = True
     continuation_window_ms: int = Field(1200, ge=0)
     noise_suppression: Literal["off", "rnnoise"] = "off"

@@ -71,7 +71,7 @@ class TurnSettings:
     vad_offset_ms: int
     early_verdict: bool = True
     adaptive_hold: bool = True
-    head_threshold: float = 0.5
+    head_threshold: float = 0.55
 
 
     @classmethod
