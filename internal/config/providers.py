@@ -95,7 +95,7 @@ class WhisperConfig(Section):
     short_window: bool = True
     # A turn with this much speech not yet decoded has its start decoded while the caller still talks, so
     # the end of speech leaves only the tail to decode (0: decode each utterance when it ends).
-    early_decode_s: float = Field(3.0, ge=0, le=30)
+    early_decode_s: float = Field(4.0, ge=0, le=30)
     initial_prompt: str = ""
     hotwords: list[str] = Field(default_factory=list)
     download: bool = True  # try the model hub by name when no directory or pinned package has the model

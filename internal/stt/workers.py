@@ -367,6 +367,10 @@ class EarlyDecodingEngine(UtteranceEngine, Protocol):
 
 # Audio kept back from an early decode: the caller may be inside a word.
 EARLY_DECODE_LEAVE_MS = 500
+# The cut goes at least this far into the utterance being spoken: never at the pause before it, which would
+# decode the turn's earlier words without the ones that complete them ("the meeting is moved to |
+# Thursday" heard as "the meeting is moving.").
+EARLY_CUT_INTO_UTTERANCE_MS = 1000
 # The cut before it goes in the middle of the quietest 100 ms of this stretch: a gap between words, most
 # often (a cut inside a word is heard twice, or not at all).
 EARLY_CUT_SEARCH_MS = 1000
@@ -439,8 +443,12 @@ class UtteranceStream:
         if not self._closed and len(self._buffer) < self._limit:
             self._buffer.extend(pcm)
             if (self._early_bytes and (self._early is None or self._early.done())
-                    and len(self._turn) + len(self._buffer) - self._prefix_bytes >= self._early_bytes):
+                    and len(self._turn) + len(self._buffer) - self._prefix_bytes >= self._early_bytes
+                    and len(self._buffer) >= self._bytes(EARLY_CUT_INTO_UTTERANCE_MS + EARLY_DECODE_LEAVE_MS + 100)):
                 self._decode_part()
+
+    def _bytes(self, ms: int) -> int:
+        return self._rate * 2 * ms // 1000
 
     def new_turn(self) -> None:
         self._turn = bytearray()
@@ -454,8 +462,10 @@ class UtteranceStream:
         """The caller is still talking: decode the turn's audio so far (less the last half second), so at
         the end of speech only the tail is left to decode."""
         audio = bytes(self._turn) + bytes(self._buffer)
-        leave = self._rate * 2 * EARLY_DECODE_LEAVE_MS // 1000
-        cut = quietest_cut(audio, self._rate, len(audio) - leave)
+        end = len(audio) - self._bytes(EARLY_DECODE_LEAVE_MS)
+        earliest = len(self._turn) + self._bytes(EARLY_CUT_INTO_UTTERANCE_MS)
+        search_ms = min(EARLY_CUT_SEARCH_MS, (end - earliest) * 1000 // (self._rate * 2))
+        cut = quietest_cut(audio, self._rate, end, search_ms=max(20, search_ms))
         start = self._prefix_bytes
         if cut - start < self._early_bytes // 2:
             return

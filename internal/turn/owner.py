@@ -47,7 +47,7 @@ from internal.turn.policy import (
 )
 from internal.turn.ports import EndOfTurnModel, Line, Replies
 from internal.turn.smart_turn import without_long_pauses
-from internal.turn.text_cues import added_words
+from internal.turn.text_cues import added_words, says_it_goes_on
 
 log = logging.getLogger(__name__)
 
@@ -376,12 +376,13 @@ class TurnOwner:
             return Decision(wait, "text_rules")
         if self._verdict_pending and (quiet or 0.0) < VERDICT_WAIT_MS:
             return None
-        self.probability = self.fusion.probability(self.audio_probability, pending.text, self.line.snr_db,
-                                                   sound_trained_on_noise=self._head_verdict)
+        head = self._head_verdict and not says_it_goes_on(pending.text)
+        sound = self.audio_probability if head or not self._head_verdict else None
+        self.probability = self.fusion.probability(sound, pending.text, self.line.snr_db, sound_trained_on_noise=head)
         ceiling = (self.pauses.ceiling_ms(settings.max_turn_wait_ms) if settings.adaptive_hold
                    else float(settings.max_turn_wait_ms))
         threshold = (verdict_threshold(settings.threshold, settings.head_threshold, cleanness(self.line.snr_db))
-                     if self._head_verdict else settings.threshold)
+                     if head else settings.threshold)
         return fused_decision(self.probability, threshold=threshold, max_wait_ms=settings.max_turn_wait_ms,
                               caller_ceiling_ms=ceiling, since_silence_ms=quiet or 0.0)
 

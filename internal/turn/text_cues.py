@@ -186,6 +186,14 @@ def whole_utterance(text: str, questions: bool = True) -> bool:
             and not _numberish(last))
 
 
+def says_it_goes_on(text: str) -> bool:
+    """The words themselves say more is coming: a dangling word, a number or a spelling being read out after
+    "my number is" / "spelled", or Whisper's trailing-off marks. However finished the turn sounds to the
+    phone-band head, these keep the usual threshold and the words' own weights: a caller reading out
+    "five five five, | one two three" pauses where the head hears a sentence end."""
+    return ends_unfinished(text) or trails_off(text) or text_cues(text).dictation
+
+
 def trails_off(text: str) -> bool:
     """Whisper writes an ellipsis where speech trails off, and a hyphen after a word cut short ("the s-")."""
     trimmed = text.strip().rstrip("'\")]}")

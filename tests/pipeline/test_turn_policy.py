@@ -10,7 +10,7 @@ import pytest
 
 from internal.llm.base import Turn
 from internal.stt.base import Transcript
-from internal.turn.fusion import FEATURES, TurnFusion
+from internal.turn.fusion import FEATURES, TurnFusion, shared_fusion
 from internal.turn.owner import TurnOwner, TurnSettings
 from internal.turn.pauses import MIN_CEILING_MS, PAUSE_MARGIN_MS, CallerPauses, hold_ceiling_ms
 from internal.turn.pending import Release, TurnTimes
@@ -397,3 +397,16 @@ async def test_a_clean_phone_line_answers_the_heads_verdict_at_its_own_threshold
     await asyncio.wait_for(replies.event.wait(), 1.0)  # not the 20 s hold
     why = replies.released[0][1]
     assert why is not None and why.reason == "verdict"
+
+
+async def test_a_number_being_read_out_is_held_however_finished_the_head_hears_it() -> None:
+    """ "My phone number is 555." sounds finished on the phone (the reader's comma); the words say more is
+    coming, so the head's verdict does not answer it at its own threshold."""
+    replies = Replies()
+    settings = TurnSettings(350, 5000, 600, 0.75, True, 700, 120, head_threshold=0.55)
+    turn = TurnOwner(settings, replies, Line(), 8000, fusion=shared_fusion(), recogniser_verdicts=True)
+    say(turn)
+    turn.transcript(Transcript("My phone number is 555.", final=True, whole_turn=True, end_of_turn=0.99))
+    await asyncio.wait_for(replies.event.wait(), 2.0)
+    why = replies.released[0][1]
+    assert why is not None and why.reason == "hold"  # held (here the 600 ms longest hold), not at once
