@@ -310,7 +310,7 @@ class PipelineConfig(Section):
     max_turn_wait_ms: int = Field(2000, ge=0)
     adaptive_hold: bool = True
     end_of_turn_early: bool = True
-    phone_turn_head: Literal["auto", "always", "off"] = "auto"
+    phone_turn_head: Literal["auto", "always", "off"] = "always"
     phone_turn_threshold: float = Field(0.55, ge=0.0, le=1.0)
     preemptive_reply: bool = True
     continuation_window_ms: int = Field(1200, ge=0)

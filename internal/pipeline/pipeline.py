@@ -41,8 +41,9 @@ __all__ = ["APOLOGY", "VoicePipeline"]
 
 def head_verdicts(config: PipelineConfig, services: PipelineServices, sample_rate: int) -> bool:
     """Does the recogniser's phone-band head judge the sound of this call's turns (instead of Smart Turn)?
-    `pipeline.phone_turn_head`: auto on 8 kHz calls (the head was trained on G.711 phone lines), always,
-    or off; only with the fused end-of-turn decision and a recogniser that computes it (Whisper tiny.en)."""
+    `pipeline.phone_turn_head`: always (the default: trained on 8 kHz G.711 turns, it also beat Smart Turn on
+    held-out 16 kHz ones), auto (8 kHz calls only) or off; only with the fused end-of-turn decision and a
+    recogniser that computes it (Whisper tiny.en)."""
     if config.end_of_turn != "smart_turn" or config.phone_turn_head == "off":
         return False
     if not getattr(services.stt, "end_of_turn_head", False):

@@ -44,7 +44,7 @@ def user_finals(events: Sequence[object]) -> list[str]:
     return [e.text for e in events if isinstance(e, TranscriptEvent) and e.role == "user" and e.final]
 
 
-@pytest.mark.parametrize("head", ["auto", "off"])
+@pytest.mark.parametrize("head", ["always", "off"])
 @pytest.mark.asyncio(loop_scope="module")
 async def test_a_finished_question_is_released_on_the_models_verdict(
         make_pipeline: PipelineFactory, whisper: WhisperSpeechToText, head: str) -> None:
@@ -59,7 +59,7 @@ async def test_a_finished_question_is_released_on_the_models_verdict(
         await call.wait_agent_quiet(300, timeout_s=30)
     assert [t.lower().rstrip("?.") for t in user_finals(sink.events)] == ["could you tell me where my parcel is"]
     releases = [e for e in sink.events if isinstance(e, ReleaseEvent)]
-    if head == "auto":  # the head hears it finished: answered at once (Smart Turn's fusion held it 2.3 s here)
+    if head == "always":  # the head hears it finished: answered at once (Smart Turn's fusion held it 2.3 s here)
         probability = pipeline.turn.probability
         assert probability is not None and probability >= pipeline.config.phone_turn_threshold
         assert [e.reason for e in releases] == ["verdict"], releases
