@@ -65,6 +65,7 @@ from bench.turn_cases import (
     with_noise,
 )
 from internal.turn.phone_turn import POOL_SPANS, SAMPLES_PER_STATE, pool_states, weights_path
+from scripts.train_turn_fusion import training_marks
 
 CACHE = Path("/tmp/phone-turn-cache")
 SEED = 40
@@ -121,20 +122,6 @@ class TrainDialogue(Dialogue):
 
     def audio(self, rate: int, noise: str, seed: int) -> bytes:
         return with_noise(channel(self.pcm16k, rate), noise, seed)
-
-
-def training_marks(marked_sentences: list[str]) -> list[str]:
-    """Each sentence with its mark, and again with the mark moved to other word boundaries."""
-    rng = random.Random(SEED)
-    marks = []
-    for marked in marked_sentences:
-        marks.append(marked)
-        words = marked.replace(" | ", " ").split()
-        before = len(marked.split(" | ")[0].split())
-        others = [k for k in range(1, len(words)) if k != before]
-        for k in rng.sample(others, min(EXTRA_CUTS, len(others))):
-            marks.append(" ".join(words[:k]) + " | " + " ".join(words[k:]))
-    return marks
 
 
 def changed_speed(pcm: bytes, speed: float) -> bytes:
@@ -513,7 +500,7 @@ def main() -> int:
     parser.add_argument("--report", default=str(CACHE / "held_out.json"))
     args = parser.parse_args()
     ESPEAK_VOICES.update(TRAIN_ESPEAK)
-    marks = training_marks(TRAIN_SENTENCES + EXTRA_SENTENCES)
+    marks = training_marks(TRAIN_SENTENCES + EXTRA_SENTENCES, SEED, EXTRA_CUTS)
     evaluated = {m.replace(" | ", " ") for m in EVAL_PAUSED} | set(EVAL_COMPLETE)
     # TRAIN_COMPLETE shares three short answers ("Yes.", "No.", "That's right.") with the benchmark's set
     # added later: they are left out here.

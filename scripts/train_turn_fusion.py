@@ -51,16 +51,17 @@ SEED = 11
 L2 = 1.0
 
 
-def training_marks() -> list[str]:
-    """Each training sentence with its mark, and again with the mark moved to other word boundaries."""
-    rng = random.Random(SEED)
+def training_marks(sentences: list[str] | None = None, seed: int = SEED, extra_cuts: int = EXTRA_CUTS) -> list[str]:
+    """Each training sentence with its mark, and again with the mark moved to `extra_cuts` other word
+    boundaries (scripts/train_phone_turn.py draws its own with another seed)."""
+    rng = random.Random(seed)
     marks = []
-    for marked in TRAIN_SENTENCES:
+    for marked in TRAIN_SENTENCES if sentences is None else sentences:
         marks.append(marked)
         words = marked.replace(" | ", " ").split()
         before = len(marked.split(" | ")[0].split())
         others = [k for k in range(1, len(words)) if k != before]
-        for k in rng.sample(others, min(EXTRA_CUTS, len(others))):
+        for k in rng.sample(others, min(extra_cuts, len(others))):
             marks.append(" ".join(words[:k]) + " | " + " ".join(words[k:]))
     return marks
 

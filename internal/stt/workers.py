@@ -430,6 +430,7 @@ class UtteranceStream:
         self._early_bytes = int(early_s * sample_rate) * 2
         self._prefix_text = ""
         self._prefix_bytes = 0
+        self._next_try = 0  # the turn's length in bytes before which no part is decoded (after one was tried)
         self._early: asyncio.Task[None] | None = None
         self._generation = 0  # bumped when the prefix may no longer be extended by a decode in flight
         self.early_decodes = 0  # parts decoded while the caller spoke (for tests and /health)
@@ -442,9 +443,11 @@ class UtteranceStream:
     def push(self, pcm: bytes) -> None:
         if not self._closed and len(self._buffer) < self._limit:
             self._buffer.extend(pcm)
+            total = len(self._turn) + len(self._buffer)
             if (self._early_bytes and (self._early is None or self._early.done())
-                    and len(self._turn) + len(self._buffer) - self._prefix_bytes >= self._early_bytes
+                    and total - self._prefix_bytes >= self._early_bytes and total >= self._next_try
                     and len(self._buffer) >= self._bytes(EARLY_CUT_INTO_UTTERANCE_MS + EARLY_DECODE_LEAVE_MS + 100)):
+                self._next_try = total + self._bytes(1000)  # a part found too short is looked at again in 1 s
                 self._decode_part()
 
     def _bytes(self, ms: int) -> int:
@@ -455,7 +458,7 @@ class UtteranceStream:
         self._forget_prefix()
 
     def _forget_prefix(self) -> None:
-        self._prefix_text, self._prefix_bytes = "", 0
+        self._prefix_text, self._prefix_bytes, self._next_try = "", 0, 0
         self._generation += 1
 
     def _decode_part(self) -> None:
