@@ -107,7 +107,6 @@ class TurnOwner:
         self.pending: PendingTurn | None = None
         self.probability: float | None = None  # the fused verdict for the latest silence, once decided
         self.audio_probability: float | None = None  # the end-of-turn model's, for the latest silence
-        self.last_release: Release | None = None
         self._verdict_pending = False
         self._silences = 0  # numbers the caller's silences, so a late verdict for an earlier one is ignored
         self._asked: int | None = None  # the silence whose verdict the words are waiting to judge
@@ -119,8 +118,7 @@ class TurnOwner:
         self._over_agent = False  # began while the agent was audible (a backchannel or a barge-in)
         self._speech_frames = 0  # voiced frames of the latest utterance
         self._turn_voiced_frames = 0  # ... of the whole turn
-        self._speech_ended_at = 0.0
-        self._last_speech_end = 0.0
+        self._speech_ended_at = 0.0  # monotonic time the caller last stopped speaking (0: not yet)
         self._gap_ms = 0.0  # the silence before the latest utterance
         self._final_at = 0.0
         self.turn_audio: deque[tuple[bytes, bool]] = deque(maxlen=TURN_AUDIO_FRAMES)
@@ -165,8 +163,8 @@ class TurnOwner:
         now = self._clock()
         self._speaking = True
         self._speech_frames = 0
-        self._gap_ms = ((now - self._last_speech_end) * 1000.0 + self.settings.vad_offset_ms
-                        if self._last_speech_end else 0.0)
+        self._gap_ms = ((now - self._speech_ended_at) * 1000.0 + self.settings.vad_offset_ms
+                        if self._speech_ended_at else 0.0)
         # Speech soon after a release may be the rest of that turn: its reply is held, within this frame,
         # until the words tell (nothing of it plays over the caller meanwhile).
         self.continuing = self.released is not None and self.replies.absorbable()
@@ -195,7 +193,7 @@ class TurnOwner:
         """The VAD ended an utterance; `final_owed`: the recogniser will send its final."""
         now = self._clock()
         self._speaking = False
-        self._speech_ended_at = self._last_speech_end = now
+        self._speech_ended_at = now
         self.replies.duck(False)
         if final_owed:
             self._awaiting += 1
@@ -206,7 +204,6 @@ class TurnOwner:
         self._head_verdict = False
         self.audio_probability = self.probability = None
         if self.pending is not None:
-            self.pending.speech_ended_at = now
             self._arm()
         if ask:
             self._asked = self._silences
@@ -292,8 +289,7 @@ class TurnOwner:
         text = text.strip()
         if text:
             if self.pending is None:
-                self.pending = PendingTurn(text, self._clock(), confidence, over_agent,
-                                           self._last_speech_end or self._clock())
+                self.pending = PendingTurn(text, self._clock(), confidence, over_agent)
             else:
                 self.pending.add(text, confidence, over_agent, replace)
         if self.pending is not None:
@@ -367,7 +363,7 @@ class TurnOwner:
     def _decision(self, pending: PendingTurn) -> Decision | None:
         """How much longer to hold the pending turn; None: not decidable yet (a verdict is still out)."""
         now = self._clock()
-        quiet = (now - self._last_speech_end) * 1000.0 if self._last_speech_end else None
+        quiet = (now - self._speech_ended_at) * 1000.0 if self._speech_ended_at else None
         settings = self.settings
         if self.fusion is None:
             self.probability = None
@@ -397,7 +393,7 @@ class TurnOwner:
         loop = asyncio.get_running_loop()
         decision = self._decision(pending)
         if decision is None:  # the model is still out: look again when it answers or its time is up
-            quiet = (self._clock() - self._last_speech_end) * 1000.0 if self._last_speech_end else 0.0
+            quiet = (self._clock() - self._speech_ended_at) * 1000.0 if self._speech_ended_at else 0.0
             self._timer = loop.call_later(max(0.0, VERDICT_WAIT_MS - quiet) / 1000.0, self._arm)
             return
         if worth_preparing(decision.probability if decision.reason != "text_rules" else None, pending.text):
@@ -426,7 +422,6 @@ class TurnOwner:
             return
         self.released = pending
         release = Release(decision.reason, decision.probability, silence_ms)
-        self.last_release = release
         self.replies.release(Turn(text=pending.text), pending.confidence, times, release)
 
     # ---- a reply ready in time --------------------------------------------------------------------

@@ -6,7 +6,7 @@ in, and hands its text and TurnTimes to the reply side when the turn is released
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 
@@ -20,7 +20,6 @@ class PendingTurn:
     began: float  # monotonic time of the first final
     confidence: float | None = None
     over_agent_speech: bool = False  # began while the agent was talking (sticky across merges)
-    speech_ended_at: float = field(default=0.0)  # monotonic time the caller last stopped speaking
 
     def add(self, text: str, confidence: float | None, over_agent_speech: bool, replace: bool) -> None:
         """More of the turn: `replace` when `text` is the whole turn re-heard (Whisper), else an addition."""
