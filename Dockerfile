@@ -7,8 +7,10 @@
 FROM python:3.11-slim AS wheel
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
+COPY voicegate ./voicegate
 COPY server ./server
 COPY internal ./internal
+COPY migrations ./migrations
 ARG VOICEGATE_BUILD_REVISION=""
 RUN VOICEGATE_BUILD_REVISION="$VOICEGATE_BUILD_REVISION" \
     pip wheel --no-cache-dir --no-deps --disable-pip-version-check --wheel-dir /wheels .
@@ -30,7 +32,7 @@ RUN apt-get update \
 COPY --from=wheel /wheels /tmp/wheels
 RUN pip install /tmp/wheels/voicegate-*.whl \
     && rm -rf /tmp/wheels \
-    && python -m internal.turn.weights
+    && python -m voicegate.internal.turn.weights
 # ^ the end-of-turn model (Smart Turn v3.2) from its pinned PyPI wheel, SHA-256-checked, into the image.
 
 # Never run a network service as root. Its home is the data directory (server.data_dir) and the working

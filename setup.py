@@ -1,7 +1,7 @@
 """One build step pyproject.toml cannot express: the wheel records the git revision it was built from.
 
 Everything else about the package (name, the version, dependencies, package data) is in pyproject.toml.
-server/version.py reads the file back at run time; it is loaded here by path, because importing the
+voicegate.server.version reads the file back at run time; it is loaded here by path, because importing the
 `server` package would import the whole server.
 """
 
@@ -33,7 +33,7 @@ class BuildPyWithRevision(build_py):
             return  # an editable install is a checkout: server/version.py asks git itself, live
         version = _version_module()
         revision = os.environ.get(version.BUILD_REVISION_ENV, "").strip() or version.git_revision(SOURCE)
-        stamp = Path(self.build_lib) / "server" / version.REVISION_FILE
+        stamp = Path(self.build_lib) / "voicegate" / "server" / version.REVISION_FILE
         if revision:
             stamp.write_text(revision + "\n", encoding="utf-8")
         else:  # a build directory reused from an earlier build must not keep that build's revision

@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import percentiles, progress, save, table
 from bench.turn_cases import render
-from internal.audio.g711 import ulaw_decode, ulaw_encode
-from internal.audio.resample import resample
-from internal.telephony.amd import (
+from voicegate.internal.audio.g711 import ulaw_decode, ulaw_encode
+from voicegate.internal.audio.resample import resample
+from voicegate.internal.telephony.amd import (
     AmdDecision,
     AmdResult,
     AmdSettings,
@@ -156,7 +156,7 @@ def answers(splits: list[str]) -> list[Answer]:
 
 def utterances(pcm: bytes) -> list[tuple[int, int]]:
     """(start ms, end ms) of each utterance, as an energy VAD with a 300 ms offset cuts them."""
-    from internal.pipeline.vad import AdaptiveEnergyClassifier
+    from voicegate.internal.pipeline.vad import AdaptiveEnergyClassifier
 
     energy = AdaptiveEnergyClassifier(9.0)
     found: list[tuple[int, int]] = []
@@ -272,8 +272,8 @@ async def main() -> int:
     modes: dict[str, list[list[tuple[int, str]] | None]] = {"audio": [None] * len(cases)}
     whisper = None
     if not args.no_words:
-        from internal.config.providers import WhisperConfig
-        from internal.stt.whisper import WhisperSpeechToText
+        from voicegate.internal.config.providers import WhisperConfig
+        from voicegate.internal.stt.whisper import WhisperSpeechToText
 
         whisper = WhisperSpeechToText(WhisperConfig(workers=1), Path(tempfile.gettempdir()) / "voicegate-models")
         await whisper.warm_up()

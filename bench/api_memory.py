@@ -44,10 +44,10 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import cpu_busy_seconds, percentiles, progress, save, table
-from internal.identity.jwt import mint_token
+from voicegate.internal.identity.jwt import mint_token
 
 if TYPE_CHECKING:
-    from internal.config import Config
+    from voicegate.internal.config import Config
 
 SERVER_CPU, CLIENT_CPU = 0, 1
 SECRET = "bench-api-memory-0123456789abcdefghijklmnopqrstuv"
@@ -310,7 +310,7 @@ def profile_top(profiler: cProfile.Profile, count: int = 15) -> dict[str, list[l
 
 
 def bench_config(directory: Path, uri: str) -> Config:
-    from internal.config import load_config
+    from voicegate.internal.config import load_config
 
     config = load_config(None)
     config.server.host = "127.0.0.1"
@@ -335,10 +335,10 @@ async def main() -> None:
                         help="run the clients in this process too (cheaper to set up; they cost as much as the server)")
     parser.add_argument("--profile", action="store_true", help="cProfile (CPU time) the server during both phases")
     args = parser.parse_args()
-    from internal.db import EmbeddedPostgres
-    from internal.llm.local import LocalAgent
     from tests.pipeline.conftest import ScriptedStt
     from tests.webrtc.harness import live_server
+    from voicegate.internal.db import EmbeddedPostgres
+    from voicegate.internal.llm.local import LocalAgent
 
     logging.getLogger("pgserver").setLevel(logging.WARNING)  # it logs every pg_ctl command line at INFO
     results: dict[str, Any] = {"clients": args.clients, "seconds": args.seconds,

@@ -98,9 +98,9 @@ from bench.voice_to_voice import (
     voicegate,
 )
 from bench.wire_tap import Address, WireTap
-from internal.telemetry.loop_lag import LoopLag
 from scripts.cluster import PROXY_IP, Kamailio, free_port
 from tests.speech import neural
+from voicegate.internal.telemetry.loop_lag import LoopLag
 
 SAMPLE_S = 1.0  # how often /metrics and the server's memory are read during a step
 SETTLE_S = 1.0  # after the last hang-up, before the last scrape: a call's RTP losses are counted at its end

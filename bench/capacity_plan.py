@@ -11,7 +11,7 @@ from typing import Any
 from bench.common import percentiles
 from bench.voice_to_voice import LEAD_S, TurnWait
 from bench.wire_tap import Heard
-from internal.audio.rtp import RtpError, RtpPacket
+from voicegate.internal.audio.rtp import RtpError, RtpPacket
 
 # ---- what each caller says -----------------------------------------------------------------------------
 

@@ -31,8 +31,8 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 # (server and callers on a core each); here the server this process starts must inherit all of them.
 _CPUS, _BLAS = os.sched_getaffinity(0), os.environ.get("OPENBLAS_NUM_THREADS")
 from bench.webrtc_sessions import OPUS_RATE, SAMPLES, Caller, opus_packets  # noqa: E402
-from internal.evals.replies import transcript_line  # noqa: E402
-from internal.evals.webrtc_phone import FramePacer  # noqa: E402
+from voicegate.internal.evals.replies import transcript_line  # noqa: E402
+from voicegate.internal.evals.webrtc_phone import FramePacer  # noqa: E402
 
 os.sched_setaffinity(0, _CPUS)
 if _BLAS is None:
@@ -148,7 +148,7 @@ async def talk(http: httpx.AsyncClient, caller: TalkingCaller, delay_s: float, t
 
 async def place_webrtc_calls(url: str, scripts: list[EncodedScript], stagger_s: float,
                              seconds: float) -> list[TalkingCaller]:
-    from internal.peer.ice import configure_ice_hosts
+    from voicegate.internal.peer.ice import configure_ice_hosts
 
     configure_ice_hosts(["127.0.0.1"])  # aioice would otherwise offer only non-loopback hosts
     callers = [TalkingCaller(script) for script in scripts]

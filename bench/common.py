@@ -143,7 +143,7 @@ def word_errors(reference: str, heard: str) -> tuple[int, int]:
 
 def pipeline_settings(pairs: list[str]) -> dict[str, Any]:
     """`pipeline.KEY=VALUE` pairs, each value of the key's own type (checked by the config model)."""
-    from internal.config.sections import PipelineConfig
+    from voicegate.internal.config.sections import PipelineConfig
 
     values: dict[str, str] = {}
     for pair in pairs:

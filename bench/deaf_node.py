@@ -15,11 +15,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import server.gateway
+import voicegate.server.gateway
 from bench.sip_calls import DeafStt
-from internal.config import Config
-from internal.stt.base import SpeechToText
-from server.cli import main
+from voicegate.internal.config import Config
+from voicegate.internal.stt.base import SpeechToText
+from voicegate.server.cli import main
 
 
 def deaf(config: Config) -> SpeechToText:
@@ -28,5 +28,5 @@ def deaf(config: Config) -> SpeechToText:
 
 if __name__ == "__main__":
     # The gateway builds its recogniser through this name when none is given (the CLI gives none).
-    server.gateway.build_stt = deaf
+    voicegate.server.gateway.build_stt = deaf
     sys.exit(main())

@@ -32,8 +32,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import resident_kib, save, table
-from internal.audio.denoise import DELAY_MS, SUPPORTED_RATES, RnnoiseDenoiser, rnnoise_available
-from internal.audio.frame import FRAME_MS, frame_bytes
+from voicegate.internal.audio.denoise import DELAY_MS, SUPPORTED_RATES, RnnoiseDenoiser, rnnoise_available
+from voicegate.internal.audio.frame import FRAME_MS, frame_bytes
 
 
 def hiss(rate: int, seconds: float) -> list[bytes]:

@@ -27,11 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import table
 from bench.turn_signals import DecisionPoint, DialogueSignals
 from bench.turn_sweep import decision_ready_ms, text_ready_ms
-from internal.config.sections import PipelineConfig
-from internal.turn.fusion import NOT_ASKED, cleanness, shared_fusion
-from internal.turn.phone_turn import shared_head
-from internal.turn.policy import verdict_threshold
-from internal.turn.text_cues import says_it_goes_on
+from voicegate.internal.config.sections import PipelineConfig
+from voicegate.internal.turn.fusion import NOT_ASKED, cleanness, shared_fusion
+from voicegate.internal.turn.phone_turn import shared_head
+from voicegate.internal.turn.policy import verdict_threshold
+from voicegate.internal.turn.text_cues import says_it_goes_on
 
 TTS_MS = 150.0
 

@@ -27,13 +27,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import percentiles, progress, save, table
-from internal.config.providers import MemoryConfig, PgvectorConfig
-from internal.db import Database, EmbeddedPostgres
-from internal.memory.owner import OwnerKeys
-from internal.memory.provider import ChangeContext, MemoryChange
-from internal.memory.providers.pgvector import PgvectorProvider
-from internal.memory.runtime import DAY_S, FrontendMemoryRuntime
-from internal.rag.embedding import WordLlamaEmbedder
+from voicegate.internal.config.providers import MemoryConfig, PgvectorConfig
+from voicegate.internal.db import Database, EmbeddedPostgres
+from voicegate.internal.memory.owner import OwnerKeys
+from voicegate.internal.memory.provider import ChangeContext, MemoryChange
+from voicegate.internal.memory.providers.pgvector import PgvectorProvider
+from voicegate.internal.memory.runtime import DAY_S, FrontendMemoryRuntime
+from voicegate.internal.rag.embedding import WordLlamaEmbedder
 
 LINES_PER_OWNER = 5
 BATCH = 50_000
@@ -101,11 +101,11 @@ async def hangup_cost(database: Database, embedder: WordLlamaEmbedder, samples: 
                       directory: Path) -> dict[str, float]:
     """Time SessionMemory.end takes on the call path (the write itself lands afterwards, through the
     hang-up outbox: a file fsynced, then the digest merged into the document)."""
-    from internal.conversation.rolling_summary import RollingSummary
-    from internal.identity import CallerIdentity
-    from internal.memory.outbox import HangupOutbox
-    from internal.memory.sessions import EPOCH, OWNER, SessionMemory
-    from internal.session import Conversation, Session
+    from voicegate.internal.conversation.rolling_summary import RollingSummary
+    from voicegate.internal.identity import CallerIdentity
+    from voicegate.internal.memory.outbox import HangupOutbox
+    from voicegate.internal.memory.sessions import EPOCH, OWNER, SessionMemory
+    from voicegate.internal.session import Conversation, Session
 
     runtime = FrontendMemoryRuntime(PgvectorProvider(database, embedder, 90 * DAY_S), MemoryConfig(enabled=True),
                                     OwnerKeys(b"bench"))

@@ -41,7 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from internal.audio.resample import resample
+from voicegate.internal.audio.resample import resample
 
 RATE = 16000
 FRAME = RATE // 50  # 20 ms
@@ -197,7 +197,7 @@ def speech_of(talker: Talker, text: str) -> np.ndarray:
         else:
             wav = subprocess.run(["espeak-ng", *talker.espeak_voice, "--stdout", text], capture_output=True,
                                  check=True).stdout
-            from internal.tts.espeak import parse_wav_header
+            from voicegate.internal.tts.espeak import parse_wav_header
 
             pcm = resample(wav[44:], parse_wav_header(wav[:44]), RATE)
         key.write_bytes(pcm)
@@ -205,8 +205,8 @@ def speech_of(talker: Talker, text: str) -> np.ndarray:
 
 
 def _piper(text: str, seed: int, length_scale: float) -> bytes:
-    from internal.evals.voice import RENDER_SCRIPT as script
     from tests.speech import neural_voice
+    from voicegate.internal.evals.voice import RENDER_SCRIPT as script
 
     with tempfile.TemporaryDirectory() as work:
         subprocess.run([sys.executable, str(script), str(neural_voice()), work, str(seed), str(length_scale)],

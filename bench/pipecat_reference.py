@@ -80,9 +80,9 @@ def model_files() -> dict[str, str]:
     """voicegate's own model files, for Pipecat to load: Smart Turn v3.2, Whisper tiny.en, Piper joe."""
     import tempfile
 
-    from internal.stt.whisper_models import resolve_model
-    from internal.turn.weights import smart_turn_path
     from tests.speech import neural_voice
+    from voicegate.internal.stt.whisper_models import resolve_model
+    from voicegate.internal.turn.weights import smart_turn_path
 
     with tempfile.TemporaryDirectory() as work:
         whisper = resolve_model("tiny.en", Path(work)).path

@@ -30,10 +30,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import progress, resident_kib, save, table
-from internal.recording.recorder import CallRecorder, new_info
-from internal.recording.service import MAX_WRITER_THREADS
-from internal.recording.store import RecordingStore
-from internal.recording.writers import RecordingWriters
+from voicegate.internal.recording.recorder import CallRecorder, new_info
+from voicegate.internal.recording.service import MAX_WRITER_THREADS
+from voicegate.internal.recording.store import RecordingStore
+from voicegate.internal.recording.writers import RecordingWriters
 
 
 def run(kind: str, rate: int, calls: int, seconds: int, directory: Path) -> dict[str, float]:

@@ -36,9 +36,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import cpu_busy_seconds, pin, raise_fd_limit
-from internal.audio.g711 import PCMU
-from internal.audio.rtp_session import RtpPortAllocator, RtpSession, RtpStats
-from internal.audio.scheduler import PacedScheduler
+from voicegate.internal.audio.g711 import PCMU
+from voicegate.internal.audio.rtp_session import RtpPortAllocator, RtpSession, RtpStats
+from voicegate.internal.audio.scheduler import PacedScheduler
 
 SO_TIMESTAMPNS = 35  # Linux; not exported by Python's socket module
 TIMESPEC = struct.Struct("@qq")

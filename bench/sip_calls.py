@@ -54,11 +54,11 @@ from bench.common import (
     save,
     table,
 )
-from internal.audio.g711 import ulaw_encode
-from internal.audio.rtp_session import RtpStats
-from internal.config import Config, load_config
-from internal.stt.base import Transcript
-from server.gateway import Gateway
+from voicegate.internal.audio.g711 import ulaw_encode
+from voicegate.internal.audio.rtp_session import RtpStats
+from voicegate.internal.config import Config, load_config
+from voicegate.internal.stt.base import Transcript
+from voicegate.server.gateway import Gateway
 
 TARGET_P99_MS = 5.0
 SERVER_CPU, SIPP_CPU = 0, 1
@@ -207,8 +207,8 @@ def caller_audio(directory: Path) -> Path:
     """Speech with a pause, as RAW mu-law for sipp's rtp_stream (looped): the VAD sees turns come and go."""
     import subprocess
 
-    from internal.audio.resample import resample
-    from internal.tts.espeak import parse_wav_header
+    from voicegate.internal.audio.resample import resample
+    from voicegate.internal.tts.espeak import parse_wav_header
 
     wav = subprocess.run(["espeak-ng", "-v", "en-us", "--stdout", "what time is it"], capture_output=True,
                          check=True).stdout

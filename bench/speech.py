@@ -34,8 +34,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import percentiles, progress, save, table, word_errors
-from internal.audio.g711 import ulaw_decode, ulaw_encode
-from internal.config.providers import EspeakConfig, PiperConfig, PocketsphinxConfig, WhisperConfig
+from voicegate.internal.audio.g711 import ulaw_decode, ulaw_encode
+from voicegate.internal.config.providers import EspeakConfig, PiperConfig, PocketsphinxConfig, WhisperConfig
 
 SENTENCES = [
     "I would like to check the balance on my account please.",
@@ -102,8 +102,8 @@ async def synthesise(engine: Any, rate: int, timing: dict[str, Any]) -> list[byt
 
 
 async def speech_set(timing: dict[str, Any]) -> dict[tuple[str, int], list[bytes]]:
-    from internal.tts.espeak import EspeakTextToSpeech
-    from internal.tts.piper import PiperTextToSpeech
+    from voicegate.internal.tts.espeak import EspeakTextToSpeech
+    from voicegate.internal.tts.piper import PiperTextToSpeech
 
     piper = PiperTextToSpeech(PiperConfig(workers=1))
     espeak = EspeakTextToSpeech(EspeakConfig())
@@ -119,10 +119,10 @@ def build_engine(name: str, work: Path) -> Any:
     """`pocketsphinx`, a Whisper model name, `<model>@<threads>` (one worker with that many threads), and
     `/b<N>` after either for a batch size other than the default (`tiny.en/b1`: every utterance alone)."""
     if name == "pocketsphinx":
-        from internal.stt.pocketsphinx import PocketsphinxSpeechToText
+        from voicegate.internal.stt.pocketsphinx import PocketsphinxSpeechToText
 
         return PocketsphinxSpeechToText(PocketsphinxConfig(workers=1), work / "pocketsphinx")
-    from internal.stt.whisper import WhisperSpeechToText
+    from voicegate.internal.stt.whisper import WhisperSpeechToText
 
     name, _, batch = name.partition("/b")
     model, _, threads = name.partition("@")

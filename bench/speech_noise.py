@@ -55,7 +55,7 @@ class Approach:
 
 
 def rnnoise(audio: Audio) -> Audio:
-    from internal.audio.denoise import DELAY_MS, RnnoiseDenoiser
+    from voicegate.internal.audio.denoise import DELAY_MS, RnnoiseDenoiser
 
     denoiser = RnnoiseDenoiser(16000)
     pcm = (np.clip(audio, -1, 1) * 32767).astype(np.int16).tobytes()
@@ -99,10 +99,10 @@ def speech_set(set_name: str, voice: str) -> tuple[list[str], list[bytes]]:
 
 
 def decoder_for(approach: Approach, work: Path) -> Any:
-    from internal.config.providers import WhisperConfig
-    from internal.stt.whisper import decode_settings
-    from internal.stt.whisper_decode import WhisperDecoder
-    from internal.stt.whisper_models import resolve_model
+    from voicegate.internal.config.providers import WhisperConfig
+    from voicegate.internal.stt.whisper import decode_settings
+    from voicegate.internal.stt.whisper_decode import WhisperDecoder
+    from voicegate.internal.stt.whisper_models import resolve_model
 
     config = WhisperConfig(model=approach.model, download=False, device="cpu", **approach.settings)
     return WhisperDecoder(decode_settings(config, resolve_model(approach.model, work, download=False), cuda_count=0))
@@ -112,7 +112,7 @@ def measure(decoders: dict[str, Any], texts: list[str], clips: list[bytes], cond
             set_name: str) -> dict[str, dict[str, Any]]:
     """Every approach on every clip of one line; the approaches take turns clip by clip, so whatever else
     the machine is doing weighs on each approach's CPU figure alike."""
-    from internal.stt.whisper_decode import to_model_audio
+    from voicegate.internal.stt.whisper_decode import to_model_audio
 
     tally = {name: {"errors": 0, "words": 0, "cpu": 0.0, "snrs": []} for name in decoders}
     for index, (text, clip) in enumerate(zip(texts, clips, strict=True)):
@@ -133,7 +133,7 @@ def measure(decoders: dict[str, Any], texts: list[str], clips: list[bytes], cond
 
 
 def main(argv: list[str] | None = None) -> int:
-    from internal.stt.workers import one_blas_thread
+    from voicegate.internal.stt.workers import one_blas_thread
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--set", default="evaluation", choices=["evaluation", "tuning"])

@@ -28,8 +28,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from internal.audio.g711 import ulaw_decode, ulaw_encode
-from internal.audio.resample import resample
+from voicegate.internal.audio.g711 import ulaw_decode, ulaw_encode
+from voicegate.internal.audio.resample import resample
 
 # ---- the sentences -------------------------------------------------------------------------------
 
@@ -199,7 +199,7 @@ def render(voice: str, texts: list[str]) -> list[bytes]:
             for text in missing:
                 wav = subprocess.run(["espeak-ng", *ESPEAK_VOICES[voice], "--stdout", text], capture_output=True,
                                      check=True).stdout
-                from internal.tts.espeak import parse_wav_header
+                from voicegate.internal.tts.espeak import parse_wav_header
 
                 pcm = resample(wav[44:], parse_wav_header(wav[:44]), 16000)
                 (cache / (hashlib.sha256(f"{voice}:{text}".encode()).hexdigest()[:24] + ".pcm")).write_bytes(pcm)
@@ -211,8 +211,8 @@ def render(voice: str, texts: list[str]) -> list[bytes]:
 def _render_piper(texts: list[str], seed: int, voice: str, cache: Path) -> None:
     import wave
 
-    from internal.evals.voice import RENDER_SCRIPT as script
     from tests.speech import neural_voice
+    from voicegate.internal.evals.voice import RENDER_SCRIPT as script
 
     with tempfile.TemporaryDirectory() as work:
         done = subprocess.run([sys.executable, str(script), str(neural_voice()), work, str(seed)],
@@ -268,7 +268,7 @@ class Aligner:
     def __init__(self) -> None:
         from faster_whisper import WhisperModel
 
-        from internal.stt.whisper_models import resolve_model
+        from voicegate.internal.stt.whisper_models import resolve_model
 
         with tempfile.TemporaryDirectory() as work:
             self.model = WhisperModel(str(resolve_model("tiny.en", Path(work)).path), device="cpu",

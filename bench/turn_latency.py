@@ -20,14 +20,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import percentiles, progress, save, table
-from internal.config import load_config
-from internal.conversation.rolling_summary import RollingSummary
-from internal.identity import CallerIdentity
-from internal.llm.base import ChatRequest, ReplyDelta, ToolCall
-from internal.pipeline.events import NullSink
-from internal.pipeline.pipeline import VoicePipeline
-from internal.pipeline.services import PipelineServices
-from internal.session import Conversation, Session
+from voicegate.internal.config import load_config
+from voicegate.internal.conversation.rolling_summary import RollingSummary
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.llm.base import ChatRequest, ReplyDelta, ToolCall
+from voicegate.internal.pipeline.events import NullSink
+from voicegate.internal.pipeline.pipeline import VoicePipeline
+from voicegate.internal.pipeline.services import PipelineServices
+from voicegate.internal.session import Conversation, Session
 
 
 class InstantModel:
@@ -86,8 +86,8 @@ async def measure(services: PipelineServices, turns: int, label: str) -> list[fl
 
 
 async def stt_times(utterances: int) -> list[float]:
-    from internal.stt.pocketsphinx import PocketsphinxSpeechToText
     from tests.speech import speak
+    from voicegate.internal.stt.pocketsphinx import PocketsphinxSpeechToText
 
     engine = PocketsphinxSpeechToText(load_config(None).pocketsphinx)
     await engine.warm_up()
@@ -119,8 +119,8 @@ async def main() -> None:
     results["stubs_ms"] = percentiles(stub_ms)
     rows.append(["stubs (0 ms model/TTS)", *(f"{v:.2f}" for v in percentiles(stub_ms).values())])
     if args.local:
-        from internal.llm.local import LocalAgent
-        from internal.tts.espeak import EspeakTextToSpeech
+        from voicegate.internal.llm.local import LocalAgent
+        from voicegate.internal.tts.espeak import EspeakTextToSpeech
 
         local = PipelineServices(stt=NoStt(), tts=EspeakTextToSpeech(config.espeak), model=LocalAgent(),  # type: ignore[arg-type]
                                  config=config.pipeline)

@@ -67,13 +67,13 @@ def _init(whisper: dict[str, Any] | None = None) -> None:
     """Load the models; `whisper`: [whisper] settings other than the defaults (bench/turns.py --whisper)."""
     import tempfile
 
-    from internal.config.providers import WhisperConfig
-    from internal.stt.whisper import decode_settings
-    from internal.stt.whisper_decode import WhisperDecoder
-    from internal.stt.whisper_models import resolve_model
-    from internal.turn.silero import shared_silero
-    from internal.turn.smart_turn import SmartTurnModel
-    from internal.turn.weights import smart_turn_path
+    from voicegate.internal.config.providers import WhisperConfig
+    from voicegate.internal.stt.whisper import decode_settings
+    from voicegate.internal.stt.whisper_decode import WhisperDecoder
+    from voicegate.internal.stt.whisper_models import resolve_model
+    from voicegate.internal.turn.silero import shared_silero
+    from voicegate.internal.turn.smart_turn import SmartTurnModel
+    from voicegate.internal.turn.weights import smart_turn_path
 
     config = WhisperConfig(**(whisper or {}))
     with tempfile.TemporaryDirectory() as work:
@@ -94,17 +94,17 @@ def extract(dialogue: Dialogue, rate: int, noise: str, seed: int, offset_ms: int
             noise_gate: bool = True) -> DialogueSignals:
     """Replay one dialogue through the VAD and record both signals at each end of utterance. `noise_gate`:
     Silero behind the noise-aware level gate (pipeline.vad_noise_gate, the default), else the plain one."""
-    from internal.audio.frame import frame_bytes
-    from internal.pipeline.vad import (
+    from voicegate.internal.audio.frame import frame_bytes
+    from voicegate.internal.pipeline.vad import (
         AdaptiveEnergyClassifier,
         NoiseAwareGate,
         VadEvent,
         VadProfile,
         VoiceActivityDetector,
     )
-    from internal.stt.whisper_decode import to_model_audio
-    from internal.turn.silero import SileroClassifier
-    from internal.turn.smart_turn import without_long_pauses
+    from voicegate.internal.stt.whisper_decode import to_model_audio
+    from voicegate.internal.turn.silero import SileroClassifier
+    from voicegate.internal.turn.smart_turn import without_long_pauses
 
     audio = dialogue.audio(rate, noise, seed)
     size = frame_bytes(rate)

@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from bench.turn_signals import DecisionPoint, DialogueSignals
-from internal.turn.fusion import NOT_ASKED
-from internal.turn.policy import fused_wait_ms
-from internal.turn.text_cues import ends_unfinished
+from voicegate.internal.turn.fusion import NOT_ASKED
+from voicegate.internal.turn.policy import fused_wait_ms
+from voicegate.internal.turn.text_cues import ends_unfinished
 
 IPC_MS = 20.0  # handing an utterance to the recogniser's worker process and its text back
 THRESHOLDS = tuple(round(x, 2) for x in np.arange(0.05, 0.96, 0.05))

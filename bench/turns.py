@@ -137,7 +137,7 @@ def costs(signals: list[DialogueSignals], asks: Callable[[DecisionPoint], bool])
 
 
 def run_curve(args: argparse.Namespace) -> dict[str, Any]:
-    from internal.turn.fusion import shared_fusion
+    from voicegate.internal.turn.fusion import shared_fusion
 
     fusion = shared_fusion()
     report: dict[str, Any] = {}
@@ -244,11 +244,11 @@ class TimedSink:
 
 
 async def run_dialogue(services: Any, model: Any, dialogue: Dialogue, pcm: bytes, rate: int) -> dict[str, Any]:
-    from internal.conversation.rolling_summary import RollingSummary
-    from internal.identity import CallerIdentity
-    from internal.pipeline.localcall import LocalCall
-    from internal.pipeline.pipeline import VoicePipeline
-    from internal.session import Conversation, Session
+    from voicegate.internal.conversation.rolling_summary import RollingSummary
+    from voicegate.internal.identity import CallerIdentity
+    from voicegate.internal.pipeline.localcall import LocalCall
+    from voicegate.internal.pipeline.pipeline import VoicePipeline
+    from voicegate.internal.session import Conversation, Session
 
     session = Session(CallerIdentity.anonymous("bench"), "talk", Conversation(RollingSummary(None, 1.0)))
     sink = TimedSink()
@@ -310,9 +310,9 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 async def run_line(args: argparse.Namespace, voice: str, rate: int, noise: str,
                    extra: dict[str, Any]) -> dict[str, Any]:
-    from internal.config import load_config
-    from server.providers import build_services, build_stt, build_tts
     from tests.fakes.models import RecordingModel
+    from voicegate.internal.config import load_config
+    from voicegate.server.providers import build_services, build_stt, build_tts
 
     dialogues = eval_dialogues(voice, barge=args.barge, sentences=args.sentences)
     with tempfile.TemporaryDirectory(prefix="voicegate-bench-turns-") as work:

@@ -21,11 +21,18 @@ import httpx
 from aiortc import RTCSessionDescription
 from aiortc.mediastreams import MediaStreamTrack
 
-from internal.audio.resample import Resampler, resample
-from internal.evals.phone import CallSetupFailed
-from internal.evals.voice import Sound
-from internal.evals.webrtc_phone import CONNECT_TIMEOUT_S, EAR_RATE, OPUS_RATE, WebRtcPhone, audio_frames, mono
-from internal.evals.wire import Frame
+from voicegate.internal.audio.resample import Resampler, resample
+from voicegate.internal.evals.phone import CallSetupFailed
+from voicegate.internal.evals.voice import Sound
+from voicegate.internal.evals.webrtc_phone import (
+    CONNECT_TIMEOUT_S,
+    EAR_RATE,
+    OPUS_RATE,
+    WebRtcPhone,
+    audio_frames,
+    mono,
+)
+from voicegate.internal.evals.wire import Frame
 
 LEAD_S = 1.0  # silence before the first turn: the media settles first
 
@@ -147,7 +154,7 @@ class WebRtcCall:
 async def place_webrtc_call(base_url: str, clips16k: list[bytes], gap_s: float, signalling: str = "whip",
                             on_turn: Callable[[int], None] = lambda _: None) -> WebRtcCall:
     """Dial, say each clip (16 kHz PCM16) followed by `gap_s` of silence, hang up; every frame both ways."""
-    from internal.evals.webrtc_phone import prepare_ice
+    from voicegate.internal.evals.webrtc_phone import prepare_ice
 
     prepare_ice(base_url)
     phone = BenchPhone(signalling)

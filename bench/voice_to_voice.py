@@ -62,11 +62,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import percentiles, progress, save, table, word_errors
 from bench.wire_tap import Address, Heard, WireTap
-from internal.audio.g711 import ulaw_decode, ulaw_encode
-from internal.audio.rtp import RtpError, RtpPacket
-from internal.evals.replies import transcript_line
 from tests.sip_calls.conftest import caller_bye, free_port, render, run_sipp, stream
 from tests.speech import neural
+from voicegate.internal.audio.g711 import ulaw_decode, ulaw_encode
+from voicegate.internal.audio.rtp import RtpError, RtpPacket
+from voicegate.internal.evals.replies import transcript_line
 
 REPO = Path(__file__).resolve().parents[1]
 RATE = 8000
@@ -288,7 +288,7 @@ def voicegate(work: Path, settings: dict[str, dict[str, Any]]) -> Iterator[Voice
            if not k.startswith("VOICEGATE_") and k not in ("OPENAI_API_KEY", "DEEPGRAM_API_KEY")}
     host, port = settings["sip"]["bind"].rsplit(":", 1)
     with log.open("wb") as out, errors.open("wb") as err:
-        process = subprocess.Popen([sys.executable, "-m", "server.cli", "--config", str(config), "serve"],
+        process = subprocess.Popen([sys.executable, "-m", "voicegate", "--config", str(config), "serve"],
                                    cwd=REPO, env=env, stdout=out, stderr=err)
     server = Voicegate(process, (host, int(port)), log, errors)
     try:

@@ -74,10 +74,10 @@ def serve(port: int, data_dir: str, profile_out: str) -> None:
 
     import uvicorn
 
-    from internal.config import load_config
-    from internal.llm.local import LocalAgent
-    from server.app import create_gateway_application
     from tests.pipeline.conftest import ScriptedStt
+    from voicegate.internal.config import load_config
+    from voicegate.internal.llm.local import LocalAgent
+    from voicegate.server.app import create_gateway_application
 
     config = load_config(None)
     config.server.host, config.server.port, config.server.data_dir = "127.0.0.1", port, data_dir
@@ -200,7 +200,7 @@ def opus_packets(pcm: bytes) -> list[bytes]:
 def caller_track(packets: list[bytes], start: int) -> Any:
     from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-    from internal.evals.webrtc_phone import FramePacer
+    from voicegate.internal.evals.webrtc_phone import FramePacer
 
     class LoopingOpusTrack(MediaStreamTrack):
         """Pre-encoded Opus, one packet per 20 ms on the monotonic clock, from `start` round the loop."""
@@ -487,7 +487,7 @@ async def main() -> None:
     parser.add_argument("--label", default="webrtc_sessions",
                         help="name of the results file (pipeline settings come from VOICEGATE_PIPELINE__* variables)")
     args = parser.parse_args()
-    from internal.peer.ice import configure_ice_hosts
+    from voicegate.internal.peer.ice import configure_ice_hosts
 
     configure_ice_hosts(["127.0.0.1"])  # the callers too: aioice would otherwise offer only non-loopback hosts
     packets = caller_audio(args.audio)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from internal.audio.line_noise import noise_power
+from voicegate.internal.audio.line_noise import noise_power
 
 WINDOW = 512  # 32 ms at 16 kHz
 HOP = WINDOW // 2

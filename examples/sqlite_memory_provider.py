@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from internal.memory.provider import (
+from voicegate.memory import (
     MEMORY_PROVIDER_PROTOCOL_VERSION,
     ApplyResult,
     ChangeContext,
@@ -103,8 +103,8 @@ class SqliteMemoryProvider:
 def main() -> None:
     import uvicorn
 
-    from internal.config import config_path_from, load_config
-    from server import create_gateway_application
+    from voicegate.internal.config import config_path_from, load_config
+    from voicegate.server import create_gateway_application
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config")

@@ -46,4 +46,4 @@ if [ ! -f "$stamp" ]; then
 fi
 
 # The end-of-turn model (Smart Turn v3.2) from its pinned PyPI wheel, SHA-256-checked (skipped when present).
-.venv/bin/python -m internal.turn.weights
+.venv/bin/python -m voicegate.internal.turn.weights

@@ -95,7 +95,7 @@ class ServeProcess:
     def start(self, config: Path | None, settings: Mapping[str, str] = {}) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("VOICEGATE_")}
         env.update(settings)
-        args = [sys.executable, "-m", "server.cli", *(["--config", str(config)] if config else []), "serve"]
+        args = [sys.executable, "-m", "voicegate", *(["--config", str(config)] if config else []), "serve"]
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
 
@@ -260,7 +260,7 @@ def persistent_secret(path: Path) -> str:
 
 @contextlib.contextmanager
 def embedded_postgres(directory: Path) -> Iterator[str]:
-    from internal.db.embedded import EmbeddedPostgres
+    from voicegate.internal.db.embedded import EmbeddedPostgres
 
     database = EmbeddedPostgres(directory)
     try:

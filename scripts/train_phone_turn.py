@@ -64,8 +64,8 @@ from bench.turn_cases import (
     render,
     with_noise,
 )
-from internal.turn.phone_turn import POOL_SPANS, SAMPLES_PER_STATE, pool_states, weights_path
 from scripts.train_turn_fusion import training_marks
+from voicegate.internal.turn.phone_turn import POOL_SPANS, SAMPLES_PER_STATE, pool_states, weights_path
 
 CACHE = Path("/tmp/phone-turn-cache")
 SEED = 40
@@ -204,7 +204,7 @@ class RecordingDecoder:
         self.extra_ms: list[float] = []
 
     def decode(self, audio: np.ndarray) -> Any:
-        from internal.stt.whisper_decode import Decoded, window_frames
+        from voicegate.internal.stt.whisper_decode import Decoded, window_frames
 
         started = time.process_time()
         speech = self.decoder.speech_only(audio) if self.decoder.settings.vad_filter else audio
@@ -230,12 +230,12 @@ class NoSmartTurn:
 def load_models(smart_turn: bool) -> tuple[Any, Any]:
     import tempfile
 
-    from internal.config.providers import WhisperConfig
-    from internal.stt.whisper import decode_settings
-    from internal.stt.whisper_decode import WhisperDecoder
-    from internal.stt.whisper_models import resolve_model
-    from internal.turn.smart_turn import SmartTurnModel
-    from internal.turn.weights import smart_turn_path
+    from voicegate.internal.config.providers import WhisperConfig
+    from voicegate.internal.stt.whisper import decode_settings
+    from voicegate.internal.stt.whisper_decode import WhisperDecoder
+    from voicegate.internal.stt.whisper_models import resolve_model
+    from voicegate.internal.turn.smart_turn import SmartTurnModel
+    from voicegate.internal.turn.weights import smart_turn_path
 
     config = WhisperConfig()
     with tempfile.TemporaryDirectory() as work:
@@ -248,7 +248,7 @@ def record(dialogues: list[Dialogue], noise_of: Callable[[int], str], offset_of:
            words: bool, label: str, models: dict[str, Any], rate: int = RATE) -> list[Recorded]:
     """Each dialogue through the pipeline's VAD (bench/turn_signals.extract), in this process."""
     from bench import turn_signals
-    from internal.turn.silero import shared_silero
+    from voicegate.internal.turn.silero import shared_silero
 
     if models.get("smart_turn_loaded") != words:  # the held-out report needs the real Smart Turn
         decoder, smart_turn = load_models(words)
@@ -359,7 +359,7 @@ def eval_dialogues(voice: str) -> list[Dialogue]:
 def held_out(recorded: list[Recorded], head: Any, label: str) -> dict[str, Any]:
     """Smart Turn against the head (alone and fused with the text cues) on one held-out line."""
     from bench.turn_sweep import Config, decision_ready_ms, sweep, text_ready_ms
-    from internal.turn.fusion import shared_fusion
+    from voicegate.internal.turn.fusion import shared_fusion
 
     fusion = shared_fusion()
     signals, head_signals = [], []
@@ -557,7 +557,7 @@ def main() -> int:
     if args.no_eval:
         return 0
 
-    from internal.turn.phone_turn import load_head
+    from voicegate.internal.turn.phone_turn import load_head
 
     head = load_head(path, digest)
     report: dict[str, Any] = {"fit": fit, "lines": {}}

@@ -42,8 +42,8 @@ from bench.turn_cases import (
     paused_dialogues,
 )
 from bench.turn_signals import DialogueSignals, extract_all
-from internal.turn.fusion import FEATURES, feature_vector, weights_path
-from internal.turn.text_cues import text_cues
+from voicegate.internal.turn.fusion import FEATURES, feature_vector, weights_path
+from voicegate.internal.turn.text_cues import text_cues
 
 PAUSE_S = 1.0
 EXTRA_CUTS = 2  # word boundaries cut besides the marked one

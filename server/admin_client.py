@@ -12,9 +12,9 @@ from urllib.parse import quote
 
 import httpx
 
-from internal.config import Config
-from server.banner import page_urls
-from server.routes_admin import ADMIN_MEMORY, Erasure
+from voicegate.internal.config import Config
+from voicegate.server.banner import page_urls
+from voicegate.server.routes_admin import ADMIN_MEMORY, Erasure
 
 # An erasure waits for the owner's lock, so for a write in progress (a hang-up digest, reconciliation).
 ADMIN_TIMEOUT_S = 60.0

@@ -10,24 +10,24 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 
-from internal.config import Config, load_config
-from internal.llm.base import ChatModel
-from internal.memory.owner import OwnerKeySecretError
-from internal.pipeline.tools import ToolRegistry
-from internal.stt.base import SpeechToText
-from internal.tts.base import TextToSpeech
-from internal.web import STATIC_DIR
-from server.errors import install_error_handlers
-from server.gateway import Gateway
-from server.routes_admin import install_admin_routes
-from server.routes_agent import install_agent_routes
-from server.routes_call_feed import install_call_feed_routes
-from server.routes_calls import holds_api_key, install_call_routes
-from server.routes_memory import install_memory_routes
-from server.routes_recordings import install_recording_routes
-from server.routes_transfer import install_transfer_routes
-from server.routes_webrtc import install_webrtc_routes
-from server.version import package_version, source_revision
+from voicegate.internal.config import Config, load_config
+from voicegate.internal.llm.base import ChatModel
+from voicegate.internal.memory.owner import OwnerKeySecretError
+from voicegate.internal.pipeline.tools import ToolRegistry
+from voicegate.internal.stt.base import SpeechToText
+from voicegate.internal.tts.base import TextToSpeech
+from voicegate.internal.web import STATIC_DIR
+from voicegate.server.errors import install_error_handlers
+from voicegate.server.gateway import Gateway
+from voicegate.server.routes_admin import install_admin_routes
+from voicegate.server.routes_agent import install_agent_routes
+from voicegate.server.routes_call_feed import install_call_feed_routes
+from voicegate.server.routes_calls import holds_api_key, install_call_routes
+from voicegate.server.routes_memory import install_memory_routes
+from voicegate.server.routes_recordings import install_recording_routes
+from voicegate.server.routes_transfer import install_transfer_routes
+from voicegate.server.routes_webrtc import install_webrtc_routes
+from voicegate.server.version import package_version, source_revision
 
 ACCOUNT_FIELDS = ("registrar", "username", "last_reason")  # of a registration: for the API key's holder only
 # What else /health says only to the API key's holder: where files lie on this machine, which build runs

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from internal.config import Config
-from internal.config.sections import split_host_port
+from voicegate.internal.config import Config
+from voicegate.internal.config.sections import split_host_port
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ import asyncio
 import sys
 from typing import Any, TextIO
 
-from internal.config import Config, ConfigError
-from internal.conversation.transcript import TranscriptEntry
-from internal.session import Session
-from server.cli_logging import configure_tool_logging
+from voicegate.internal.config import Config, ConfigError
+from voicegate.internal.conversation.transcript import TranscriptEntry
+from voicegate.internal.session import Session
+from voicegate.server.cli_logging import configure_tool_logging
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 # Ends that mean the call did not work, as opposed to someone hanging up (see SessionManager.end reasons).
@@ -38,7 +38,7 @@ def add_call_command(commands: Any) -> None:
 
 
 def run_call(args: argparse.Namespace, config: Config) -> int:
-    from server.providers import check_providers
+    from voicegate.server.providers import check_providers
 
     try:
         check_providers(config)
@@ -67,9 +67,9 @@ def run_call(args: argparse.Namespace, config: Config) -> int:
 async def place_and_follow(config: Config, target: str, greeting: str | None, out: TextIO, *, amd: bool = False,
                            voicemail_message: str | None = None) -> int:
     """Place the call and print what happens until it ends; returns the exit code."""
-    from internal.sip.handler import CallFailed
-    from internal.telephony.answering_machine import AMD, plan_from_config
-    from server.gateway import Gateway
+    from voicegate.internal.sip.handler import CallFailed
+    from voicegate.internal.telephony.answering_machine import AMD, plan_from_config
+    from voicegate.server.gateway import Gateway
 
     def say(line: str) -> None:
         print(line, file=out, flush=True)

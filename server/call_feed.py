@@ -20,11 +20,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from internal.llm.base import ToolCall
-from internal.pipeline.events import Event
-from internal.pipeline.tools import ToolContext
-from internal.session import Session
-from internal.sip.voice_call import SIP_CALL_ID
+from voicegate.internal.llm.base import ToolCall
+from voicegate.internal.pipeline.events import Event
+from voicegate.internal.pipeline.tools import ToolContext
+from voicegate.internal.session import Session
+from voicegate.internal.sip.voice_call import SIP_CALL_ID
 
 SUBSCRIBER_QUEUE = 2048  # events a subscriber may fall behind by before it loses some
 STARTED_KEY = "call_feed.started"  # session.data: call.started was published for this session

@@ -7,19 +7,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from internal.config import Config
-from internal.identity import CallerIdentity
-from internal.memory.owner import OwnerKeys, keep, read_secret
-from internal.recording.retention import RecordingRetention
-from internal.recording.service import RecordingService
-from internal.recording.store import RECORDINGS_DIR, RecordingStore
-from internal.session import Session
-from internal.sip.voice_call import SIP_CALL_ID
-from internal.telemetry.otel import Telemetry
+from voicegate.internal.config import Config
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.memory.owner import OwnerKeys, keep, read_secret
+from voicegate.internal.recording.retention import RecordingRetention
+from voicegate.internal.recording.service import RecordingService
+from voicegate.internal.recording.store import RECORDINGS_DIR, RecordingStore
+from voicegate.internal.session import Session
+from voicegate.internal.sip.voice_call import SIP_CALL_ID
+from voicegate.internal.telemetry.otel import Telemetry
 
 if TYPE_CHECKING:
-    from internal.memory.runtime import FrontendMemoryRuntime
-    from server.gateway import Gateway
+    from voicegate.internal.memory.runtime import FrontendMemoryRuntime
 
 
 def owner_key_function(config: Config, memory: FrontendMemoryRuntime | None) -> Callable[[CallerIdentity], str | None]:
@@ -54,8 +53,8 @@ def start_retention(config: Config) -> RecordingRetention:
     return retention
 
 
-def recording_store(gateway: Gateway) -> RecordingStore:
+def recording_store(config: Config, recordings: RecordingService | None) -> RecordingStore:
     """This node's call recordings, whether or not recording is on now (old ones are still the caller's)."""
-    if gateway.recordings is not None:
-        return gateway.recordings.store  # type: ignore[no-any-return]
-    return RecordingStore(gateway.config.data_dir / RECORDINGS_DIR)
+    if recordings is not None:
+        return recordings.store
+    return RecordingStore(config.data_dir / RECORDINGS_DIR)

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from internal.config import (
+from voicegate.internal.config import (
     ENV_PREFIX,
     Config,
     ConfigError,
@@ -19,8 +19,8 @@ from internal.config import (
     render_toml,
     security_warnings,
 )
-from server.cli_common import CommandParser, config_argument, data_dir_argument
-from server.cli_logging import configure_command_logging, configure_tool_logging
+from voicegate.server.cli_common import CommandParser, config_argument, data_dir_argument
+from voicegate.server.cli_logging import configure_command_logging, configure_tool_logging
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -30,7 +30,7 @@ Command = Callable[[argparse.Namespace, Config], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from server.version import version_label
+    from voicegate.server.version import version_label
 
     # CommandParser gives this parser and every sub-command `--config`: before or after the command.
     parser = CommandParser(prog="voicegate", description="A voice-agent server for SIP and WebRTC.")
@@ -54,23 +54,23 @@ def build_parser() -> argparse.ArgumentParser:
     migrate = commands.add_parser("migrate", help="apply database migrations")
     migrate.set_defaults(run=_run_migrate)
 
-    from server.memory_cli import add_memory_commands
+    from voicegate.server.memory_cli import add_memory_commands
 
     add_memory_commands(commands)
 
-    from server.rag_cli import add_rag_commands
+    from voicegate.server.rag_cli import add_rag_commands
 
     add_rag_commands(commands)
 
-    from server.call_cli import add_call_command
+    from voicegate.server.call_cli import add_call_command
 
     add_call_command(commands)
 
-    from server.eval_cli import add_eval_command
+    from voicegate.server.eval_cli import add_eval_command
 
     add_eval_command(commands)
 
-    from server.doctor_cli import add_doctor_command
+    from voicegate.server.doctor_cli import add_doctor_command
 
     add_doctor_command(commands)
 
@@ -119,7 +119,7 @@ def _run_config_check(args: argparse.Namespace, config: Config) -> int:
 
 
 def _run_config_init(args: argparse.Namespace, _path: object) -> int:
-    from server.config_init import ConfigInitError, default_config_text, write_default_config
+    from voicegate.server.config_init import ConfigInitError, default_config_text, write_default_config
 
     if args.path == "-":  # e.g. out of a container image: docker run --rm voicegate config init - > config.toml
         print(default_config_text(), end="")
@@ -137,7 +137,7 @@ def _run_config_init(args: argparse.Namespace, _path: object) -> int:
 
 
 def _run_migrate(args: argparse.Namespace, config: Config) -> int:
-    from internal.db import Database, EmbeddedPostgresError, MigrationError
+    from voicegate.internal.db import Database, EmbeddedPostgresError, MigrationError
 
     async def migrate() -> list[str]:
         database = Database(config.pgvector, config.data_dir)
@@ -161,8 +161,8 @@ def _run_migrate(args: argparse.Namespace, config: Config) -> int:
 
 
 def _run_talk(args: argparse.Namespace, config: Config) -> int:
-    from server.providers import check_providers
-    from server.talk import run_mic, run_talk
+    from voicegate.server.providers import check_providers
+    from voicegate.server.talk import run_mic, run_talk
 
     try:
         check_providers(config)
@@ -179,8 +179,8 @@ def _run_talk(args: argparse.Namespace, config: Config) -> int:
 
 
 def _run_serve(args: argparse.Namespace, config: Config) -> int:
-    from server.providers import check_providers
-    from server.serve import serve
+    from voicegate.server.providers import check_providers
+    from voicegate.server.serve import serve
 
     try:
         check_providers(config)
@@ -189,7 +189,7 @@ def _run_serve(args: argparse.Namespace, config: Config) -> int:
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
         return EXIT_ERROR
-    from server.node import resolve_node_id
+    from voicegate.server.node import resolve_node_id
 
     # Decided once, here, and kept in the config: the logs, the gateway and the memory notices read it.
     config.server.node_id = resolve_node_id(config.server.node_id)

@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from internal.config import Config
+from voicegate.internal.config import Config
 
 
 def configure_command_logging(config: Config, level: str | None = None, stream: TextIO | None = None) -> None:
-    from internal.config import secret_values
-    from internal.telemetry import configure_logging
+    from voicegate.internal.config import secret_values
+    from voicegate.internal.telemetry import configure_logging
 
     if config.telemetry.log_file:
         Path(config.telemetry.log_file).parent.mkdir(parents=True, exist_ok=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from internal.config import DEFAULT_CONFIG
-from server.version import package_version
+from voicegate.internal.config import DEFAULT_CONFIG
+from voicegate.server.version import package_version
 
 HEADER = """# Written by `voicegate config init` (voicegate {version}). Every key below is set to that version's
 # default: change what you need, and delete the keys you leave alone if they should follow the defaults of

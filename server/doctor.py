@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from internal.config import Config, ConfigError, load_config, security_warnings
-from server.providers import tts_choice
+from voicegate.internal.config import Config, ConfigError, load_config, security_warnings
+from voicegate.server.providers import tts_choice
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +83,7 @@ def _which(program: str) -> str | None:
 
 def setup_fix(command: str) -> str:
     """The fix for a missing model or package: `command`, and in a checkout `make serve` (which runs it)."""
-    from server.version import checkout_root
+    from voicegate.server.version import checkout_root
 
     return f"make serve (or {command})" if checkout_root() is not None else command
 
@@ -91,11 +91,11 @@ def setup_fix(command: str) -> str:
 def check_package() -> list[Check]:
     """This voicegate, where it runs from, and the files it reads at run time from its own package
     (an installation that lacks them starts and then fails on a caller: no tables, no page)."""
-    from internal.config import DEFAULT_CONFIG
-    from internal.db.migrations import MIGRATIONS
-    from internal.pipeline.context import BUILTIN_PROMPT
-    from internal.web import STATIC_DIR
-    from server.version import checkout_root, version_label
+    from voicegate.internal.config import DEFAULT_CONFIG
+    from voicegate.internal.db.migrate import MIGRATIONS
+    from voicegate.internal.pipeline.context import BUILTIN_PROMPT
+    from voicegate.internal.web import STATIC_DIR
+    from voicegate.server.version import checkout_root, version_label
 
     root = checkout_root()
     origin = f"from the checkout at {root}" if root is not None else f"installed in {Path(__file__).parents[1]}"
@@ -110,7 +110,7 @@ def check_package() -> list[Check]:
 
 def package_files(migrations: Traversable, files: dict[str, Traversable]) -> tuple[list[str], list[str]]:
     """What of the package's run-time files is there (named) and what is missing (named, with where)."""
-    from internal.db.migrations import MigrationError, discover
+    from voicegate.internal.db.migrate import MigrationError, discover
 
     found: list[str] = []
     missing: list[str] = []
@@ -150,7 +150,7 @@ def check_tools(config: Config) -> list[Check]:
 
 
 def _check_piper_program(config: Config, tts: str) -> Check:
-    from internal.tts.piper_voice import piper_available, piper_command
+    from voicegate.internal.tts.piper_voice import piper_available, piper_command
 
     if tts != "piper" and config.tts.provider != "auto":
         return Check("piper", None, f"not needed (TTS is {tts})")
@@ -215,7 +215,7 @@ def check_secrets(config: Config) -> list[Check]:
 
 
 def _memory_secrets(config: Config) -> list[Check]:
-    from internal.memory.owner import SECRET_FILE
+    from voicegate.internal.memory.owner import SECRET_FILE
 
     memory = config.memory
     checks: list[Check] = []

@@ -10,9 +10,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from server.doctor import Check, exit_code, format_check, report_json, run_checks, summary_line
-from server.doctor_mcp import check_mcp
-from server.doctor_probes import check_database, check_devices, check_models, check_ports
+from voicegate.server.doctor import Check, exit_code, format_check, report_json, run_checks, summary_line
+from voicegate.server.doctor_mcp import check_mcp
+from voicegate.server.doctor_probes import check_database, check_devices, check_models, check_ports
 
 PROBES = (check_ports, check_models, check_devices, check_database, check_mcp)
 

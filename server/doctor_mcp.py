@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import shlex
 
-from internal.config import Config
-from internal.config.display import mask_url, masked_args
-from internal.config.mcp import ALL_TOOLS, McpServerConfig
-from internal.pipeline.tools import ToolRegistry
-from internal.tools.mcp import McpConnection, McpToolset
-from server.doctor import Check
+from voicegate.internal.config import Config
+from voicegate.internal.config.display import mask_url, masked_args
+from voicegate.internal.config.mcp import ALL_TOOLS, McpServerConfig
+from voicegate.internal.pipeline.tools import ToolRegistry
+from voicegate.internal.tools.mcp import McpConnection, McpToolset
+from voicegate.server.doctor import Check
 
 
 def check_mcp(config: Config) -> list[Check]:

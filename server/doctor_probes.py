@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from internal.audio.rtp_ports import address_family
-from internal.config import Config
-from server.doctor import Check, setup_fix
-from server.version import checkout_root
+from voicegate.internal.audio.rtp_ports import address_family
+from voicegate.internal.config import Config
+from voicegate.server.doctor import Check, setup_fix
+from voicegate.server.version import checkout_root
 
 DB_TIMEOUT_S = 3  # the doctor answers quickly; a database that needs longer is worth a FAIL anyway
-SETUP = setup_fix(f"{sys.executable} -m internal.turn.weights")
+SETUP = setup_fix(f"{sys.executable} -m voicegate.internal.turn.weights")
 
 
 # ---- ports ---------------------------------------------------------------------------------------------
@@ -97,7 +97,7 @@ def check_ports(config: Config) -> list[Check]:
     host, port = sip.bind_host, sip.bind_port
     for transport in sip.transports:
         if transport == "tls":
-            from internal.sip.tls import tls_listen_address
+            from voicegate.internal.sip.tls import tls_listen_address
 
             tls_host, tls_port = tls_listen_address(sip, (host, port))
             key = "sip.tls_bind" if sip.tls_bind else "sip.tls_bind (default: sip.bind's host, port 5061)"
@@ -127,7 +127,7 @@ def _where(url: str) -> str:
 
 
 def check_database(config: Config) -> list[Check]:
-    from server.gateway import needs_database
+    from voicegate.server.gateway import needs_database
 
     if not needs_database(config):
         return [Check("database", None, "not needed (memory off or not in PostgreSQL, rag.provider not pgvector)")]
@@ -186,7 +186,7 @@ def check_models(config: Config) -> list[Check]:
 
 
 def _check_whisper(config: Config) -> Check:
-    from internal.stt.whisper_models import PINNED, WhisperModelError, package_dir, resolve_model
+    from voicegate.internal.stt.whisper_models import PINNED, WhisperModelError, package_dir, resolve_model
 
     whisper = config.whisper
     models_dir = config.data_dir / "models"
@@ -221,7 +221,7 @@ def _check_whisper(config: Config) -> Check:
 
 
 def _check_silero(config: Config) -> Check:
-    from internal.turn.weights import TurnModelError, silero_path
+    from voicegate.internal.turn.weights import TurnModelError, silero_path
 
     if config.pipeline.vad != "silero":
         return Check("model silero", None, f"not needed (pipeline.vad is {config.pipeline.vad})")
@@ -233,7 +233,7 @@ def _check_silero(config: Config) -> Check:
 
 
 def _check_smart_turn(config: Config) -> Check:
-    from internal.turn.weights import TurnModelError, smart_turn_path
+    from voicegate.internal.turn.weights import TurnModelError, smart_turn_path
 
     pipeline = config.pipeline
     if pipeline.end_of_turn != "smart_turn":
@@ -245,7 +245,7 @@ def _check_smart_turn(config: Config) -> Check:
     if pipeline.end_of_turn_model:
         return Check("model smart turn", False, problem, "set pipeline.end_of_turn_model to the Smart Turn v3.2 "
                      f'file, or empty it and run {SETUP}, or set pipeline.end_of_turn = "off"')
-    from internal.turn.weights import SMART_TURN_FILE, cache_models_dir, setup_models_dir
+    from voicegate.internal.turn.weights import SMART_TURN_FILE, cache_models_dir, setup_models_dir
 
     places = " or ".join(str(d / SMART_TURN_FILE) for d in (setup_models_dir(), cache_models_dir()))
     later = (" (the server would try to fetch it from PyPI at start-up)" if pipeline.end_of_turn_download
@@ -264,8 +264,8 @@ ONNX_GPU_FIX = (f"{sys.executable} -m pip uninstall -y onnxruntime && {sys.execu
 
 def check_devices(config: Config) -> list[Check]:
     """Where each local engine will compute: what `serve` would choose here, or why it would refuse."""
-    from internal.devices import cuda_devices_ctranslate2, onnx_available_providers
-    from server.providers import tts_choice
+    from voicegate.internal.devices import cuda_devices_ctranslate2, onnx_available_providers
+    from voicegate.server.providers import tts_choice
 
     available = onnx_available_providers()
     checks = [_whisper_device(config, cuda_devices_ctranslate2()) if config.stt.provider == "whisper"
@@ -281,7 +281,7 @@ def check_devices(config: Config) -> list[Check]:
 
 
 def _whisper_device(config: Config, cuda_count: int) -> Check:
-    from internal.devices import DeviceUnavailable, devices_phrase, whisper_device
+    from voicegate.internal.devices import DeviceUnavailable, devices_phrase, whisper_device
 
     requested = config.whisper.device
     try:
@@ -293,7 +293,7 @@ def _whisper_device(config: Config, cuda_count: int) -> Check:
 
 
 def _piper_device(config: Config, available: list[str]) -> Check:
-    from internal.tts.piper_voice import piper_uses_cuda
+    from voicegate.internal.tts.piper_voice import piper_uses_cuda
 
     if not config.piper.command:  # `-m piper` under this Python: its onnxruntime is the one `available` lists
         return _onnx_device("device piper", config.piper.device, available, "piper.device")
@@ -304,7 +304,7 @@ def _piper_device(config: Config, available: list[str]) -> Check:
 
 
 def _onnx_device(name: str, requested: str, available: list[str], key: str) -> Check:
-    from internal.devices import CUDA_PROVIDER, DeviceUnavailable, onnx_device, onnx_providers
+    from voicegate.internal.devices import CUDA_PROVIDER, DeviceUnavailable, onnx_device, onnx_providers
 
     try:
         device = onnx_device(onnx_providers(requested, available, key))

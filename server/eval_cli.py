@@ -20,13 +20,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from internal.config import Config, load_config
-from internal.config.loader import CONFIG_PATH_ENV
-from internal.evals.scenario import Scenario, Speech, load_scenario
-from internal.evals.voice import CallerVoice
-from internal.evals.yaml_nodes import ScenarioError
-from server.cli_common import config_argument
-from server.cli_logging import configure_tool_logging
+from voicegate.internal.config import Config, load_config
+from voicegate.internal.config.loader import CONFIG_PATH_ENV
+from voicegate.internal.evals.scenario import Scenario, Speech, load_scenario
+from voicegate.internal.evals.voice import CallerVoice
+from voicegate.internal.evals.yaml_nodes import ScenarioError
+from voicegate.server.cli_common import config_argument
+from voicegate.server.cli_logging import configure_tool_logging
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 SCENARIO_SUFFIXES = (".yaml", ".yml")
@@ -122,11 +122,11 @@ def run_eval(args: argparse.Namespace, config: Config) -> int:
 
 async def _run(args: argparse.Namespace, config: Config, scenarios: list[Scenario], sip_uri: str, http_url: str,
                *, defaults: bool) -> int:
-    from internal.evals.console import ConsoleProgress, summary
-    from internal.evals.hearing import whisper_for_evals
-    from internal.evals.runner import EvalRunner, Targets
-    from internal.evals.voice import VoiceError, default_cache_dir
-    from server.eval_server import EvalServer
+    from voicegate.internal.evals.console import ConsoleProgress, summary
+    from voicegate.internal.evals.hearing import whisper_for_evals
+    from voicegate.internal.evals.runner import EvalRunner, Targets
+    from voicegate.internal.evals.voice import VoiceError, default_cache_dir
+    from voicegate.server.eval_server import EvalServer
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -188,18 +188,18 @@ async def _render_speech(voice: CallerVoice, scenarios: list[Scenario], say: Any
 
 def _judge(config: Config) -> tuple[Any, str]:
     """The rubric's judge: the config's language model, when it has one (not the offline agent)."""
-    from internal.evals.judge import NO_LLM
+    from voicegate.internal.evals.judge import NO_LLM
 
     if config.effective_llm_provider not in ("openai", "ollama"):
         return None, NO_LLM
-    from server.providers import build_model
+    from voicegate.server.providers import build_model
 
     return build_model(config), ""
 
 
 def _write_reports(args: argparse.Namespace, results: list[Any], say: Any) -> None:
-    from internal.evals.html_report import write_html
-    from internal.evals.junit import write_junit
+    from voicegate.internal.evals.html_report import write_html
+    from voicegate.internal.evals.junit import write_junit
 
     if args.junit:
         write_junit(results, args.junit)

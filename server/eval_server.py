@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from internal.config import Config, render_toml
+from voicegate.internal.config import Config, render_toml
 
 READY = "voicegate is ready."  # the banner's first line (server/banner.py)
 START_TIMEOUT_S = 300.0  # a first start may fetch nothing, but loads Whisper, Piper, Smart Turn and PostgreSQL
@@ -101,7 +101,7 @@ class EvalServer:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("VOICEGATE_") and k not in ("OPENAI_API_KEY", "DEEPGRAM_API_KEY")}
         with self.log.open("wb") as out:
-            self.process = subprocess.Popen([sys.executable, "-m", "server.cli", "--config", str(path), "serve"],
+            self.process = subprocess.Popen([sys.executable, "-m", "voicegate", "--config", str(path), "serve"],
                                             stdout=out, stderr=subprocess.STDOUT, env=env,
                                             cwd=Path(__file__).resolve().parents[1], start_new_session=True)
 

@@ -13,27 +13,27 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 
-from internal.config import Config
-from internal.conversation.state import CallContext
-from internal.db import Database
-from internal.identity import CallerIdentity
-from internal.llm.base import ChatModel
-from internal.memory.runtime import FrontendMemoryRuntime
-from internal.memory.sessions import SESSION_DIGEST_STEP, SessionMemory
-from internal.pipeline.events import EventSink, FanoutSink
-from internal.pipeline.pipeline import VoicePipeline
-from internal.pipeline.responder import SESSION_SPAN
-from internal.pipeline.services import PipelineServices
-from internal.pipeline.tools import ToolRegistry
-from internal.session import Session, SessionLimitReached, SessionManager, TransportKind
-from internal.stt.base import SpeechToText
-from internal.telemetry.loop_lag import LoopLag
-from internal.telemetry.otel import Telemetry
-from internal.telemetry.queues import WorkQueue, overload_reasons, queues_of
-from internal.tts.base import TextToSpeech
-from server.call_feed import CallFeed
-from server.node import resolve_node_id
-from server.providers import (
+from voicegate.internal.config import Config
+from voicegate.internal.conversation.state import CallContext
+from voicegate.internal.db import Database
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.llm.base import ChatModel
+from voicegate.internal.memory.runtime import FrontendMemoryRuntime
+from voicegate.internal.memory.sessions import SESSION_DIGEST_STEP, SessionMemory
+from voicegate.internal.pipeline.events import EventSink, FanoutSink
+from voicegate.internal.pipeline.pipeline import VoicePipeline
+from voicegate.internal.pipeline.responder import SESSION_SPAN
+from voicegate.internal.pipeline.services import PipelineServices
+from voicegate.internal.pipeline.tools import ToolRegistry
+from voicegate.internal.session import Session, SessionLimitReached, SessionManager, TransportKind
+from voicegate.internal.stt.base import SpeechToText
+from voicegate.internal.telemetry.loop_lag import LoopLag
+from voicegate.internal.telemetry.otel import Telemetry
+from voicegate.internal.telemetry.queues import WorkQueue, overload_reasons, queues_of
+from voicegate.internal.tts.base import TextToSpeech
+from voicegate.server.call_feed import CallFeed
+from voicegate.server.node import resolve_node_id
+from voicegate.server.providers import (
     build_model,
     build_services,
     build_stt,
@@ -41,10 +41,10 @@ from server.providers import (
     check_providers,
     new_conversation_factory,
 )
-from server.version import package_version
+from voicegate.server.version import package_version
 
 if TYPE_CHECKING:
-    from internal.audio.rtp_session import RtpStats
+    from voicegate.internal.audio.rtp_session import RtpStats
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class Gateway:
         self.services.telemetry = self.telemetry
         self.tools.tracer, self.tools.metrics = self.telemetry.tracer, self.telemetry.tool_call
         if config.mcp.servers:  # listed now, concurrently; a server that fails is retried in the background
-            from internal.tools.mcp import McpToolset
+            from voicegate.internal.tools.mcp import McpToolset
 
             self.mcp = McpToolset(config.mcp, self.tools)
             await self.mcp.start()
@@ -154,8 +154,8 @@ class Gateway:
         if config.rag.provider:
             self._start_rag(self.services, self.sessions)
         if config.recording.enabled:  # closed after the sessions end (below): their files are finished first
-            from internal.recording.tool import register_recording_tool
-            from server.call_recording import start_recordings
+            from voicegate.internal.recording.tool import register_recording_tool
+            from voicegate.server.call_recording import start_recordings
 
             self.recordings = await start_recordings(config, self.telemetry, self.memory)
             register_recording_tool(self.tools)
@@ -163,12 +163,12 @@ class Gateway:
             self.services.recording = self.recordings.for_pipeline
             self.sessions.add_end_hook(self.recordings.session_ended)
         else:  # recordings made while it was on still expire (internal/recording/retention.py)
-            from server.call_recording import start_retention
+            from voicegate.server.call_recording import start_retention
 
             self.recording_retention = start_retention(config)
             self._stack.push_async_callback(self.recording_retention.stop)
         if self.mcp is not None and any(server.caller_id == "opaque" for server in config.mcp.servers):
-            from server.call_recording import owner_key_function
+            from voicegate.server.call_recording import owner_key_function
 
             self.mcp.owner_key = owner_key_function(config, self.memory)  # each caller's opaque id for tools
         self.sessions.add_end_hook(self._session_ended)
@@ -192,10 +192,10 @@ class Gateway:
         """Caller memory. Closed in reverse order at shutdown: the hang-up outbox drains first (after the
         sessions have ended and handed their writes over), while the change bus, the reconciliation
         model and the store it writes to are still open."""
-        from internal.memory.outbox import OUTBOX_DIR, HangupOutbox
-        from internal.memory.setup import build_provider, build_runtime
-        from internal.memory.sweeper import RetentionSweeper
-        from internal.memory.tool import register_memory_tools
+        from voicegate.internal.memory.outbox import OUTBOX_DIR, HangupOutbox
+        from voicegate.internal.memory.setup import build_provider, build_runtime
+        from voicegate.internal.memory.sweeper import RetentionSweeper
+        from voicegate.internal.memory.tool import register_memory_tools
 
         config = self.config
         provider = self._memory_provider or build_provider(config, self.database, self.node_id)
@@ -205,7 +205,7 @@ class Gateway:
         runtime.on_operation.append(
             lambda source, outcome: self.telemetry.memory_operations.add(1, {"source": source, "outcome": outcome}))
         if self.database is not None:  # other nodes on this database hear our changes, and we theirs
-            from internal.memory.notify import MemoryChangeBus
+            from voicegate.internal.memory.notify import MemoryChangeBus
 
             node_id = getattr(provider, "node_id", None)
             bus = MemoryChangeBus(self.database, runtime, node_id if isinstance(node_id, str) and node_id
@@ -221,7 +221,7 @@ class Gateway:
                                        returning_greeting=config.pipeline.returning_greeting)
         register_memory_tools(self.tools, runtime, session_memory, session_digests=config.memory.session_digests)
         if hasattr(self.model, "call_access"):  # a BYO agent: a capability for each live call's caller
-            from internal.memory.call_access import CallMemoryAccess, access_field
+            from voicegate.internal.memory.call_access import CallMemoryAccess, access_field
 
             access = session_memory.access = CallMemoryAccess()
             public_url = config.server.public_url
@@ -246,7 +246,7 @@ class Gateway:
     def _start_rag(self, services: PipelineServices, sessions: SessionManager) -> None:
         """Knowledge retrieval before each model turn (and, with pipeline.rag_prefetch, during the merge
         window); one TurnRetrieval per session keeps the prefetched result for its turn."""
-        from internal.rag import TurnRetrieval, build_retriever
+        from voicegate.internal.rag import TurnRetrieval, build_retriever
 
         retriever = build_retriever(self.config, self.database)
         if retriever is None:
@@ -275,10 +275,10 @@ class Gateway:
 
     async def _start_sip(self) -> None:
         """The SIP user agent and the voice-call handler; shut down first, so every call gets its BYE."""
-        from internal.audio.rtp_ports import RtpPortAllocator
-        from internal.audio.scheduler import PacedScheduler
-        from internal.sip.ua import UserAgent
-        from internal.sip.voice import VoiceCallHandler
+        from voicegate.internal.audio.rtp_ports import RtpPortAllocator
+        from voicegate.internal.audio.scheduler import PacedScheduler
+        from voicegate.internal.sip.ua import UserAgent
+        from voicegate.internal.sip.voice import VoiceCallHandler
 
         config = self.config
         assert self.sessions is not None
@@ -296,7 +296,7 @@ class Gateway:
         self.sip.stack.transport.on_connection_refused = (
             lambda reason: self.telemetry.sip_connections_refused.add(1, {"reason": reason}))
         self.sip_calls.on_media_stats = self._count_media
-        from server.telephony import install_sip_phone_flows
+        from voicegate.server.telephony import install_sip_phone_flows
 
         install_sip_phone_flows(self, config, self.telemetry)
         await self.sip.start()
@@ -315,8 +315,8 @@ class Gateway:
 
     def _start_learning(self, session_memory: SessionMemory) -> None:
         """Reconciliation and session digests after each call, when configured."""
-        from internal.llm.openai import OpenAIChatModel
-        from internal.memory.reconcile import CallSummariser, Reconciler, SessionDigestRecorder
+        from voicegate.internal.llm.openai import OpenAIChatModel
+        from voicegate.internal.memory.reconcile import CallSummariser, Reconciler, SessionDigestRecorder
 
         memory = self.config.memory
         key = memory.api_key or self.config.openai.api_key

@@ -22,21 +22,21 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from internal.config import Config
-from internal.identity import CallerIdentity
-from internal.memory.durable import write_atomically
-from internal.memory.owner import OwnerKeySecretError
-from internal.memory.provider import ChangeContext
-from internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
-from internal.memory.subject import (
+from voicegate.internal.config import Config
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.memory.durable import write_atomically
+from voicegate.internal.memory.owner import OwnerKeySecretError
+from voicegate.internal.memory.provider import ChangeContext
+from voicegate.internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
+from voicegate.internal.memory.subject import (
     RECORDINGS_REMOVED,
     delete_everywhere,
     export_everything,
     is_owner_key,
     resolve_caller,
 )
-from internal.recording.store import RECORDINGS_DIR, RecordingStore
-from server.cli_logging import configure_tool_logging
+from voicegate.internal.recording.store import RECORDINGS_DIR, RecordingStore
+from voicegate.server.cli_logging import configure_tool_logging
 
 EXIT_OK, EXIT_FAILED, EXIT_UNKNOWN_CALLER, EXIT_CANCELLED = 0, 1, 3, 4
 IN_SERVER = ('memory.provider = "memory" keeps memory inside the running server, not in a store this command '
@@ -96,9 +96,9 @@ def run_memory(args: argparse.Namespace, config: Config) -> int:
 
 
 async def _run(args: argparse.Namespace, config: Config) -> int:
-    from internal.db import Database
-    from internal.memory.setup import build_provider, build_runtime
-    from server.gateway import needs_database
+    from voicegate.internal.db import Database
+    from voicegate.internal.memory.setup import build_provider, build_runtime
+    from voicegate.server.gateway import needs_database
 
     caller = getattr(args, "caller", None)
     identity = resolve_caller(caller, args.kind, config.sip.default_region) if caller else None
@@ -148,7 +148,7 @@ def memory_off(config: Config) -> bool:
 async def _recordings_only(args: argparse.Namespace, config: Config, identity: CallerIdentity | None) -> int:
     """Memory off: delete, export and purge-expired act on this data directory's call recordings, their
     caller's owner key made from the owner-key secret (internal/recording/subject.py)."""
-    from internal.recording.subject import (
+    from voicegate.internal.recording.subject import (
         MEMORY_OFF_NOTE,
         RecordingOwners,
         erase_recordings,
@@ -299,8 +299,8 @@ async def _delete(args: argparse.Namespace, runtime: FrontendMemoryRuntime, iden
 async def _in_server(args: argparse.Namespace, config: Config, identity: CallerIdentity | None) -> int:
     """The in-process provider's memory exists only in the running server: a deletion asks it over HTTP
     (the same erasure, there), and no other action pretends to read a store this process does not have."""
-    from server.admin_client import AdminClient, AdminRefused
-    from server.routes_admin import BY_OWNER_KEY
+    from voicegate.server.admin_client import AdminClient, AdminRefused
+    from voicegate.server.routes_admin import BY_OWNER_KEY
 
     command = f"voicegate memory {args.memory_command}"
     if args.memory_command != "delete":

@@ -6,16 +6,16 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from internal.config import Config, ConfigError
-from internal.conversation.rolling_summary import RollingSummary, Summariser
-from internal.devices import DeviceUnavailable
-from internal.llm.base import ChatModel
-from internal.pipeline.services import PipelineServices
-from internal.pipeline.tools import ToolRegistry, register_end_call
-from internal.session.session import Conversation
-from internal.stt.base import SpeechToText
-from internal.tts.base import TextToSpeech
-from internal.turn.weights import TurnModelError
+from voicegate.internal.config import Config, ConfigError
+from voicegate.internal.conversation.rolling_summary import RollingSummary, Summariser
+from voicegate.internal.devices import DeviceUnavailable
+from voicegate.internal.llm.base import ChatModel
+from voicegate.internal.pipeline.services import PipelineServices
+from voicegate.internal.pipeline.tools import ToolRegistry, register_end_call
+from voicegate.internal.session.session import Conversation
+from voicegate.internal.stt.base import SpeechToText
+from voicegate.internal.tts.base import TextToSpeech
+from voicegate.internal.turn.weights import TurnModelError
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +37,14 @@ def check_providers(config: Config) -> None:
     if config.rag.provider == "supabase" and not (config.supabase.url and config.supabase.api_key):
         problems.append("rag.provider: \"supabase\" needs [supabase] url and api_key")
     if config.tts.provider == "piper":
-        from internal.tts.piper_voice import piper_available
+        from voicegate.internal.tts.piper_voice import piper_available
 
         if (reason := piper_available(config.piper)) is not None:
             problems.append(f"tts.provider: \"piper\" cannot run: {reason}")
     if config.pocketsphinx.grammar and not Path(config.pocketsphinx.grammar).is_file():
         problems.append(f"pocketsphinx.grammar: no such file ({config.pocketsphinx.grammar})")
     if config.warm_transfer.hold_music and config.sip.enabled and config.sip.transfer_targets:
-        from internal.telephony.leg_media import load_hold_music
+        from voicegate.internal.telephony.leg_media import load_hold_music
 
         try:
             load_hold_music(config.warm_transfer.hold_music, 8000)
@@ -58,8 +58,13 @@ def check_providers(config: Config) -> None:
 def device_problems(config: Config) -> list[str]:
     """Each "cuda" this machine cannot honour, for the engines this config runs, before any model loads.
     Only "cuda" is probed: "auto" and "cpu" always have a device."""
-    from internal.devices import cuda_devices_ctranslate2, onnx_available_providers, onnx_providers, whisper_device
-    from internal.tts.piper_voice import piper_uses_cuda
+    from voicegate.internal.devices import (
+        cuda_devices_ctranslate2,
+        onnx_available_providers,
+        onnx_providers,
+        whisper_device,
+    )
+    from voicegate.internal.tts.piper_voice import piper_uses_cuda
 
     problems: list[str] = []
     checks: list[Callable[[], object]] = []
@@ -79,19 +84,19 @@ def device_problems(config: Config) -> list[str]:
 
 def build_stt(config: Config) -> SpeechToText:
     if config.stt.provider == "openai":
-        from internal.stt.openai import OpenAISpeechToText
+        from voicegate.internal.stt.openai import OpenAISpeechToText
 
         return OpenAISpeechToText(config.openai)
     if config.stt.provider == "deepgram":
-        from internal.stt.deepgram import DeepgramSpeechToText
+        from voicegate.internal.stt.deepgram import DeepgramSpeechToText
 
         return DeepgramSpeechToText(config.deepgram)
     if config.stt.provider == "pocketsphinx":
-        from internal.stt.pocketsphinx import PocketsphinxSpeechToText
+        from voicegate.internal.stt.pocketsphinx import PocketsphinxSpeechToText
 
         return PocketsphinxSpeechToText(config.pocketsphinx, config.data_dir / "pocketsphinx")
-    from internal.stt.whisper import WhisperSpeechToText
-    from internal.stt.whisper_models import WhisperModelError
+    from voicegate.internal.stt.whisper import WhisperSpeechToText
+    from voicegate.internal.stt.whisper_models import WhisperModelError
 
     try:
         return WhisperSpeechToText(config.whisper, config.data_dir / "models", progress=log.info)
@@ -106,7 +111,7 @@ def tts_choice(config: Config) -> tuple[str, str]:
     "auto" is Piper when it can run, else espeak-ng. `voicegate doctor` reports the same choice."""
     if config.tts.provider != "auto":
         return config.tts.provider, ""
-    from internal.tts.piper_voice import piper_available
+    from voicegate.internal.tts.piper_voice import piper_available
 
     reason = piper_available(config.piper)
     return ("piper", "") if reason is None else ("espeak", reason)
@@ -122,17 +127,17 @@ def effective_tts_provider(config: Config) -> str:
 def build_tts(config: Config) -> TextToSpeech:
     provider = effective_tts_provider(config)
     if provider == "openai":
-        from internal.tts.openai import OpenAITextToSpeech
+        from voicegate.internal.tts.openai import OpenAITextToSpeech
 
         return OpenAITextToSpeech(config.openai)
     if provider == "piper":
-        from internal.tts.piper import PiperTextToSpeech
+        from voicegate.internal.tts.piper import PiperTextToSpeech
 
         try:
             return PiperTextToSpeech(config.piper)
         except DeviceUnavailable as exc:
             raise ConfigError([str(exc)]) from exc
-    from internal.tts.espeak import EspeakTextToSpeech
+    from voicegate.internal.tts.espeak import EspeakTextToSpeech
 
     return EspeakTextToSpeech(config.espeak)
 
@@ -140,18 +145,18 @@ def build_tts(config: Config) -> TextToSpeech:
 def build_model(config: Config) -> ChatModel:
     provider = config.effective_llm_provider
     if provider == "openai":
-        from internal.llm.openai import OpenAIChatModel
+        from voicegate.internal.llm.openai import OpenAIChatModel
 
         return OpenAIChatModel(config.openai)
     if provider == "ollama":
-        from internal.llm.ollama import OllamaChatModel
+        from voicegate.internal.llm.ollama import OllamaChatModel
 
         return OllamaChatModel(config.ollama)
     if provider == "agent":
-        from internal.agent.client import AgentChatModel
+        from voicegate.internal.agent.client import AgentChatModel
 
         return AgentChatModel(config.agent)
-    from internal.llm.local import LocalAgent
+    from voicegate.internal.llm.local import LocalAgent
 
     return LocalAgent()
 
@@ -174,7 +179,7 @@ def build_services(config: Config, stt: SpeechToText, tts: TextToSpeech, model: 
     if "end_call" not in registry:
         register_end_call(registry)
     if config.digits.enabled and "collect_digits" not in registry:
-        from internal.telephony.digit_tool import register_digits_tool
+        from voicegate.internal.telephony.digit_tool import register_digits_tool
 
         register_digits_tool(registry, config.digits)
     persona = config.openai.system_prompt if config.effective_llm_provider in ("openai", "ollama") else ""

@@ -16,8 +16,8 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, TextIO
 
-from internal.config import Config
-from server.cli_logging import configure_tool_logging
+from voicegate.internal.config import Config
+from voicegate.server.cli_logging import configure_tool_logging
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -63,7 +63,7 @@ class ProgressBar:
 
 
 def run_rag(args: argparse.Namespace, config: Config) -> int:
-    from internal.rag.chunking import ChunkingError, check_settings
+    from voicegate.internal.rag.chunking import ChunkingError, check_settings
     configure_tool_logging(config)
     if args.rag_command == "ingest":
         args.chunk_size = config.rag.chunk_size if args.chunk_size is None else args.chunk_size
@@ -77,8 +77,8 @@ def run_rag(args: argparse.Namespace, config: Config) -> int:
 
 
 async def _run(args: argparse.Namespace, config: Config) -> int:
-    from internal.db import Database
-    from internal.rag import KnowledgeStoreError, RagConfigError, build_store
+    from voicegate.internal.db import Database
+    from voicegate.internal.rag import KnowledgeStoreError, RagConfigError, build_store
 
     name = f"voicegate rag {args.rag_command}"
     if not config.rag.provider:
@@ -114,8 +114,8 @@ async def _run(args: argparse.Namespace, config: Config) -> int:
 
 
 async def _ingest(args: argparse.Namespace, config: Config, store: Any) -> int:
-    from internal.rag import ingest_files
-    from internal.rag.embedding import build_embedder
+    from voicegate.internal.rag import ingest_files
+    from voicegate.internal.rag.embedding import build_embedder
 
     embedder = build_embedder(config.rag.embedding, config.openai)
     assert embedder is not None  # [rag] embedding has no "none"
@@ -146,7 +146,7 @@ async def _list(store: Any) -> int:
 
 
 async def _delete(args: argparse.Namespace, store: Any) -> int:
-    from internal.rag import source_name
+    from voicegate.internal.rag import source_name
 
     source = args.source
     removed = await store.delete(source)

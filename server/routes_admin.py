@@ -32,15 +32,15 @@ from typing import Any
 from fastapi import Depends, FastAPI, Query
 from pydantic import BaseModel
 
-from internal.memory.owner import OwnerKeySecretError
-from internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
-from internal.memory.subject import delete_everywhere, is_owner_key, resolve_caller
-from internal.recording.subject import RecordingOwners, erase_recordings
-from server.call_recording import recording_store
-from server.errors import ApiError
-from server.gateway import Gateway
-from server.routes_calls import KeyedRoute, api_key_guard
-from server.routes_memory import MemoryBody, memory_body, memory_runtime
+from voicegate.internal.memory.owner import OwnerKeySecretError
+from voicegate.internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
+from voicegate.internal.memory.subject import delete_everywhere, is_owner_key, resolve_caller
+from voicegate.internal.recording.subject import RecordingOwners, erase_recordings
+from voicegate.server.call_recording import recording_store
+from voicegate.server.errors import ApiError
+from voicegate.server.gateway import Gateway
+from voicegate.server.routes_calls import KeyedRoute, api_key_guard
+from voicegate.server.routes_memory import MemoryBody, memory_body, memory_runtime
 
 ADMIN_MEMORY = KeyedRoute("DELETE /api/admin/memory/{caller}", "admin_api_disabled",
                           "erasing callers' memory over HTTP is never open")
@@ -109,7 +109,7 @@ def install_admin_routes(app: FastAPI, gateway: Gateway) -> None:
         owner, resource_id = owner_named(memory, caller, kind, region or config.sip.default_region)
         try:
             erased = await delete_everywhere(memory, owner, memory.outbox_dir, source="api",
-                                             recordings=recording_store(gateway))
+                                             recordings=recording_store(gateway.config, gateway.recordings))
         except MemoryRuntimeError as exc:
             raise ApiError(exc.status, exc.code, exc.message) from None
         return Erasure(caller=resource_id, removed=erased.removed, total=sum(erased.removed.values()),
@@ -121,6 +121,6 @@ def install_admin_routes(app: FastAPI, gateway: Gateway) -> None:
         except OwnerKeySecretError as exc:  # an emptied secret file: the operator's to restore
             raise ApiError(503, "owner_key_secret", str(exc)) from None
         owner, resource_id = owner_named(owners, caller, kind, region)
-        erased = await erase_recordings(recording_store(gateway), owner)
+        erased = await erase_recordings(recording_store(gateway.config, gateway.recordings), owner)
         return Erasure(caller=resource_id, removed=erased.removed, total=sum(erased.removed.values()),
                        servers_told=False, recordings=erased.recordings)

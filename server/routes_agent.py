@@ -13,9 +13,9 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from internal.llm.local import LocalAgent
-from server.gateway import Gateway
-from server.routes_calls import holds_api_key
+from voicegate.internal.llm.local import LocalAgent
+from voicegate.server.gateway import Gateway
+from voicegate.server.routes_calls import holds_api_key
 
 MCP_NOT_CALLABLE = {
     "local": "The offline local agent cannot call MCP tools: it acts only on the intents it understands. Use "

@@ -21,10 +21,10 @@ import json
 
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 
-from server.errors import ApiError
-from server.gateway import Gateway
-from server.routes_calls import KeyedRoute, require_api_key
-from server.routes_memory import drain_incoming
+from voicegate.server.errors import ApiError
+from voicegate.server.gateway import Gateway
+from voicegate.server.routes_calls import KeyedRoute, require_api_key
+from voicegate.server.routes_memory import drain_incoming
 
 CALL_EVENTS = KeyedRoute("/api/admin/calls/events", "admin_api_disabled",
                          "every call's words and tool calls are never open to anyone")

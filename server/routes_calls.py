@@ -32,13 +32,13 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import HTTPConnection
 
-from internal.session import Session
-from internal.sip.handler import CallFailed
-from internal.sip.voice import AT_CAPACITY
-from internal.sip.voice_call import SIP_CALL_ID
-from internal.telephony.answering_machine import AMD, AmdRun, plan_from_config
-from server.errors import ApiError, error_body
-from server.gateway import Gateway
+from voicegate.internal.session import Session
+from voicegate.internal.sip.handler import CallFailed
+from voicegate.internal.sip.voice import AT_CAPACITY
+from voicegate.internal.sip.voice_call import SIP_CALL_ID
+from voicegate.internal.telephony.answering_machine import AMD, AmdRun, plan_from_config
+from voicegate.server.errors import ApiError, error_body
+from voicegate.server.gateway import Gateway
 
 RETRY_AFTER_S = "5"
 AMD_SLACK_S = 2.0  # beyond amd.max_decision_ms: the decision is made by then whatever the callee does

@@ -18,17 +18,17 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, ConfigDict, Field
 
-from internal.identity.http_identity import AuthError, HttpIdentityResolver
-from internal.memory.call_access import CALL_TOKEN_HEADER, CallGrant
-from internal.memory.documents import project_for_model
-from internal.memory.provider import ChangeContext, MemoryDocument, Scope
-from internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
-from internal.pipeline.events import MemoryChangedEvent
-from internal.session.limits import TokenBucketLimiter
-from internal.signaling.ratelimit import client_address
-from internal.telemetry.otel import current_trace_id
-from server.errors import ApiError
-from server.gateway import Gateway
+from voicegate.internal.identity.http_identity import AuthError, HttpIdentityResolver
+from voicegate.internal.memory.call_access import CALL_TOKEN_HEADER, CallGrant
+from voicegate.internal.memory.documents import project_for_model
+from voicegate.internal.memory.provider import ChangeContext, MemoryDocument, Scope
+from voicegate.internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
+from voicegate.internal.pipeline.events import MemoryChangedEvent
+from voicegate.internal.session.limits import TokenBucketLimiter
+from voicegate.internal.signaling.ratelimit import client_address
+from voicegate.internal.telemetry.otel import current_trace_id
+from voicegate.server.errors import ApiError
+from voicegate.server.gateway import Gateway
 
 log = logging.getLogger(__name__)
 

@@ -19,14 +19,14 @@ import asyncio
 from fastapi import Depends, FastAPI
 from fastapi.responses import FileResponse, JSONResponse
 
-from internal.recording.call import ConsentedRecording
-from internal.recording.service import RECORDING_KEY
-from internal.recording.store import RecordingInfo
-from internal.sip.voice_call import SIP_CALL_ID
-from server.call_recording import recording_store
-from server.errors import ApiError
-from server.gateway import Gateway
-from server.routes_calls import KeyedRoute, api_key_guard
+from voicegate.internal.recording.call import ConsentedRecording
+from voicegate.internal.recording.service import RECORDING_KEY
+from voicegate.internal.recording.store import RecordingInfo
+from voicegate.internal.sip.voice_call import SIP_CALL_ID
+from voicegate.server.call_recording import recording_store
+from voicegate.server.errors import ApiError
+from voicegate.server.gateway import Gateway
+from voicegate.server.routes_calls import KeyedRoute, api_key_guard
 
 RECORDING_ROUTE = KeyedRoute("/calls/{id}/recording", "recordings_api_disabled", "a recording is personal data")
 NOT_FOUND = ("no recording of that call: it was not recorded (no consent, or recording off), or it was deleted "
@@ -45,7 +45,7 @@ def install_recording_routes(app: FastAPI, gateway: Gateway) -> None:
     guard = [Depends(api_key_guard(gateway.config.server.api_key, RECORDING_ROUTE))]
 
     async def find(call: str) -> RecordingInfo:
-        store = recording_store(gateway)
+        store = recording_store(gateway.config, gateway.recordings)
         info = await asyncio.to_thread(store.find, call)
         if info is None or not await asyncio.to_thread(store.audio_path(info).is_file):
             raise ApiError(404, "recording_not_found", NOT_FOUND)
@@ -58,12 +58,13 @@ def install_recording_routes(app: FastAPI, gateway: Gateway) -> None:
             raise ApiError(409, "recording_in_progress", "the call is still live; its recording is complete once "
                            "it ends")
         info = await find(call)
-        return FileResponse(recording_store(gateway).audio_path(info), media_type=info.media_type,
-                            filename=info.file, headers={"Cache-Control": "no-store"})
+        store = recording_store(gateway.config, gateway.recordings)
+        return FileResponse(store.audio_path(info), media_type=info.media_type, filename=info.file,
+                            headers={"Cache-Control": "no-store"})
 
     @app.delete("/calls/{call}/recording", tags=["calls"], responses={401: {}, 403: {}, 404: {}},
                 dependencies=guard)
     async def delete_recording(call: str) -> JSONResponse:
         info = await find(call)
-        removed = await asyncio.to_thread(recording_store(gateway).delete, info)
+        removed = await asyncio.to_thread(recording_store(gateway.config, gateway.recordings).delete, info)
         return JSONResponse({"deleted": [name for name in removed if name == info.file]})

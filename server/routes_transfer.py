@@ -30,19 +30,19 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from internal.session import Session
-from internal.sip.voice_call import SIP_CALL_ID
-from internal.sip.voice_dtmf import DtmfError, InvalidDigits, NotSendable, check_digits
-from internal.sip.voice_transfer import (
+from voicegate.internal.session import Session
+from voicegate.internal.sip.voice_call import SIP_CALL_ID
+from voicegate.internal.sip.voice_dtmf import DtmfError, InvalidDigits, NotSendable, check_digits
+from voicegate.internal.sip.voice_transfer import (
     NotTransferable,
     TargetNotAllowed,
     TransferError,
     TransferRefused,
     start_transfer,
 )
-from server.errors import ApiError, error_body
-from server.gateway import Gateway
-from server.routes_calls import api_key_guard
+from voicegate.server.errors import ApiError, error_body
+from voicegate.server.gateway import Gateway
+from voicegate.server.routes_calls import api_key_guard
 
 
 class TransferRequest(BaseModel):

@@ -11,14 +11,14 @@ from fastapi.staticfiles import StaticFiles
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from internal.identity.http_identity import HttpIdentityResolver
-from internal.peer import PeerRegistry, configure_ice_hosts
-from internal.peer.datagrams import drain_datagram_reads
-from internal.signaling import SignalingError, TokenEndpoint, WhipEndpoint
-from internal.signaling.whip import RESUME_STATUS_HEADER, RESUME_TOKEN_HEADER
-from internal.web import STATIC_DIR
-from server.errors import ApiError, error_body
-from server.gateway import Gateway
+from voicegate.internal.identity.http_identity import HttpIdentityResolver
+from voicegate.internal.peer import PeerRegistry, configure_ice_hosts
+from voicegate.internal.peer.datagrams import drain_datagram_reads
+from voicegate.internal.signaling import SignalingError, TokenEndpoint, WhipEndpoint
+from voicegate.internal.signaling.whip import RESUME_STATUS_HEADER, RESUME_TOKEN_HEADER
+from voicegate.internal.web import STATIC_DIR
+from voicegate.server.errors import ApiError, error_body
+from voicegate.server.gateway import Gateway
 
 # Headers a page on another origin (server.cors_origins) may send and read. The identity headers
 # X-Voicegate-Resource-Id and X-Voicegate-Proxy-Secret are deliberately absent: browsers must not be

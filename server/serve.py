@@ -17,11 +17,11 @@ from pathlib import Path
 
 import uvicorn
 
-from internal.config import Config
-from server.app import create_gateway_application
-from server.banner import gather_banner_info, render_banner
-from server.drain import drain
-from server.version import package_version, source_revision
+from voicegate.internal.config import Config
+from voicegate.server.app import create_gateway_application
+from voicegate.server.banner import gather_banner_info, render_banner
+from voicegate.server.drain import drain
+from voicegate.server.version import package_version, source_revision
 
 log = logging.getLogger(__name__)
 

@@ -10,15 +10,15 @@ import asyncio
 import sys
 from pathlib import Path
 
-from internal.audio.resample import resample
-from internal.config import Config
-from internal.identity import CallerIdentity
-from internal.pipeline.events import Event, ReleaseEvent, StateEvent, TimingEvent, TranscriptEvent
-from internal.pipeline.localcall import LocalCall
-from internal.pipeline.pipeline import VoicePipeline
-from internal.session.session import Session
-from internal.tts.wav import pcm_to_wav, wav_to_pcm
-from server.providers import build_model, build_services, build_stt, build_tts, new_conversation_factory
+from voicegate.internal.audio.resample import resample
+from voicegate.internal.config import Config
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.pipeline.events import Event, ReleaseEvent, StateEvent, TimingEvent, TranscriptEvent
+from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.internal.pipeline.pipeline import VoicePipeline
+from voicegate.internal.session.session import Session
+from voicegate.internal.tts.wav import pcm_to_wav, wav_to_pcm
+from voicegate.server.providers import build_model, build_services, build_stt, build_tts, new_conversation_factory
 
 TRAILING_SILENCE_MS = 800
 

@@ -64,7 +64,7 @@ def source_revision() -> str | None:
     root = checkout_root()
     if root is not None:
         return git_revision(root)
-    stamp = files("server") / REVISION_FILE
+    stamp = files("voicegate.server") / REVISION_FILE
     try:
         return stamp.read_text(encoding="utf-8").strip() or None
     except (FileNotFoundError, NotADirectoryError):

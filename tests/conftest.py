@@ -13,13 +13,13 @@ import psycopg
 import pytest
 import pytest_asyncio
 
-from internal.config.providers import WhisperConfig
-from internal.db import EmbeddedPostgres
-from internal.stt.whisper import WhisperSpeechToText
 from scripts.cluster import free_port as free_port  # one definition; the tests import it from here
+from voicegate.internal.config.providers import WhisperConfig
+from voicegate.internal.db import EmbeddedPostgres
+from voicegate.internal.stt.whisper import WhisperSpeechToText
 
 REPO = Path(__file__).resolve().parents[1]
-VOICEGATE = [sys.executable, "-m", "server.cli"]
+VOICEGATE = [sys.executable, "-m", "voicegate"]
 
 
 @pytest.fixture(autouse=True)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from internal.audio.resample import resample
-from internal.evals.voice import CallerVoice
-from internal.stt.pocketsphinx import grammar_from_phrases
-from internal.tts.espeak import parse_wav_header
+from voicegate.internal.audio.resample import resample
+from voicegate.internal.evals.voice import CallerVoice
+from voicegate.internal.stt.pocketsphinx import grammar_from_phrases
+from voicegate.internal.tts.espeak import parse_wav_header
 
 # A slower voice than the product default: pocketsphinx drops words of fast synthetic speech.
 TEST_WPM = 150
@@ -30,7 +30,7 @@ def speak(text: str, rate: int = 16000, wpm: int = TEST_WPM) -> bytes:
 
 def telephone(text: str, wpm: int = TEST_WPM) -> bytes:
     """espeak-ng speech as a phone delivers it: 8 kHz, through G.711 mu-law and back."""
-    from internal.audio.g711 import ulaw_decode, ulaw_encode
+    from voicegate.internal.audio.g711 import ulaw_decode, ulaw_encode
 
     return ulaw_decode(ulaw_encode(speak(text, 8000, wpm)))
 
@@ -61,7 +61,7 @@ def transcribe(pcm: bytes, rate: int, phrases: list[str]) -> str:
     decoder = pocketsphinx.Decoder(loglevel="FATAL", dither=True, seed=1)
     decoder.add_jsgf_string("test", grammar_from_phrases(phrases))
     decoder.activate_search("test")
-    from internal.stt.pocketsphinx import fill_upper_band
+    from voicegate.internal.stt.pocketsphinx import fill_upper_band
 
     audio = fill_upper_band(resample(pcm, rate, 16000)) if rate != 16000 else pcm
     decoder.start_utt()
@@ -102,6 +102,6 @@ def neural(texts: list[str], rate: int = 16000) -> list[bytes]:
 
 def neural_telephone(text: str) -> bytes:
     """The Piper voice as a phone delivers it: 8 kHz through G.711 mu-law."""
-    from internal.audio.g711 import ulaw_decode, ulaw_encode
+    from voicegate.internal.audio.g711 import ulaw_decode, ulaw_encode
 
     return ulaw_decode(ulaw_encode(neural([text], 8000)[0]))

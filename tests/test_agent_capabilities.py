@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from internal.llm.base import ChatMessage, ChatRequest, ReplyDelta, ToolCall, ToolSpec, Turn
-from internal.llm.local import WHO_I_AM, LocalAgent
 from tests.webrtc.harness import live_server, webrtc_config
+from voicegate.internal.llm.base import ChatMessage, ChatRequest, ReplyDelta, ToolCall, ToolSpec, Turn
+from voicegate.internal.llm.local import WHO_I_AM, LocalAgent
 
 TARGETS = {"sales": "sip:sales@pbx.example", "front desk": "tel:+15550001111"}
 TOOLS = [

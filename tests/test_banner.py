@@ -19,9 +19,9 @@ from typing import IO
 import httpx
 import pytest
 
-from internal.config import Config, load_config
-from server.banner import BannerInfo, memory_description, page_urls, render_banner, sip_uris
 from tests.conftest import REPO, free_port
+from voicegate.internal.config import Config, load_config
+from voicegate.server.banner import BannerInfo, memory_description, page_urls, render_banner, sip_uris
 
 
 def config_from(tmp_path: Path, text: str) -> Config:
@@ -149,7 +149,7 @@ def test_make_serve_prints_a_banner_whose_page_and_sip_uri_answer(tmp_path: Path
                              text=True, check=True, timeout=30).stdout
     (line,) = [line for line in dry_run.splitlines() if "bin/voicegate" in line]
     env = {k: v for k, v in os.environ.items() if not k.startswith("VOICEGATE_")}
-    proc = subprocess.Popen([sys.executable, "-m", "server.cli", *shlex.split(line)[1:]], cwd=REPO, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "voicegate", *shlex.split(line)[1:]], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout and proc.stderr
     stdout, stderr = Collector(proc.stdout), Collector(proc.stderr)

@@ -20,9 +20,9 @@ from bench.capacity_plan import (
 from bench.node_metrics import Scrape, bottleneck, parse_prometheus, where_callers_wait
 from bench.voice_to_voice import LEAD_S
 from bench.wire_tap import Heard
-from internal.config.providers import TelemetryConfig
-from internal.telemetry.otel import Telemetry
-from internal.telemetry.queues import WorkQueue
+from voicegate.internal.config.providers import TelemetryConfig
+from voicegate.internal.telemetry.otel import Telemetry
+from voicegate.internal.telemetry.queues import WorkQueue
 
 
 def test_the_silences_bring_speech_to_the_talk_share_over_the_whole_call() -> None:

@@ -34,9 +34,9 @@ from bench.voice_to_voice import (
     kind_rows,
     measure,
 )
-from internal.evals.wire import Frame
-from internal.llm.base import ChatMessage, ChatRequest, ReplyDelta, Turn
-from internal.llm.local import LocalAgent
+from voicegate.internal.evals.wire import Frame
+from voicegate.internal.llm.base import ChatMessage, ChatRequest, ReplyDelta, Turn
+from voicegate.internal.llm.local import LocalAgent
 
 # A policy's curve: faster releases buy more false cut-offs.
 CURVE = [TradeOff(250, 40.0), TradeOff(290, 22.0), TradeOff(450, 12.0), TradeOff(580, 8.0), TradeOff(700, 4.5),

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from server.cli import build_parser, main
 from tests.conftest import REPO, run_cli
+from voicegate.server.cli import build_parser, main
 
 
 def leaf_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -102,8 +102,8 @@ def test_the_makefile_serve_line_passes_config_where_the_cli_accepts_it(tmp_path
 
 def test_the_sub_command_modules_import_without_the_cli_that_registers_them() -> None:
     """No import circle: server.cli imports the command modules, never the other way round."""
-    probe = ("import sys, server.cli_common, server.cli_logging, server.memory_cli, server.rag_cli, "
-             "server.call_cli; print('server.cli' in sys.modules)")
+    probe = ("import sys, voicegate.server.cli_common, voicegate.server.cli_logging, voicegate.server.memory_cli, "
+             "voicegate.server.rag_cli, voicegate.server.call_cli; print('voicegate.server.cli' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr

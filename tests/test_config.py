@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from internal.config import ConfigError, load_config, masked, render_toml, secret_values
 from tests.conftest import REPO, run_cli
+from voicegate.internal.config import ConfigError, load_config, masked, render_toml, secret_values
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from internal.config import DEFAULT_CONFIG, Config, load_config
-from server.version import package_version
 from tests.conftest import run_cli
 from tests.test_docs import key_paths
+from voicegate.internal.config import DEFAULT_CONFIG, Config, load_config
+from voicegate.server.version import package_version
 
 
 def test_init_writes_the_commented_defaults_to_config_toml_here(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from internal.peer.datagrams import MAX_PER_WAKE, drain_datagram_reads, installed
+from voicegate.internal.peer.datagrams import MAX_PER_WAKE, drain_datagram_reads, installed
 
 
 class Counting(asyncio.DatagramProtocol):

@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from internal.config import DEFAULT_CONFIG, Config
 from tests.conftest import REPO
+from voicegate.internal.config import DEFAULT_CONFIG, Config
 
 
 def key_paths(model: type[BaseModel], prefix: str = "") -> list[str]:

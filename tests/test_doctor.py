@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from internal.db import discover
-from internal.devices import cuda_devices_ctranslate2, devices_phrase, onnx_cuda_available
-from server.doctor import Check, exit_code, format_check, report_json, summary_line
-from server.doctor_probes import check_port, port_holder
-from server.version import version_label
 from tests.conftest import free_port, run_cli
 from tests.sip.certs import ThrowawayCa
+from voicegate.internal.db import discover
+from voicegate.internal.devices import cuda_devices_ctranslate2, devices_phrase, onnx_cuda_available
+from voicegate.server.doctor import Check, exit_code, format_check, report_json, summary_line
+from voicegate.server.doctor_probes import check_port, port_holder
+from voicegate.server.version import version_label
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +186,7 @@ def test_empty_models_dir_fails_with_the_set_up_command(tmp_path: Path, data_dir
     assert whisper.startswith(f"FAIL model whisper: no Whisper model \"{empty}\"") and "make serve" in whisper
     [turn] = lines_of(result.stdout, "model smart turn")
     assert turn.startswith("FAIL model smart turn: pipeline.end_of_turn_model: ") and str(empty) in turn
-    assert "-m internal.turn.weights" in turn and 'pipeline.end_of_turn = "off"' in turn
+    assert "-m voicegate.internal.turn.weights" in turn and 'pipeline.end_of_turn = "off"' in turn
 
 
 def test_each_local_engine_reports_the_device_it_would_compute_on(tmp_path: Path, data_dir: Path) -> None:
@@ -260,9 +260,9 @@ def test_port_holder_names_this_process(held_udp: int) -> None:
 
 
 def test_the_package_check_names_what_an_installation_lacks(tmp_path: Path) -> None:
-    from internal.db.migrations import MIGRATIONS
-    from internal.pipeline.context import BUILTIN_PROMPT
-    from server.doctor import package_files
+    from voicegate.internal.db.migrate import MIGRATIONS
+    from voicegate.internal.pipeline.context import BUILTIN_PROMPT
+    from voicegate.server.doctor import package_files
 
     assert package_files(MIGRATIONS, {"prompt": BUILTIN_PROMPT}) == ([f"{len(discover())} migrations", "prompt"], [])
     broken = tmp_path / "site-packages"  # an install whose SQL and prompt were left out

@@ -64,7 +64,7 @@ def start_node(tmp_path: Path) -> Iterator[Any]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("VOICEGATE_")}
         log_path = directory / "stdout.log"
         with log_path.open("w") as out:  # a file, not a pipe nobody reads: the server never blocks on it
-            proc = subprocess.Popen([sys.executable, "-m", "server.cli", "--config", str(config), "serve"],
+            proc = subprocess.Popen([sys.executable, "-m", "voicegate", "--config", str(config), "serve"],
                                     cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
         node = Node(proc, f"http://127.0.0.1:{port}", sip_port, log_path)
         started.append(node)

@@ -1,7 +1,8 @@
 """The project's modules import each other without circles (ARCHITECTURE: dependencies point one way).
 
 Every import counts, also those inside functions (a lazy import hides a circle, it does not untie
-it); only imports under `if TYPE_CHECKING:` are left out, since they never run.
+it) and those under `if TYPE_CHECKING:` (a circle of types is still two modules that must change
+together; issue 43 untied the last one). Modules are named as Python imports them, `voicegate.*`.
 """
 
 from __future__ import annotations
@@ -11,18 +12,20 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("internal", "server", "scripts")
+IMPORT_PREFIX = {"internal": "voicegate.", "server": "voicegate.", "scripts": ""}
 
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(REPO).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    return IMPORT_PREFIX[parts[0]] + ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imported(tree: ast.AST, module: str, is_package: bool, known: set[str]) -> set[str]:
-    """The project modules `tree` imports (`from a import b` counts `a.b` when that is a module)."""
+def imported(tree: ast.AST, module: str, is_package: bool, known: set[str], types: bool = True) -> set[str]:
+    """The project modules `tree` imports (`from a import b` counts `a.b` when that is a module);
+    `types=False` leaves out those under `if TYPE_CHECKING:`."""
     found: set[str] = set()
     for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if not types and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if alias.name in known)
@@ -35,7 +38,7 @@ def imported(tree: ast.AST, module: str, is_package: bool, known: set[str]) -> s
             if base in known:
                 found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in known)
-        found |= imported(node, module, is_package, known)
+        found |= imported(node, module, is_package, known, types)
     return found
 
 
@@ -91,29 +94,48 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_finder_sees_a_circle_through_a_lazy_import() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert circles(graph) == [["a", "b", "c"]]
-    source = "def f():\n    from internal.x import y\n"
-    assert imported(ast.parse(source), "internal.z", False, {"internal.x", "internal.x.y"}) == {
-        "internal.x", "internal.x.y"}
-    guarded = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from internal.x import y\n"
-    assert imported(ast.parse(guarded), "internal.z", False, {"internal.x"}) == set()
+    source = "def f():\n    from voicegate.internal.x import y\n"
+    both = {"voicegate.internal.x", "voicegate.internal.x.y"}
+    assert imported(ast.parse(source), "voicegate.internal.z", False, both) == both
+    guarded = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from voicegate.internal.x import y\n"
+    assert imported(ast.parse(guarded), "voicegate.internal.z", False, {"voicegate.internal.x"}) == {
+        "voicegate.internal.x"}  # a type-only import counts
+    assert imported(ast.parse(guarded), "voicegate.internal.z", False, {"voicegate.internal.x"},
+                    types=False) == set()
 
 
 def test_no_module_of_the_project_is_in_an_import_circle() -> None:
     graph = import_graph()
-    assert {"server.cli", "internal.sip.ua", "internal.rag.ingest", "internal.session.manager"} <= set(graph)
-    assert circles(graph) == [], "modules that import each other (a dependency must point one way)"
+    assert {"voicegate.server.cli", "voicegate.internal.sip.ua", "voicegate.internal.rag.ingest",
+            "voicegate.internal.session.manager", "scripts.cluster"} <= set(graph)
+    assert circles(graph) == [], "modules that import each other, types included (a dependency must point one way)"
+
+
+def test_nothing_imports_the_old_top_level_names() -> None:
+    """`server` and `internal` are folders, not import packages: every import says `voicegate.`."""
+    offending = []
+    for package in (*PACKAGES, "tests", "bench", "examples", "voicegate"):
+        for path in (REPO / package).rglob("*.py"):
+            if ".pipecat-venv" in path.parts:  # (rglob does not enter voicegate/server, a link)
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+                offending += [f"{path.relative_to(REPO)}: {n}" for n in names
+                              if n.split(".")[0] in ("server", "internal")]
+    assert offending == []
 
 
 def every_import(path: Path, known: set[str]) -> set[str]:
     """All project modules a file imports, those under `if TYPE_CHECKING:` included."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PACKAGES):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("voicegate."):
             found.add(node.module)
             names = {f"{node.module}.{alias.name}" for alias in node.names}
             found.update(names & known)
         elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names if alias.name.startswith(PACKAGES))
+            found.update(alias.name for alias in node.names if alias.name.startswith("voicegate."))
     return found
 
 
@@ -121,7 +143,8 @@ def test_the_pipeline_and_the_turn_see_a_call_only_through_its_context() -> None
     """session -> pipeline -> turn, one way: the pipeline gets a narrow CallContext (internal/conversation),
     never the Session, not even for a type; the turn's owner never imports the pipeline."""
     known = set(import_graph())
-    for package, banned in (("pipeline", "internal.session.session"), ("turn", "internal.pipeline")):
+    banned_imports = (("pipeline", "voicegate.internal.session.session"), ("turn", "voicegate.internal.pipeline"))
+    for package, banned in banned_imports:
         for path in (REPO / "internal" / package).rglob("*.py"):
             offending = {name for name in every_import(path, known) if name.startswith(banned)}
             assert not offending, f"{path.relative_to(REPO)} imports {sorted(offending)}"

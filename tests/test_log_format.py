@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from internal.telemetry import configure_logging
-from internal.telemetry.logs import colours_wanted
 from tests.conftest import REPO
+from voicegate.internal.telemetry import configure_logging
+from voicegate.internal.telemetry.logs import colours_wanted
 
 CONSOLE_LINE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} (DEBUG|INFO|WARNING|ERROR) +\S")
 # Logs one line the way `voicegate serve` sets logging up, from a real config file.
 LOG_ONE_LINE = (
     "import logging, sys\nfrom pathlib import Path\n"
-    "from internal.config import load_config\n"
-    "from server.cli_logging import configure_command_logging\n"
+    "from voicegate.internal.config import load_config\n"
+    "from voicegate.server.cli_logging import configure_command_logging\n"
     "configure_command_logging(load_config(Path(sys.argv[1])))\n"
     "logging.getLogger('voicegate.test').info('call started', extra={'transport': 'sip'})\n"
 )

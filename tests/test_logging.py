@@ -4,7 +4,7 @@ import io
 import json
 import logging
 
-from internal.telemetry import configure_logging, session_id_var
+from voicegate.internal.telemetry import configure_logging, session_id_var
 
 
 def capture(**kwargs: object) -> tuple[logging.Logger, io.StringIO]:

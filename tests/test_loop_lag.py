@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from internal.telemetry.loop_lag import MIN_SAMPLES, LoopLag
-from internal.telemetry.queues import WorkQueue, overload_reasons
+from voicegate.internal.telemetry.loop_lag import MIN_SAMPLES, LoopLag
+from voicegate.internal.telemetry.queues import WorkQueue, overload_reasons
 
 
 class Clock:

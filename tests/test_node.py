@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from internal.config import ConfigError, load_config
-from internal.config.providers import TelemetryConfig
-from internal.telemetry import configure_logging
-from internal.telemetry.otel import Telemetry
-from server.node import resolve_node_id
+from voicegate.internal.config import ConfigError, load_config
+from voicegate.internal.config.providers import TelemetryConfig
+from voicegate.internal.telemetry import configure_logging
+from voicegate.internal.telemetry.otel import Telemetry
+from voicegate.server.node import resolve_node_id
 
 
 def test_a_configured_node_id_is_used_as_given() -> None:

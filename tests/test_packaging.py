@@ -91,7 +91,7 @@ def test_compose_puts_kamailio_and_haproxy_in_front_with_the_tested_configuratio
     (a_min, a_max), (b_min, b_max) = [(int(n["environment"]["VOICEGATE_SIP__RTP_PORT_MIN"]),
                                        int(n["environment"]["VOICEGATE_SIP__RTP_PORT_MAX"])) for n in nodes]
     assert a_max < b_min or b_max < a_min
-    from internal.config import Config
+    from voicegate.internal.config import Config
 
     server = Config().server
     for node in nodes:
@@ -133,7 +133,7 @@ def test_compose_names_only_things_that_exist() -> None:
 
 
 def test_compose_ports_agree_with_the_configurations_the_containers_run() -> None:
-    from internal.config import Config
+    from voicegate.internal.config import Config
 
     services = _compose()["services"]
     defaults = Config()

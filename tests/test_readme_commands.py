@@ -49,7 +49,7 @@ def _install_set_up_venv(copy: Path) -> None:
     python = shlex.quote(sys.executable)
     scripts = {
         "python": f'exec {python} "$@"',
-        "voicegate": f'exec {python} -c "import sys; from server.cli import main; sys.exit(main())" "$@"',
+        "voicegate": f'exec {python} -c "import sys; from voicegate.server.cli import main; sys.exit(main())" "$@"',
     }
     for name, line in scripts.items():
         (bin_dir / name).write_text(f"#!/bin/sh\n{line}\n")

@@ -13,8 +13,8 @@ import httpx
 import psutil
 import pytest
 
-from server.version import git_revision, package_version
 from tests.conftest import REPO, free_port
+from voicegate.server.version import git_revision, package_version
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +55,7 @@ def test_serve_answers_health_with_database_and_stops_cleanly_on_sigterm(tmp_pat
         f'[sip]\nbind = "127.0.0.1:{free_port()}"\n[memory]\nenabled = true\n'
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("VOICEGATE_")}
-    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "--config", str(config), "serve"],
+    proc = subprocess.Popen([sys.executable, "-m", "voicegate", "--config", str(config), "serve"],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         health = wait_healthy(f"http://127.0.0.1:{port}/health").json()
@@ -83,11 +83,11 @@ def test_serve_answers_health_with_database_and_stops_cleanly_on_sigterm(tmp_pat
 def test_migrate_command_applies_then_reports_up_to_date(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("VOICEGATE_")}
     env["VOICEGATE_SERVER__DATA_DIR"] = str(tmp_path / "data")
-    first = subprocess.run([sys.executable, "-m", "server.cli", "migrate"], cwd=tmp_path, env=env,
+    first = subprocess.run([sys.executable, "-m", "voicegate", "migrate"], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stderr
     assert "0001_init" in first.stdout
-    second = subprocess.run([sys.executable, "-m", "server.cli", "migrate"], cwd=tmp_path, env=env,
+    second = subprocess.run([sys.executable, "-m", "voicegate", "migrate"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=120)
     assert second.returncode == 0 and "up to date" in second.stdout
 
@@ -96,7 +96,7 @@ def test_migrate_with_data_dir_starts_the_embedded_database_there_and_not_in_the
     env = {k: v for k, v in os.environ.items() if not k.startswith("VOICEGATE_")}
     work = tmp_path / "work"
     work.mkdir()
-    done = subprocess.run([sys.executable, "-m", "server.cli", "migrate", "--data-dir", str(tmp_path / "store")],
+    done = subprocess.run([sys.executable, "-m", "voicegate", "migrate", "--data-dir", str(tmp_path / "store")],
                           cwd=work, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "0001_init" in done.stdout

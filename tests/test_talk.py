@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from internal.audio.resample import resample
-from internal.llm.local import normalise
 from tests.conftest import REPO, run_cli
 from tests.speech import neural, silence, write_wav
+from voicegate.internal.audio.resample import resample
+from voicegate.internal.llm.local import normalise
 
 pytestmark = pytest.mark.slow
 
@@ -79,8 +79,8 @@ def test_a_one_second_pause_inside_a_phone_number_is_one_turn(tmp_path: Path) ->
 
 def test_the_printed_caller_line_is_the_turn_the_agent_answered(capsys: pytest.CaptureFixture[str]) -> None:
     """A fragment the whole turn's transcript replaced is not a caller line of its own."""
-    from internal.pipeline.events import ReleaseEvent, TranscriptEvent
-    from server.talk import PrintingSink
+    from voicegate.internal.pipeline.events import ReleaseEvent, TranscriptEvent
+    from voicegate.server.talk import PrintingSink
 
     sink = PrintingSink()
     sink.emit(TranscriptEvent(role="user", text="How do I reset my path?", final=True))

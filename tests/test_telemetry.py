@@ -10,17 +10,17 @@ from pathlib import Path
 
 import httpx
 
-from internal.config import load_config
-from internal.identity import CallerIdentity
-from internal.pipeline.events import CollectingSink
-from internal.pipeline.localcall import LocalCall
-from internal.telemetry import configure_logging
-from internal.telemetry.otel import Telemetry
-from server.app import create_gateway_application
-from server.gateway import Gateway
 from tests.conftest import tone_driven
 from tests.pipeline.conftest import ScriptedStt
 from tests.speech import silence, tone
+from voicegate.internal.config import load_config
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.pipeline.events import CollectingSink
+from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.internal.telemetry import configure_logging
+from voicegate.internal.telemetry.otel import Telemetry
+from voicegate.server.app import create_gateway_application
+from voicegate.server.gateway import Gateway
 
 LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="[^"]*"'
 PROMETHEUS_LINE = re.compile(rf"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{{{LABEL}(,{LABEL})*\}})? (-?[0-9.e+-]+|\+Inf|NaN)$")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from server.version import git_revision, package_version
 from tests.conftest import REPO, run_cli
 from tests.package.wheel import project_version
+from voicegate.server.version import git_revision, package_version
 
 
 def git(root: Path, *args: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from internal.telemetry.queues import PRESSURE_WINDOW_S, WorkQueue, queues_of
+from voicegate.internal.telemetry.queues import PRESSURE_WINDOW_S, WorkQueue, queues_of
 
 
 class Clock:

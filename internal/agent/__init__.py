@@ -1,5 +1,5 @@
 """Bring your own agent: the deployer's HTTP endpoint as the conversation's brain."""
 
-from internal.agent.client import AgentChatModel
+from voicegate.internal.agent.client import AgentChatModel
 
 __all__ = ["AgentChatModel"]

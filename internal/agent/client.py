@@ -36,8 +36,8 @@ from typing import Any
 
 import httpx
 
-from internal.config.providers import AgentConfig
-from internal.llm.base import ChatRequest, LlmError, ReplyDelta, ToolCall
+from voicegate.internal.config.providers import AgentConfig
+from voicegate.internal.llm.base import ChatRequest, LlmError, ReplyDelta, ToolCall
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """Audio: frames, resampling, G.711, RTP, jitter buffer, DTMF, RTCP, pacing and the per-call RTP session."""
 
-from internal.audio.dtmf import DtmfError, DtmfReceiver, DtmfSender, TelephoneEvent
-from internal.audio.frame import FRAME_MS, AudioFrame, frame_bytes
-from internal.audio.g711 import (
+from voicegate.internal.audio.dtmf import DtmfError, DtmfReceiver, DtmfSender, TelephoneEvent
+from voicegate.internal.audio.frame import FRAME_MS, AudioFrame, frame_bytes
+from voicegate.internal.audio.g711 import (
     PCMA,
     PCMU,
     G711Codec,
@@ -12,12 +12,19 @@ from internal.audio.g711 import (
     ulaw_decode,
     ulaw_encode,
 )
-from internal.audio.jitterbuffer import JitterBuffer, PushResult
-from internal.audio.rtcp import ReceiverReport, ReceiverStats, ReportBlock, RtcpError, SenderReport, parse_rtcp
-from internal.audio.rtp import RtpError, RtpPacket, SequenceTracker, seq_newer, ts_newer
-from internal.audio.rtp_ports import RtpPortAllocator, RtpPortsExhausted
-from internal.audio.rtp_session import MediaDirection, RtpSession, RtpStats
-from internal.audio.scheduler import PacedScheduler, PacedStream
+from voicegate.internal.audio.jitterbuffer import JitterBuffer, PushResult
+from voicegate.internal.audio.rtcp import (
+    ReceiverReport,
+    ReceiverStats,
+    ReportBlock,
+    RtcpError,
+    SenderReport,
+    parse_rtcp,
+)
+from voicegate.internal.audio.rtp import RtpError, RtpPacket, SequenceTracker, seq_newer, ts_newer
+from voicegate.internal.audio.rtp_ports import RtpPortAllocator, RtpPortsExhausted
+from voicegate.internal.audio.rtp_session import MediaDirection, RtpSession, RtpStats
+from voicegate.internal.audio.scheduler import PacedScheduler, PacedStream
 
 __all__ = [
     "FRAME_MS",

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from internal.audio.frame import frame_bytes
+from voicegate.internal.audio.frame import frame_bytes
 
 RNNOISE_RATE = 48000
 RNNOISE_FRAME = 480  # samples, 10 ms at 48 kHz; fixed by the library

@@ -12,8 +12,8 @@ import struct
 from collections import deque
 from dataclasses import dataclass
 
-from internal.audio.frame import FRAME_MS
-from internal.audio.rtp import RtpPacket, ts_diff
+from voicegate.internal.audio.frame import FRAME_MS
+from voicegate.internal.audio.rtp import RtpPacket, ts_diff
 
 EVENT_DIGITS = "0123456789*#ABCD"  # event codes 0-15 (RFC 4733 section 3.2)
 END_REPEATS = 3

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from internal.audio.c_audioop import load_audioop
+from voicegate.internal.audio.c_audioop import load_audioop
 
 PCMU = 0
 PCMA = 8

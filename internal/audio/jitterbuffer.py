@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import Literal
 
-from internal.audio.frame import FRAME_MS
-from internal.audio.rtp import MAX_MISORDER, RtpPacket, seq_diff, ts_diff
+from voicegate.internal.audio.frame import FRAME_MS
+from voicegate.internal.audio.rtp import MAX_MISORDER, RtpPacket, seq_diff, ts_diff
 
 # Target depth in multiples of the jitter estimate: about three deviations covers nearly all arrivals.
 JITTER_FACTOR = 3.0

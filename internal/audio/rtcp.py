@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from internal.audio.rtp import RtpPacket, SequenceTracker
+from voicegate.internal.audio.rtp import RtpPacket, SequenceTracker
 
 SR = 200
 RR = 201

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from internal.audio.rtcp import (
+from voicegate.internal.audio.rtcp import (
     ReceiverReport,
     ReceiverStats,
     RtcpError,
@@ -21,7 +21,7 @@ from internal.audio.rtcp import (
     parse_rtcp,
     serialize_compound,
 )
-from internal.audio.srtp import SrtpContext
+from voicegate.internal.audio.srtp import SrtpContext
 
 Address = tuple[str, int]
 _MAX_DATAGRAM = 2048

@@ -23,16 +23,16 @@ from typing import Any, Literal
 
 import numpy as np
 
-from internal.audio.dtmf import DtmfError, DtmfReceiver, DtmfSender, digit_event
-from internal.audio.frame import FRAME_MS, frame_bytes
-from internal.audio.g711 import codec_for_payload_type
-from internal.audio.jitterbuffer import JitterBuffer
-from internal.audio.rtcp import ReceiverStats
-from internal.audio.rtcp_channel import RtcpChannel, SenderInfo
-from internal.audio.rtp import RtpError, RtpPacket, rtp_header
-from internal.audio.rtp_ports import RtpPortAllocator, RtpPortsExhausted, RtpSocketPair
-from internal.audio.scheduler import PacedScheduler, PacedStream
-from internal.audio.srtp import SrtpContext
+from voicegate.internal.audio.dtmf import DtmfError, DtmfReceiver, DtmfSender, digit_event
+from voicegate.internal.audio.frame import FRAME_MS, frame_bytes
+from voicegate.internal.audio.g711 import codec_for_payload_type
+from voicegate.internal.audio.jitterbuffer import JitterBuffer
+from voicegate.internal.audio.rtcp import ReceiverStats
+from voicegate.internal.audio.rtcp_channel import RtcpChannel, SenderInfo
+from voicegate.internal.audio.rtp import RtpError, RtpPacket, rtp_header
+from voicegate.internal.audio.rtp_ports import RtpPortAllocator, RtpPortsExhausted, RtpSocketPair
+from voicegate.internal.audio.scheduler import PacedScheduler, PacedStream
+from voicegate.internal.audio.srtp import SrtpContext
 
 __all__ = ["MediaDirection", "RtpPortAllocator", "RtpPortsExhausted", "RtpSession", "RtpStats"]
 

@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable
 from typing import Protocol
 
-from internal.audio.frame import FRAME_MS
+from voicegate.internal.audio.frame import FRAME_MS
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ legitimate use (a backend that signs its own tokens with `jwt_secret` needs no `
 
 from __future__ import annotations
 
-from internal.config.loader import Config
+from voicegate.internal.config.loader import Config
 
 
 def security_warnings(config: Config) -> list[str]:

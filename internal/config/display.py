@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-from internal.config.loader import Config
+from voicegate.internal.config.loader import Config
 
 MASK = "********"
 _SECRET_WORDS = ("api_key", "secret", "password", "credential", "connection_string")

@@ -19,8 +19,8 @@ from pydantic import Field, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from internal.config.mcp import McpConfig
-from internal.config.providers import (
+from voicegate.internal.config.mcp import McpConfig
+from voicegate.internal.config.providers import (
     AgentConfig,
     DeepgramConfig,
     EspeakConfig,
@@ -38,16 +38,16 @@ from internal.config.providers import (
     TtsConfig,
     WhisperConfig,
 )
-from internal.config.recording import RecordingConfig
-from internal.config.sections import PipelineConfig, ServerConfig, SipConfig, WebRTCConfig
-from internal.config.telephony import AmdConfig, DigitsConfig, WarmTransferConfig
-from internal.identity.phone import normalise_e164
+from voicegate.internal.config.recording import RecordingConfig
+from voicegate.internal.config.sections import PipelineConfig, ServerConfig, SipConfig, WebRTCConfig
+from voicegate.internal.config.telephony import AmdConfig, DigitsConfig, WarmTransferConfig
+from voicegate.internal.identity.phone import normalise_e164
 
 ENV_PREFIX = "VOICEGATE_"
 CONFIG_PATH_ENV = "VOICEGATE_CONFIG"
 # Every key with its default and a one-line meaning: package data, so `voicegate config init` can write a
 # copy wherever voicegate is installed. The checkout's ./config.toml is a link to this file.
-DEFAULT_CONFIG: Traversable = files("internal.config") / "config.toml"
+DEFAULT_CONFIG: Traversable = files("voicegate.internal.config") / "config.toml"
 
 # Conventional names for secrets, honoured so a deployer can reuse what their platform already sets.
 # The explicit VOICEGATE_<SECTION>__<KEY> form wins over these.

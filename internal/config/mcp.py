@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from internal.config.sections import Section
+from voicegate.internal.config.sections import Section
 
 McpTransportKind = Literal["sip", "webrtc", "talk"]
 # Which callers a server's tools are offered to (internal/tools/mcp_caller.py): any verified caller, only

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from internal.config.sections import Section
+from voicegate.internal.config.sections import Section
 
 
 class SttConfig(Section):

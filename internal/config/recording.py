@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from internal.config.sections import Section
+from voicegate.internal.config.sections import Section
 
 ConsentMode = Literal["announce", "ask", "none"]
 KEYPAD = "0123456789*#ABCD"

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from internal.config.sip_registration import SipRegistration, check_registration_transports
+from voicegate.internal.config.sip_registration import SipRegistration, check_registration_transports
 
 
 class Section(BaseModel):

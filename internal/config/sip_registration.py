@@ -81,7 +81,7 @@ class SipRegistration(BaseModel):
 
 def check_sip_uri(value: str, key: str) -> str:
     # Imported here: internal.sip imports the config package, not the other way round at load time.
-    from internal.sip.uri import UriError, sip_uri_with_host
+    from voicegate.internal.sip.uri import UriError, sip_uri_with_host
 
     try:
         sip_uri_with_host(value)

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from internal.config.sections import Section
+from voicegate.internal.config.sections import Section
 
 InputMode = Literal["keys", "speech", "both"]
 Terminator = Literal["#", "*", ""]

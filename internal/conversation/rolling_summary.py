@@ -12,7 +12,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 
-from internal.conversation.transcript import TranscriptEntry
+from voicegate.internal.conversation.transcript import TranscriptEntry
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from internal.conversation.rolling_summary import RollingSummary
-from internal.conversation.transcript import TranscriptLog
-from internal.identity import CallerIdentity
-from internal.llm.base import ChatMessage
+from voicegate.internal.conversation.rolling_summary import RollingSummary
+from voicegate.internal.conversation.transcript import TranscriptLog
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.llm.base import ChatMessage
 
 # The model sees at most this many recent messages; the rolling summary covers what falls out.
 HISTORY_WINDOW = 30

@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from internal.conversation.text import clean
+from voicegate.internal.conversation.text import clean
 
 Speaker = Literal["user", "agent"]
 

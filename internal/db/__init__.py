@@ -1,8 +1,8 @@
 """PostgreSQL access: embedded server for the default set-up, pool, migrations."""
 
-from internal.db.database import Database, DatabaseUnavailable
-from internal.db.embedded import EmbeddedPostgres, EmbeddedPostgresError
-from internal.db.migrations import MigrationError, discover, migrate
+from voicegate.internal.db.database import Database, DatabaseUnavailable
+from voicegate.internal.db.embedded import EmbeddedPostgres, EmbeddedPostgresError
+from voicegate.internal.db.migrate import MigrationError, discover, migrate
 
 __all__ = [
     "Database",

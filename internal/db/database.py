@@ -16,9 +16,9 @@ import psycopg
 from pgvector.psycopg import register_vector_async
 from psycopg_pool import AsyncConnectionPool
 
-from internal.config.providers import PgvectorConfig
-from internal.db.embedded import EmbeddedPostgres
-from internal.db.migrations import migrate
+from voicegate.internal.config.providers import PgvectorConfig
+from voicegate.internal.db.embedded import EmbeddedPostgres
+from voicegate.internal.db.migrate import migrate
 
 log = logging.getLogger(__name__)
 

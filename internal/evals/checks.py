@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from internal.evals.conversation import TurnRecord
-from internal.evals.replies import TurnView
-from internal.evals.scenario import Call, Pattern, ToolExpectation, Turn
+from voicegate.internal.evals.conversation import TurnRecord
+from voicegate.internal.evals.replies import TurnView
+from voicegate.internal.evals.scenario import Call, Pattern, ToolExpectation, Turn
 
 Status = Literal["passed", "failed", "skipped"]
 QUOTE_CHARS = 240

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from internal.evals.checks import Check
-from internal.evals.results import CallResult, ScenarioResult
+from voicegate.internal.evals.checks import Check
+from voicegate.internal.evals.results import CallResult, ScenarioResult
 
 BAR_WIDTH = 24
 MARKS = {"passed": "✓", "failed": "✗", "skipped": "-"}

@@ -15,10 +15,10 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from internal.evals.phone import Phone
-from internal.evals.scenario import Call, Turn
-from internal.evals.voice import Sound
-from internal.evals.wire import Utterance
+from voicegate.internal.evals.phone import Phone
+from voicegate.internal.evals.scenario import Call, Turn
+from voicegate.internal.evals.voice import Sound
+from voicegate.internal.evals.wire import Utterance
 
 POLL_S = 0.05
 GREETING_WAIT_S = 6.0  # how long a new call listens for a greeting to begin

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from internal.config.providers import WhisperConfig
-from internal.evals.replies import TurnView
-from internal.evals.wire import Track
+from voicegate.internal.config.providers import WhisperConfig
+from voicegate.internal.evals.replies import TurnView
+from voicegate.internal.evals.wire import Track
 
 MARGIN_S = 0.3  # around each stretch of speech: Whisper hears a word's onset and tail whole
 FRAME_TAIL_S = 0.02  # a run's end is its last loud frame's arrival: the frame itself lasts 20 ms more
@@ -30,7 +30,7 @@ class Transcriber(Protocol):
 def whisper_for_evals(models_dir: Path) -> Transcriber:
     """The offline recogniser in one worker process (tiny.en from its pinned package, beam 5: the eval
     hears the agent's voice once per turn, so a better search is worth its cost)."""
-    from internal.stt.whisper import WhisperSpeechToText
+    from voicegate.internal.stt.whisper import WhisperSpeechToText
 
     return WhisperSpeechToText(WhisperConfig(workers=1, beam_size=5, shed_after_ms=0), models_dir)
 

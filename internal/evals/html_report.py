@@ -15,10 +15,10 @@ from html import escape
 from pathlib import Path
 from urllib.parse import quote
 
-from internal.evals.checks import Check
-from internal.evals.console import MARKS
-from internal.evals.replies import TurnView
-from internal.evals.results import CallResult, Clip, ScenarioResult, TurnResult
+from voicegate.internal.evals.checks import Check
+from voicegate.internal.evals.console import MARKS
+from voicegate.internal.evals.replies import TurnView
+from voicegate.internal.evals.results import CallResult, Clip, ScenarioResult, TurnResult
 
 BAR_SCALE_MS = 5000.0  # a bar this long fills the track
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from internal.evals.checks import Check, failed, passed, quote
+from voicegate.internal.evals.checks import Check, failed, passed, quote
 
 JUDGE_TIMEOUT_S = 60.0
 JUDGE_SYSTEM = (

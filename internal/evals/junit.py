@@ -6,9 +6,9 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from internal.evals.checks import Check
-from internal.evals.console import check_line
-from internal.evals.results import ScenarioResult
+from voicegate.internal.evals.checks import Check
+from voicegate.internal.evals.console import check_line
+from voicegate.internal.evals.results import ScenarioResult
 
 
 def _case(suite: ET.Element, classname: str, name: str, checks: list[Check], seconds: float = 0.0) -> None:

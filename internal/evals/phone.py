@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 
-from internal.evals.scenario import Transport
-from internal.evals.server_api import Observed
-from internal.evals.wire import Ear, Mouth
+from voicegate.internal.evals.scenario import Transport
+from voicegate.internal.evals.server_api import Observed
+from voicegate.internal.evals.wire import Ear, Mouth
 
 
 class CallSetupFailed(Exception):

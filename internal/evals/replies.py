@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from internal.evals.conversation import TurnRecord
-from internal.evals.server_api import Observed
-from internal.evals.wire import Run
+from voicegate.internal.evals.conversation import TurnRecord
+from voicegate.internal.evals.server_api import Observed
+from voicegate.internal.evals.wire import Run
 
 GREETING = -1  # the index of what the agent said before the caller's first turn
 TALKING_OVER_S = 0.3  # agent speech this close before the caller's last sound: it had not stopped talking

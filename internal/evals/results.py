@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from internal.evals.checks import CallFacts, Check
-from internal.evals.conversation import TurnRecord
-from internal.evals.phone import Phone
-from internal.evals.replies import TurnView
-from internal.evals.scenario import Call, Scenario, Transport
-from internal.evals.server_api import Observed
+from voicegate.internal.evals.checks import CallFacts, Check
+from voicegate.internal.evals.conversation import TurnRecord
+from voicegate.internal.evals.phone import Phone
+from voicegate.internal.evals.replies import TurnView
+from voicegate.internal.evals.scenario import Call, Scenario, Transport
+from voicegate.internal.evals.server_api import Observed
 
 
 @dataclass

@@ -18,20 +18,20 @@ from typing import Protocol
 
 import httpx
 
-from internal.audio.resample import resample
-from internal.evals.checks import CallFacts
-from internal.evals.conversation import converse, until
-from internal.evals.hearing import Transcriber
-from internal.evals.judge import Completer
-from internal.evals.phone import CallSetupFailed, Phone
-from internal.evals.results import CallResult, PlacedCall, ScenarioResult, ScenarioRun
-from internal.evals.scenario import Call, Scenario, Transport
-from internal.evals.server_api import CallEvents, Observed, ServerApi, ServerApiError
-from internal.evals.sip_phone import RATE as SIP_RATE
-from internal.evals.sip_phone import SipLine
-from internal.evals.verdict import judge_call
-from internal.evals.voice import CallerVoice, Sound, VoiceError, sounds
-from internal.evals.webrtc_phone import EAR_RATE, OPUS_RATE, TokenRequired, WebRtcPhone, prepare_ice
+from voicegate.internal.audio.resample import resample
+from voicegate.internal.evals.checks import CallFacts
+from voicegate.internal.evals.conversation import converse, until
+from voicegate.internal.evals.hearing import Transcriber
+from voicegate.internal.evals.judge import Completer
+from voicegate.internal.evals.phone import CallSetupFailed, Phone
+from voicegate.internal.evals.results import CallResult, PlacedCall, ScenarioResult, ScenarioRun
+from voicegate.internal.evals.scenario import Call, Scenario, Transport
+from voicegate.internal.evals.server_api import CallEvents, Observed, ServerApi, ServerApiError
+from voicegate.internal.evals.sip_phone import RATE as SIP_RATE
+from voicegate.internal.evals.sip_phone import SipLine
+from voicegate.internal.evals.verdict import judge_call
+from voicegate.internal.evals.voice import CallerVoice, Sound, VoiceError, sounds
+from voicegate.internal.evals.webrtc_phone import EAR_RATE, OPUS_RATE, TokenRequired, WebRtcPhone, prepare_ice
 
 log = logging.getLogger(__name__)
 

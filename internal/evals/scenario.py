@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from internal.evals.yaml_nodes import Mapping, Value, read_document
+from voicegate.internal.evals.yaml_nodes import Mapping, Value, read_document
 
 Transport = Literal["sip", "webrtc"]
 TRANSPORTS: tuple[Transport, ...] = ("sip", "webrtc")

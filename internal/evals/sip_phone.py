@@ -16,20 +16,20 @@ import random
 from collections.abc import Coroutine
 from typing import Any
 
-from internal.audio.rtp_ports import RtpPortAllocator
-from internal.audio.rtp_session import RtpSession
-from internal.audio.scheduler import PacedScheduler
-from internal.config.sections import SipConfig
-from internal.evals.phone import CallSetupFailed, Phone
-from internal.evals.server_api import CallEvents, Observed
-from internal.evals.wire import Ear, Mouth
-from internal.sip.dialog import Dialog
-from internal.sip.handler import CallFailed, CallRejected, IncomingCall, Rejection
-from internal.sip.message import SipRequest
-from internal.sip.sdp import SdpError, SessionDescription, build_offer, negotiate
-from internal.sip.transfer import SIPFRAG
-from internal.sip.ua import UserAgent
-from internal.sip.uri import NameAddr, UriError
+from voicegate.internal.audio.rtp_ports import RtpPortAllocator
+from voicegate.internal.audio.rtp_session import RtpSession
+from voicegate.internal.audio.scheduler import PacedScheduler
+from voicegate.internal.config.sections import SipConfig
+from voicegate.internal.evals.phone import CallSetupFailed, Phone
+from voicegate.internal.evals.server_api import CallEvents, Observed
+from voicegate.internal.evals.wire import Ear, Mouth
+from voicegate.internal.sip.dialog import Dialog
+from voicegate.internal.sip.handler import CallFailed, CallRejected, IncomingCall, Rejection
+from voicegate.internal.sip.message import SipRequest
+from voicegate.internal.sip.sdp import SdpError, SessionDescription, build_offer, negotiate
+from voicegate.internal.sip.transfer import SIPFRAG
+from voicegate.internal.sip.ua import UserAgent
+from voicegate.internal.sip.uri import NameAddr, UriError
 
 log = logging.getLogger(__name__)
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import time
 
-from internal.evals.checks import call_checks, turn_checks
-from internal.evals.conversation import TurnRecord
-from internal.evals.hearing import Transcriber, hear
-from internal.evals.judge import Completer, judge
-from internal.evals.phone import Phone
-from internal.evals.replies import GREETING, TurnView, attribute, call_transcript
-from internal.evals.results import CallResult, Clip, PlacedCall, TurnResult
-from internal.evals.wire import stereo_clip
+from voicegate.internal.evals.checks import call_checks, turn_checks
+from voicegate.internal.evals.conversation import TurnRecord
+from voicegate.internal.evals.hearing import Transcriber, hear
+from voicegate.internal.evals.judge import Completer, judge
+from voicegate.internal.evals.phone import Phone
+from voicegate.internal.evals.replies import GREETING, TurnView, attribute, call_transcript
+from voicegate.internal.evals.results import CallResult, Clip, PlacedCall, TurnResult
+from voicegate.internal.evals.wire import stereo_clip
 
 CLIP_LEAD_S = 0.5  # a turn's recording starts this long before the caller speaks
 CLIP_TAIL_S = 0.5  # ... and the last one ends this long after the last sound heard

@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from internal.audio.resample import resample
-from internal.config.providers import PiperConfig
-from internal.evals.scenario import Keys, Part, Pause, Speech, WavFile
-from internal.tts.piper_voice import PINNED_VOICE_SHA256, resolve_voice, verify_voice
-from internal.tts.wav import wav_to_pcm
+from voicegate.internal.audio.resample import resample
+from voicegate.internal.config.providers import PiperConfig
+from voicegate.internal.evals.scenario import Keys, Part, Pause, Speech, WavFile
+from voicegate.internal.tts.piper_voice import PINNED_VOICE_SHA256, resolve_voice, verify_voice
+from voicegate.internal.tts.wav import wav_to_pcm
 
 RENDER_SCRIPT = Path(__file__).with_name("piper_render.py")
 # Part of each clip's cache key: a change in how clips are made makes new ones.

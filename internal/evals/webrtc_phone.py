@@ -26,11 +26,11 @@ import numpy as np
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from internal.audio.resample import Resampler
-from internal.evals.phone import CallSetupFailed, Phone
-from internal.evals.server_api import CallEvents, Observed
-from internal.evals.wire import FRAME_S, Ear, Mouth
-from internal.peer.ice import configure_ice_hosts
+from voicegate.internal.audio.resample import Resampler
+from voicegate.internal.evals.phone import CallSetupFailed, Phone
+from voicegate.internal.evals.server_api import CallEvents, Observed
+from voicegate.internal.evals.wire import FRAME_S, Ear, Mouth
+from voicegate.internal.peer.ice import configure_ice_hosts
 
 OPUS_RATE = 48000
 EAR_RATE = 16000

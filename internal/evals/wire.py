@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from internal.audio.resample import resample
-from internal.evals.voice import Sound
+from voicegate.internal.audio.resample import resample
+from voicegate.internal.evals.voice import Sound
 
 SPEECH_DBFS = -45.0
 FRAME_S = 0.020

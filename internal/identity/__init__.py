@@ -1,5 +1,5 @@
 """Caller identity: the verified `CallerIdentity`, JWTs, SIP caller numbers, trusted headers."""
 
-from internal.identity.caller import CallerIdentity, IdentityKind
+from voicegate.internal.identity.caller import CallerIdentity, IdentityKind
 
 __all__ = ["CallerIdentity", "IdentityKind"]

@@ -20,10 +20,10 @@ import logging
 from collections.abc import Mapping
 from typing import Protocol
 
-from internal.config.sections import ServerConfig
-from internal.identity.caller import CallerIdentity
-from internal.identity.jwt import TokenError, TokenVerifier, subject_problem
-from internal.identity.networks import address_in
+from voicegate.internal.config.sections import ServerConfig
+from voicegate.internal.identity.caller import CallerIdentity
+from voicegate.internal.identity.jwt import TokenError, TokenVerifier, subject_problem
+from voicegate.internal.identity.networks import address_in
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from internal.identity.caller import CallerIdentity
-from internal.identity.networks import address_in
-from internal.identity.phone import WITHHELD, normalise_e164
-from internal.sip.message import SipRequest
-from internal.sip.uri import NameAddr, UriError
+from voicegate.internal.identity.caller import CallerIdentity
+from voicegate.internal.identity.networks import address_in
+from voicegate.internal.identity.phone import WITHHELD, normalise_e164
+from voicegate.internal.sip.message import SipRequest
+from voicegate.internal.sip.uri import NameAddr, UriError
 
 _PRIVACY_HIDING_IDENTITY = frozenset({"id", "header", "user"})
 

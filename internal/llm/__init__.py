@@ -1,6 +1,6 @@
 """Chat models: OpenAI-compatible, Ollama, bring-your-own agent, and the offline local agent."""
 
-from internal.llm.base import (
+from voicegate.internal.llm.base import (
     ChatMessage,
     ChatModel,
     ChatRequest,

@@ -14,9 +14,9 @@ from typing import Any
 
 import httpx
 
-from internal.config.providers import OllamaConfig, OpenAIConfig
-from internal.llm.base import ChatMessage, ChatModel, ChatRequest, LlmError, ReplyDelta, ToolCall
-from internal.llm.openai import OpenAIChatModel, ToolNames, parse_arguments
+from voicegate.internal.config.providers import OllamaConfig, OpenAIConfig
+from voicegate.internal.llm.base import ChatMessage, ChatModel, ChatRequest, LlmError, ReplyDelta, ToolCall
+from voicegate.internal.llm.openai import OpenAIChatModel, ToolNames, parse_arguments
 
 log = logging.getLogger(__name__)
 

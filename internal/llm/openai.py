@@ -18,8 +18,8 @@ from typing import Any, cast
 import openai
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnionParam
 
-from internal.config.providers import OpenAIConfig
-from internal.llm.base import ChatMessage, ChatRequest, LlmError, ReplyDelta, ToolCall, ToolSpec
+from voicegate.internal.config.providers import OpenAIConfig
+from voicegate.internal.llm.base import ChatMessage, ChatRequest, LlmError, ReplyDelta, ToolCall, ToolSpec
 
 log = logging.getLogger(__name__)
 

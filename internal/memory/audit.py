@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from internal.memory.owner import audit_hash
+from voicegate.internal.memory.owner import audit_hash
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ import time
 import unicodedata
 from collections.abc import Collection, Iterable
 
-from internal.conversation.rolling_summary import extractive_summary
-from internal.conversation.transcript import TranscriptEntry
-from internal.memory.injection import neutralise_for_storage
-from internal.memory.provider import DocumentFormat
+from voicegate.internal.conversation.rolling_summary import extractive_summary
+from voicegate.internal.conversation.transcript import TranscriptEntry
+from voicegate.internal.memory.injection import neutralise_for_storage
+from voicegate.internal.memory.provider import DocumentFormat
 
 DIGEST_HEADING = "## Recent calls"
 # A plain-text document gets no Markdown: its digest section is headed by a plain line.

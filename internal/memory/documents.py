@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from internal.memory.provider import DocumentFormat
+from voicegate.internal.memory.provider import DocumentFormat
 
 TRUNCATION_NOTICE = "[Memory truncated: older lines are not shown.]"
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)

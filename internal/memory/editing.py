@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from internal.memory import digest
-from internal.memory import documents as edits
-from internal.memory.provider import DocumentFormat, Scope
+from voicegate.internal.memory import digest
+from voicegate.internal.memory import documents as edits
+from voicegate.internal.memory.provider import DocumentFormat, Scope
 
 Action = Literal["append", "replace"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from internal.memory.provider import MemoryDocument, Scope
+from voicegate.internal.memory.provider import MemoryDocument, Scope
 
 
 class MemoryRuntimeError(Exception):

@@ -22,9 +22,9 @@ import logging
 
 import psycopg
 
-from internal.db import Database
-from internal.memory.providers.pgvector import CHANGE_CHANNEL
-from internal.memory.runtime import FrontendMemoryRuntime
+from voicegate.internal.db import Database
+from voicegate.internal.memory.providers.pgvector import CHANGE_CHANNEL
+from voicegate.internal.memory.runtime import FrontendMemoryRuntime
 
 log = logging.getLogger(__name__)
 

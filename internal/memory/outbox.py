@@ -35,9 +35,9 @@ from typing import Any
 import httpx
 import psycopg
 
-from internal.memory.digest import no_longer_stated
-from internal.memory.durable import write_atomically
-from internal.memory.provider import MemoryDocument, OwnerErased
+from voicegate.internal.memory.digest import no_longer_stated
+from voicegate.internal.memory.durable import write_atomically
+from voicegate.internal.memory.provider import MemoryDocument, OwnerErased
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from internal.identity import CallerIdentity
+from voicegate.internal.identity import CallerIdentity
 
 SECRET_FILE = "owner-key.secret"
 _FINGERPRINT_LABEL = b"voicegate owner-key fingerprint v1"

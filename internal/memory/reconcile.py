@@ -31,13 +31,13 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
-from internal.llm.base import ChatModel, LlmError
-from internal.memory.digest import mentions
-from internal.memory.outbox import HangupWrite, StepFailed, StepRejected
-from internal.memory.preferences import preference_edit
-from internal.memory.provider import ChangeContext, OwnerErased, RevisionConflict
-from internal.memory.records import SessionDigest
-from internal.memory.runtime import (
+from voicegate.internal.llm.base import ChatModel, LlmError
+from voicegate.internal.memory.digest import mentions
+from voicegate.internal.memory.outbox import HangupWrite, StepFailed, StepRejected
+from voicegate.internal.memory.preferences import preference_edit
+from voicegate.internal.memory.provider import ChangeContext, OwnerErased, RevisionConflict
+from voicegate.internal.memory.records import SessionDigest
+from voicegate.internal.memory.runtime import (
     DAY_S,
     CallerErased,
     EditOutcome,
@@ -45,8 +45,8 @@ from internal.memory.runtime import (
     MemoryRuntimeError,
     StaleRevision,
 )
-from internal.memory.sessions import landing
-from internal.session.actions import call_actions
+from voicegate.internal.memory.sessions import landing
+from voicegate.internal.session.actions import call_actions
 
 log = logging.getLogger(__name__)
 

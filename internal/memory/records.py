@@ -6,8 +6,8 @@ import time
 from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 
-from internal.memory.digest import mentions
-from internal.memory.provider import SCOPES, ListOptions, MemoryDocument, Scope
+from voicegate.internal.memory.digest import mentions
+from voicegate.internal.memory.provider import SCOPES, ListOptions, MemoryDocument, Scope
 
 
 @dataclass(frozen=True, slots=True)

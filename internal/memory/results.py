@@ -20,7 +20,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from internal.memory.provider import SCOPES, MemoryDocument, Scope
+from voicegate.internal.memory.provider import SCOPES, MemoryDocument, Scope
 
 log = logging.getLogger(__name__)
 

@@ -25,14 +25,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from internal.config.providers import MemoryConfig
-from internal.conversation.text import control_characters
-from internal.identity import CallerIdentity
-from internal.memory import documents as edits
-from internal.memory.audit import AuditLog
-from internal.memory.digest import forgotten_words
-from internal.memory.editing import Action, resolve_edit
-from internal.memory.errors import (
+from voicegate.internal.config.providers import MemoryConfig
+from voicegate.internal.conversation.text import control_characters
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.memory import documents as edits
+from voicegate.internal.memory.audit import AuditLog
+from voicegate.internal.memory.digest import forgotten_words
+from voicegate.internal.memory.editing import Action, resolve_edit
+from voicegate.internal.memory.errors import (
     UNKNOWN_EPOCH,
     CallerErased,
     EditRejected,
@@ -41,12 +41,12 @@ from internal.memory.errors import (
     SensitiveContent,
     StaleRevision,
 )
-from internal.memory.filtering import SensitiveFilter
-from internal.memory.injection import neutralise_for_storage
-from internal.memory.listeners import Listener, OwnerListeners
-from internal.memory.locks import OwnerLocks
-from internal.memory.owner import OwnerKeys, OwnerSecret, verify_secret
-from internal.memory.provider import (
+from voicegate.internal.memory.filtering import SensitiveFilter
+from voicegate.internal.memory.injection import neutralise_for_storage
+from voicegate.internal.memory.listeners import Listener, OwnerListeners
+from voicegate.internal.memory.locks import OwnerLocks
+from voicegate.internal.memory.owner import OwnerKeys, OwnerSecret, verify_secret
+from voicegate.internal.memory.provider import (
     SCOPES,
     ChangeContext,
     ChangeSource,
@@ -60,9 +60,9 @@ from internal.memory.provider import (
     Scope,
     capabilities_of,
 )
-from internal.memory.records import SessionDigest
-from internal.memory.results import applied_documents, valid_documents
-from internal.memory.surface import ProviderSurface
+from voicegate.internal.memory.records import SessionDigest
+from voicegate.internal.memory.results import applied_documents, valid_documents
+from voicegate.internal.memory.surface import ProviderSurface
 
 __all__ = [
     "UNKNOWN_EPOCH",

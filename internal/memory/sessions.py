@@ -28,10 +28,10 @@ import re
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
-from internal.conversation.rolling_summary import format_transcript_for_summary
-from internal.conversation.text import clean
-from internal.memory.call_access import CallMemoryAccess
-from internal.memory.digest import (
+from voicegate.internal.conversation.rolling_summary import format_transcript_for_summary
+from voicegate.internal.conversation.text import clean
+from voicegate.internal.memory.call_access import CallMemoryAccess
+from voicegate.internal.memory.digest import (
     bounded_line,
     call_summary,
     fact_lines,
@@ -39,8 +39,8 @@ from internal.memory.digest import (
     scrub_summary,
     without_mentions,
 )
-from internal.memory.injection import memory_context, memory_text
-from internal.memory.outbox import (
+from voicegate.internal.memory.injection import memory_context, memory_text
+from voicegate.internal.memory.outbox import (
     SAID_LINES,
     TRANSCRIPT_CHARS,
     HangupOutbox,
@@ -50,7 +50,7 @@ from internal.memory.outbox import (
     StepRejected,
     transient,
 )
-from internal.memory.provider import (
+from voicegate.internal.memory.provider import (
     AudioEvent,
     ChangeContext,
     ChangeSource,
@@ -59,12 +59,12 @@ from internal.memory.provider import (
     OwnerErased,
     SessionContext,
 )
-from internal.memory.runtime import UNKNOWN_EPOCH, CallerErased, FrontendMemoryRuntime
-from internal.memory.tasks import CallTasks, LedgerWriter
-from internal.pipeline.events import MemoryChangedEvent
-from internal.pipeline.vad import VadEvent
-from internal.session.actions import ACTIONS, CALL_TASKS, ON_CHANGE, call_actions, objective
-from internal.session.session import Session
+from voicegate.internal.memory.runtime import UNKNOWN_EPOCH, CallerErased, FrontendMemoryRuntime
+from voicegate.internal.memory.tasks import CallTasks, LedgerWriter
+from voicegate.internal.pipeline.events import MemoryChangedEvent
+from voicegate.internal.pipeline.vad import VadEvent
+from voicegate.internal.session.actions import ACTIONS, CALL_TASKS, ON_CHANGE, call_actions, objective
+from voicegate.internal.session.session import Session
 
 log = logging.getLogger(__name__)
 

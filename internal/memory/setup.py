@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from internal.config import Config
-from internal.db import Database
-from internal.memory.audit import AuditLog
-from internal.memory.outbox import OUTBOX_DIR
-from internal.memory.owner import OwnerKeys, read_secret
-from internal.memory.runtime import DAY_S, FrontendMemoryRuntime
-from internal.rag.embedding import build_embedder
+from voicegate.internal.config import Config
+from voicegate.internal.db import Database
+from voicegate.internal.memory.audit import AuditLog
+from voicegate.internal.memory.outbox import OUTBOX_DIR
+from voicegate.internal.memory.owner import OwnerKeys, read_secret
+from voicegate.internal.memory.runtime import DAY_S, FrontendMemoryRuntime
+from voicegate.internal.rag.embedding import build_embedder
 
 
 def build_provider(config: Config, database: Database | None, node_id: str | None = None) -> Any:
@@ -19,15 +19,15 @@ def build_provider(config: Config, database: Database | None, node_id: str | Non
     retention_s = config.memory.retention_days * DAY_S
     fence_s = config.memory.erasure_fence_s
     if config.memory.provider == "memory":
-        from internal.memory.providers.inmemory import InMemoryProvider
+        from voicegate.internal.memory.providers.inmemory import InMemoryProvider
 
         return InMemoryProvider(retention_s, fence_s=fence_s)
     if config.memory.provider == "markdown":
-        from internal.memory.providers.markdown import MarkdownProvider
+        from voicegate.internal.memory.providers.markdown import MarkdownProvider
 
         directory = Path(config.memory.markdown_dir) if config.memory.markdown_dir else config.data_dir / "memory"
         return MarkdownProvider(directory, retention_s, fence_s=fence_s)
-    from internal.memory.providers.pgvector import PgvectorProvider
+    from voicegate.internal.memory.providers.pgvector import PgvectorProvider
 
     if database is None:
         raise ValueError("memory.provider = pgvector needs the database")

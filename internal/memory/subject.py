@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from internal.identity import CallerIdentity
-from internal.identity.phone import normalise_e164
-from internal.memory.outbox import owner_files
-from internal.memory.owner import audit_hash
-from internal.memory.provider import ChangeSource
-from internal.memory.runtime import FrontendMemoryRuntime
-from internal.recording.store import RecordingStore
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.identity.phone import normalise_e164
+from voicegate.internal.memory.outbox import owner_files
+from voicegate.internal.memory.owner import audit_hash
+from voicegate.internal.memory.provider import ChangeSource
+from voicegate.internal.memory.runtime import FrontendMemoryRuntime
+from voicegate.internal.recording.store import RecordingStore
 
 ProgressSink = Callable[[str, int], None]
 CALLER_KINDS = ("sip", "jwt", "trusted_header")

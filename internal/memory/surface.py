@@ -13,9 +13,9 @@ import inspect
 import logging
 from typing import Any
 
-from internal.config.providers import MemoryConfig
-from internal.memory.errors import CallerErased, MemoryUnavailable
-from internal.memory.provider import (
+from voicegate.internal.config.providers import MemoryConfig
+from voicegate.internal.memory.errors import CallerErased, MemoryUnavailable
+from voicegate.internal.memory.provider import (
     AudioEvent,
     Exchange,
     Health,
@@ -25,8 +25,8 @@ from internal.memory.provider import (
     SessionContext,
     normalised_description,
 )
-from internal.memory.records import OwnerSummary, SessionDigest
-from internal.memory.tasks import TaskEntry
+from voicegate.internal.memory.records import OwnerSummary, SessionDigest
+from voicegate.internal.memory.tasks import TaskEntry
 
 log = logging.getLogger(__name__)
 

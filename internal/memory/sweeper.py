@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 
-from internal.memory.runtime import FrontendMemoryRuntime
+from voicegate.internal.memory.runtime import FrontendMemoryRuntime
 
 log = logging.getLogger(__name__)
 

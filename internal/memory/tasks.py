@@ -27,8 +27,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from internal.memory.errors import UNKNOWN_EPOCH, CallerErased, MemoryRuntimeError
-from internal.session.actions import NAME_CHARS, TERMINAL, Action, valid_status
+from voicegate.internal.memory.errors import UNKNOWN_EPOCH, CallerErased, MemoryRuntimeError
+from voicegate.internal.session.actions import NAME_CHARS, TERMINAL, Action, valid_status
 
 log = logging.getLogger(__name__)
 

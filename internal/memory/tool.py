@@ -18,13 +18,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from internal.memory.provider import ChangeContext, MemoryDocument, Scope
-from internal.memory.runtime import UNKNOWN_EPOCH, FrontendMemoryRuntime, MemoryRuntimeError
-from internal.memory.sessions import OWNER, SessionMemory
-from internal.memory.tasks import live_actions
-from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
-from internal.session.actions import call_actions
-from internal.telemetry.otel import current_trace_id
+from voicegate.internal.memory.provider import ChangeContext, MemoryDocument, Scope
+from voicegate.internal.memory.runtime import UNKNOWN_EPOCH, FrontendMemoryRuntime, MemoryRuntimeError
+from voicegate.internal.memory.sessions import OWNER, SessionMemory
+from voicegate.internal.memory.tasks import live_actions
+from voicegate.internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
+from voicegate.internal.session.actions import call_actions
+from voicegate.internal.telemetry.otel import current_trace_id
 
 MEMORY_TOOL_DESCRIPTION = (
     "Read or change what you remember about the caller. One operation per call; several calls per turn "

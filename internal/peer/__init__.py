@@ -1,8 +1,8 @@
 """WebRTC media for browser callers: aiortc peer connections, their audio tracks and DataChannel."""
 
-from internal.peer.call import WebRtcCall, attached_call
-from internal.peer.connection import OfferError, PeerConnection, PeerRegistry
-from internal.peer.ice import configure_ice_hosts, rtc_configuration
+from voicegate.internal.peer.call import WebRtcCall, attached_call
+from voicegate.internal.peer.connection import OfferError, PeerConnection, PeerRegistry
+from voicegate.internal.peer.ice import configure_ice_hosts, rtc_configuration
 
 __all__ = [
     "OfferError",

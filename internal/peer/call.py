@@ -17,11 +17,11 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from internal.peer.channel import ClientMessage, Ping, TypedTurn
-from internal.peer.connection import PeerConnection
-from internal.pipeline.events import ConnectionEvent, EventSink
-from internal.pipeline.pipeline import VoicePipeline
-from internal.session import Session, SessionManager
+from voicegate.internal.peer.channel import ClientMessage, Ping, TypedTurn
+from voicegate.internal.peer.connection import PeerConnection
+from voicegate.internal.pipeline.events import ConnectionEvent, EventSink
+from voicegate.internal.pipeline.pipeline import VoicePipeline
+from voicegate.internal.session import Session, SessionManager
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Literal
 
 from aiortc import RTCDataChannel
 
-from internal.pipeline.events import Event
+from voicegate.internal.pipeline.events import Event
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from typing import Any
 from aiortc import RTCConfiguration, RTCDataChannel, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamTrack
 
-from internal.peer.channel import EVENT_CHANNEL_LABEL, ChannelEventSink, ClientMessage, parse_client_message
-from internal.peer.tracks import AgentAudioTrack, InboundAudio, consume_track
+from voicegate.internal.peer.channel import EVENT_CHANNEL_LABEL, ChannelEventSink, ClientMessage, parse_client_message
+from voicegate.internal.peer.tracks import AgentAudioTrack, InboundAudio, consume_track
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import aioice.ice
 from aiortc import RTCConfiguration, RTCIceServer
 
-from internal.config.sections import IceServer
+from voicegate.internal.config.sections import IceServer
 
 log = logging.getLogger(__name__)
 

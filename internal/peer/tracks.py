@@ -23,7 +23,7 @@ import av
 import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from internal.audio.frame import FRAME_MS, frame_bytes
+from voicegate.internal.audio.frame import FRAME_MS, frame_bytes
 
 log = logging.getLogger(__name__)
 

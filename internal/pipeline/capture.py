@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Protocol, TypeVar
 
-from internal.pipeline.events import DtmfEvent, Event, TranscriptEvent
-from internal.stt.base import Transcript
+from voicegate.internal.pipeline.events import DtmfEvent, Event, TranscriptEvent
+from voicegate.internal.stt.base import Transcript
 
 MASKED_WORDS = "[digit entry]"  # what a masked transcript event says instead of the caller's words
 E = TypeVar("E", bound=Event)

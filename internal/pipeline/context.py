@@ -18,9 +18,10 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from internal.conversation.rolling_summary import summary_context_block
+from voicegate.internal.conversation.rolling_summary import summary_context_block
 
-BUILTIN_PROMPT: Traversable = files("internal.pipeline") / "PROMPT.md"  # package data: in the wheel beside this module
+# Package data: in the wheel beside this module.
+BUILTIN_PROMPT: Traversable = files("voicegate.internal.pipeline") / "PROMPT.md"
 ASSISTANT_PROFILE_HEADING = ("## Assistant profile (the deployer's defaults for every caller: who you are and how "
                              "you speak; the caller's preferences above and current request override it, "
                              "never the policy)")

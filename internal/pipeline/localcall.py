@@ -10,8 +10,8 @@ import asyncio
 import time
 from collections import deque
 
-from internal.audio.frame import frame_bytes
-from internal.pipeline.pipeline import VoicePipeline
+from voicegate.internal.audio.frame import frame_bytes
+from voicegate.internal.pipeline.pipeline import VoicePipeline
 
 
 class LocalCall:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from internal.conversation.state import CallContext
-from internal.pipeline.events import EventSink, ReleaseEvent, TimingEvent, TurnEvent, TurnOutcome
-from internal.pipeline.services import PipelineServices
-from internal.turn.pending import Release
+from voicegate.internal.conversation.state import CallContext
+from voicegate.internal.pipeline.events import EventSink, ReleaseEvent, TimingEvent, TurnEvent, TurnOutcome
+from voicegate.internal.pipeline.services import PipelineServices
+from voicegate.internal.turn.pending import Release
 
 
 class TurnMeter:

@@ -18,19 +18,19 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from internal.audio.frame import frame_bytes
-from internal.config.sections import PipelineConfig
-from internal.conversation.state import CallContext
-from internal.conversation.text import clean
-from internal.pipeline.capture import CallerInput, shown
-from internal.pipeline.events import AgentState, DtmfEvent, EventSink, TranscriptEvent
-from internal.pipeline.playout import Playout
-from internal.pipeline.record import record_caller
-from internal.pipeline.responder import APOLOGY, Responder
-from internal.pipeline.services import PipelineServices
-from internal.pipeline.vad import VadEvent, VadProfile
-from internal.stt.base import SttStream, Transcript
-from internal.turn.owner import TurnOwner, TurnSettings
+from voicegate.internal.audio.frame import frame_bytes
+from voicegate.internal.config.sections import PipelineConfig
+from voicegate.internal.conversation.state import CallContext
+from voicegate.internal.conversation.text import clean
+from voicegate.internal.pipeline.capture import CallerInput, shown
+from voicegate.internal.pipeline.events import AgentState, DtmfEvent, EventSink, TranscriptEvent
+from voicegate.internal.pipeline.playout import Playout
+from voicegate.internal.pipeline.record import record_caller
+from voicegate.internal.pipeline.responder import APOLOGY, Responder
+from voicegate.internal.pipeline.services import PipelineServices
+from voicegate.internal.pipeline.vad import VadEvent, VadProfile
+from voicegate.internal.stt.base import SttStream, Transcript
+from voicegate.internal.turn.owner import TurnOwner, TurnSettings
 
 log = logging.getLogger(__name__)
 

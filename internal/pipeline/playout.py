@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from internal.audio.frame import frame_bytes
+from voicegate.internal.audio.frame import frame_bytes
 
 
 @dataclass(slots=True)

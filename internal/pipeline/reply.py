@@ -14,11 +14,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from internal.llm.base import ChatMessage, ChatModel, ChatRequest, ReplyDelta, ToolCall
-from internal.llm.sentences import SentenceChunker
-from internal.pipeline.playout import Playout
-from internal.pipeline.tools import ToolContext, ToolRegistry
-from internal.tts.base import TextToSpeech
+from voicegate.internal.llm.base import ChatMessage, ChatModel, ChatRequest, ReplyDelta, ToolCall
+from voicegate.internal.llm.sentences import SentenceChunker
+from voicegate.internal.pipeline.playout import Playout
+from voicegate.internal.pipeline.tools import ToolContext, ToolRegistry
+from voicegate.internal.tts.base import TextToSpeech
 
 log = logging.getLogger(__name__)
 

@@ -7,11 +7,11 @@ was over can be thrown away without a trace.
 
 from __future__ import annotations
 
-from internal.conversation.state import CallContext
-from internal.llm.base import ChatMessage, ChatRequest, Turn
-from internal.pipeline.context import build_system_context
-from internal.pipeline.services import PipelineServices
-from internal.pipeline.tools import ToolContext
+from voicegate.internal.conversation.state import CallContext
+from voicegate.internal.llm.base import ChatMessage, ChatRequest, Turn
+from voicegate.internal.pipeline.context import build_system_context
+from voicegate.internal.pipeline.services import PipelineServices
+from voicegate.internal.pipeline.tools import ToolContext
 
 
 async def build_request(session: CallContext, services: PipelineServices, turn: Turn, user_text: str,

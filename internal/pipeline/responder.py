@@ -22,26 +22,26 @@ from typing import Any
 
 from opentelemetry import trace
 
-from internal.conversation.state import CallContext
-from internal.llm.base import LlmError, ToolCall, Turn
-from internal.pipeline.events import (
+from voicegate.internal.conversation.state import CallContext
+from voicegate.internal.llm.base import LlmError, ToolCall, Turn
+from voicegate.internal.pipeline.events import (
     AgentState,
     EventSink,
     ResponseEvent,
     StateEvent,
     TranscriptEvent,
 )
-from internal.pipeline.meter import TurnMeter
-from internal.pipeline.playout import Playout
-from internal.pipeline.record import record_agent, record_turn
-from internal.pipeline.reply import ReplyRunner, speak_text
-from internal.pipeline.request import build_request
-from internal.pipeline.services import PipelineServices, misunderstanding_note
-from internal.pipeline.tools import ToolContext
-from internal.pipeline.turn_reply import TurnReply
-from internal.session.actions import record_action, tool_action
-from internal.turn.pending import Release, TurnTimes
-from internal.turn.text_cues import same_turn_text
+from voicegate.internal.pipeline.meter import TurnMeter
+from voicegate.internal.pipeline.playout import Playout
+from voicegate.internal.pipeline.record import record_agent, record_turn
+from voicegate.internal.pipeline.reply import ReplyRunner, speak_text
+from voicegate.internal.pipeline.request import build_request
+from voicegate.internal.pipeline.services import PipelineServices, misunderstanding_note
+from voicegate.internal.pipeline.tools import ToolContext
+from voicegate.internal.pipeline.turn_reply import TurnReply
+from voicegate.internal.session.actions import record_action, tool_action
+from voicegate.internal.turn.pending import Release, TurnTimes
+from voicegate.internal.turn.text_cues import same_turn_text
 
 log = logging.getLogger(__name__)
 

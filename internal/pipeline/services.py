@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from opentelemetry import trace
 
-from internal.config.sections import PipelineConfig
-from internal.devices import onnx_available_providers, onnx_device, onnx_providers
-from internal.llm.base import ChatModel
-from internal.pipeline.context import BUILTIN_PROMPT, ContextLayers, load_text
-from internal.pipeline.events import EventSink
-from internal.pipeline.tools import ToolRegistry
-from internal.pipeline.vad import (
+from voicegate.internal.config.sections import PipelineConfig
+from voicegate.internal.devices import onnx_available_providers, onnx_device, onnx_providers
+from voicegate.internal.llm.base import ChatModel
+from voicegate.internal.pipeline.context import BUILTIN_PROMPT, ContextLayers, load_text
+from voicegate.internal.pipeline.events import EventSink
+from voicegate.internal.pipeline.tools import ToolRegistry
+from voicegate.internal.pipeline.vad import (
     AdaptiveEnergyClassifier,
     FrameClassifier,
     NoiseAwareGate,
@@ -27,16 +27,16 @@ from internal.pipeline.vad import (
     VoiceActivityDetector,
     WebRtcClassifier,
 )
-from internal.stt.base import SpeechToText
-from internal.tts.base import TextToSpeech
-from internal.turn.weights import TurnModelError
+from voicegate.internal.stt.base import SpeechToText
+from voicegate.internal.tts.base import TextToSpeech
+from voicegate.internal.turn.weights import TurnModelError
 
 if TYPE_CHECKING:
-    from internal.conversation.state import CallContext
-    from internal.telemetry.otel import Telemetry
-    from internal.turn.fusion import TurnFusion
-    from internal.turn.silero import SileroModel
-    from internal.turn.smart_turn import SmartTurnModel
+    from voicegate.internal.conversation.state import CallContext
+    from voicegate.internal.telemetry.otel import Telemetry
+    from voicegate.internal.turn.fusion import TurnFusion
+    from voicegate.internal.turn.silero import SileroModel
+    from voicegate.internal.turn.smart_turn import SmartTurnModel
 
 class Denoiser(Protocol):
     def process(self, pcm: bytes) -> bytes: ...
@@ -125,25 +125,25 @@ class PipelineServices:
 
     def __post_init__(self) -> None:
         if self.config.vad == "silero" and self.silero is None:
-            from internal.turn.silero import shared_silero
+            from voicegate.internal.turn.silero import shared_silero
 
             self.silero = shared_silero()
         if self.config.end_of_turn == "smart_turn" and self.turn_model is None:
-            from internal.turn.smart_turn import shared_smart_turn
+            from voicegate.internal.turn.smart_turn import shared_smart_turn
 
             providers = onnx_providers(self.config.end_of_turn_device, onnx_available_providers(),
                                        "pipeline.end_of_turn_device")
             self.turn_model = shared_smart_turn(self.config.end_of_turn_model, self.config.end_of_turn_download,
                                                 tuple(providers))
         if self.config.end_of_turn == "smart_turn" and self.turn_fusion is None:
-            from internal.turn.fusion import FusionWeightsError, shared_fusion
+            from voicegate.internal.turn.fusion import FusionWeightsError, shared_fusion
 
             try:
                 self.turn_fusion = shared_fusion()
             except FusionWeightsError as exc:
                 raise TurnModelError(f"pipeline.end_of_turn: {exc}") from exc
         if self.config.noise_suppression == "rnnoise":
-            from internal.audio.denoise import rnnoise_available
+            from voicegate.internal.audio.denoise import rnnoise_available
 
             reason = rnnoise_available()
             if reason is not None:
@@ -152,7 +152,7 @@ class PipelineServices:
         if not self.policy:
             self.policy = load_text(self.config.prompt_file, BUILTIN_PROMPT)
         if not self.skills:
-            from internal.pipeline.context import load_skills
+            from voicegate.internal.pipeline.context import load_skills
 
             self.skills = load_skills(self.config.skills_dir)
         if not self.assistant_profile:
@@ -193,7 +193,7 @@ class PipelineServices:
         """Per-call noise suppression before VAD and recognition (None when off)."""
         if self.config.noise_suppression != "rnnoise":
             return None
-        from internal.audio.denoise import RnnoiseDenoiser
+        from voicegate.internal.audio.denoise import RnnoiseDenoiser
 
         return RnnoiseDenoiser(sample_rate)
 
@@ -202,7 +202,7 @@ class PipelineServices:
         energy = AdaptiveEnergyClassifier(self.config.vad_threshold_db)
         meter: AdaptiveEnergyClassifier | NoiseAwareGate = energy
         if self.config.vad == "silero" and self.silero is not None:
-            from internal.turn.silero import SileroClassifier
+            from voicegate.internal.turn.silero import SileroClassifier
 
             if self.config.vad_noise_gate:  # the level gate that follows the line's noise (vad.py)
                 meter = NoiseAwareGate(energy)

@@ -32,8 +32,8 @@ from typing import Any
 
 from opentelemetry import trace
 
-from internal.llm.base import ToolCall, ToolSpec
-from internal.session.actions import CALL_TASKS, new_task_id, record_action, tool_action
+from voicegate.internal.llm.base import ToolCall, ToolSpec
+from voicegate.internal.session.actions import CALL_TASKS, new_task_id, record_action, tool_action
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from internal.llm.base import ChatMessage
+from voicegate.internal.llm.base import ChatMessage
 
 
 @dataclass(eq=False)

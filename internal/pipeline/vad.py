@@ -16,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-from internal.audio.c_audioop import load_audioop
+from voicegate.internal.audio.c_audioop import load_audioop
 
 FRAME_MS = 20
 # Below this level a frame is silence whatever the floor says (digital silence, comfort noise).

@@ -4,9 +4,9 @@ The pipeline side: `build_retriever` at start-up, one `TurnRetrieval` per call, 
 the gate. The operator side: `build_store` and `ingest_files` (what `voicegate rag` runs).
 """
 
-from internal.rag.backends import build_retriever, build_store
-from internal.rag.chunking import Chunk, ChunkingError, DocumentError, chunk_file
-from internal.rag.ingest import (
+from voicegate.internal.rag.backends import build_retriever, build_store
+from voicegate.internal.rag.chunking import Chunk, ChunkingError, DocumentError, chunk_file
+from voicegate.internal.rag.ingest import (
     IngestReport,
     KnowledgeStore,
     KnowledgeStoreError,
@@ -16,7 +16,7 @@ from internal.rag.ingest import (
     ingest_files,
     source_name,
 )
-from internal.rag.retriever import RagConfigError, Retriever, TurnRetrieval, needs_retrieval
+from voicegate.internal.rag.retriever import RagConfigError, Retriever, TurnRetrieval, needs_retrieval
 
 __all__ = [
     "Chunk",

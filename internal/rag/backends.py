@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from internal.rag.embedding import Embedder, build_embedder
-from internal.rag.ingest import KnowledgeStore
-from internal.rag.pgvector import PgvectorRetriever, PgvectorStore
-from internal.rag.retriever import RagConfigError, Retriever
-from internal.rag.supabase import PostgrestClient, SupabaseRetriever, SupabaseStore
+from voicegate.internal.rag.embedding import Embedder, build_embedder
+from voicegate.internal.rag.ingest import KnowledgeStore
+from voicegate.internal.rag.pgvector import PgvectorRetriever, PgvectorStore
+from voicegate.internal.rag.retriever import RagConfigError, Retriever
+from voicegate.internal.rag.supabase import PostgrestClient, SupabaseRetriever, SupabaseStore
 
 if TYPE_CHECKING:
-    from internal.config import Config
-    from internal.db import Database
+    from voicegate.internal.config import Config
+    from voicegate.internal.db import Database
 
 
 def build_store(config: Config, database: Database | None) -> KnowledgeStore:

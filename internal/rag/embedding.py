@@ -15,7 +15,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from internal.config.providers import OpenAIConfig
+from voicegate.internal.config.providers import OpenAIConfig
 
 EMBEDDING_DIMS = 256
 Vector = npt.NDArray[np.float32]

@@ -17,8 +17,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
-from internal.rag.chunking import Chunk, DocumentError, chunk_file
-from internal.rag.embedding import Embedder, EmbeddingError, Vector, embedder_identity
+from voicegate.internal.rag.chunking import Chunk, DocumentError, chunk_file
+from voicegate.internal.rag.embedding import Embedder, EmbeddingError, Vector, embedder_identity
 
 # Texts per embedding request: big enough to amortise a round trip, small enough that the progress bar
 # moves and one failed request loses little.

@@ -14,10 +14,10 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from internal.db import Database
-from internal.rag.chunking import Chunk
-from internal.rag.embedding import Embedder
-from internal.rag.ingest import (
+from voicegate.internal.db import Database
+from voicegate.internal.rag.chunking import Chunk
+from voicegate.internal.rag.embedding import Embedder
+from voicegate.internal.rag.ingest import (
     EmbedFn,
     KnowledgeStoreError,
     SourceSummary,

@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 import numpy as np
 
-from internal.config.providers import SupabaseConfig
-from internal.rag.chunking import Chunk
-from internal.rag.embedding import EMBEDDING_DIMS, Embedder, Vector
-from internal.rag.ingest import (
+from voicegate.internal.config.providers import SupabaseConfig
+from voicegate.internal.rag.chunking import Chunk
+from voicegate.internal.rag.embedding import EMBEDDING_DIMS, Embedder, Vector
+from voicegate.internal.rag.ingest import (
     EmbedFn,
     KnowledgeStoreError,
     SourceSummary,
@@ -32,7 +32,7 @@ from internal.rag.ingest import (
     embed_missing,
     plan_sync,
 )
-from internal.rag.retriever import RagConfigError
+from voicegate.internal.rag.retriever import RagConfigError
 
 log = logging.getLogger(__name__)
 

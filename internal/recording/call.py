@@ -14,9 +14,9 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 
-from internal.pipeline.events import EventSink, NullSink, RecordingEvent
-from internal.recording.consent import ConsentState, Decision
-from internal.recording.recorder import CallRecorder
+from voicegate.internal.pipeline.events import EventSink, NullSink, RecordingEvent
+from voicegate.internal.recording.consent import ConsentState, Decision
+from voicegate.internal.recording.recorder import CallRecorder
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from internal.config.recording import RecordingConfig
-from internal.pipeline.events import ConsentOutcome
-from internal.recording.objection import objects_to_recording, words
+from voicegate.internal.config.recording import RecordingConfig
+from voicegate.internal.pipeline.events import ConsentOutcome
+from voicegate.internal.recording.objection import objects_to_recording, words
 
 Answer = Literal["yes", "no"]
 

@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from internal.recording.formats import SUFFIXES, RecordingFormat, StereoFile, open_stereo
-from internal.recording.store import RecordingInfo, RecordingStore, iso
-from internal.recording.writers import RecordingWriters
+from voicegate.internal.recording.formats import SUFFIXES, RecordingFormat, StereoFile, open_stereo
+from voicegate.internal.recording.store import RecordingInfo, RecordingStore, iso
+from voicegate.internal.recording.writers import RecordingWriters
 
 log = logging.getLogger(__name__)
 

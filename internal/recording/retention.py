@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 
-from internal.recording.store import RecordingStore
+from voicegate.internal.recording.store import RecordingStore
 
 log = logging.getLogger(__name__)
 

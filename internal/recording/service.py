@@ -17,16 +17,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from internal.config.recording import RecordingConfig
-from internal.identity import CallerIdentity
-from internal.pipeline.events import EventSink
-from internal.recording.call import ConsentedRecording
-from internal.recording.consent import ConsentState
-from internal.recording.recorder import CHUNK_FRAMES, FRAME_MS, CallRecorder, new_info
-from internal.recording.retention import sweep_forever
-from internal.recording.store import RECORDINGS_DIR, RecordingInfo, RecordingStore
-from internal.recording.writers import RecordingWriters
-from internal.session.session import Session
+from voicegate.internal.config.recording import RecordingConfig
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.pipeline.events import EventSink
+from voicegate.internal.recording.call import ConsentedRecording
+from voicegate.internal.recording.consent import ConsentState
+from voicegate.internal.recording.recorder import CHUNK_FRAMES, FRAME_MS, CallRecorder, new_info
+from voicegate.internal.recording.retention import sweep_forever
+from voicegate.internal.recording.store import RECORDINGS_DIR, RecordingInfo, RecordingStore
+from voicegate.internal.recording.writers import RecordingWriters
+from voicegate.internal.session.session import Session
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from internal.memory.durable import write_atomically
-from internal.recording.formats import MEDIA_TYPES
+from voicegate.internal.memory.durable import write_atomically
+from voicegate.internal.recording.formats import MEDIA_TYPES
 
 RECORDINGS_DIR = "recordings"
 SIDECAR_SUFFIX = ".json"

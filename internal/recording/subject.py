@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from internal.identity import CallerIdentity
-from internal.memory.owner import OwnerKeys, read_secret
-from internal.memory.subject import RECORDINGS_REMOVED
-from internal.recording.store import RECORDINGS_DIR, RecordingStore
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.memory.owner import OwnerKeys, read_secret
+from voicegate.internal.memory.subject import RECORDINGS_REMOVED
+from voicegate.internal.recording.store import RECORDINGS_DIR, RecordingStore
 
 MEMORY_OFF_NOTE = ("memory is off ([memory] enabled = false): only this data directory's call recordings were "
                    "looked at")

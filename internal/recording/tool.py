@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from internal.pipeline.tools import ToolContext, ToolRegistry
-from internal.recording.call import ConsentedRecording
-from internal.recording.service import RECORDING_KEY
+from voicegate.internal.pipeline.tools import ToolContext, ToolRegistry
+from voicegate.internal.recording.call import ConsentedRecording
+from voicegate.internal.recording.service import RECORDING_KEY
 
 
 def _recording(context: ToolContext) -> ConsentedRecording | None:

@@ -13,8 +13,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from internal.identity import CallerIdentity
-from internal.session.session import Conversation, Session, TransportKind
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.session.session import Conversation, Session, TransportKind
 
 log = logging.getLogger(__name__)
 

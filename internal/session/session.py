@@ -14,11 +14,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from internal.conversation.state import Conversation
-from internal.identity import CallerIdentity
+from voicegate.internal.conversation.state import Conversation
+from voicegate.internal.identity import CallerIdentity
 
 if TYPE_CHECKING:
-    from internal.pipeline.pipeline import VoicePipeline
+    from voicegate.internal.pipeline.pipeline import VoicePipeline
 
 TransportKind = Literal["sip", "webrtc", "talk"]
 

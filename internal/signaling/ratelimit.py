@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from internal.identity.networks import address_in
+from voicegate.internal.identity.networks import address_in
 
 FORWARDED_FOR = "x-forwarded-for"
 

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from internal.identity import CallerIdentity
-from internal.session import Session
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.session import Session
 
 ResumeStatus = Literal["new", "resumed", "expired"]
 TOKEN_BYTES = 32

@@ -19,10 +19,10 @@ import logging
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from internal.config.sections import ServerConfig
-from internal.identity.http_identity import bearer_token, is_loopback
-from internal.identity.jwt import TokenConfigError, mint_token, subject_problem
-from internal.signaling.problems import SignalingError, bad_request, not_found
+from voicegate.internal.config.sections import ServerConfig
+from voicegate.internal.identity.http_identity import bearer_token, is_loopback
+from voicegate.internal.identity.jwt import TokenConfigError, mint_token, subject_problem
+from voicegate.internal.signaling.problems import SignalingError, bad_request, not_found
 
 log = logging.getLogger(__name__)
 

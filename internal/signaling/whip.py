@@ -18,15 +18,22 @@ from typing import Protocol
 from starlette.requests import Request
 from starlette.responses import Response
 
-from internal.config import Config
-from internal.identity import CallerIdentity
-from internal.identity.http_identity import AuthError, HttpIdentityResolver
-from internal.peer import OfferError, PeerConnection, PeerRegistry, WebRtcCall, attached_call, rtc_configuration
-from internal.pipeline.events import EventSink
-from internal.pipeline.pipeline import VoicePipeline
-from internal.session import Session, SessionLimitReached, SessionManager, TransportKind
-from internal.session.limits import TokenBucketLimiter
-from internal.signaling.problems import (
+from voicegate.internal.config import Config
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.identity.http_identity import AuthError, HttpIdentityResolver
+from voicegate.internal.peer import (
+    OfferError,
+    PeerConnection,
+    PeerRegistry,
+    WebRtcCall,
+    attached_call,
+    rtc_configuration,
+)
+from voicegate.internal.pipeline.events import EventSink
+from voicegate.internal.pipeline.pipeline import VoicePipeline
+from voicegate.internal.session import Session, SessionLimitReached, SessionManager, TransportKind
+from voicegate.internal.session.limits import TokenBucketLimiter
+from voicegate.internal.signaling.problems import (
     SignalingError,
     at_capacity,
     bad_request,
@@ -34,8 +41,8 @@ from internal.signaling.problems import (
     rate_limited,
     unauthorized,
 )
-from internal.signaling.ratelimit import client_address
-from internal.signaling.resume import ResumeOutcome, ResumeTokens, same_caller
+from voicegate.internal.signaling.ratelimit import client_address
+from voicegate.internal.signaling.resume import ResumeOutcome, ResumeTokens, same_caller
 
 log = logging.getLogger(__name__)
 

@@ -6,11 +6,11 @@ Bottom up: `syntax`, `uri`, `via`, `headers`, `message` (+ `framer` for TCP) par
 `ua` are the user agent, whose application contract is in `handler`.
 """
 
-from internal.sip.dialog import Dialog, DialogId, DialogState
-from internal.sip.digest import AuthResult, DigestAuthenticator, authorization_header, choose_challenge
-from internal.sip.framer import FramingError, KeepAlive, StreamFramer
-from internal.sip.headers import COMPACT_FORMS, Headers
-from internal.sip.message import (
+from voicegate.internal.sip.dialog import Dialog, DialogId, DialogState
+from voicegate.internal.sip.digest import AuthResult, DigestAuthenticator, authorization_header, choose_challenge
+from voicegate.internal.sip.framer import FramingError, KeepAlive, StreamFramer
+from voicegate.internal.sip.headers import COMPACT_FORMS, Headers
+from voicegate.internal.sip.message import (
     SipMessage,
     SipParseError,
     SipRequest,
@@ -18,8 +18,8 @@ from internal.sip.message import (
     make_response,
     parse,
 )
-from internal.sip.salvage import salvage_request
-from internal.sip.sdp import (
+from voicegate.internal.sip.salvage import salvage_request
+from voicegate.internal.sip.sdp import (
     Negotiated,
     NoCommonCodec,
     SdpError,
@@ -28,10 +28,10 @@ from internal.sip.sdp import (
     build_offer,
     negotiate,
 )
-from internal.sip.timers import TimerSettings
-from internal.sip.transaction import TransactionLayer
-from internal.sip.transport import Address, TransportLayer
-from internal.sip.ua import (
+from voicegate.internal.sip.timers import TimerSettings
+from voicegate.internal.sip.transaction import TransactionLayer
+from voicegate.internal.sip.transport import Address, TransportLayer
+from voicegate.internal.sip.ua import (
     CallFailed,
     CallHandler,
     CallRejected,
@@ -40,8 +40,8 @@ from internal.sip.ua import (
     Rejection,
     UserAgent,
 )
-from internal.sip.uri import NameAddr, SipUri, UriError
-from internal.sip.via import Via
+from voicegate.internal.sip.uri import NameAddr, SipUri, UriError
+from voicegate.internal.sip.via import Via
 
 __all__ = [
     "COMPACT_FORMS",

@@ -13,15 +13,15 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from internal.sip.dialog import Dialog, DialogId
-from internal.sip.handler import CallHandler
-from internal.sip.message import SipRequest, SipResponse
-from internal.sip.transaction import InviteServerTransaction
-from internal.sip.transport import Address
+from voicegate.internal.sip.dialog import Dialog, DialogId
+from voicegate.internal.sip.handler import CallHandler
+from voicegate.internal.sip.message import SipRequest, SipResponse
+from voicegate.internal.sip.transaction import InviteServerTransaction
+from voicegate.internal.sip.transport import Address
 
 if TYPE_CHECKING:
-    from internal.sip.reliable import ReliableProvisionals
-    from internal.sip.session_timer import SessionTimer
+    from voicegate.internal.sip.reliable import ReliableProvisionals
+    from voicegate.internal.sip.session_timer import SessionTimer
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from internal.sip.headers import Headers
-from internal.sip.syntax import split_list
+from voicegate.internal.sip.headers import Headers
+from voicegate.internal.sip.syntax import split_list
 
 # IANA "Session Initiation Protocol (SIP) Parameters: Methods and Response Codes".
 KNOWN_METHODS = frozenset(

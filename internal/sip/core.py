@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from internal.config.sections import SipConfig
-from internal.session.limits import TokenBucketLimiter
-from internal.sip.calls import CallRegistry
-from internal.sip.digest import DigestAuthenticator
-from internal.sip.handler import CallHandler
-from internal.sip.stack import SipStack
+from voicegate.internal.config.sections import SipConfig
+from voicegate.internal.session.limits import TokenBucketLimiter
+from voicegate.internal.sip.calls import CallRegistry
+from voicegate.internal.sip.digest import DigestAuthenticator
+from voicegate.internal.sip.handler import CallHandler
+from voicegate.internal.sip.stack import SipStack
 
 
 class UaCore(Protocol):

@@ -18,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from internal.identity.caller import CallerIdentity
-from internal.sip.dialog import Dialog
-from internal.sip.message import SipRequest, SipResponse
-from internal.sip.sdp import SessionDescription
-from internal.sip.transport import Address
+from voicegate.internal.identity.caller import CallerIdentity
+from voicegate.internal.sip.dialog import Dialog
+from voicegate.internal.sip.message import SipRequest, SipResponse
+from voicegate.internal.sip.sdp import SessionDescription
+from voicegate.internal.sip.transport import Address
 
 
 @dataclass

@@ -12,10 +12,10 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from internal.sip.headers import Headers, canonical_name
-from internal.sip.syntax import SyntaxProblem, has_bare_nul, is_token, split_list
-from internal.sip.uri import NameAddr, SipUri, UriError
-from internal.sip.via import Via, ViaError
+from voicegate.internal.sip.headers import Headers, canonical_name
+from voicegate.internal.sip.syntax import SyntaxProblem, has_bare_nul, is_token, split_list
+from voicegate.internal.sip.uri import NameAddr, SipUri, UriError
+from voicegate.internal.sip.via import Via, ViaError
 
 
 class SipParseError(ValueError):

@@ -20,11 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from internal.config.sip_registration import SipRegistration
-from internal.sip.digest import DigestError, authorization_header, choose_challenge
-from internal.sip.headers import Headers
-from internal.sip.message import SipRequest, SipResponse
-from internal.sip.registration_policy import (
+from voicegate.internal.config.sip_registration import SipRegistration
+from voicegate.internal.sip.digest import DigestError, authorization_header, choose_challenge
+from voicegate.internal.sip.headers import Headers
+from voicegate.internal.sip.message import SipRequest, SipResponse
+from voicegate.internal.sip.registration_policy import (
     RegistrarPeer,
     RegistrationStateName,
     backoff_delay,
@@ -34,9 +34,9 @@ from internal.sip.registration_policy import (
     registrar_sources,
     retry_after,
 )
-from internal.sip.stack import ALLOWED_METHODS, RoutingError, SipStack, new_tag
-from internal.sip.transport import Address
-from internal.sip.uri import NameAddr, SipUri
+from voicegate.internal.sip.stack import ALLOWED_METHODS, RoutingError, SipStack, new_tag
+from voicegate.internal.sip.transport import Address
+from voicegate.internal.sip.uri import NameAddr, SipUri
 
 log = logging.getLogger(__name__)
 

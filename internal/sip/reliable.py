@@ -13,9 +13,9 @@ import asyncio
 import secrets
 from dataclasses import dataclass, field
 
-from internal.sip.message import SipRequest, SipResponse
-from internal.sip.timers import TimerSettings
-from internal.sip.transaction import InviteServerTransaction
+from voicegate.internal.sip.message import SipRequest, SipResponse
+from voicegate.internal.sip.timers import TimerSettings
+from voicegate.internal.sip.transaction import InviteServerTransaction
 
 OPTION = "100rel"
 # 3: the first RSeq is random in 1..2**31-1 so a restarted UAS does not reuse numbers.

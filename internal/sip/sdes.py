@@ -28,7 +28,14 @@ import secrets
 from dataclasses import dataclass
 from typing import Literal
 
-from internal.sip.sdp import MediaDescription, Negotiated, NoCommonCodec, SdpError, SessionDescription, negotiate
+from voicegate.internal.sip.sdp import (
+    MediaDescription,
+    Negotiated,
+    NoCommonCodec,
+    SdpError,
+    SessionDescription,
+    negotiate,
+)
 
 SrtpMode = Literal["off", "accept", "optional", "required"]
 # Suites we can run with pylibsrtp, in order of preference; both take a 30-byte key || salt.

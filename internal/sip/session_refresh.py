@@ -17,11 +17,16 @@ import contextlib
 import logging
 import random
 
-from internal.sip.calls import CallLeg
-from internal.sip.core import UaCore
-from internal.sip.message import SipResponse
-from internal.sip.session_timer import SessionTimer, retry_after_422, timer_from_uac_response, uac_request_headers
-from internal.sip.stack import RoutingError
+from voicegate.internal.sip.calls import CallLeg
+from voicegate.internal.sip.core import UaCore
+from voicegate.internal.sip.message import SipResponse
+from voicegate.internal.sip.session_timer import (
+    SessionTimer,
+    retry_after_422,
+    timer_from_uac_response,
+    uac_request_headers,
+)
+from voicegate.internal.sip.stack import RoutingError
 
 log = logging.getLogger(__name__)
 

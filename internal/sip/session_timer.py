@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from internal.sip.headers import Headers
+from voicegate.internal.sip.headers import Headers
 
 Refresher = Literal["uac", "uas"]
 # RFC 4028 4: no UA may ask for less than this; our sip.min_se_s may be set lower only for tests.

@@ -12,15 +12,15 @@ import secrets
 import socket
 from collections.abc import Iterable, Mapping
 
-from internal.config.sections import SipConfig
-from internal.sip.dialog import Dialog
-from internal.sip.message import SipMessage, SipRequest, SipResponse, make_response
-from internal.sip.timers import TimerSettings
-from internal.sip.tls import default_port
-from internal.sip.transaction import ClientTransaction, TransactionLayer, TransactionUser
-from internal.sip.transport import Address, TransportLayer
-from internal.sip.uri import SipUri
-from internal.sip.via import MAGIC_COOKIE
+from voicegate.internal.config.sections import SipConfig
+from voicegate.internal.sip.dialog import Dialog
+from voicegate.internal.sip.message import SipMessage, SipRequest, SipResponse, make_response
+from voicegate.internal.sip.timers import TimerSettings
+from voicegate.internal.sip.tls import default_port
+from voicegate.internal.sip.transaction import ClientTransaction, TransactionLayer, TransactionUser
+from voicegate.internal.sip.transport import Address, TransportLayer
+from voicegate.internal.sip.uri import SipUri
+from voicegate.internal.sip.via import MAGIC_COOKIE
 
 # Methods we implement, for Allow (405 responses, OPTIONS, INVITE/200). NOTIFY only in a dialog we sent
 # REFER in (transfer.py); we send REFER but do not accept one, so it is not listed.

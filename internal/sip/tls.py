@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import ssl
 
-from internal.config.sections import SipConfig, split_host_port
+from voicegate.internal.config.sections import SipConfig, split_host_port
 
 DEFAULT_TLS_PORT = 5061  # RFC 3261 19.1.2: the default port for sips: and transport=tls
 

@@ -18,12 +18,12 @@ import logging
 from collections.abc import Callable, Hashable
 from typing import Protocol
 
-from internal.sip.headers import Headers
-from internal.sip.message import SipMessage, SipRequest, SipResponse, make_response
-from internal.sip.timers import TimerSettings
-from internal.sip.tls import transport_failure
-from internal.sip.transport import Address, ErrorHandler
-from internal.sip.via import MAGIC_COOKIE
+from voicegate.internal.sip.headers import Headers
+from voicegate.internal.sip.message import SipMessage, SipRequest, SipResponse, make_response
+from voicegate.internal.sip.timers import TimerSettings
+from voicegate.internal.sip.tls import transport_failure
+from voicegate.internal.sip.transport import Address, ErrorHandler
+from voicegate.internal.sip.via import MAGIC_COOKIE
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from internal.sip.dialog import Dialog, DialogId
-from internal.sip.message import SipRequest
-from internal.sip.stack import RoutingError, SipStack
+from voicegate.internal.sip.dialog import Dialog, DialogId
+from voicegate.internal.sip.message import SipRequest
+from voicegate.internal.sip.stack import RoutingError, SipStack
 
 SIPFRAG = "message/sipfrag"
 # While waiting for NOTIFYs we look this often at whether the call has ended under us (a BYE from the

@@ -19,18 +19,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
-from internal.config.sections import SipConfig, split_host_port
-from internal.sip.capabilities import KNOWN_METHODS
-from internal.sip.framer import FramingError, KeepAlive, StreamFramer
-from internal.sip.message import (
+from voicegate.internal.config.sections import SipConfig, split_host_port
+from voicegate.internal.sip.capabilities import KNOWN_METHODS
+from voicegate.internal.sip.framer import FramingError, KeepAlive, StreamFramer
+from voicegate.internal.sip.message import (
     SipMessage,
     SipParseError,
     SipRequest,
     SipResponse,
     parse,
 )
-from internal.sip.salvage import refusal, salvage_request
-from internal.sip.tls import client_context, default_port, server_context, tls_listen_address
+from voicegate.internal.sip.salvage import refusal, salvage_request
+from voicegate.internal.sip.tls import client_context, default_port, server_context, tls_listen_address
 
 log = logging.getLogger(__name__)
 

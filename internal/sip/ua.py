@@ -19,15 +19,15 @@ import contextlib
 import logging
 from collections.abc import Iterable
 
-from internal.audio.dtmf import EVENT_DIGITS
-from internal.config.sections import SipConfig
-from internal.identity.sip_caller import shared_number_set
-from internal.session.limits import TokenBucketLimiter
-from internal.sip.calls import CallLeg, CallRegistry
-from internal.sip.capabilities import accepts, method_refusal
-from internal.sip.dialog import Dialog
-from internal.sip.digest import SERVER_ALGORITHMS, DigestAuthenticator
-from internal.sip.handler import (
+from voicegate.internal.audio.dtmf import EVENT_DIGITS
+from voicegate.internal.config.sections import SipConfig
+from voicegate.internal.identity.sip_caller import shared_number_set
+from voicegate.internal.session.limits import TokenBucketLimiter
+from voicegate.internal.sip.calls import CallLeg, CallRegistry
+from voicegate.internal.sip.capabilities import accepts, method_refusal
+from voicegate.internal.sip.dialog import Dialog
+from voicegate.internal.sip.digest import SERVER_ALGORITHMS, DigestAuthenticator
+from voicegate.internal.sip.handler import (
     CallFailed,
     CallHandler,
     CallRejected,
@@ -35,18 +35,18 @@ from internal.sip.handler import (
     OutboundCall,
     Rejection,
 )
-from internal.sip.message import SipRequest, SipResponse
-from internal.sip.registration import Registrations
-from internal.sip.sdp import SessionDescription
-from internal.sip.stack import ALLOWED_METHODS, SUPPORTED_OPTIONS, HeaderItems, SipStack
-from internal.sip.timers import TimerSettings
-from internal.sip.transaction import InviteServerTransaction, ServerTransaction
-from internal.sip.transfer import TransferSubscriptions
-from internal.sip.transport import Address
-from internal.sip.uac import NO_REALM, OutboundInvite, parse_target
-from internal.sip.uas import InboundInvite, capability_headers, handle_reinvite, on_ack
-from internal.sip.update import handle_prack, handle_update
-from internal.sip.uri import SipUri, UriError
+from voicegate.internal.sip.message import SipRequest, SipResponse
+from voicegate.internal.sip.registration import Registrations
+from voicegate.internal.sip.sdp import SessionDescription
+from voicegate.internal.sip.stack import ALLOWED_METHODS, SUPPORTED_OPTIONS, HeaderItems, SipStack
+from voicegate.internal.sip.timers import TimerSettings
+from voicegate.internal.sip.transaction import InviteServerTransaction, ServerTransaction
+from voicegate.internal.sip.transfer import TransferSubscriptions
+from voicegate.internal.sip.transport import Address
+from voicegate.internal.sip.uac import NO_REALM, OutboundInvite, parse_target
+from voicegate.internal.sip.uas import InboundInvite, capability_headers, handle_reinvite, on_ack
+from voicegate.internal.sip.update import handle_prack, handle_update
+from voicegate.internal.sip.uri import SipUri, UriError
 
 __all__ = [
     "CallFailed",

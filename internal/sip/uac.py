@@ -13,16 +13,16 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from internal.sip.calls import CallLeg
-from internal.sip.core import UaCore
-from internal.sip.dialog import Dialog, DialogError
-from internal.sip.digest import DigestError, authorization_header, choose_challenge
-from internal.sip.handler import CallFailed, OutboundCall
-from internal.sip.headers import Headers
-from internal.sip.message import SipRequest, SipResponse
-from internal.sip.sdp import SdpError, SessionDescription
-from internal.sip.session_refresh import SessionRefresh
-from internal.sip.session_timer import (
+from voicegate.internal.sip.calls import CallLeg
+from voicegate.internal.sip.core import UaCore
+from voicegate.internal.sip.dialog import Dialog, DialogError
+from voicegate.internal.sip.digest import DigestError, authorization_header, choose_challenge
+from voicegate.internal.sip.handler import CallFailed, OutboundCall
+from voicegate.internal.sip.headers import Headers
+from voicegate.internal.sip.message import SipRequest, SipResponse
+from voicegate.internal.sip.sdp import SdpError, SessionDescription
+from voicegate.internal.sip.session_refresh import SessionRefresh
+from voicegate.internal.sip.session_timer import (
     SessionTimer,
     SessionTimerError,
     peer_allows_update,
@@ -30,10 +30,10 @@ from internal.sip.session_timer import (
     timer_from_uac_response,
     uac_request_headers,
 )
-from internal.sip.stack import ALLOWED_METHODS, RoutingError, new_tag
-from internal.sip.transaction import ClientTransaction
-from internal.sip.transport import Address
-from internal.sip.uri import NameAddr, SipUri, UriError, sip_uri_with_host
+from voicegate.internal.sip.stack import ALLOWED_METHODS, RoutingError, new_tag
+from voicegate.internal.sip.transaction import ClientTransaction
+from voicegate.internal.sip.transport import Address
+from voicegate.internal.sip.uri import NameAddr, SipUri, UriError, sip_uri_with_host
 
 log = logging.getLogger(__name__)
 MAX_422_RETRIES = 2  # RFC 4028 7.1: each 422 raises the interval; a third one means a peer that loops

@@ -18,20 +18,20 @@ import random
 from collections.abc import Mapping
 from typing import Literal
 
-from internal.identity.sip_caller import is_trusted, resolve_sip_identity
-from internal.sip.calls import CallLeg
-from internal.sip.core import UaCore
-from internal.sip.dialog import Dialog, DialogError
-from internal.sip.handler import CallRejected, IncomingCall
-from internal.sip.message import SipRequest, SipResponse
-from internal.sip.reliable import ReliableProvisionals, caller_supports, should_send_reliably
-from internal.sip.sdp import SdpError, SessionDescription
-from internal.sip.session_refresh import SessionRefresh
-from internal.sip.session_timer import TooSmall, UasDecision, peer_allows_update
-from internal.sip.stack import ALLOWED_METHODS, SUPPORTED_OPTIONS, HeaderItems, new_tag
-from internal.sip.transaction import InviteServerTransaction, ServerTransaction
-from internal.sip.transport import Address
-from internal.sip.update import answer_offer, apply_refresh, negotiate_refresh, sdp_warning
+from voicegate.internal.identity.sip_caller import is_trusted, resolve_sip_identity
+from voicegate.internal.sip.calls import CallLeg
+from voicegate.internal.sip.core import UaCore
+from voicegate.internal.sip.dialog import Dialog, DialogError
+from voicegate.internal.sip.handler import CallRejected, IncomingCall
+from voicegate.internal.sip.message import SipRequest, SipResponse
+from voicegate.internal.sip.reliable import ReliableProvisionals, caller_supports, should_send_reliably
+from voicegate.internal.sip.sdp import SdpError, SessionDescription
+from voicegate.internal.sip.session_refresh import SessionRefresh
+from voicegate.internal.sip.session_timer import TooSmall, UasDecision, peer_allows_update
+from voicegate.internal.sip.stack import ALLOWED_METHODS, SUPPORTED_OPTIONS, HeaderItems, new_tag
+from voicegate.internal.sip.transaction import InviteServerTransaction, ServerTransaction
+from voicegate.internal.sip.transport import Address
+from voicegate.internal.sip.update import answer_offer, apply_refresh, negotiate_refresh, sdp_warning
 
 log = logging.getLogger(__name__)
 SDP = "application/sdp"

@@ -11,17 +11,17 @@ import logging
 import random
 from collections.abc import Callable
 
-from internal.sip.calls import CallLeg
-from internal.sip.core import UaCore
-from internal.sip.dialog import Dialog
-from internal.sip.handler import CallRejected
-from internal.sip.message import SipRequest
-from internal.sip.sdp import SdpError, SessionDescription
-from internal.sip.session_timer import SessionTimerError, TooSmall, UasDecision, negotiate_as_uas
-from internal.sip.stack import ALLOWED_METHODS, SUPPORTED_OPTIONS
-from internal.sip.syntax import quote
-from internal.sip.transaction import ServerTransaction
-from internal.sip.transport import Address
+from voicegate.internal.sip.calls import CallLeg
+from voicegate.internal.sip.core import UaCore
+from voicegate.internal.sip.dialog import Dialog
+from voicegate.internal.sip.handler import CallRejected
+from voicegate.internal.sip.message import SipRequest
+from voicegate.internal.sip.sdp import SdpError, SessionDescription
+from voicegate.internal.sip.session_timer import SessionTimerError, TooSmall, UasDecision, negotiate_as_uas
+from voicegate.internal.sip.stack import ALLOWED_METHODS, SUPPORTED_OPTIONS
+from voicegate.internal.sip.syntax import quote
+from voicegate.internal.sip.transaction import ServerTransaction
+from voicegate.internal.sip.transport import Address
 
 log = logging.getLogger(__name__)
 SDP = "application/sdp"

@@ -17,20 +17,20 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
-from internal.audio.rtp_ports import RtpPortAllocator, RtpPortsExhausted
-from internal.audio.rtp_session import RtpSession, RtpStats
-from internal.audio.scheduler import PacedScheduler
-from internal.config.sections import SipConfig
-from internal.identity import CallerIdentity
-from internal.pipeline.events import EventSink
-from internal.pipeline.pipeline import VoicePipeline
-from internal.session import Session, SessionLimitReached, TransportKind
-from internal.sip.dialog import Dialog
-from internal.sip.handler import CallFailed, CallRejected, IncomingCall, OutboundCall, Rejection
-from internal.sip.sdes import negotiate_media, secure_answer, secure_offer
-from internal.sip.sdp import SdpError, SessionDescription, build_answer, build_offer
-from internal.sip.uri import SipUri
-from internal.sip.voice_call import (
+from voicegate.internal.audio.rtp_ports import RtpPortAllocator, RtpPortsExhausted
+from voicegate.internal.audio.rtp_session import RtpSession, RtpStats
+from voicegate.internal.audio.scheduler import PacedScheduler
+from voicegate.internal.config.sections import SipConfig
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.pipeline.events import EventSink
+from voicegate.internal.pipeline.pipeline import VoicePipeline
+from voicegate.internal.session import Session, SessionLimitReached, TransportKind
+from voicegate.internal.sip.dialog import Dialog
+from voicegate.internal.sip.handler import CallFailed, CallRejected, IncomingCall, OutboundCall, Rejection
+from voicegate.internal.sip.sdes import negotiate_media, secure_answer, secure_offer
+from voicegate.internal.sip.sdp import SdpError, SessionDescription, build_answer, build_offer
+from voicegate.internal.sip.uri import SipUri
+from voicegate.internal.sip.voice_call import (
     SIP_CALL_ID,
     SIP_OUTBOUND,
     CallLog,
@@ -40,7 +40,7 @@ from internal.sip.voice_call import (
     media_address,
     secure,
 )
-from internal.telephony.answering_machine import AmdPlan, AmdRun, run_in_background
+from voicegate.internal.telephony.answering_machine import AmdPlan, AmdRun, run_in_background
 
 log = logging.getLogger(__name__)
 

@@ -15,13 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from internal.audio.rtp_session import MediaDirection, RtpSession
-from internal.audio.srtp import SrtpContext
-from internal.config.sections import SipConfig, split_host_port
-from internal.identity import CallerIdentity
-from internal.identity.phone import normalise_e164
-from internal.identity.sip_caller import unless_shared
-from internal.pipeline.events import (
+from voicegate.internal.audio.rtp_session import MediaDirection, RtpSession
+from voicegate.internal.audio.srtp import SrtpContext
+from voicegate.internal.config.sections import SipConfig, split_host_port
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.identity.phone import normalise_e164
+from voicegate.internal.identity.sip_caller import unless_shared
+from voicegate.internal.pipeline.events import (
     AmdEvent,
     DigitsEvent,
     Event,
@@ -33,14 +33,14 @@ from internal.pipeline.events import (
     TurnEvent,
     VoicemailEvent,
 )
-from internal.pipeline.pipeline import VoicePipeline
-from internal.session import Session
-from internal.sip.dialog import Dialog
-from internal.sip.sdes import SrtpKeys, new_key
-from internal.sip.sdp import Negotiated
-from internal.sip.uri import SipUri
+from voicegate.internal.pipeline.pipeline import VoicePipeline
+from voicegate.internal.session import Session
+from voicegate.internal.sip.dialog import Dialog
+from voicegate.internal.sip.sdes import SrtpKeys, new_key
+from voicegate.internal.sip.sdp import Negotiated
+from voicegate.internal.sip.uri import SipUri
 
-log = logging.getLogger("internal.sip.voice")  # one logger for a call's lines, whichever module writes them
+log = logging.getLogger("voicegate.internal.sip.voice")  # one logger for a call's lines, whichever module writes them
 
 SIP_OUTBOUND = "sip.outbound"  # session.data key: True on a call voicegate placed (send_dtmf is offered there)
 SIP_CALL_ID = "sip.call_id"  # session.data key: the call's SIP Call-ID, for operators and POST /calls

@@ -16,10 +16,10 @@ import json
 import re
 from typing import Any, Literal
 
-from internal.audio.dtmf import EVENT_DIGITS
-from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
-from internal.session import Session
-from internal.sip.voice_call import SIP_CALL_ID, SIP_OUTBOUND
+from voicegate.internal.audio.dtmf import EVENT_DIGITS
+from voicegate.internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
+from voicegate.internal.session import Session
+from voicegate.internal.sip.voice_call import SIP_CALL_ID, SIP_OUTBOUND
 
 DtmfMethod = Literal["rfc4733", "info"]
 MAX_DIGITS = 64

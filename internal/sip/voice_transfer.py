@@ -18,13 +18,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from internal.config.sections import SipConfig
-from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
-from internal.session import Session
-from internal.session.actions import record_action, settle_transfer, transfer_action
-from internal.sip.dialog import Dialog
-from internal.sip.transfer import ReferSubscription, TransferBusy, TransferOutcome, await_outcome, send_refer
-from internal.sip.voice_call import SIP_CALL_ID
+from voicegate.internal.config.sections import SipConfig
+from voicegate.internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
+from voicegate.internal.session import Session
+from voicegate.internal.session.actions import record_action, settle_transfer, transfer_action
+from voicegate.internal.sip.dialog import Dialog
+from voicegate.internal.sip.transfer import ReferSubscription, TransferBusy, TransferOutcome, await_outcome, send_refer
+from voicegate.internal.sip.voice_call import SIP_CALL_ID
 
 log = logging.getLogger(__name__)
 

@@ -26,15 +26,15 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from internal.config.telephony import WarmTransferConfig
-from internal.pipeline.events import TransferEvent
-from internal.pipeline.pipeline import VoicePipeline
-from internal.session import Session
-from internal.session.actions import record_action, settle_transfer, transfer_action
-from internal.sip.handler import CallFailed
-from internal.sip.voice_call import SIP_CALL_ID, SipVoiceCall
-from internal.sip.voice_dtmf import info_body
-from internal.sip.voice_transfer import (
+from voicegate.internal.config.telephony import WarmTransferConfig
+from voicegate.internal.pipeline.events import TransferEvent
+from voicegate.internal.pipeline.pipeline import VoicePipeline
+from voicegate.internal.session import Session
+from voicegate.internal.session.actions import record_action, settle_transfer, transfer_action
+from voicegate.internal.sip.handler import CallFailed
+from voicegate.internal.sip.voice_call import SIP_CALL_ID, SipVoiceCall
+from voicegate.internal.sip.voice_dtmf import info_body
+from voicegate.internal.sip.voice_transfer import (
     IN_PROGRESS,
     TRANSFER_STATE,
     TRANSFERRED,
@@ -45,8 +45,8 @@ from internal.sip.voice_transfer import (
     agent_quiet,
     resolve_target,
 )
-from internal.telephony.leg_media import BriefingPort, HoldPort, bridge, chime, load_hold_music
-from internal.telephony.warm_transfer import briefing, call_summary, greeting_over, return_message
+from voicegate.internal.telephony.leg_media import BriefingPort, HoldPort, bridge, chime, load_hold_music
+from voicegate.internal.telephony.warm_transfer import briefing, call_summary, greeting_over, return_message
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from urllib.parse import urlencode
 import websockets
 from websockets.asyncio.client import ClientConnection, connect
 
-from internal.config.providers import DeepgramConfig
-from internal.stt.base import SttError, SttStream, Transcript
+from voicegate.internal.config.providers import DeepgramConfig
+from voicegate.internal.stt.base import SttError, SttStream, Transcript
 
 log = logging.getLogger(__name__)
 

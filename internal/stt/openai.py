@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator
 
 import openai
 
-from internal.audio.frame import BYTES_PER_SAMPLE
-from internal.config.providers import OpenAIConfig
-from internal.llm.openai import CONNECT_TIMEOUT_S, KEYLESS_PLACEHOLDER
-from internal.stt.base import SttStream, Transcript
-from internal.tts.wav import pcm_to_wav
+from voicegate.internal.audio.frame import BYTES_PER_SAMPLE
+from voicegate.internal.config.providers import OpenAIConfig
+from voicegate.internal.llm.openai import CONNECT_TIMEOUT_S, KEYLESS_PLACEHOLDER
+from voicegate.internal.stt.base import SttStream, Transcript
+from voicegate.internal.tts.wav import pcm_to_wav
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from internal.config.providers import PocketsphinxConfig
-from internal.stt.workers import DecoderPool, UtteranceStream, watch_parent
+from voicegate.internal.config.providers import PocketsphinxConfig
+from voicegate.internal.stt.workers import DecoderPool, UtteranceStream, watch_parent
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +56,8 @@ def decoder_settings(config: PocketsphinxConfig, work_dir: Path) -> dict[str, An
     elif config.lm:
         settings["lm"] = config.lm
     else:
-        from internal.stt.builtin_phrases import builtin_phrases
-        from internal.stt.phrase_lm import write_model
+        from voicegate.internal.stt.builtin_phrases import builtin_phrases
+        from voicegate.internal.stt.phrase_lm import write_model
 
         lm, dictionary, _unknown = write_model(builtin_phrases(), model_dir / "en-us" / "cmudict-en-us.dict",
                                                work_dir)
@@ -115,7 +115,7 @@ def dither(pcm: bytes) -> bytes:
 
 def _decode(pcm: bytes, sample_rate: int) -> str:
     if sample_rate != MODEL_RATE:
-        from internal.audio.resample import resample
+        from voicegate.internal.audio.resample import resample
 
         pcm = resample(pcm, sample_rate, MODEL_RATE)
         if sample_rate < MODEL_RATE:

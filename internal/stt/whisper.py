@@ -14,10 +14,10 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from internal.config.providers import WhisperConfig
-from internal.config.sizing import worker_count
-from internal.devices import cuda_devices_ctranslate2, whisper_device
-from internal.stt.whisper_decode import (
+from voicegate.internal.config.providers import WhisperConfig
+from voicegate.internal.config.sizing import worker_count
+from voicegate.internal.devices import cuda_devices_ctranslate2, whisper_device
+from voicegate.internal.stt.whisper_decode import (
     MODEL_RATE,
     Decoded,
     DecodeSettings,
@@ -26,10 +26,10 @@ from internal.stt.whisper_decode import (
     init_worker,
     utterance_window,
 )
-from internal.stt.whisper_models import ResolvedModel, resolve_model
-from internal.stt.workers import DecoderPool, UtteranceStream
-from internal.telemetry.queues import WorkQueue
-from internal.turn.phone_turn import HEAD_MODEL
+from voicegate.internal.stt.whisper_models import ResolvedModel, resolve_model
+from voicegate.internal.stt.workers import DecoderPool, UtteranceStream
+from voicegate.internal.telemetry.queues import WorkQueue
+from voicegate.internal.turn.phone_turn import HEAD_MODEL
 
 log = logging.getLogger(__name__)
 

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from internal.audio.line_noise import estimate_snr_db
-from internal.stt.workers import watch_parent
+from voicegate.internal.audio.line_noise import estimate_snr_db
+from voicegate.internal.stt.workers import watch_parent
 
 if TYPE_CHECKING:
-    from internal.turn.phone_turn import PhoneTurnHead
+    from voicegate.internal.turn.phone_turn import PhoneTurnHead
 
 MODEL_RATE = 16000
 FRAMES_PER_S = 100  # Whisper's features: one frame per 10 ms
@@ -129,7 +129,7 @@ def no_words(decoded: Decoded) -> bool:
 
 def to_model_audio(pcm: bytes, sample_rate: int) -> np.ndarray:
     if sample_rate != MODEL_RATE:
-        from internal.audio.resample import resample
+        from voicegate.internal.audio.resample import resample
 
         pcm = resample(pcm, sample_rate, MODEL_RATE)
     return np.frombuffer(pcm, dtype=np.int16).astype(np.float32) / 32768.0
@@ -154,7 +154,7 @@ class WhisperDecoder:
         self.prompt = self.prompt_for("")
         self.turn_head: PhoneTurnHead | None = None
         if settings.end_of_turn_head:  # a missing or changed weights file is refused here, with its reason
-            from internal.turn.phone_turn import shared_head
+            from voicegate.internal.turn.phone_turn import shared_head
 
             self.turn_head = shared_head()
 
@@ -218,7 +218,7 @@ class WhisperDecoder:
     def end_of_turn(self, encoded: Any, audios: list[np.ndarray]) -> list[float | None]:
         """The phone-band head's P(turn finished) for each utterance, from states the decode computed anyway:
         pooled over the end of the speech (internal/turn/phone_turn.py), a few microseconds each."""
-        from internal.turn.phone_turn import POOL_SPANS, pool_states
+        from voicegate.internal.turn.phone_turn import POOL_SPANS, pool_states
 
         head = self.turn_head
         if head is None:

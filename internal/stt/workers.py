@@ -27,8 +27,8 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 
-from internal.stt.base import SttError, Transcript
-from internal.telemetry.queues import WorkQueue
+from voicegate.internal.stt.base import SttError, Transcript
+from voicegate.internal.telemetry.queues import WorkQueue
 
 log = logging.getLogger(__name__)
 

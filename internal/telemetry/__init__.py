@@ -1,5 +1,5 @@
 """Logging (JSON lines, redaction, session ids) and, later, traces and metrics."""
 
-from internal.telemetry.logs import CONTENT_FIELDS, Redactor, configure_logging, session_id_var
+from voicegate.internal.telemetry.logs import CONTENT_FIELDS, Redactor, configure_logging, session_id_var
 
 __all__ = ["CONTENT_FIELDS", "Redactor", "configure_logging", "session_id_var"]

@@ -35,9 +35,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from internal.config.providers import TelemetryConfig
-from internal.telemetry.loop_lag import LoopLag
-from internal.telemetry.queues import WorkQueue
+from voicegate.internal.config.providers import TelemetryConfig
+from voicegate.internal.telemetry.loop_lag import LoopLag
+from voicegate.internal.telemetry.queues import WorkQueue
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ import re
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from internal.audio.frame import FRAME_MS
-from internal.pipeline.vad import AdaptiveEnergyClassifier
-from internal.telephony.beep import Beep, BeepDetector
+from voicegate.internal.audio.frame import FRAME_MS
+from voicegate.internal.pipeline.vad import AdaptiveEnergyClassifier
+from voicegate.internal.telephony.beep import Beep, BeepDetector
 
 AmdResult = Literal["human", "machine", "unknown"]
 AmdReason = Literal["beep", "words", "long greeting", "short greeting", "silence", "undecided"]

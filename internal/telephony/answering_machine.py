@@ -22,13 +22,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from internal.audio.frame import FRAME_MS
-from internal.config.telephony import AmdConfig, AmdOutcome
-from internal.pipeline.events import AmdEvent, VoicemailEvent
-from internal.pipeline.pipeline import VoicePipeline
-from internal.session import Session
-from internal.stt.base import Transcript
-from internal.telephony.amd import (
+from voicegate.internal.audio.frame import FRAME_MS
+from voicegate.internal.config.telephony import AmdConfig, AmdOutcome
+from voicegate.internal.pipeline.events import AmdEvent, VoicemailEvent
+from voicegate.internal.pipeline.pipeline import VoicePipeline
+from voicegate.internal.session import Session
+from voicegate.internal.stt.base import Transcript
+from voicegate.internal.telephony.amd import (
     AmdDecision,
     AmdResult,
     AmdSettings,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from internal.audio.frame import FRAME_MS
+from voicegate.internal.audio.frame import FRAME_MS
 
 BEEP_LOW_HZ = 300.0
 BEEP_HIGH_HZ = 2500.0

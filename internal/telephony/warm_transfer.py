@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from internal.conversation.rolling_summary import extractive_summary
-from internal.conversation.transcript import TranscriptEntry
+from voicegate.internal.conversation.rolling_summary import extractive_summary
+from voicegate.internal.conversation.transcript import TranscriptEntry
 
 WarmPhase = Literal["holding", "dialling", "briefing", "connected", "failed", "ended"]
 # After the target's voice stops for this long, their greeting is over and the briefing may start.

@@ -36,13 +36,20 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED, CallToolResult
 
-from internal.config.display import mask_urls_in
-from internal.config.mcp import McpConfig, McpServerConfig
-from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry, ToolTimeout
-from internal.telephony.form_digits import carries_entry
-from internal.tools.mcp_caller import CALLER_HEADERS, CALLER_META, OwnerKeyOf, admits, caller_headers, caller_meta
-from internal.tools.mcp_results import fenced, result_text
-from internal.tools.mcp_stderr import ServerStderr
+from voicegate.internal.config.display import mask_urls_in
+from voicegate.internal.config.mcp import McpConfig, McpServerConfig
+from voicegate.internal.pipeline.tools import ToolContext, ToolError, ToolRegistry, ToolTimeout
+from voicegate.internal.telephony.form_digits import carries_entry
+from voicegate.internal.tools.mcp_caller import (
+    CALLER_HEADERS,
+    CALLER_META,
+    OwnerKeyOf,
+    admits,
+    caller_headers,
+    caller_meta,
+)
+from voicegate.internal.tools.mcp_results import fenced, result_text
+from voicegate.internal.tools.mcp_stderr import ServerStderr
 
 # A task tool (`task_tools`) gets the ledger's task id in this argument, which the model is never shown;
 # its status tool is called with {"task_id": ...} and answers one of TASK_STATUSES.

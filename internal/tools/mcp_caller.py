@@ -22,8 +22,8 @@ import hmac
 from collections.abc import Callable
 from typing import Any
 
-from internal.config.mcp import McpServerConfig
-from internal.identity import CallerIdentity
+from voicegate.internal.config.mcp import McpServerConfig
+from voicegate.internal.identity import CallerIdentity
 
 CALLER_META = "voicegate/caller"
 CALLER_KIND_HEADER = "X-Voicegate-Caller-Kind"

@@ -15,7 +15,7 @@ import re
 
 from mcp.types import CallToolResult
 
-from internal.memory.injection import neutralise
+from voicegate.internal.memory.injection import neutralise
 
 CLOSE = "</tool_result>"
 CUT_NOTICE = "[the rest of the result was cut: too long]"

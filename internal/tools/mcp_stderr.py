@@ -16,9 +16,9 @@ import os
 import threading
 from typing import TextIO, cast
 
-from internal.config.display import mask_urls_in
+from voicegate.internal.config.display import mask_urls_in
 
-log = logging.getLogger("internal.tools.mcp.stderr")
+log = logging.getLogger("voicegate.internal.tools.mcp.stderr")
 
 MAX_LINE_CHARS = 500  # a program that prints a megabyte on one line does not make a megabyte log line
 

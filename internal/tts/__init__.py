@@ -1,5 +1,5 @@
 """Text-to-speech providers: espeak-ng (local), OpenAI-compatible speech."""
 
-from internal.tts.base import TextToSpeech, TtsError
+from voicegate.internal.tts.base import TextToSpeech, TtsError
 
 __all__ = ["TextToSpeech", "TtsError"]

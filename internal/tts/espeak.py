@@ -13,10 +13,10 @@ import logging
 import struct
 from collections.abc import AsyncGenerator, AsyncIterator
 
-from internal.audio.resample import Resampler
-from internal.config.providers import EspeakConfig
-from internal.telemetry.queues import WorkQueue
-from internal.tts.base import TtsError
+from voicegate.internal.audio.resample import Resampler
+from voicegate.internal.config.providers import EspeakConfig
+from voicegate.internal.telemetry.queues import WorkQueue
+from voicegate.internal.tts.base import TtsError
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from internal.audio.resample import Resampler
-from internal.config.providers import OpenAIConfig
-from internal.tts.base import TtsError
+from voicegate.internal.audio.resample import Resampler
+from voicegate.internal.config.providers import OpenAIConfig
+from voicegate.internal.tts.base import TtsError
 
 log = logging.getLogger(__name__)
 

@@ -28,13 +28,13 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from internal.audio.resample import Resampler
-from internal.config.providers import PiperConfig
-from internal.config.sizing import worker_count
-from internal.devices import onnx_available_providers
-from internal.telemetry.queues import WorkQueue
-from internal.tts.base import TtsError
-from internal.tts.piper_voice import (
+from voicegate.internal.audio.resample import Resampler
+from voicegate.internal.config.providers import PiperConfig
+from voicegate.internal.config.sizing import worker_count
+from voicegate.internal.devices import onnx_available_providers
+from voicegate.internal.telemetry.queues import WorkQueue
+from voicegate.internal.tts.base import TtsError
+from voicegate.internal.tts.piper_voice import (
     PINNED_VOICE_SHA256,
     pinned_digests,
     piper_available,
@@ -44,7 +44,7 @@ from internal.tts.piper_voice import (
     verify_voice,
     voice_config_path,
 )
-from internal.tts.wav import wav_to_pcm
+from voicegate.internal.tts.wav import wav_to_pcm
 
 __all__ = ["PINNED_VOICE_SHA256", "PiperProcess", "PiperTextToSpeech", "piper_available", "resolve_voice",
            "verify_voice"]

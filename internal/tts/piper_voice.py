@@ -14,9 +14,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from internal.config.providers import PiperConfig
-from internal.devices import onnx_device, onnx_providers
-from internal.tts.base import TtsError
+from voicegate.internal.config.providers import PiperConfig
+from voicegate.internal.devices import onnx_device, onnx_providers
+from voicegate.internal.tts.base import TtsError
 
 # The pinned voice package is one person's repackaging of the voice, so its digests live here.
 PINNED_VOICE_SHA256 = {

@@ -8,7 +8,7 @@ when it carries at least one content word.
 
 from __future__ import annotations
 
-from internal.turn.text_cues import words
+from voicegate.internal.turn.text_cues import words
 
 BACKCHANNEL_TOKENS = frozenset(
     "mm mhm mmhm mmhmm mhmm hmm hm uh huh uhhuh um umm yep yup yeah yea yes ya okay ok kay right sure alright "

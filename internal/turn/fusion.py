@@ -21,8 +21,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from internal.stt.whisper_models import sha256_of
-from internal.turn.text_cues import TextCues, text_cues, whole_utterance
+from voicegate.internal.stt.whisper_models import sha256_of
+from voicegate.internal.turn.text_cues import TextCues, text_cues, whole_utterance
 
 WEIGHTS_FILE = "fusion_weights.json"
 WEIGHTS_SHA256 = "8f674111f192a6b0451f2f2e24af396464cf4d161a96ffe0d1083e4fb57d6704"
@@ -126,7 +126,7 @@ def parse_weights(data: dict[str, object]) -> TurnFusion:
 
 
 def weights_path() -> Path:
-    return Path(str(resources.files("internal.turn").joinpath(WEIGHTS_FILE)))
+    return Path(str(resources.files("voicegate.internal.turn").joinpath(WEIGHTS_FILE)))
 
 
 @lru_cache(maxsize=1)

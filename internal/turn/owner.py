@@ -28,15 +28,15 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from internal.config.sections import PipelineConfig
-from internal.llm.base import Turn
-from internal.stt.base import Transcript
-from internal.turn.bargein import is_backchannel, is_meaningful_interruption, too_many_words
-from internal.turn.fusion import NOT_ASKED, TurnFusion, cleanness
-from internal.turn.keypad import Keypad
-from internal.turn.pauses import CallerPauses
-from internal.turn.pending import Decision, PendingTurn, Release, TurnTimes
-from internal.turn.policy import (
+from voicegate.internal.config.sections import PipelineConfig
+from voicegate.internal.llm.base import Turn
+from voicegate.internal.stt.base import Transcript
+from voicegate.internal.turn.bargein import is_backchannel, is_meaningful_interruption, too_many_words
+from voicegate.internal.turn.fusion import NOT_ASKED, TurnFusion, cleanness
+from voicegate.internal.turn.keypad import Keypad
+from voicegate.internal.turn.pauses import CallerPauses
+from voicegate.internal.turn.pending import Decision, PendingTurn, Release, TurnTimes
+from voicegate.internal.turn.policy import (
     NOT_UNDERSTOOD_SPEECH_MS,
     VERDICT_WAIT_MS,
     asks_model,
@@ -45,9 +45,9 @@ from internal.turn.policy import (
     verdict_threshold,
     worth_preparing,
 )
-from internal.turn.ports import EndOfTurnModel, Line, Replies
-from internal.turn.smart_turn import without_long_pauses
-from internal.turn.text_cues import added_words, says_it_goes_on
+from voicegate.internal.turn.ports import EndOfTurnModel, Line, Replies
+from voicegate.internal.turn.smart_turn import without_long_pauses
+from voicegate.internal.turn.text_cues import added_words, says_it_goes_on
 
 log = logging.getLogger(__name__)
 

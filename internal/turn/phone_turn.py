@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from internal.stt.whisper_models import sha256_of
+from voicegate.internal.stt.whisper_models import sha256_of
 
 WEIGHTS_FILE = "phone_turn_weights.json"
 WEIGHTS_SHA256 = "4f1bdf594dbb9b708a09190c41c1a8320686cb0e7147242525556c0c2b443b06"
@@ -96,7 +96,7 @@ def parse_weights(data: dict[str, object]) -> PhoneTurnHead:
 
 
 def weights_path() -> Path:
-    return Path(str(resources.files("internal.turn").joinpath(WEIGHTS_FILE)))
+    return Path(str(resources.files("voicegate.internal.turn").joinpath(WEIGHTS_FILE)))
 
 
 def load_head(path: Path, expected_sha256: str = WEIGHTS_SHA256) -> PhoneTurnHead:

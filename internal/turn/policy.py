@@ -19,8 +19,8 @@ caller has also been quiet for a while, never later than TURN_MERGE_MAX_MS after
 
 from __future__ import annotations
 
-from internal.turn.pending import Decision
-from internal.turn.text_cues import ends_dictation, ends_incomplete, ends_terminal
+from voicegate.internal.turn.pending import Decision
+from voicegate.internal.turn.text_cues import ends_dictation, ends_incomplete, ends_terminal
 
 # A caller who never pauses cleanly still gets an answer after this long (text rules).
 TURN_MERGE_MAX_MS = 2500

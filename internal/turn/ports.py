@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from internal.llm.base import Turn
-from internal.turn.pending import Release, TurnTimes
+from voicegate.internal.llm.base import Turn
+from voicegate.internal.turn.pending import Release, TurnTimes
 
 
 class Replies(Protocol):

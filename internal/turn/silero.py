@@ -65,7 +65,7 @@ class SileroModel:
 @lru_cache(maxsize=1)
 def shared_silero() -> SileroModel:
     """The process's one Silero session (loaded on first use; the weights are verified first)."""
-    from internal.turn.weights import silero_path
+    from voicegate.internal.turn.weights import silero_path
 
     return SileroModel(silero_path())
 

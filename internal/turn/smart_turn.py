@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from internal.devices import CPU_PROVIDER, DeviceUnavailable, missed_device
-from internal.telemetry.queues import WorkQueue
+from voicegate.internal.devices import CPU_PROVIDER, DeviceUnavailable, missed_device
+from voicegate.internal.telemetry.queues import WorkQueue
 
 MODEL_RATE = 16000
 WINDOW_S = 8
@@ -73,7 +73,7 @@ class SmartTurnModel:
         import onnxruntime
         from faster_whisper.feature_extractor import FeatureExtractor
 
-        from internal.stt.workers import one_blas_thread
+        from voicegate.internal.stt.workers import one_blas_thread
 
         one_blas_thread()  # the features' matrix product would leave OpenBLAS threads spinning through the model
         options = onnxruntime.SessionOptions()
@@ -158,6 +158,6 @@ class SmartTurnModel:
 def shared_smart_turn(configured: str = "", download: bool = True,
                       providers: tuple[str, ...] = (CPU_PROVIDER,)) -> SmartTurnModel:
     """The process's one Smart Turn session (weights found, fetched if allowed, and verified first)."""
-    from internal.turn.weights import smart_turn_path
+    from voicegate.internal.turn.weights import smart_turn_path
 
     return SmartTurnModel(smart_turn_path(configured, download=download), providers=providers)

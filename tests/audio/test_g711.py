@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from internal.audio.g711 import (
+from voicegate.internal.audio.g711 import (
     PCMA,
     PCMU,
     alaw_decode,

@@ -8,8 +8,8 @@ from collections.abc import Iterable
 import numpy as np
 import pytest
 
-from internal.audio.jitterbuffer import JitterBuffer, PushResult
-from internal.audio.rtp import RtpPacket
+from voicegate.internal.audio.jitterbuffer import JitterBuffer, PushResult
+from voicegate.internal.audio.rtp import RtpPacket
 
 TICK = 0.020
 

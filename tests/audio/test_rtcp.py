@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from internal.audio.rtcp import (
+from voicegate.internal.audio.rtcp import (
     Goodbye,
     ReceiverReport,
     ReceiverStats,
@@ -19,7 +19,7 @@ from internal.audio.rtcp import (
     parse_rtcp,
     serialize_compound,
 )
-from internal.audio.rtp import RtpPacket
+from voicegate.internal.audio.rtp import RtpPacket
 
 u32 = st.integers(0, 0xFFFFFFFF)
 blocks = st.builds(

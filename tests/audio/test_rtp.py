@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from internal.audio.rtp import (
+from voicegate.internal.audio.rtp import (
     RtpError,
     RtpHeaderExtension,
     RtpPacket,

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from internal.audio.dtmf import DtmfSender
-from internal.audio.g711 import PCMA, PCMU, alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
-from internal.audio.rtp import RtpPacket, rtp_header
-from internal.audio.rtp_session import RtpPortAllocator, RtpPortsExhausted, RtpSession
-from internal.audio.scheduler import PacedScheduler
 from tests.audio.pcap import SIPP_PCAPS, needs_sipp_pcaps, read_pcap_udp_payloads
+from voicegate.internal.audio.dtmf import DtmfSender
+from voicegate.internal.audio.g711 import PCMA, PCMU, alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
+from voicegate.internal.audio.rtp import RtpPacket, rtp_header
+from voicegate.internal.audio.rtp_session import RtpPortAllocator, RtpPortsExhausted, RtpSession
+from voicegate.internal.audio.scheduler import PacedScheduler
 
 DTMF_PT = 101
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from internal.audio.scheduler import PacedScheduler
+from voicegate.internal.audio.scheduler import PacedScheduler
 
 PERIOD = 0.020
 
@@ -128,7 +128,7 @@ def test_a_failing_callback_is_logged_and_keeps_ticking(caplog: pytest.LogCaptur
 
     stream = scheduler.add(broken)
     healthy = scheduler.add(lambda: None)
-    with caplog.at_level(logging.ERROR, logger="internal.audio.scheduler"):
+    with caplog.at_level(logging.ERROR, logger="voicegate.internal.audio.scheduler"):
         loop.advance(1000.0 + 100 * PERIOD)
     assert calls == stream.errors == 101 and healthy.ticks == 101
     assert 1 <= len(caplog.records) <= 8  # 1, 2, 4, ... 64: not one line per failure

@@ -9,14 +9,14 @@ from typing import cast
 import numpy as np
 import pytest
 
-from internal.audio.g711 import ulaw_decode, ulaw_encode
-from internal.audio.rtp import rtp_header
-from internal.audio.rtp_session import RtpSession
-from internal.audio.srtp import SrtpContext
-from internal.sip.sdes import SrtpKeys, new_key
-from internal.sip.voice_call import SipVoiceCall, secure
 from tests.audio import test_rtp_session as plain
 from tests.audio.test_rtp_session import Peer, Sessions, best_correlation, chirp_frames, wait_for
+from voicegate.internal.audio.g711 import ulaw_decode, ulaw_encode
+from voicegate.internal.audio.rtp import rtp_header
+from voicegate.internal.audio.rtp_session import RtpSession
+from voicegate.internal.audio.srtp import SrtpContext
+from voicegate.internal.sip.sdes import SrtpKeys, new_key
+from voicegate.internal.sip.voice_call import SipVoiceCall, secure
 
 # The RTP session tests' fixtures, under their own names so pytest finds them here too.
 allocator, scheduler, sessions, raw_peer = plain.allocator, plain.scheduler, plain.sessions, plain.raw_peer

@@ -14,7 +14,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from internal.identity.jwt import mint_token
 from scripts.cluster import Haproxy
 from tests.cluster.harness import LIGHT_ENGINES, Node, running
 from tests.conftest import free_port
@@ -22,6 +21,7 @@ from tests.speech import write_wav
 from tests.webrtc.conftest import WAV_RATE, room_noise
 from tests.webrtc.harness import WhipClient
 from tests.webrtc.test_browser import CHROMIUM, UI_TIMEOUT_MS, browser_page
+from voicegate.internal.identity.jwt import mint_token
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 

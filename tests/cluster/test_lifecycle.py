@@ -21,14 +21,14 @@ import pytest
 import pytest_asyncio
 
 from bench.common import word_errors
-from internal.audio.g711 import ulaw_decode
-from internal.config.providers import WhisperConfig
-from internal.stt.whisper import WhisperSpeechToText
 from tests.cluster.harness import OWNER_KEY_SECRET, Node, Proxy, cluster, scenario
 from tests.cluster.test_kamailio import ended_on, many_calls, sipp_counts
 from tests.conftest import REPO, free_port
 from tests.sip.conftest import run_sipp
 from tests.sip_calls.conftest import RtpCapture, loud_part, neural_caller, stream
+from voicegate.internal.audio.g711 import ulaw_decode
+from voicegate.internal.config.providers import WhisperConfig
+from voicegate.internal.stt.whisper import WhisperSpeechToText
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -139,7 +139,7 @@ connection_string = "{db_uri}"
 async def memory_cli(config: Path, *args: str) -> tuple[int, str]:
     """`voicegate memory ...` as a separate process (never blocking the loop the captures run on)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "server.cli", "--config", str(config), "memory", *args, cwd=REPO,
+        sys.executable, "-m", "voicegate", "--config", str(config), "memory", *args, cwd=REPO,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(proc.communicate(), 120)
     return int(proc.returncode or 0), out.decode(errors="replace")

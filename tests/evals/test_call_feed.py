@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import websockets
 
-from internal.config import load_config
-from internal.identity.jwt import mint_token
-from internal.sip.dialog import Dialog
-from internal.sip.message import SipRequest
-from internal.sip.ua import UserAgent
 from tests.webrtc.harness import WhipClient, live_server, webrtc_config
+from voicegate.internal.config import load_config
+from voicegate.internal.identity.jwt import mint_token
+from voicegate.internal.sip.dialog import Dialog
+from voicegate.internal.sip.message import SipRequest
+from voicegate.internal.sip.ua import UserAgent
 
 API_KEY = "eval-api-key-0123456789abcdef"
 SECRET = "eval-jwt-secret-0123456789abcdef"

@@ -6,15 +6,15 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from internal.config import load_config
-from internal.evals.checks import CallFacts, Check
-from internal.evals.console import ConsoleProgress, summary
-from internal.evals.judge import NO_LLM
-from internal.evals.replies import GREETING, AgentLine, TurnView
-from internal.evals.results import CallResult, ScenarioResult, TurnResult
-from internal.evals.scenario import load_scenario
-from server.eval_cli import _judge, scenario_files, split_targets
-from server.eval_server import EVAL_TRANSFER_TARGETS, TRUSTED_EVAL_PEER, eval_server_config
+from voicegate.internal.config import load_config
+from voicegate.internal.evals.checks import CallFacts, Check
+from voicegate.internal.evals.console import ConsoleProgress, summary
+from voicegate.internal.evals.judge import NO_LLM
+from voicegate.internal.evals.replies import GREETING, AgentLine, TurnView
+from voicegate.internal.evals.results import CallResult, ScenarioResult, TurnResult
+from voicegate.internal.evals.scenario import load_scenario
+from voicegate.server.eval_cli import _judge, scenario_files, split_targets
+from voicegate.server.eval_server import EVAL_TRANSFER_TARGETS, TRUSTED_EVAL_PEER, eval_server_config
 
 
 def test_the_started_server_gets_what_the_eval_needs_and_keeps_a_config_files_choices(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ ice_hosts = ["127.0.0.1"]
 """)
     log = tmp_path / "serve.log"
     with log.open("wb") as out:
-        server = subprocess.Popen([sys.executable, "-m", "server.cli", "--config", str(config), "serve"],
+        server = subprocess.Popen([sys.executable, "-m", "voicegate", "--config", str(config), "serve"],
                                   stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
     try:
         deadline = time.monotonic() + 240

@@ -7,20 +7,20 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from internal.config import load_config
-from internal.evals.checks import CallFacts, Check, call_checks, said_checks, turn_checks
-from internal.evals.conversation import TurnRecord
-from internal.evals.html_report import write_html
-from internal.evals.judge import NO_LLM, judge
-from internal.evals.junit import junit_xml
-from internal.evals.replies import GREETING, AgentLine, TurnView, attribute
-from internal.evals.results import CallResult, Clip, ScenarioResult, TurnResult
-from internal.evals.scenario import Pattern, Turn, load_scenario
-from internal.evals.server_api import Observed
-from internal.evals.voice import Sound
-from internal.evals.wire import Frame, Mouth, Run, Track, speech_runs, stereo_clip
-from internal.llm.openai import OpenAIChatModel
 from tests.fakes.openai_fake import FakeOpenAI
+from voicegate.internal.config import load_config
+from voicegate.internal.evals.checks import CallFacts, Check, call_checks, said_checks, turn_checks
+from voicegate.internal.evals.conversation import TurnRecord
+from voicegate.internal.evals.html_report import write_html
+from voicegate.internal.evals.judge import NO_LLM, judge
+from voicegate.internal.evals.junit import junit_xml
+from voicegate.internal.evals.replies import GREETING, AgentLine, TurnView, attribute
+from voicegate.internal.evals.results import CallResult, Clip, ScenarioResult, TurnResult
+from voicegate.internal.evals.scenario import Pattern, Turn, load_scenario
+from voicegate.internal.evals.server_api import Observed
+from voicegate.internal.evals.voice import Sound
+from voicegate.internal.evals.wire import Frame, Mouth, Run, Track, speech_runs, stereo_clip
+from voicegate.internal.llm.openai import OpenAIChatModel
 
 SCENARIO = """
 name: judged

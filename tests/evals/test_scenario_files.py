@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from internal.evals.scenario import Keys, Pause, Speech, WavFile, load_scenario
-from internal.evals.yaml_nodes import ScenarioError
 from tests.conftest import run_cli
 from tests.speech import silence, write_wav
+from voicegate.internal.evals.scenario import Keys, Pause, Speech, WavFile, load_scenario
+from voicegate.internal.evals.yaml_nodes import ScenarioError
 
 
 def scenario(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:

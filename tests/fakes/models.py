@@ -7,7 +7,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from internal.llm.base import ChatRequest, ReplyDelta, ToolCall
+from voicegate.internal.llm.base import ChatRequest, ReplyDelta, ToolCall
 
 
 class RecordingModel:

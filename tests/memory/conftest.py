@@ -8,23 +8,23 @@ from typing import Any
 
 import pytest
 
-from internal.config import load_config
-from internal.config.providers import MemoryConfig, PgvectorConfig
-from internal.db import Database
-from internal.memory.audit import AuditLog
-from internal.memory.owner import OwnerKeys
-from internal.memory.providers.inmemory import InMemoryProvider
-from internal.memory.providers.markdown import MarkdownProvider
-from internal.memory.providers.pgvector import PgvectorProvider
-from internal.memory.runtime import DAY_S, FrontendMemoryRuntime
 from tests.conftest import tone_driven
+from voicegate.internal.config import load_config
+from voicegate.internal.config.providers import MemoryConfig, PgvectorConfig
+from voicegate.internal.db import Database
+from voicegate.internal.memory.audit import AuditLog
+from voicegate.internal.memory.owner import OwnerKeys
+from voicegate.internal.memory.providers.inmemory import InMemoryProvider
+from voicegate.internal.memory.providers.markdown import MarkdownProvider
+from voicegate.internal.memory.providers.pgvector import PgvectorProvider
+from voicegate.internal.memory.runtime import DAY_S, FrontendMemoryRuntime
 
 RETENTION_S = 90 * DAY_S
 
 
 @pytest.fixture(scope="session")
 def embedder() -> Any:
-    from internal.rag.embedding import WordLlamaEmbedder
+    from voicegate.internal.rag.embedding import WordLlamaEmbedder
 
     return WordLlamaEmbedder()
 

@@ -251,7 +251,7 @@ class VoicegateNode:
         self.runs += 1
         with self._log("stdout").open("wb") as out, self._log("stderr").open("wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "server.cli", "--config", str(self.config_path), "serve"],
+                [sys.executable, "-m", "voicegate", "--config", str(self.config_path), "serve"],
                 cwd=REPO, env=clean_env(), stdout=out, stderr=err, stdin=subprocess.DEVNULL)
 
     async def health(self) -> dict[str, Any] | None:
@@ -303,7 +303,7 @@ class VoicegateNode:
     async def cli(self, *args: str, timeout: float = 120.0) -> CliResult:
         """`voicegate --config <this node's TOML> memory ARGS...` as a process of its own."""
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "server.cli", "--config", str(self.config_path), "memory", *args,
+            sys.executable, "-m", "voicegate", "--config", str(self.config_path), "memory", *args,
             cwd=REPO, env=clean_env(), stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         try:

@@ -11,16 +11,19 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from internal.config.providers import MemoryConfig
-from internal.llm.base import ChatMessage, ChatRequest, ReplyDelta, ToolCall, ToolSpec, Turn
-from internal.llm.local import LocalAgent
-from internal.memory.outbox import HangupOutbox, HangupWrite
-from internal.memory.reconcile import SessionDigestRecorder
-from internal.memory.runtime import DAY_S, FrontendMemoryRuntime
-from internal.memory.sessions import OWNER, SessionMemory
-from internal.memory.tool import register_memory_tools
-from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry, register_end_call
-from internal.session.actions import (
+from tests.memory.conftest import base_config, make_runtime
+from tests.memory.test_calls import SAM, agent_lines, call
+from tests.pipeline.conftest import ScriptedStt
+from voicegate.internal.config.providers import MemoryConfig
+from voicegate.internal.llm.base import ChatMessage, ChatRequest, ReplyDelta, ToolCall, ToolSpec, Turn
+from voicegate.internal.llm.local import LocalAgent
+from voicegate.internal.memory.outbox import HangupOutbox, HangupWrite
+from voicegate.internal.memory.reconcile import SessionDigestRecorder
+from voicegate.internal.memory.runtime import DAY_S, FrontendMemoryRuntime
+from voicegate.internal.memory.sessions import OWNER, SessionMemory
+from voicegate.internal.memory.tool import register_memory_tools
+from voicegate.internal.pipeline.tools import ToolContext, ToolError, ToolRegistry, register_end_call
+from voicegate.internal.session.actions import (
     ACTIONS,
     MAX_ACTIONS,
     call_actions,
@@ -29,10 +32,7 @@ from internal.session.actions import (
     tool_action,
     transfer_action,
 )
-from server.gateway import Gateway
-from tests.memory.conftest import base_config, make_runtime
-from tests.memory.test_calls import SAM, agent_lines, call
-from tests.pipeline.conftest import ScriptedStt
+from voicegate.server.gateway import Gateway
 
 OWNER_KEY = "cd" * 32
 TRANSFERRED = {"action": "transfer", "target": "sales", "status": "succeeded"}

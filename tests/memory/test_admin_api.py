@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from internal.identity import CallerIdentity
-from internal.identity.jwt import mint_token
-from internal.memory.provider import ChangeContext
 from tests.webrtc.harness import LiveServer, live_server, webrtc_config
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.identity.jwt import mint_token
+from voicegate.internal.memory.provider import ChangeContext
 
 SECRET = "test-jwt-secret-0123456789-abcdefgh"
 API_KEY = "admin-api-key-0123456789"

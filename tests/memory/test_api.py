@@ -14,9 +14,9 @@ import jwt
 import pytest
 import websockets
 
-from internal.identity.http_identity import PROXY_SECRET_HEADER, RESOURCE_ID_HEADER
-from internal.identity.jwt import mint_token
 from tests.webrtc.harness import LiveServer, live_server, webrtc_config
+from voicegate.internal.identity.http_identity import PROXY_SECRET_HEADER, RESOURCE_ID_HEADER
+from voicegate.internal.identity.jwt import mint_token
 
 SECRET = "test-jwt-secret-0123456789-abcdefgh"
 

@@ -8,13 +8,13 @@ import os
 import time
 from pathlib import Path
 
-from internal.config.providers import MemoryConfig
-from internal.identity import CallerIdentity
-from internal.memory.audit import AuditLog
-from internal.memory.owner import OwnerKeys
-from internal.memory.provider import ChangeContext
-from internal.memory.providers.inmemory import InMemoryProvider
-from internal.memory.runtime import FrontendMemoryRuntime
+from voicegate.internal.config.providers import MemoryConfig
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.memory.audit import AuditLog
+from voicegate.internal.memory.owner import OwnerKeys
+from voicegate.internal.memory.provider import ChangeContext
+from voicegate.internal.memory.providers.inmemory import InMemoryProvider
+from voicegate.internal.memory.runtime import FrontendMemoryRuntime
 
 OWNER = "ab" * 16
 
@@ -123,7 +123,7 @@ class FailingStore(InMemoryProvider):
 async def test_a_digest_or_session_digest_write_that_fails_is_audited_as_failed(tmp_path: Path) -> None:
     import pytest
 
-    from internal.memory.records import SessionDigest
+    from voicegate.internal.memory.records import SessionDigest
 
     audit = AuditLog(tmp_path / "audit.jsonl")
     runtime = FrontendMemoryRuntime(FailingStore(86400.0), MemoryConfig(enabled=True), OwnerKeys(b"k" * 16),

@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from internal.agent.client import AgentChatModel
-from internal.identity import CallerIdentity
-from internal.memory.call_access import CALL_TOKEN_HEADER
-from internal.memory.provider import ChangeContext
-from internal.pipeline.events import CollectingSink
-from internal.pipeline.localcall import LocalCall
-from server.gateway import Gateway
 from tests.fakes.agent_fake import FakeAgent
 from tests.memory.test_api import SECRET, auth
 from tests.pipeline.conftest import ScriptedStt
 from tests.webrtc.harness import LiveServer, live_server, webrtc_config
+from voicegate.internal.agent.client import AgentChatModel
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.memory.call_access import CALL_TOKEN_HEADER
+from voicegate.internal.memory.provider import ChangeContext
+from voicegate.internal.pipeline.events import CollectingSink
+from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.server.gateway import Gateway
 
 SAM = CallerIdentity("sip", "+15551234567", "trusted peer")
 LINE = "- The caller's locker code word is zanzibar."

@@ -15,17 +15,17 @@ from typing import Any
 
 import pytest
 
-from internal.config import Config
-from internal.identity import CallerIdentity
-from internal.llm.openai import OpenAIChatModel
-from internal.pipeline.events import CollectingSink, TranscriptEvent
-from internal.pipeline.localcall import LocalCall
-from internal.session import Session
-from internal.telemetry import configure_logging
-from server.gateway import Gateway
 from tests.fakes.openai_fake import FakeOpenAI
 from tests.memory.conftest import base_config
 from tests.pipeline.conftest import ScriptedStt
+from voicegate.internal.config import Config
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.llm.openai import OpenAIChatModel
+from voicegate.internal.pipeline.events import CollectingSink, TranscriptEvent
+from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.internal.session import Session
+from voicegate.internal.telemetry import configure_logging
+from voicegate.server.gateway import Gateway
 
 SAM = CallerIdentity("sip", "+15551234567", "trusted peer")
 OTHER = CallerIdentity("sip", "+15559876543", "trusted peer")
@@ -129,7 +129,7 @@ async def test_the_model_sees_the_callers_memory_and_nobody_elses(gateway_factor
         assert gateway.memory is not None
         owner = gateway.memory.owner_key(SAM)
         assert owner is not None
-        from internal.memory.provider import ChangeContext
+        from voicegate.internal.memory.provider import ChangeContext
 
         await gateway.memory.edit(owner, "memory", "append", content="- The caller's name is Sam.",
                                   context=ChangeContext("api"))
@@ -188,7 +188,7 @@ async def test_memory_text_never_reaches_the_logs(gateway_factory: Any) -> None:
 
 async def test_database_faults_never_break_a_call_and_the_digest_lands_later(tmp_path: Path,
                                                                           caplog: pytest.LogCaptureFixture) -> None:
-    from internal.db import EmbeddedPostgres
+    from voicegate.internal.db import EmbeddedPostgres
 
     postgres = EmbeddedPostgres(tmp_path / "faulty")
     uri = await asyncio.to_thread(postgres.start_sync)
@@ -238,10 +238,10 @@ async def call_without_waiting_for_memory(gateway: Gateway, identity: CallerIden
 
 
 async def test_a_bring_your_own_agent_gets_memory_bounded_by_max_chars(gateway_factory: Any) -> None:
-    from internal.agent.client import AgentChatModel
-    from internal.config.providers import AgentConfig
-    from internal.memory.provider import ChangeContext
     from tests.fakes.agent_fake import FakeAgent
+    from voicegate.internal.agent.client import AgentChatModel
+    from voicegate.internal.config.providers import AgentConfig
+    from voicegate.internal.memory.provider import ChangeContext
 
     async with FakeAgent(reply="Noted.") as agent:
         gateway = await gateway_factory(AgentChatModel(AgentConfig(url=agent.url + "/agent")), max_chars=600)

@@ -8,21 +8,26 @@ from typing import Any
 
 import pytest
 
-from internal.identity import CallerIdentity
-from internal.llm.openai import OpenAIChatModel
-from internal.memory.digest import DIGEST_HEADING, merge_digest, split_document
-from internal.memory.provider import ChangeContext, ProviderCapabilities
-from internal.memory.runtime import EditRejected, FrontendMemoryRuntime
-from internal.memory.tool import MEMORY_TOOL_DESCRIPTION
-from internal.pipeline.context import ASSISTANT_PROFILE_HEADING, BUILTIN_PROMPT, ContextLayers, build_system_context
-from internal.pipeline.events import CollectingSink
-from internal.pipeline.localcall import LocalCall
-from server.gateway import Gateway
 from tests.fakes.openai_fake import FakeOpenAI
 from tests.memory.conftest import base_config, make_runtime
 from tests.memory.test_calls import agent_lines, call, documents
 from tests.memory.test_learning import RecordingProvider
 from tests.pipeline.conftest import ScriptedStt
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.llm.openai import OpenAIChatModel
+from voicegate.internal.memory.digest import DIGEST_HEADING, merge_digest, split_document
+from voicegate.internal.memory.provider import ChangeContext, ProviderCapabilities
+from voicegate.internal.memory.runtime import EditRejected, FrontendMemoryRuntime
+from voicegate.internal.memory.tool import MEMORY_TOOL_DESCRIPTION
+from voicegate.internal.pipeline.context import (
+    ASSISTANT_PROFILE_HEADING,
+    BUILTIN_PROMPT,
+    ContextLayers,
+    build_system_context,
+)
+from voicegate.internal.pipeline.events import CollectingSink
+from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.server.gateway import Gateway
 
 SAM = CallerIdentity("sip", "+15551234567", "trusted peer")
 SOURCES = ("tool", "api", "reconciliation")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from internal.conversation.transcript import TranscriptEntry
-from internal.memory.digest import (
+from voicegate.internal.conversation.transcript import TranscriptEntry
+from voicegate.internal.memory.digest import (
     DIGEST_HEADING,
     call_summary,
     fact_words,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from internal.memory.documents import TRUNCATION_NOTICE, EditError, append, project_for_model, replace
+from voicegate.internal.memory.documents import TRUNCATION_NOTICE, EditError, append, project_for_model, replace
 
 LIMIT = 2000
 

@@ -13,16 +13,16 @@ from typing import Any
 import psycopg
 import pytest
 
-from internal.config.providers import PgvectorConfig
-from internal.db import Database
-from internal.identity import CallerIdentity
-from internal.memory.digest import merge_digest
-from internal.memory.owner import OwnerKeySecretError, OwnerSecret, fingerprint, read_secret, secret_problem
-from internal.memory.provider import ChangeContext
-from internal.memory.providers.pgvector import PgvectorProvider
-from internal.memory.records import SessionDigest
-from internal.memory.runtime import CallerErased, FrontendMemoryRuntime
 from tests.memory.conftest import RETENTION_S, make_runtime
+from voicegate.internal.config.providers import PgvectorConfig
+from voicegate.internal.db import Database
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.memory.digest import merge_digest
+from voicegate.internal.memory.owner import OwnerKeySecretError, OwnerSecret, fingerprint, read_secret, secret_problem
+from voicegate.internal.memory.provider import ChangeContext
+from voicegate.internal.memory.providers.pgvector import PgvectorProvider
+from voicegate.internal.memory.records import SessionDigest
+from voicegate.internal.memory.runtime import CallerErased, FrontendMemoryRuntime
 
 SAM = CallerIdentity("sip", "+15551234567")
 API = ChangeContext("api")
@@ -213,8 +213,8 @@ async def test_the_store_remembers_the_secret_and_refuses_another(fresh_db: str,
 async def test_the_erasure_fence_outlives_a_short_retention_and_the_outbox(tmp_path: Path, fresh_db: str) -> None:
     """retention_days below a day: a hang-up write begun before an erasure still cannot land after a
     sweep, on every built-in provider (the fence lasts past the outbox's oldest entry, not the retention)."""
-    from internal.memory.setup import build_provider
     from tests.memory.conftest import base_config
+    from voicegate.internal.memory.setup import build_provider
 
     config = base_config(tmp_path)
     config.memory.enabled, config.memory.retention_days, config.memory.outbox_max_age_h = True, 1e-5, 24.0

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from internal.identity import CallerIdentity
-from internal.memory.provider import ChangeContext
-from internal.memory.runtime import StaleRevision
 from tests.conftest import REPO
 from tests.memory.conftest import make_runtime
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.memory.provider import ChangeContext
+from voicegate.internal.memory.runtime import StaleRevision
 
 
 def load_example() -> type:

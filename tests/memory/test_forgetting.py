@@ -10,19 +10,19 @@ from typing import Any
 
 import pytest
 
-from internal.config import load_config
-from internal.identity import CallerIdentity
-from internal.llm.openai import OpenAIChatModel
-from internal.memory.digest import forgotten_words
-from internal.memory.outbox import HangupWrite
-from internal.memory.provider import ChangeContext, ChangeSource
-from internal.memory.reconcile import Reconciler, SessionDigestRecorder, fallback_digest
-from internal.memory.records import SessionDigest
-from server.gateway import Gateway
 from tests.fakes.openai_fake import FakeOpenAI
 from tests.memory.conftest import RETENTION_S, base_config, make_runtime
 from tests.memory.test_calls import agent_lines, call
 from tests.pipeline.conftest import ScriptedStt
+from voicegate.internal.config import load_config
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.llm.openai import OpenAIChatModel
+from voicegate.internal.memory.digest import forgotten_words
+from voicegate.internal.memory.outbox import HangupWrite
+from voicegate.internal.memory.provider import ChangeContext, ChangeSource
+from voicegate.internal.memory.reconcile import Reconciler, SessionDigestRecorder, fallback_digest
+from voicegate.internal.memory.records import SessionDigest
+from voicegate.server.gateway import Gateway
 
 OWNER = "ab" * 32
 SAM = CallerIdentity("sip", "+15551234567", "trusted peer")
@@ -73,7 +73,7 @@ async def test_forgetting_a_fact_scrubs_it_from_the_callers_session_digests(prov
 async def test_a_provider_without_the_scrub_still_forgets_in_the_document(tmp_path: Path) -> None:
     class Plain:  # a v1-style provider: no session digests, no scrub
         def __init__(self) -> None:
-            from internal.memory.providers.inmemory import InMemoryProvider
+            from voicegate.internal.memory.providers.inmemory import InMemoryProvider
 
             self.inner = InMemoryProvider(RETENTION_S)
             self.describe, self.list, self.apply = self.inner.describe, self.inner.list, self.inner.apply
@@ -103,7 +103,7 @@ def openai_model(fake: FakeOpenAI) -> OpenAIChatModel:
 
 
 async def test_the_model_digest_of_a_call_that_forgot_something_does_not_state_it(tmp_path: Path) -> None:
-    from internal.memory.providers.inmemory import InMemoryProvider
+    from voicegate.internal.memory.providers.inmemory import InMemoryProvider
 
     runtime = make_runtime(InMemoryProvider(RETENTION_S), tmp_path, session_digests=True)
     transcript = ("Caller: I was diagnosed with diabetes last year\nAgent: Noted.\n"
@@ -127,7 +127,7 @@ async def test_the_model_digest_of_a_call_that_forgot_something_does_not_state_i
 
 async def test_reconciliation_never_restates_a_fact_the_call_forgot(tmp_path: Path,
                                                                    caplog: pytest.LogCaptureFixture) -> None:
-    from internal.memory.providers.inmemory import InMemoryProvider
+    from voicegate.internal.memory.providers.inmemory import InMemoryProvider
 
     runtime = make_runtime(InMemoryProvider(RETENTION_S), tmp_path)
     await runtime.edit(OWNER, "memory", "append", content="- The caller's name is Sam.", context=ChangeContext("api"))
@@ -141,7 +141,7 @@ async def test_reconciliation_never_restates_a_fact_the_call_forgot(tmp_path: Pa
         ]}))
         model = openai_model(fake)
         try:
-            with caplog.at_level(logging.INFO, logger="internal.memory.reconcile"):
+            with caplog.at_level(logging.INFO, logger="voicegate.internal.memory.reconcile"):
                 await Reconciler(runtime, model)(hangup(transcript=transcript, forgotten=["diabetes"]))
         finally:
             await model.aclose()

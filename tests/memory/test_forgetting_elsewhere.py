@@ -14,21 +14,21 @@ from typing import Any
 
 import pytest
 
-from internal.config import load_config
-from internal.identity import CallerIdentity
-from internal.llm.openai import OpenAIChatModel
-from internal.memory.digest import no_longer_stated
-from internal.memory.outbox import HangupWrite
-from internal.memory.provider import ChangeContext, MemoryDocument
-from internal.memory.providers.inmemory import InMemoryProvider
-from internal.memory.reconcile import Reconciler, SessionDigestRecorder
-from internal.memory.runtime import FrontendMemoryRuntime
-from internal.pipeline.events import CollectingSink
-from internal.pipeline.localcall import LocalCall
-from server.gateway import Gateway
 from tests.fakes.openai_fake import FakeOpenAI
 from tests.memory.conftest import RETENTION_S, base_config, make_runtime
 from tests.pipeline.conftest import ScriptedStt
+from voicegate.internal.config import load_config
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.llm.openai import OpenAIChatModel
+from voicegate.internal.memory.digest import no_longer_stated
+from voicegate.internal.memory.outbox import HangupWrite
+from voicegate.internal.memory.provider import ChangeContext, MemoryDocument
+from voicegate.internal.memory.providers.inmemory import InMemoryProvider
+from voicegate.internal.memory.reconcile import Reconciler, SessionDigestRecorder
+from voicegate.internal.memory.runtime import FrontendMemoryRuntime
+from voicegate.internal.pipeline.events import CollectingSink
+from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.server.gateway import Gateway
 
 ALICE = CallerIdentity("jwt", "alice", "jwt")
 LINE = "- The caller's locker code word is zanzibar."

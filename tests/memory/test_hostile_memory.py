@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from internal.memory.injection import MEMORY_HEADING, PREFERENCES_HEADING
 from tests.memory.processes import Cluster, VoicegateNode, tool_call
 from tests.memory.traces import sipp_call
+from voicegate.internal.memory.injection import MEMORY_HEADING, PREFERENCES_HEADING
 
 pytestmark = pytest.mark.slow
 

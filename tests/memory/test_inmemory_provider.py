@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from internal.memory.provider import ChangeContext, MemoryChange, OwnerErased, Scope
-from internal.memory.providers.inmemory import InMemoryProvider
-from internal.memory.records import SessionDigest
+from voicegate.internal.memory.provider import ChangeContext, MemoryChange, OwnerErased, Scope
+from voicegate.internal.memory.providers.inmemory import InMemoryProvider
+from voicegate.internal.memory.records import SessionDigest
 
 OWNER = "ab" * 16
 OTHER = "cd" * 16

@@ -7,9 +7,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from internal.identity import CallerIdentity
-from internal.llm.openai import OpenAIChatModel
-from internal.memory.provider import (
+from tests.fakes.openai_fake import FakeOpenAI, ScriptedReply
+from tests.memory.conftest import base_config
+from tests.memory.test_calls import SAM, agent_lines, call, documents
+from tests.pipeline.conftest import ScriptedStt
+from tests.speech import silence, tone
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.llm.openai import OpenAIChatModel
+from voicegate.internal.memory.provider import (
     MEMORY_PROVIDER_PROTOCOL_VERSION,
     ApplyResult,
     AudioEvent,
@@ -22,13 +27,8 @@ from internal.memory.provider import (
     ProviderDescription,
     SessionContext,
 )
-from internal.pipeline.localcall import LocalCall
-from server.gateway import Gateway
-from tests.fakes.openai_fake import FakeOpenAI, ScriptedReply
-from tests.memory.conftest import base_config
-from tests.memory.test_calls import SAM, agent_lines, call, documents
-from tests.pipeline.conftest import ScriptedStt
-from tests.speech import silence, tone
+from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.server.gateway import Gateway
 
 
 def learning_config(tmp_path: Path, fake_url: str, **memory: Any) -> Any:
@@ -174,7 +174,7 @@ async def run_provider_call(tmp_path: Path, provider: RecordingProvider) -> tupl
     await gateway.start()
     assert gateway.sessions is not None and gateway.session_memory is not None
     session = await gateway.open_session(CallerIdentity("jwt", "alice"), "talk")
-    pipeline = gateway.new_pipeline(session, 16000, __import__("internal.pipeline.events",
+    pipeline = gateway.new_pipeline(session, 16000, __import__("voicegate.internal.pipeline.events",
                                                                fromlist=["CollectingSink"]).CollectingSink())
     async with LocalCall(pipeline, speed=4.0) as live:
         await live.wait_agent_quiet(100)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from internal.memory.provider import ChangeContext, ListOptions, MemoryChange, OwnerErased, Scope
-from internal.memory.providers.markdown import MarkdownProvider
-from internal.memory.records import SessionDigest
 from tests.conftest import REPO
+from voicegate.internal.memory.provider import ChangeContext, ListOptions, MemoryChange, OwnerErased, Scope
+from voicegate.internal.memory.providers.markdown import MarkdownProvider
+from voicegate.internal.memory.records import SessionDigest
 
 OWNER = "ab" * 16
 OTHER = "cd" * 16
@@ -188,9 +188,9 @@ async def test_the_owner_key_fingerprint_round_trips_and_stored_owners_are_count
 WRITER = """
 import asyncio, json, sys
 from pathlib import Path
-from internal.memory.provider import ChangeContext, MemoryChange, OwnerErased, RevisionConflict
-from internal.memory.providers.markdown import MarkdownProvider
-from internal.memory.records import SessionDigest
+from voicegate.internal.memory.provider import ChangeContext, MemoryChange, OwnerErased, RevisionConflict
+from voicegate.internal.memory.providers.markdown import MarkdownProvider
+from voicegate.internal.memory.records import SessionDigest
 
 async def main(root: str, owner: str, stop: str) -> None:
     provider = MarkdownProvider(Path(root), 3600)

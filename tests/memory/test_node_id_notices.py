@@ -11,13 +11,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from internal.identity import CallerIdentity
-from internal.memory.notify import parse_notice
-from internal.memory.provider import ChangeContext
-from internal.memory.providers.pgvector import CHANGE_CHANNEL
-from server.gateway import Gateway
 from tests.memory.conftest import base_config
 from tests.pipeline.conftest import ScriptedStt
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.memory.notify import parse_notice
+from voicegate.internal.memory.provider import ChangeContext
+from voicegate.internal.memory.providers.pgvector import CHANGE_CHANNEL
+from voicegate.server.gateway import Gateway
 
 pytestmark = pytest.mark.slow
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import websockets
 
-from internal.identity import CallerIdentity
-from internal.pipeline.events import CollectingSink
 from tests.memory.test_api import SECRET, auth, token
 from tests.webrtc.harness import LiveServer, live_server, webrtc_config
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.pipeline.events import CollectingSink
 
 
 @contextlib.asynccontextmanager

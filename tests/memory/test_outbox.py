@@ -15,18 +15,18 @@ import psutil
 import psycopg
 import pytest
 
-from internal.db import EmbeddedPostgres
-from internal.identity import CallerIdentity
-from internal.memory.errors import MemoryUnavailable
-from internal.memory.outbox import HangupOutbox, HangupWrite, StepFailed, retry_delay, transient
-from internal.memory.provider import OwnerErased
-from internal.memory.sessions import landing
-from internal.pipeline.events import CollectingSink
-from internal.pipeline.localcall import LocalCall
-from internal.session import Session
-from server.gateway import Gateway
 from tests.memory.test_calls import memory_config
 from tests.pipeline.conftest import ScriptedStt
+from voicegate.internal.db import EmbeddedPostgres
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.memory.errors import MemoryUnavailable
+from voicegate.internal.memory.outbox import HangupOutbox, HangupWrite, StepFailed, retry_delay, transient
+from voicegate.internal.memory.provider import OwnerErased
+from voicegate.internal.memory.sessions import landing
+from voicegate.internal.pipeline.events import CollectingSink
+from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.internal.session import Session
+from voicegate.server.gateway import Gateway
 
 SAM = CallerIdentity("sip", "+15551234567", "trusted peer")
 

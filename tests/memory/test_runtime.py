@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from internal.identity import CallerIdentity
-from internal.memory.provider import ChangeContext
-from internal.memory.runtime import EditRejected, FrontendMemoryRuntime, SensitiveContent, StaleRevision
 from tests.memory.conftest import make_runtime
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.memory.provider import ChangeContext
+from voicegate.internal.memory.runtime import EditRejected, FrontendMemoryRuntime, SensitiveContent, StaleRevision
 
 API = ChangeContext("api")
 SAM = CallerIdentity("sip", "+15551234567")

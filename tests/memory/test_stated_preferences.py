@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from internal.identity import CallerIdentity
-from internal.memory.preferences import is_stated_preference, preference_edit
-from internal.memory.reconcile import valid_edits
-from internal.memory.tool import MEMORY_TOOL_DESCRIPTION
-from server.gateway import Gateway
 from tests.memory.processes import ScriptedOpenAI
 from tests.memory.test_calls import call, memory_config
 from tests.pipeline.conftest import ScriptedStt
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.memory.preferences import is_stated_preference, preference_edit
+from voicegate.internal.memory.reconcile import valid_edits
+from voicegate.internal.memory.tool import MEMORY_TOOL_DESCRIPTION
+from voicegate.server.gateway import Gateway
 
 SAM = CallerIdentity("sip", "+15551234567", "trusted peer")
 SCRIPT = ("Caller: hi there\nAgent: Hello! How can I help?\n"

@@ -16,16 +16,6 @@ from typing import Any
 import pytest
 import websockets
 
-from internal.config import load_config
-from internal.identity import CallerIdentity
-from internal.llm.openai import OpenAIChatModel
-from internal.memory.provider import ChangeContext, QueryOptions
-from internal.memory.providers.pgvector import PgvectorProvider
-from internal.memory.reconcile import SessionDigestRecorder, fallback_digest
-from internal.pipeline.context import ASSISTANT_PROFILE_HEADING, MEMORY_POLICY
-from internal.pipeline.events import CollectingSink, MemoryChangedEvent
-from internal.pipeline.localcall import LocalCall
-from server.gateway import Gateway
 from tests.fakes.openai_fake import FakeOpenAI
 from tests.memory.conftest import make_runtime
 from tests.memory.processes import ScriptedOpenAI, tool_call
@@ -34,6 +24,16 @@ from tests.memory.test_api import SECRET, token
 from tests.memory.test_calls import call
 from tests.memory.test_stated_preferences import openai_gateway
 from tests.webrtc.harness import live_server, webrtc_config
+from voicegate.internal.config import load_config
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.llm.openai import OpenAIChatModel
+from voicegate.internal.memory.provider import ChangeContext, QueryOptions
+from voicegate.internal.memory.providers.pgvector import PgvectorProvider
+from voicegate.internal.memory.reconcile import SessionDigestRecorder, fallback_digest
+from voicegate.internal.pipeline.context import ASSISTANT_PROFILE_HEADING, MEMORY_POLICY
+from voicegate.internal.pipeline.events import CollectingSink, MemoryChangedEvent
+from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.server.gateway import Gateway
 
 SAM = CallerIdentity("sip", "+15551234567", "trusted peer")
 FACTS = ["- The caller has a dog called Biscuit.", "- The caller lives in Lisbon.",

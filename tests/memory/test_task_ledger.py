@@ -12,17 +12,17 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from internal.llm.base import ChatRequest, ReplyDelta, ToolCall
-from internal.memory.reconcile import SessionDigestRecorder
-from internal.memory.sessions import EPOCH, OWNER
-from internal.memory.tasks import TaskEntry
-from internal.pipeline.tools import ToolContext, ToolRegistry
-from internal.session.actions import record_action, transfer_action
-from server.gateway import Gateway
 from tests.memory.conftest import make_runtime
 from tests.memory.test_action_ledger import OWNER_KEY, hangup, ledger_config, recalled
 from tests.memory.test_calls import SAM, agent_lines, call
 from tests.pipeline.conftest import ScriptedStt
+from voicegate.internal.llm.base import ChatRequest, ReplyDelta, ToolCall
+from voicegate.internal.memory.reconcile import SessionDigestRecorder
+from voicegate.internal.memory.sessions import EPOCH, OWNER
+from voicegate.internal.memory.tasks import TaskEntry
+from voicegate.internal.pipeline.tools import ToolContext, ToolRegistry
+from voicegate.internal.session.actions import record_action, transfer_action
+from voicegate.server.gateway import Gateway
 
 SECRET_ARGUMENT = "deliver to 12 Quokka Lane"
 
@@ -33,7 +33,7 @@ class PartsAgent:
     name = "parts"
 
     def __init__(self) -> None:
-        from internal.llm.local import LocalAgent
+        from voicegate.internal.llm.local import LocalAgent
 
         self.local = LocalAgent()
 

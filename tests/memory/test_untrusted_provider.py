@@ -16,9 +16,13 @@ import httpx
 import psycopg
 import pytest
 
-from internal.identity import CallerIdentity
-from internal.llm.base import ToolCall
-from internal.memory.provider import (
+from tests.memory.conftest import base_config, make_runtime
+from tests.memory.test_api import SECRET, auth
+from tests.pipeline.conftest import ScriptedStt
+from tests.webrtc.harness import webrtc_config
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.llm.base import ToolCall
+from voicegate.internal.memory.provider import (
     ApplyResult,
     ChangeContext,
     Health,
@@ -29,18 +33,14 @@ from internal.memory.provider import (
     RevisionConflict,
     Scope,
 )
-from internal.memory.providers.pgvector import CHANGE_CHANNEL
-from internal.memory.results import CEILING_FACTOR
-from internal.memory.runtime import MemoryUnavailable
-from internal.pipeline.events import CollectingSink
-from internal.pipeline.localcall import LocalCall
-from internal.pipeline.tools import ToolContext
-from server.app import create_gateway_application
-from server.gateway import Gateway
-from tests.memory.conftest import base_config, make_runtime
-from tests.memory.test_api import SECRET, auth
-from tests.pipeline.conftest import ScriptedStt
-from tests.webrtc.harness import webrtc_config
+from voicegate.internal.memory.providers.pgvector import CHANGE_CHANNEL
+from voicegate.internal.memory.results import CEILING_FACTOR
+from voicegate.internal.memory.runtime import MemoryUnavailable
+from voicegate.internal.pipeline.events import CollectingSink
+from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.internal.pipeline.tools import ToolContext
+from voicegate.server.app import create_gateway_application
+from voicegate.server.gateway import Gateway
 
 API = ChangeContext("api")
 ALICE = CallerIdentity("jwt", "alice")

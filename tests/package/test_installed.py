@@ -29,13 +29,13 @@ from typing import Any
 import httpx
 import pytest
 
-from internal.audio.g711 import ulaw_encode
-from internal.db import EmbeddedPostgres, discover
 from tests.conftest import REPO, free_port
 from tests.package.wheel import BuiltWheel, install, outside_env, project_version
 from tests.sip_calls.conftest import caller_bye, render, rtp_port_range, run_sipp, stream
 from tests.speech import neural, silence
 from tests.test_serve import postgres_processes
+from voicegate.internal.audio.g711 import ulaw_encode
+from voicegate.internal.db import EmbeddedPostgres, discover
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheel")]
 
@@ -92,10 +92,12 @@ def lines_of(output: str, prefix: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith(prefix)]
 
 
-def test_imports_come_from_the_fresh_venv_never_the_checkout(installed: Installed) -> None:
-    probe = ("import json, sys, server, internal, internal.db.migrations as m, internal.config as c; "
-             "print(json.dumps([server.__file__, internal.__file__, str(m.MIGRATIONS), str(c.DEFAULT_CONFIG), "
-             "sys.executable, sys.path]))")
+def test_only_voicegate_is_imported_and_from_the_fresh_venv_never_the_checkout(installed: Installed) -> None:
+    probe = ("import json, sys, importlib.util as u, voicegate, voicegate.server, voicegate.memory, voicegate.tools, "
+             "voicegate.internal.db.migrate as m, voicegate.internal.config as c; "
+             "assert u.find_spec('server') is None and u.find_spec('internal') is None, 'a second top-level name'; "
+             "print(json.dumps([voicegate.__file__, voicegate.server.__file__, voicegate.memory.__file__, "
+             "str(m.MIGRATIONS), str(c.DEFAULT_CONFIG), sys.executable, sys.path]))")
     done = subprocess.run([str(installed.bin / "python"), "-c", probe], cwd=installed.work, env=installed.env,
                           capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
     assert done.returncode == 0, done.stderr

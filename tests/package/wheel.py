@@ -18,8 +18,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from server.version import BUILD_REVISION_ENV, git_revision
 from tests.conftest import REPO
+from voicegate.server.version import BUILD_REVISION_ENV, git_revision
 
 BUILD_TIMEOUT_S = 300  # pip fetches setuptools into an isolated build environment first
 INSTALL_TIMEOUT_S = 900  # the dependencies (about 900 MB unpacked), from pip's cache when it has them

@@ -8,19 +8,19 @@ from typing import Any
 
 import pytest
 
-from internal.config import Config, load_config
-from internal.conversation.rolling_summary import RollingSummary
-from internal.identity import CallerIdentity
-from internal.llm.base import ChatModel
-from internal.llm.local import LocalAgent
-from internal.pipeline.events import CollectingSink
-from internal.pipeline.pipeline import VoicePipeline
-from internal.pipeline.services import PipelineServices
-from internal.pipeline.tools import ToolRegistry, register_end_call
-from internal.session import Conversation, Session
-from internal.stt.base import SpeechToText, Transcript
-from internal.tts.espeak import EspeakTextToSpeech
 from tests.conftest import tone_driven
+from voicegate.internal.config import Config, load_config
+from voicegate.internal.conversation.rolling_summary import RollingSummary
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.llm.base import ChatModel
+from voicegate.internal.llm.local import LocalAgent
+from voicegate.internal.pipeline.events import CollectingSink
+from voicegate.internal.pipeline.pipeline import VoicePipeline
+from voicegate.internal.pipeline.services import PipelineServices
+from voicegate.internal.pipeline.tools import ToolRegistry, register_end_call
+from voicegate.internal.session import Conversation, Session
+from voicegate.internal.stt.base import SpeechToText, Transcript
+from voicegate.internal.tts.espeak import EspeakTextToSpeech
 
 
 class ScriptedStt:

@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-from internal.pipeline.events import DigitsEvent, DtmfEvent, ResponseEvent, TranscriptEvent
-from internal.pipeline.localcall import LocalCall
-from internal.pipeline.pipeline import VoicePipeline
-from internal.pipeline.tools import ToolRegistry, register_end_call
-from internal.telephony.collection import DigitCollection
-from internal.telephony.digit_tool import register_digits_tool
 from tests.fakes.models import ToolCallingModel
 from tests.pipeline.conftest import PipelineFactory, ScriptedStt
 from tests.speech import silence, tone
+from voicegate.internal.pipeline.events import DigitsEvent, DtmfEvent, ResponseEvent, TranscriptEvent
+from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.internal.pipeline.pipeline import VoicePipeline
+from voicegate.internal.pipeline.tools import ToolRegistry, register_end_call
+from voicegate.internal.telephony.collection import DigitCollection
+from voicegate.internal.telephony.digit_tool import register_digits_tool
 
 pytestmark = pytest.mark.slow
 
@@ -89,7 +89,7 @@ async def test_keys_during_a_form_fill_it_and_are_never_a_keypad_turn(
 
 async def test_with_forms_only_the_model_cannot_write_its_own_prompt(
         make_pipeline: PipelineFactory, config: object) -> None:
-    from internal.config.telephony import DigitFormConfig
+    from voicegate.internal.config.telephony import DigitFormConfig
 
     digits = config.digits  # type: ignore[attr-defined]
     digits.forms = {"account": DigitFormConfig(prompt="Please enter your account number.", min_digits=5)}

@@ -12,22 +12,22 @@ from typing import Any
 
 import pytest
 
-from internal.agent.client import AgentChatModel
-from internal.config import Config
-from internal.config.providers import AgentConfig, DeepgramConfig
-from internal.llm.openai import OpenAIChatModel
-from internal.pipeline.events import ResponseEvent, TranscriptEvent
-from internal.pipeline.localcall import LocalCall
-from internal.pipeline.pipeline import APOLOGY
-from internal.pipeline.tools import ToolContext, ToolError, ToolRegistry, register_end_call
-from internal.stt.deepgram import DeepgramSpeechToText
-from internal.stt.openai import OpenAISpeechToText
-from internal.tts.openai import OpenAITextToSpeech
 from tests.fakes.agent_fake import FakeAgent
 from tests.fakes.deepgram_fake import FakeDeepgram
 from tests.fakes.openai_fake import FakeOpenAI
 from tests.pipeline.conftest import PipelineFactory, ScriptedStt
 from tests.speech import active_ms, silence, tone
+from voicegate.internal.agent.client import AgentChatModel
+from voicegate.internal.config import Config
+from voicegate.internal.config.providers import AgentConfig, DeepgramConfig
+from voicegate.internal.llm.openai import OpenAIChatModel
+from voicegate.internal.pipeline.events import ResponseEvent, TranscriptEvent
+from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.internal.pipeline.pipeline import APOLOGY
+from voicegate.internal.pipeline.tools import ToolContext, ToolError, ToolRegistry, register_end_call
+from voicegate.internal.stt.deepgram import DeepgramSpeechToText
+from voicegate.internal.stt.openai import OpenAISpeechToText
+from voicegate.internal.tts.openai import OpenAITextToSpeech
 
 pytestmark = pytest.mark.slow
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from internal.llm.base import ChatRequest, ReplyDelta, ToolCall
-from internal.pipeline.events import ResponseEvent, TranscriptEvent, TurnEvent
-from internal.pipeline.localcall import LocalCall
-from internal.pipeline.tools import ToolContext, ToolRegistry
 from tests.fakes.models import RecordingModel
 from tests.pipeline.conftest import PipelineFactory, ScriptedStt
 from tests.speech import active_ms, silence, tone
+from voicegate.internal.llm.base import ChatRequest, ReplyDelta, ToolCall
+from voicegate.internal.pipeline.events import ResponseEvent, TranscriptEvent, TurnEvent
+from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.internal.pipeline.tools import ToolContext, ToolRegistry
 
 RATE = 16000
 FRAME = RATE // 50 * 2

@@ -14,12 +14,18 @@ import pytest
 
 from bench.noises import add_noise
 from bench.turn_cases import channel, last_speech_end
-from internal.audio.frame import frame_bytes
-from internal.config import load_config
-from internal.pipeline.services import PipelineServices
-from internal.pipeline.vad import AdaptiveEnergyClassifier, NoiseAwareGate, VadEvent, VadProfile, VoiceActivityDetector
-from internal.turn.silero import SileroClassifier, shared_silero
 from tests.speech import neural, silence
+from voicegate.internal.audio.frame import frame_bytes
+from voicegate.internal.config import load_config
+from voicegate.internal.pipeline.services import PipelineServices
+from voicegate.internal.pipeline.vad import (
+    AdaptiveEnergyClassifier,
+    NoiseAwareGate,
+    VadEvent,
+    VadProfile,
+    VoiceActivityDetector,
+)
+from voicegate.internal.turn.silero import SileroClassifier, shared_silero
 
 pytestmark = pytest.mark.slow
 SENTENCE = "Could you please check whether my parcel has been sent?"
@@ -63,9 +69,9 @@ def test_a_clean_line_ends_the_utterance_as_soon_as_before() -> None:
 
 @pytest.mark.parametrize("enabled", [True, False])
 def test_the_pipeline_builds_the_gate_its_config_names(enabled: bool) -> None:
-    from internal.llm.local import LocalAgent
-    from internal.stt.pocketsphinx import PocketsphinxSpeechToText
-    from internal.tts.espeak import EspeakTextToSpeech
+    from voicegate.internal.llm.local import LocalAgent
+    from voicegate.internal.stt.pocketsphinx import PocketsphinxSpeechToText
+    from voicegate.internal.tts.espeak import EspeakTextToSpeech
 
     config = load_config(None)
     config.pipeline.end_of_turn = "off"
@@ -77,7 +83,7 @@ def test_the_pipeline_builds_the_gate_its_config_names(enabled: bool) -> None:
 
 
 def test_vad_noise_gate_must_be_a_boolean(tmp_path: Path) -> None:
-    from internal.config.loader import ConfigError
+    from voicegate.internal.config.loader import ConfigError
 
     path = tmp_path / "config.toml"
     path.write_text('[pipeline]\nvad_noise_gate = "sometimes"\n')
@@ -105,8 +111,8 @@ def babble(samples: int) -> np.ndarray:
 def speak_as(voice: str, text: str) -> bytes:
     import subprocess
 
-    from internal.audio.resample import resample
-    from internal.tts.espeak import parse_wav_header
+    from voicegate.internal.audio.resample import resample
+    from voicegate.internal.tts.espeak import parse_wav_header
 
     wav = subprocess.run(["espeak-ng", "-v", voice, "--stdout", text], capture_output=True, check=True).stdout
     return resample(wav[44:], parse_wav_header(wav[:44]), 16000)

@@ -12,18 +12,18 @@ from pathlib import Path
 import psutil
 import pytest
 
-from internal.config import Config
-from internal.llm.base import ChatRequest, LlmError, ReplyDelta, ToolCall
-from internal.llm.openai import OpenAIChatModel
-from internal.pipeline.events import ResponseEvent, StateEvent, TimingEvent, TranscriptEvent
-from internal.pipeline.localcall import LocalCall
-from internal.pipeline.pipeline import APOLOGY
-from internal.stt.base import Transcript
-from internal.stt.pocketsphinx import PocketsphinxSpeechToText
 from tests.fakes.models import RecordingModel
 from tests.fakes.openai_fake import FakeOpenAI
 from tests.pipeline.conftest import PipelineFactory, ScriptedStt
 from tests.speech import active_ms, silence, speak, telephone, tone, transcribe
+from voicegate.internal.config import Config
+from voicegate.internal.llm.base import ChatRequest, LlmError, ReplyDelta, ToolCall
+from voicegate.internal.llm.openai import OpenAIChatModel
+from voicegate.internal.pipeline.events import ResponseEvent, StateEvent, TimingEvent, TranscriptEvent
+from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.internal.pipeline.pipeline import APOLOGY
+from voicegate.internal.stt.base import Transcript
+from voicegate.internal.stt.pocketsphinx import PocketsphinxSpeechToText
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +50,7 @@ def agent_texts(sink_events: list) -> list[str]:
 
 @pytest.fixture
 async def pocketsphinx() -> AsyncIterator[PocketsphinxSpeechToText]:
-    from internal.config.providers import PocketsphinxConfig
+    from voicegate.internal.config.providers import PocketsphinxConfig
 
     engine = PocketsphinxSpeechToText(PocketsphinxConfig(phrases=CALLER_PHRASES, workers=1))
     await engine.warm_up()
@@ -94,8 +94,8 @@ async def test_a_decode_depends_on_its_own_audio_not_on_what_came_before(
 
 ORPHAN_SCRIPT = """
 import asyncio, time
-from internal.config.providers import PocketsphinxConfig
-from internal.stt.pocketsphinx import PocketsphinxSpeechToText
+from voicegate.internal.config.providers import PocketsphinxConfig
+from voicegate.internal.stt.pocketsphinx import PocketsphinxSpeechToText
 
 async def main():
     engine = PocketsphinxSpeechToText(PocketsphinxConfig(phrases=["hello"], workers=1))

@@ -7,26 +7,26 @@ import math
 import numpy as np
 import pytest
 
-from internal.conversation.rolling_summary import (
+from voicegate.internal.conversation.rolling_summary import (
     SUMMARY_MAX_INPUT_CHARS,
     extractive_summary,
     format_transcript_for_summary,
     should_refresh_summary,
     summary_context_block,
 )
-from internal.conversation.transcript import TranscriptEntry
-from internal.pipeline.services import misunderstanding_note
-from internal.pipeline.vad import (
+from voicegate.internal.conversation.transcript import TranscriptEntry
+from voicegate.internal.pipeline.services import misunderstanding_note
+from voicegate.internal.pipeline.vad import (
     AdaptiveEnergyClassifier,
     VadEvent,
     VadProfile,
     VoiceActivityDetector,
     frame_level_dbfs,
 )
-from internal.turn.bargein import is_backchannel, is_meaningful_interruption, too_many_words
-from internal.turn.pending import merge_text
-from internal.turn.policy import TURN_MERGE_INCOMPLETE_MS, merge_wait_ms
-from internal.turn.text_cues import ends_dictation, ends_incomplete, ends_terminal
+from voicegate.internal.turn.bargein import is_backchannel, is_meaningful_interruption, too_many_words
+from voicegate.internal.turn.pending import merge_text
+from voicegate.internal.turn.policy import TURN_MERGE_INCOMPLETE_MS, merge_wait_ms
+from voicegate.internal.turn.text_cues import ends_dictation, ends_incomplete, ends_terminal
 
 
 @pytest.mark.parametrize("text", ["mm-hm", "yeah", "okay", "yeah okay", "uh huh right", "Mm hmm.", "i see"])

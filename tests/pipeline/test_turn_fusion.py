@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from internal.config.sections import PipelineConfig
-from internal.turn import fusion as fusion_module
-from internal.turn.fusion import FEATURES, FusionWeightsError, parse_weights, shared_fusion
+from voicegate.internal.config.sections import PipelineConfig
+from voicegate.internal.turn import fusion as fusion_module
+from voicegate.internal.turn.fusion import FEATURES, FusionWeightsError, parse_weights, shared_fusion
 
 THRESHOLD = PipelineConfig().end_of_turn_threshold
 CLEAN_DB, NOISY_DB = 40.0, 5.0

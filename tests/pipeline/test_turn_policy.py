@@ -8,13 +8,13 @@ import asyncio
 
 import pytest
 
-from internal.llm.base import Turn
-from internal.stt.base import Transcript
-from internal.turn.fusion import FEATURES, TurnFusion, shared_fusion
-from internal.turn.owner import TurnOwner, TurnSettings
-from internal.turn.pauses import MIN_CEILING_MS, PAUSE_MARGIN_MS, CallerPauses, hold_ceiling_ms
-from internal.turn.pending import Release, TurnTimes
-from internal.turn.policy import (
+from voicegate.internal.llm.base import Turn
+from voicegate.internal.stt.base import Transcript
+from voicegate.internal.turn.fusion import FEATURES, TurnFusion, shared_fusion
+from voicegate.internal.turn.owner import TurnOwner, TurnSettings
+from voicegate.internal.turn.pauses import MIN_CEILING_MS, PAUSE_MARGIN_MS, CallerPauses, hold_ceiling_ms
+from voicegate.internal.turn.pending import Release, TurnTimes
+from voicegate.internal.turn.policy import (
     SURE_GOES_ON_P,
     TURN_MERGE_INCOMPLETE_MS,
     TURN_MERGE_MAX_MS,
@@ -24,7 +24,7 @@ from internal.turn.policy import (
     text_rule_wait_ms,
     verdict_threshold,
 )
-from internal.turn.text_cues import text_cues
+from voicegate.internal.turn.text_cues import text_cues
 
 
 @pytest.mark.parametrize(("text", "cue"), [

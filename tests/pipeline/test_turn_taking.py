@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from internal.pipeline.events import ReleaseEvent, ResponseEvent, TimingEvent, TranscriptEvent
-from internal.pipeline.localcall import LocalCall
-from internal.stt.whisper import WhisperSpeechToText
 from tests.fakes.models import RecordingModel
 from tests.pipeline.conftest import PipelineFactory
 from tests.pipeline.test_turn_models import fragment_before_comma, phone
 from tests.speech import neural, neural_telephone, silence
+from voicegate.internal.pipeline.events import ReleaseEvent, ResponseEvent, TimingEvent, TranscriptEvent
+from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.internal.stt.whisper import WhisperSpeechToText
 
 DEFAULTS = {"vad": "silero", "end_of_turn": "smart_turn"}  # the pipeline fixture pins the older ones
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from internal.stt.workers import watch_parent
+from voicegate.internal.stt.workers import watch_parent
 
 
 def start_worker(marker: str) -> None:

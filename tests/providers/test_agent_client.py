@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from internal.agent.client import AgentChatModel, SseParser, chat_body, sse_data_text
-from internal.config.providers import AgentConfig
-from internal.llm.base import ChatMessage, ChatRequest, LlmError, ReplyDelta, Turn
 from tests.fakes.agent_fake import HUGE_BYTES, FakeAgent, Mode
+from voicegate.internal.agent.client import AgentChatModel, SseParser, chat_body, sse_data_text
+from voicegate.internal.config.providers import AgentConfig
+from voicegate.internal.llm.base import ChatMessage, ChatRequest, LlmError, ReplyDelta, Turn
 
 REPLY = "It is twenty two degrees and sunny. Want tomorrow's forecast as well?"
 

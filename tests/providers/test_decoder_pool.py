@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from internal.stt.base import SttError
-from internal.stt.workers import DecoderPool, SttOverloaded, SttSuperseded, UtteranceStream
 from tests.providers import pool_jobs
+from voicegate.internal.stt.base import SttError
+from voicegate.internal.stt.workers import DecoderPool, SttOverloaded, SttSuperseded, UtteranceStream
 
 
 @pytest_asyncio.fixture

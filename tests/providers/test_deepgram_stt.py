@@ -8,10 +8,10 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from internal.config.providers import DeepgramConfig
-from internal.stt.base import SttError, Transcript
-from internal.stt.deepgram import DeepgramSpeechToText, DeepgramSttStream, listen_url, parse_result
 from tests.fakes.deepgram_fake import FakeDeepgram, results_message
+from voicegate.internal.config.providers import DeepgramConfig
+from voicegate.internal.stt.base import SttError, Transcript
+from voicegate.internal.stt.deepgram import DeepgramSpeechToText, DeepgramSttStream, listen_url, parse_result
 
 FRAME_16K = bytes(640)
 

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from internal.config import Config, ConfigError
-from internal.config.providers import PiperConfig
-from internal.devices import (
+from tests.conftest import run_cli
+from voicegate.internal.config import Config, ConfigError
+from voicegate.internal.config.providers import PiperConfig
+from voicegate.internal.devices import (
     CPU_PROVIDER,
     CUDA_PROVIDER,
     DeviceUnavailable,
@@ -28,10 +29,9 @@ from internal.devices import (
     onnx_providers,
     whisper_device,
 )
-from internal.tts.piper import PiperTextToSpeech
-from internal.tts.piper_voice import piper_uses_cuda
-from server.providers import build_stt, check_providers
-from tests.conftest import run_cli
+from voicegate.internal.tts.piper import PiperTextToSpeech
+from voicegate.internal.tts.piper_voice import piper_uses_cuda
+from voicegate.server.providers import build_stt, check_providers
 
 WITH_CUDA = ["TensorrtExecutionProvider", CUDA_PROVIDER, CPU_PROVIDER]  # what onnxruntime-gpu lists
 CPU_ONLY = ["AzureExecutionProvider", CPU_PROVIDER]  # what the plain onnxruntime wheel lists

@@ -15,13 +15,13 @@ import pytest_asyncio
 from bench.common import word_errors
 from bench.noises import add_noise
 from bench.turn_cases import channel
-from internal.audio.line_noise import MAX_SNR_DB, estimate_snr_db
-from internal.config import Config
-from internal.config.loader import ConfigError
-from internal.config.providers import WhisperConfig
-from internal.stt.whisper import WhisperSpeechToText
-from internal.stt.whisper_decode import DecodeSettings, to_model_audio
 from tests.speech import neural, silence
+from voicegate.internal.audio.line_noise import MAX_SNR_DB, estimate_snr_db
+from voicegate.internal.config import Config
+from voicegate.internal.config.loader import ConfigError
+from voicegate.internal.config.providers import WhisperConfig
+from voicegate.internal.stt.whisper import WhisperSpeechToText
+from voicegate.internal.stt.whisper_decode import DecodeSettings, to_model_audio
 
 pytestmark = pytest.mark.slow
 shared_loop = pytest.mark.asyncio(loop_scope="module")
@@ -87,7 +87,7 @@ def test_a_noisy_utterance_gets_the_wider_beam() -> None:
 @pytest.mark.parametrize(("key", "value"), [("noisy_beam_size", 11), ("noisy_beam_size", -1),
                                             ("noisy_snr_db", -3), ("noisy_snr_db", 61)])
 def test_a_bad_noisy_line_setting_names_its_key(tmp_path: Path, key: str, value: float) -> None:
-    from internal.config import load_config
+    from voicegate.internal.config import load_config
 
     path = tmp_path / "config.toml"
     path.write_text(f"[whisper]\n{key} = {value}\n")

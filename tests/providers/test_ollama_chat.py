@@ -6,11 +6,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from internal.config.providers import OllamaConfig
-from internal.llm.base import ChatMessage, ChatRequest, LlmError, ReplyDelta, ToolCall, ToolSpec, Turn
-from internal.llm.ollama import OllamaChatModel
 from tests.fakes.ollama_fake import FakeOllama
 from tests.fakes.openai_fake import FakeOpenAI
+from voicegate.internal.config.providers import OllamaConfig
+from voicegate.internal.llm.base import ChatMessage, ChatRequest, LlmError, ReplyDelta, ToolCall, ToolSpec, Turn
+from voicegate.internal.llm.ollama import OllamaChatModel
 
 WEATHER = ToolSpec("get_weather", "Weather", {"type": "object", "properties": {"city": {"type": "string"}}})
 

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from internal.config.providers import OpenAIConfig
-from internal.llm.base import ChatMessage, ChatRequest, LlmError, ReplyDelta, ToolCall, ToolSpec, Turn
-from internal.llm.openai import OpenAIChatModel, parse_arguments
 from tests.fakes.openai_fake import FakeOpenAI, ScriptedReply, ScriptedToolCall
+from voicegate.internal.config.providers import OpenAIConfig
+from voicegate.internal.llm.base import ChatMessage, ChatRequest, LlmError, ReplyDelta, ToolCall, ToolSpec, Turn
+from voicegate.internal.llm.openai import OpenAIChatModel, parse_arguments
 
 WEATHER = ToolSpec(
     name="get_weather",

@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from internal.config.providers import OpenAIConfig
-from internal.stt.base import Transcript
-from internal.stt.openai import OpenAISpeechToText
-from internal.tts.wav import wav_to_pcm
 from tests.fakes.openai_fake import FakeOpenAI
+from voicegate.internal.config.providers import OpenAIConfig
+from voicegate.internal.stt.base import Transcript
+from voicegate.internal.stt.openai import OpenAISpeechToText
+from voicegate.internal.tts.wav import wav_to_pcm
 
 
 def tone(ms: int, rate: int) -> bytes:
@@ -131,7 +131,7 @@ async def test_failure_and_timeout_drop_only_that_utterance(
     stream.end_of_speech()
     assert (await next_result(results)).text == "still here"
     assert len(fake.headers) == 3  # all three were sent; only the last answered
-    warnings = [r.getMessage() for r in caplog.records if r.name == "internal.stt.openai"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "voicegate.internal.stt.openai"]
     assert any("returned 500" in w for w in warnings) and any("timed out" in w for w in warnings)
     await stream.aclose()
     await stt.aclose()

@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from internal.audio.resample import resample
-from internal.config.providers import OpenAIConfig
-from internal.tts.base import TtsError
-from internal.tts.openai import OpenAITextToSpeech
 from tests.fakes.openai_fake import SPEECH_RATE, FakeOpenAI, tone_pcm
+from voicegate.internal.audio.resample import resample
+from voicegate.internal.config.providers import OpenAIConfig
+from voicegate.internal.tts.base import TtsError
+from voicegate.internal.tts.openai import OpenAITextToSpeech
 
 
 @pytest.fixture

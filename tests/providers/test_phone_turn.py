@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 
 from bench.turn_cases import channel
-from internal.audio.resample import resample
-from internal.config.providers import WhisperConfig
-from internal.stt.whisper import decode_settings
-from internal.stt.whisper_decode import WhisperDecoder, to_model_audio, window_frames
-from internal.stt.whisper_models import resolve_model
-from internal.tts.espeak import parse_wav_header
-from internal.turn.phone_turn import (
+from voicegate.internal.audio.resample import resample
+from voicegate.internal.config.providers import WhisperConfig
+from voicegate.internal.stt.whisper import decode_settings
+from voicegate.internal.stt.whisper_decode import WhisperDecoder, to_model_audio, window_frames
+from voicegate.internal.stt.whisper_models import resolve_model
+from voicegate.internal.tts.espeak import parse_wav_header
+from voicegate.internal.turn.phone_turn import (
     POOL_SPANS,
     WEIGHTS_SHA256,
     PhoneTurnWeightsError,

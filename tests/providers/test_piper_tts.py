@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from internal.config.providers import PiperConfig
-from internal.tts.base import TtsError
-from internal.tts.piper import (
+from voicegate.internal.config.providers import PiperConfig
+from voicegate.internal.tts.base import TtsError
+from voicegate.internal.tts.piper import (
     PINNED_VOICE_SHA256,
     PiperTextToSpeech,
     piper_available,
@@ -246,8 +246,8 @@ async def test_close_stops_the_workers_and_removes_their_files() -> None:
 
 SERVER = """
 import asyncio
-from internal.config.providers import PiperConfig
-from internal.tts.piper import PiperTextToSpeech
+from voicegate.internal.config.providers import PiperConfig
+from voicegate.internal.tts.piper import PiperTextToSpeech
 
 async def main() -> None:
     engine = PiperTextToSpeech(PiperConfig(workers=2))
@@ -277,7 +277,7 @@ async def test_workers_exit_when_the_server_is_killed() -> None:
 
 async def test_piper_is_started_with_onnxruntime_threads_that_sleep_when_idle() -> None:
     # In a process of its own, as the launcher runs: it changes what every new session starts from.
-    from internal.tts.piper_voice import piper_command
+    from voicegate.internal.tts.piper_voice import piper_command
 
     command = piper_command(PiperConfig())
     assert command[:2] == [sys.executable, "-P"] and command[2].endswith("piper_launch.py")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from internal.llm.sentences import SentenceChunker
+from voicegate.internal.llm.sentences import SentenceChunker
 
 
 def chunk_all(text: str, step: int = 0) -> list[str]:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from internal.config import Config, ConfigError
-from internal.tts.espeak import EspeakTextToSpeech
-from server.providers import build_tts, check_providers, effective_tts_provider
+from voicegate.internal.config import Config, ConfigError
+from voicegate.internal.tts.espeak import EspeakTextToSpeech
+from voicegate.server.providers import build_tts, check_providers, effective_tts_provider
 
 
 def config_in(tmp_path: Path) -> Config:

@@ -17,13 +17,14 @@ from pathlib import Path
 import pytest
 
 from bench.common import word_errors
-from internal.config import Config
-from internal.config.loader import ConfigError
-from internal.config.providers import WhisperConfig
-from internal.devices import cuda_devices_ctranslate2
-from internal.stt.whisper import WhisperSpeechToText, vocabulary_prompt
-from internal.stt.whisper_decode import FULL_WINDOW_FRAMES, repeats_itself, window_frames
-from internal.stt.whisper_models import (
+from tests.speech import neural, neural_telephone, silence, speak, tone
+from voicegate.internal.config import Config
+from voicegate.internal.config.loader import ConfigError
+from voicegate.internal.config.providers import WhisperConfig
+from voicegate.internal.devices import cuda_devices_ctranslate2
+from voicegate.internal.stt.whisper import WhisperSpeechToText, vocabulary_prompt
+from voicegate.internal.stt.whisper_decode import FULL_WINDOW_FRAMES, repeats_itself, window_frames
+from voicegate.internal.stt.whisper_models import (
     PINNED,
     PackagePart,
     PinnedModel,
@@ -34,8 +35,7 @@ from internal.stt.whisper_models import (
     sha256_of,
     verify,
 )
-from server.providers import build_stt
-from tests.speech import neural, neural_telephone, silence, speak, tone
+from voicegate.server.providers import build_stt
 
 pytestmark = pytest.mark.slow
 CUDA_DEVICES = cuda_devices_ctranslate2()
@@ -196,7 +196,7 @@ def test_an_unknown_model_with_no_download_names_everything_it_tried(tmp_path: P
 
 def test_a_hub_that_cannot_be_reached_is_reported_not_hung_on(tmp_path: Path) -> None:
     # A real process pointed at a hub address where nothing listens: the same on a networked machine.
-    script = ("import sys; from pathlib import Path; from internal.stt.whisper_models import resolve_model\n"
+    script = ("import sys; from pathlib import Path; from voicegate.internal.stt.whisper_models import resolve_model\n"
               "try:\n    resolve_model('small.en', Path(sys.argv[1]))\nexcept Exception as exc:\n"
               "    print(exc)\n    sys.exit(1)\n")
     env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_ETAG_TIMEOUT": "5"}
@@ -346,7 +346,7 @@ async def test_a_long_turn_is_decoded_while_the_caller_speaks_and_only_its_tail_
 
 
 def test_the_early_cut_goes_at_the_quietest_frame_and_a_carried_full_stop_is_dropped() -> None:
-    from internal.stt.workers import join_words, quietest_cut
+    from voicegate.internal.stt.workers import join_words, quietest_cut
 
     loud, quiet = tone(400, 8000, level_dbfs=-20.0), silence(100, 8000)
     audio = loud + quiet + loud + loud

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from internal.config.providers import PgvectorConfig
-from internal.db import Database
-from internal.rag.embedding import WordLlamaEmbedder
+from voicegate.internal.config.providers import PgvectorConfig
+from voicegate.internal.db import Database
+from voicegate.internal.rag.embedding import WordLlamaEmbedder
 
 CORPUS = {
     "hours.md": (

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from internal.rag.chunking import (
+from voicegate.internal.rag.chunking import (
     ChunkingError,
     DocumentError,
     chunk_file,

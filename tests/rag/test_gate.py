@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from internal.config import load_config
-from internal.rag import RagConfigError, TurnRetrieval, build_retriever, needs_retrieval
+from voicegate.internal.config import load_config
+from voicegate.internal.rag import RagConfigError, TurnRetrieval, build_retriever, needs_retrieval
 
 # (turn text, retrieves?) — a turn with nothing to anchor a vector search on skips it; when in doubt
 # the gate retrieves.

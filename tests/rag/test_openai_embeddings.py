@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from internal.config import load_config
-from internal.db import Database
-from internal.rag import build_retriever, build_store, ingest_files
-from internal.rag.chunking import chunk_file
-from internal.rag.embedding import OpenAIEmbedder
 from tests.fakes.openai_fake import FakeOpenAI
+from voicegate.internal.config import load_config
+from voicegate.internal.db import Database
+from voicegate.internal.rag import build_retriever, build_store, ingest_files
+from voicegate.internal.rag.chunking import chunk_file
+from voicegate.internal.rag.embedding import OpenAIEmbedder
 
 
 @pytest.fixture
@@ -48,8 +48,8 @@ async def test_chunks_are_embedded_in_batches_at_256_dimensions_and_found_again(
 
 async def test_an_embedding_endpoint_failure_fails_ingestion_with_a_reason_and_retrieval_quietly(
         openai: FakeOpenAI, database: Database, corpus: dict[str, Path]) -> None:
-    from internal.rag import KnowledgeStoreError
-    from internal.rag.pgvector import PgvectorRetriever, PgvectorStore
+    from voicegate.internal.rag import KnowledgeStoreError
+    from voicegate.internal.rag.pgvector import PgvectorRetriever, PgvectorStore
 
     config = load_config(None)
     config.openai.base_url = openai.url + "/v1"

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from internal.config import load_config
-from internal.db import Database
-from internal.rag import KnowledgeStoreError, build_retriever, build_store, ingest_files, source_name
-from internal.rag.embedding import WordLlamaEmbedder
-from internal.rag.pgvector import PgvectorRetriever, PgvectorStore
 from tests.conftest import REPO
+from voicegate.internal.config import load_config
+from voicegate.internal.db import Database
+from voicegate.internal.rag import KnowledgeStoreError, build_retriever, build_store, ingest_files, source_name
+from voicegate.internal.rag.embedding import WordLlamaEmbedder
+from voicegate.internal.rag.pgvector import PgvectorRetriever, PgvectorStore
 
 SIZE, OVERLAP = 120, 20
 
@@ -169,7 +169,7 @@ async def test_a_top_k_beyond_the_hnsw_search_width_still_returns_that_many(
 
 async def test_retrieval_from_a_closed_database_is_empty_not_an_error(
         fresh_db: str, embedder: WordLlamaEmbedder, tmp_path: Path) -> None:
-    from internal.config.providers import PgvectorConfig
+    from voicegate.internal.config.providers import PgvectorConfig
 
     closed = Database(PgvectorConfig(connection_string=fresh_db), tmp_path)
     assert await PgvectorRetriever(closed, embedder).retrieve("parking", 3) == []

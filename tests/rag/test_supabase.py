@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from internal.config import load_config
-from internal.rag import KnowledgeStoreError, build_retriever, build_store, ingest_files, source_name
-from internal.rag.embedding import WordLlamaEmbedder
-from internal.rag.supabase import PostgrestClient, SupabaseRetriever, SupabaseStore
 from tests.conftest import REPO, free_port
 from tests.fakes.postgrest_fake import FakePostgrest
+from voicegate.internal.config import load_config
+from voicegate.internal.rag import KnowledgeStoreError, build_retriever, build_store, ingest_files, source_name
+from voicegate.internal.rag.embedding import WordLlamaEmbedder
+from voicegate.internal.rag.supabase import PostgrestClient, SupabaseRetriever, SupabaseStore
 
 KEY = "service-role-key-for-tests"
 SIZE, OVERLAP = 120, 20
@@ -76,7 +76,7 @@ async def test_a_failed_retrieval_is_logged_and_empty(
     else:
         url = f"http://127.0.0.1:{free_port()}"
     retriever = SupabaseRetriever(PostgrestClient(url, key), embedder, function)
-    with caplog.at_level(logging.WARNING, logger="internal.rag.supabase"):
+    with caplog.at_level(logging.WARNING, logger="voicegate.internal.rag.supabase"):
         assert await retriever.retrieve("when do you open", 3) == []
     await retriever.aclose()
     assert "knowledge retrieval from Supabase failed" in caplog.text

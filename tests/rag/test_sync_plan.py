@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from internal.rag.chunking import Chunk
-from internal.rag.ingest import StoredChunk, plan_sync
+from voicegate.internal.rag.chunking import Chunk
+from voicegate.internal.rag.ingest import StoredChunk, plan_sync
 
 
 def chunks(*texts: str, embedder: str = "e/1") -> list[Chunk]:

@@ -7,18 +7,18 @@ from typing import Any
 
 import pytest
 
-from internal.config import load_config
-from internal.identity import CallerIdentity
-from internal.llm.openai import OpenAIChatModel
-from internal.pipeline.events import CollectingSink
-from internal.pipeline.localcall import LocalCall
-from internal.rag import build_store, ingest_files
-from server.gateway import Gateway
 from tests.conftest import tone_driven
 from tests.fakes.openai_fake import FakeOpenAI
 from tests.pipeline.conftest import ScriptedStt
 from tests.rag.conftest import CORPUS
 from tests.speech import silence, tone
+from voicegate.internal.config import load_config
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.llm.openai import OpenAIChatModel
+from voicegate.internal.pipeline.events import CollectingSink
+from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.internal.rag import build_store, ingest_files
+from voicegate.server.gateway import Gateway
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +40,7 @@ async def rag_gateway(tmp_path: Path, db: str, fake_url: str, stt: Any, prefetch
         path = tmp_path / name
         path.write_text(text)
         paths.append(path)
-    from internal.rag.embedding import WordLlamaEmbedder
+    from voicegate.internal.rag.embedding import WordLlamaEmbedder
 
     store = build_store(config, gateway.database)
     await ingest_files(store, WordLlamaEmbedder(), paths, config.rag.chunk_size, config.rag.chunk_overlap)

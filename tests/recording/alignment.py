@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from internal.audio.g711 import alaw_decode, ulaw_decode
-from internal.audio.rtp import RtpPacket
+from voicegate.internal.audio.g711 import alaw_decode, ulaw_decode
+from voicegate.internal.audio.rtp import RtpPacket
 
 RATE = 8000
 DECODERS = {0: ulaw_decode, 8: alaw_decode}

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from internal.audio.g711 import ulaw_decode, ulaw_encode
-from internal.audio.rtp import rtp_header
 from tests.recording.alignment import RATE, alignment, wire_audio
+from voicegate.internal.audio.g711 import ulaw_decode, ulaw_encode
+from voicegate.internal.audio.rtp import rtp_header
 
 FRAME = RATE // 50
 

@@ -7,10 +7,10 @@ import json
 import time
 from pathlib import Path
 
-from internal.identity import CallerIdentity
-from internal.memory.owner import OwnerKeys
-from internal.recording.store import RecordingInfo, RecordingStore, iso
 from tests.conftest import run_cli
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.memory.owner import OwnerKeys
+from voicegate.internal.recording.store import RecordingInfo, RecordingStore, iso
 
 SECRET = "recording-cli-test-secret-0123456789"
 CALLER = "sip:+15551234567"

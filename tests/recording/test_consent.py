@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from internal.config.recording import RecordingConfig
-from internal.recording.consent import ConsentState, keyed_answer, opts_out, spoken_answer
+from voicegate.internal.config.recording import RecordingConfig
+from voicegate.internal.recording.consent import ConsentState, keyed_answer, opts_out, spoken_answer
 
 
 @pytest.mark.parametrize(("text", "answer"), [

@@ -14,18 +14,18 @@ import numpy as np
 import psutil
 import pytest
 
-from internal.config import load_config
-from internal.conversation.rolling_summary import RollingSummary
-from internal.identity import CallerIdentity
-from internal.llm.local import LocalAgent
-from internal.pipeline.events import CollectingSink
-from internal.pipeline.pipeline import VoicePipeline
-from internal.pipeline.services import PipelineServices
-from internal.recording.service import RecordingService
-from internal.session import Conversation, Session
-from internal.tts.espeak import EspeakTextToSpeech
 from tests.conftest import tone_driven
 from tests.pipeline.conftest import ScriptedStt
+from voicegate.internal.config import load_config
+from voicegate.internal.conversation.rolling_summary import RollingSummary
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.llm.local import LocalAgent
+from voicegate.internal.pipeline.events import CollectingSink
+from voicegate.internal.pipeline.pipeline import VoicePipeline
+from voicegate.internal.pipeline.services import PipelineServices
+from voicegate.internal.recording.service import RecordingService
+from voicegate.internal.session import Conversation, Session
+from voicegate.internal.tts.espeak import EspeakTextToSpeech
 
 RATE = 16000  # a browser call's rate: twice a phone call's bytes
 MINUTES = 10

@@ -9,11 +9,11 @@ import json
 import time
 from pathlib import Path
 
-from internal.identity import CallerIdentity
-from internal.memory.owner import SECRET_FILE, OwnerKeys
-from internal.recording.store import RecordingInfo, RecordingStore, iso
 from tests.conftest import run_cli
 from tests.webrtc.harness import live_server, webrtc_config
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.memory.owner import SECRET_FILE, OwnerKeys
+from voicegate.internal.recording.store import RecordingInfo, RecordingStore, iso
 
 CALLER = "sip:+15551234567"
 API_KEY = "memory-off-admin-key-0123456789"

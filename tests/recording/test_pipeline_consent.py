@@ -6,19 +6,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from internal.config import Config
-from internal.conversation.rolling_summary import RollingSummary
-from internal.identity import CallerIdentity
-from internal.pipeline.events import CollectingSink, RecordingEvent
-from internal.pipeline.localcall import LocalCall
-from internal.pipeline.pipeline import VoicePipeline
-from internal.pipeline.tools import ToolRegistry
-from internal.recording.service import RecordingService
-from internal.recording.tool import register_recording_tool
-from internal.session import Conversation, Session
 from tests.fakes.models import RecordingModel, ToolCallingModel
 from tests.pipeline.conftest import PipelineFactory, ScriptedStt
 from tests.speech import silence, tone
+from voicegate.internal.config import Config
+from voicegate.internal.conversation.rolling_summary import RollingSummary
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.pipeline.events import CollectingSink, RecordingEvent
+from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.internal.pipeline.pipeline import VoicePipeline
+from voicegate.internal.pipeline.tools import ToolRegistry
+from voicegate.internal.recording.service import RecordingService
+from voicegate.internal.recording.tool import register_recording_tool
+from voicegate.internal.session import Conversation, Session
 
 GREETING = "Hello, how can I help?"
 

@@ -15,9 +15,9 @@ import av
 import numpy as np
 import pytest
 
-from internal.recording.recorder import CHUNK_FRAMES, CallRecorder, new_info
-from internal.recording.store import RecordingStore
-from internal.recording.writers import RecordingWriters
+from voicegate.internal.recording.recorder import CHUNK_FRAMES, CallRecorder, new_info
+from voicegate.internal.recording.store import RecordingStore
+from voicegate.internal.recording.writers import RecordingWriters
 
 RATE = 8000
 FRAME = RATE // 50 * 2

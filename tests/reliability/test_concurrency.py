@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from internal.identity.jwt import mint_token
 from tests.webrtc.harness import live_server, webrtc_config
+from voicegate.internal.identity.jwt import mint_token
 
 pytestmark = pytest.mark.slow
 SECRET = "race-secret-0123456789abcdefghijklmnop"

@@ -15,16 +15,16 @@ import httpx
 import psycopg
 import pytest
 
-from internal.config import Config
-from internal.identity.jwt import mint_token
-from internal.llm.local import LocalAgent
-from internal.pipeline.events import TranscriptEvent
-from internal.pipeline.localcall import LocalCall
-from internal.pipeline.responder import NOT_UNDERSTOOD
-from internal.stt.base import Transcript
 from tests.conftest import REPO, free_port
 from tests.pipeline.conftest import PipelineFactory, ScriptedStt
 from tests.speech import silence, tone
+from voicegate.internal.config import Config
+from voicegate.internal.identity.jwt import mint_token
+from voicegate.internal.llm.local import LocalAgent
+from voicegate.internal.pipeline.events import TranscriptEvent
+from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.internal.pipeline.responder import NOT_UNDERSTOOD
+from voicegate.internal.stt.base import Transcript
 
 pytestmark = pytest.mark.slow
 
@@ -156,7 +156,7 @@ def serve(tmp_path: Path, db: str, port: int) -> subprocess.Popen[str]:
         f'[sip]\nenabled = false\n[pocketsphinx]\nworkers = 1\n'
         f'[memory]\nenabled = true\nmax_chars = 100000\n[pgvector]\nconnection_string = "{db}"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("VOICEGATE_")}
-    return subprocess.Popen([sys.executable, "-m", "server.cli", "--config", str(config), "serve"], cwd=REPO,
+    return subprocess.Popen([sys.executable, "-m", "voicegate", "--config", str(config), "serve"], cwd=REPO,
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
 
 

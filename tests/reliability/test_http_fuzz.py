@@ -9,11 +9,11 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from internal.config import load_config
-from internal.identity.jwt import mint_token
-from server.app import create_gateway_application
 from tests.pipeline.conftest import ScriptedStt
 from tests.reliability.served import ThreadedServer, serve_in_thread
+from voicegate.internal.config import load_config
+from voicegate.internal.identity.jwt import mint_token
+from voicegate.server.app import create_gateway_application
 
 SECRET = "fuzz-secret-0123456789abcdefghijklmnop"
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from internal.config import load_config
-from server.gateway import Gateway
 from tests.pipeline.conftest import ScriptedStt
 from tests.sip.conftest import eventually, free_port, run_sipp
+from voicegate.internal.config import load_config
+from voicegate.server.gateway import Gateway
 
 pytestmark = pytest.mark.slow
 

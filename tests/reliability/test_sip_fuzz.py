@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from internal.config import load_config
-from server.gateway import Gateway
 from tests.pipeline.conftest import ScriptedStt
 from tests.reliability.scale import scaled
 from tests.sip.conftest import eventually, free_port, run_sipp
+from voicegate.internal.config import load_config
+from voicegate.server.gateway import Gateway
 
 pytestmark = pytest.mark.slow
 
@@ -183,7 +183,7 @@ async def test_twenty_thousand_hostile_messages_never_take_the_server_down(
     assert gateway.sessions is not None
     await eventually(lambda: len(gateway.sessions) == 0, timeout=90, what="fuzz sessions to end")  # type: ignore[arg-type]
     assert created, "no mutated INVITE got through to a call: the fuzz is too weak"
-    crashes = [r for r in caplog.records if r.exc_info and r.name.startswith("internal.sip")]
+    crashes = [r for r in caplog.records if r.exc_info and r.name.startswith("voicegate.internal.sip")]
     assert not crashes, [r.getMessage() for r in crashes[:5]]
     result = await run_sipp(tmp_path, "uac_call.xml", f"127.0.0.1:{port}")
     result.check()

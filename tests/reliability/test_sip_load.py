@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from internal.config import load_config
-from server.gateway import Gateway
 from tests.pipeline.conftest import ScriptedStt
 from tests.reliability.scale import scaled
 from tests.sip.conftest import eventually, free_port, run_sipp
 from tests.speech import telephone
+from voicegate.internal.config import load_config
+from voicegate.server.gateway import Gateway
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,7 @@ def open_files() -> int:
 
 
 async def test_three_hundred_calls_leave_nothing_behind(tmp_path: Path) -> None:
-    from internal.audio.g711 import ulaw_encode
+    from voicegate.internal.audio.g711 import ulaw_encode
 
     audio = tmp_path / "caller.ulaw"
     audio.write_bytes(ulaw_encode(telephone("what time is it")))

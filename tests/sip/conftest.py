@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from internal.config.sections import SipConfig
-from internal.sip import (
+from voicegate.internal.config.sections import SipConfig
+from voicegate.internal.sip import (
     CallRejected,
     Dialog,
     IncomingCall,

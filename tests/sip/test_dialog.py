@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from internal.sip import Address, Dialog, SipRequest, make_response, parse
+from voicegate.internal.sip import Address, Dialog, SipRequest, make_response, parse
 
 SOURCE = Address("192.0.2.5", 5060, "udp")
 

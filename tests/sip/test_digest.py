@@ -6,8 +6,8 @@ import hashlib
 
 import pytest
 
-from internal.sip import DigestAuthenticator, authorization_header, choose_challenge
-from internal.sip.digest import DigestError, digest_response, parse_digest
+from voicegate.internal.sip import DigestAuthenticator, authorization_header, choose_challenge
+from voicegate.internal.sip.digest import DigestError, digest_response, parse_digest
 
 
 def md5(text: str) -> str:

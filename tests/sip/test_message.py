@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from internal.sip import Headers, SipParseError, SipRequest, SipResponse, make_response, parse, salvage_request
-from internal.sip.salvage import refusal
+from voicegate.internal.sip import (
+    Headers,
+    SipParseError,
+    SipRequest,
+    SipResponse,
+    make_response,
+    parse,
+    salvage_request,
+)
+from voicegate.internal.sip.salvage import refusal
 
 
 def msg(*lines: str, body: str = "") -> bytes:

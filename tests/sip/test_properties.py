@@ -8,9 +8,18 @@ import ipaddress
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from internal.sip import Headers, NameAddr, SipParseError, SipRequest, SipResponse, SipUri, StreamFramer, parse
-from internal.sip.framer import FramingError, KeepAlive
-from internal.sip.salvage import refusal, salvage_request
+from voicegate.internal.sip import (
+    Headers,
+    NameAddr,
+    SipParseError,
+    SipRequest,
+    SipResponse,
+    SipUri,
+    StreamFramer,
+    parse,
+)
+from voicegate.internal.sip.framer import FramingError, KeepAlive
+from voicegate.internal.sip.salvage import refusal, salvage_request
 
 ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 tokens = st.text(ALNUM + "-.!%*_+`'~", min_size=1, max_size=12)

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from internal.config import ConfigError, load_config, masked, render_toml, secret_values
-from internal.config.sections import SipConfig
-from internal.identity.sip_caller import resolve_sip_identity
-from internal.sip.message import SipRequest, SipResponse, parse
-from internal.sip.registration import RegistrationStatus
-from internal.sip.registration_policy import (
+from voicegate.internal.config import ConfigError, load_config, masked, render_toml, secret_values
+from voicegate.internal.config.sections import SipConfig
+from voicegate.internal.identity.sip_caller import resolve_sip_identity
+from voicegate.internal.sip.message import SipRequest, SipResponse, parse
+from voicegate.internal.sip.registration import RegistrationStatus
+from voicegate.internal.sip.registration_policy import (
     BACKOFF_CAP_S,
     RegistrarPeer,
     backoff_delay,
@@ -23,7 +23,7 @@ from internal.sip.registration_policy import (
     registrar_sources,
     retry_after,
 )
-from internal.sip.uri import SipUri
+from voicegate.internal.sip.uri import SipUri
 
 OURS = SipUri.parse("sip:alice@203.0.113.5:5062")
 

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from internal.sip import SipRequest, TimerSettings, UserAgent
-from internal.sip.digest import DigestAuthenticator, parse_digest
-from internal.sip.message import make_response
 from tests.sip.conftest import RawPeer, RecordingHandler, eventually, sip_config
+from voicegate.internal.sip import SipRequest, TimerSettings, UserAgent
+from voicegate.internal.sip.digest import DigestAuthenticator, parse_digest
+from voicegate.internal.sip.message import make_response
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from internal.sip import TimerSettings, UserAgent
 from tests.sip.conftest import RecordingHandler, SippResult, eventually, free_port, run_sipp, sip_config
 from tests.sip.registrar import challenge_round, too_brief_round, write_scenario
+from voicegate.internal.sip import TimerSettings, UserAgent
 
 pytestmark = pytest.mark.slow
 

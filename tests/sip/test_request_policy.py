@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from internal.sip import TimerSettings
-from internal.sip.capabilities import KNOWN_METHODS, accepts, method_refusal
-from internal.sip.headers import Headers
-from internal.sip.stack import ALLOWED_METHODS
 from tests.sip.conftest import OFFER, RawPeer, RecordingHandler, UaFactory, eventually, sip_text
+from voicegate.internal.sip import TimerSettings
+from voicegate.internal.sip.capabilities import KNOWN_METHODS, accepts, method_refusal
+from voicegate.internal.sip.headers import Headers
+from voicegate.internal.sip.stack import ALLOWED_METHODS
 
 FAST = TimerSettings(t1=0.05, t2=0.2, t4=0.2, timer_d=0.5)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from internal.sip import NoCommonCodec, SdpError, SessionDescription, build_answer, build_offer, negotiate
+from voicegate.internal.sip import NoCommonCodec, SdpError, SessionDescription, build_answer, build_offer, negotiate
 
 
 def sdp(*media_lines: str, connection: str = "c=IN IP4 192.0.2.10", session_extra: tuple[str, ...] = ()) -> bytes:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from internal.config.sections import SipConfig
-from internal.sip.headers import Headers
-from internal.sip.reliable import RAck
-from internal.sip.session_timer import (
+from voicegate.internal.config.sections import SipConfig
+from voicegate.internal.sip.headers import Headers
+from voicegate.internal.sip.reliable import RAck
+from voicegate.internal.sip.session_timer import (
     SessionExpires,
     SessionTimer,
     SessionTimerError,

@@ -6,10 +6,10 @@ import base64
 
 import pytest
 
-from internal.audio.rtp import RtpPacket, rtp_header
-from internal.audio.srtp import SrtpContext
-from internal.config import load_config, security_warnings
-from internal.sip.sdes import (
+from voicegate.internal.audio.rtp import RtpPacket, rtp_header
+from voicegate.internal.audio.srtp import SrtpContext
+from voicegate.internal.config import load_config, security_warnings
+from voicegate.internal.sip.sdes import (
     CryptoAttribute,
     SrtpMode,
     SrtpPolicyError,
@@ -19,7 +19,7 @@ from internal.sip.sdes import (
     secure_answer,
     secure_offer,
 )
-from internal.sip.sdp import SdpError, SessionDescription, build_answer, build_offer
+from voicegate.internal.sip.sdp import SdpError, SessionDescription, build_answer, build_offer
 
 KEY = bytes(range(30))
 INLINE = base64.b64encode(KEY).decode()

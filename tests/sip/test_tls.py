@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from internal.config.sections import SipConfig
-from internal.sip import CallFailed, SipResponse, TimerSettings, UserAgent, build_offer, parse
-from internal.sip.framer import StreamFramer
-from internal.sip.tls import tls_listen_address, transport_failure
 from tests.sip.certs import ThrowawayCa
 from tests.sip.conftest import OFFER, RawPeer, RecordingHandler, UaFactory, eventually, sip_text
+from voicegate.internal.config.sections import SipConfig
+from voicegate.internal.sip import CallFailed, SipResponse, TimerSettings, UserAgent, build_offer, parse
+from voicegate.internal.sip.framer import StreamFramer
+from voicegate.internal.sip.tls import tls_listen_address, transport_failure
 
 FAST = TimerSettings(t1=0.05, t2=0.2, t4=0.2, timer_d=0.5)
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from internal.sip import Dialog, IncomingCall, SessionDescription, TimerSettings, UserAgent, build_offer
-from internal.sip.framer import KeepAlive, StreamFramer
 from tests.sip.conftest import RecordingHandler, UaFactory, sip_text
+from voicegate.internal.sip import Dialog, IncomingCall, SessionDescription, TimerSettings, UserAgent, build_offer
+from voicegate.internal.sip.framer import KeepAlive, StreamFramer
 
 TORTURE = Path(__file__).parent / "torture"
 FAST = TimerSettings(t1=0.05, t2=0.2, t4=0.2, timer_d=0.5)
@@ -242,7 +242,7 @@ class _ErrorLog(logging.Handler):
 def sip_errors() -> Iterator[list[str]]:
     """What the SIP stack logs at ERROR: the transport survives any exception, so a crash only shows here."""
     handler = _ErrorLog()
-    logger = logging.getLogger("internal.sip")
+    logger = logging.getLogger("voicegate.internal.sip")
     logger.addHandler(handler)
     try:
         yield handler.messages

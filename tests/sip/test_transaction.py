@@ -7,10 +7,18 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from internal.sip import Address, SipRequest, SipResponse, TimerSettings, TransactionLayer, make_response, parse
-from internal.sip.transaction import ServerTransaction
-from internal.sip.transport import ErrorHandler
 from tests.sip.conftest import eventually
+from voicegate.internal.sip import (
+    Address,
+    SipRequest,
+    SipResponse,
+    TimerSettings,
+    TransactionLayer,
+    make_response,
+    parse,
+)
+from voicegate.internal.sip.transaction import ServerTransaction
+from voicegate.internal.sip.transport import ErrorHandler
 
 FAST = TimerSettings(t1=0.01, t2=0.04, t4=0.05, timer_d=0.1)
 UDP = Address("192.0.2.5", 5060, "udp")

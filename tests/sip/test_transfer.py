@@ -11,17 +11,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from internal.config import ConfigError, load_config
-from internal.config.sections import SipConfig
-from internal.conversation.rolling_summary import RollingSummary
-from internal.identity import CallerIdentity
-from internal.llm.base import ChatMessage, ChatRequest, ReplyDelta, ToolCall, Turn
-from internal.llm.local import LocalAgent
-from internal.pipeline.tools import ToolContext, ToolRegistry
-from internal.session import Conversation, Session
-from internal.sip import SipRequest, parse
-from internal.sip.dialog import Dialog
-from internal.sip.transfer import (
+from voicegate.internal.config import ConfigError, load_config
+from voicegate.internal.config.sections import SipConfig
+from voicegate.internal.conversation.rolling_summary import RollingSummary
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.llm.base import ChatMessage, ChatRequest, ReplyDelta, ToolCall, Turn
+from voicegate.internal.llm.local import LocalAgent
+from voicegate.internal.pipeline.tools import ToolContext, ToolRegistry
+from voicegate.internal.session import Conversation, Session
+from voicegate.internal.sip import SipRequest, parse
+from voicegate.internal.sip.dialog import Dialog
+from voicegate.internal.sip.transfer import (
     FragStatus,
     SipfragError,
     TransferBusy,
@@ -30,8 +30,8 @@ from internal.sip.transfer import (
     parse_sipfrag,
     subscription_terminated,
 )
-from internal.sip.uri import NameAddr, SipUri
-from internal.sip.voice_transfer import (
+from voicegate.internal.sip.uri import NameAddr, SipUri
+from voicegate.internal.sip.voice_transfer import (
     TRANSFERRED,
     CallTransfers,
     TargetNotAllowed,
@@ -271,7 +271,7 @@ async def test_the_local_agent_confirms_or_apologises_after_the_tool() -> None:
 
 
 def test_a_transferred_call_has_its_own_outcome_label() -> None:
-    from server.gateway import call_outcome
+    from voicegate.server.gateway import call_outcome
 
     assert call_outcome(TRANSFERRED) == "transferred"
     assert call_outcome("sip bye") == "caller_hangup"

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from internal.sip import SipResponse, parse
 from tests.sip.conftest import RawPeer, RecordingHandler, UaFactory, sip_text
+from voicegate.internal.sip import SipResponse, parse
 
 
 @pytest.fixture

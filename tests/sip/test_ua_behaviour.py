@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from internal.sip import CallFailed, SessionDescription, TimerSettings, UserAgent, build_offer
 from tests.sip.conftest import OFFER, RawPeer, RecordingHandler, UaFactory, eventually, sip_text
+from voicegate.internal.sip import CallFailed, SessionDescription, TimerSettings, UserAgent, build_offer
 
 FAST = TimerSettings(t1=0.05, t2=0.2, t4=0.2, timer_d=0.5)
 

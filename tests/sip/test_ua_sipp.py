@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from internal.sip import CallFailed, Rejection, build_offer
 from tests.sip.conftest import SCENARIOS, RecordingHandler, UaFactory, eventually, free_port, run_sipp
+from voicegate.internal.sip import CallFailed, Rejection, build_offer
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from internal.sip import NameAddr, SipUri, UriError, Via
+from voicegate.internal.sip import NameAddr, SipUri, UriError, Via
 
 
 @pytest.mark.parametrize(

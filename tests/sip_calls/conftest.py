@@ -22,20 +22,20 @@ from typing import Any
 import numpy as np
 import pytest
 
-from internal.audio.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
-from internal.audio.rtp import RtpError, RtpPacket
-from internal.config import Config, load_config
-from internal.config.providers import PocketsphinxConfig, WhisperConfig
-from internal.conversation.transcript import TranscriptEntry
-from internal.session import Session, SessionManager
-from internal.stt.base import SpeechToText
-from internal.stt.pocketsphinx import PocketsphinxSpeechToText
-from internal.stt.whisper import WhisperSpeechToText
-from internal.tts.base import TextToSpeech
-from server.gateway import Gateway
 from tests.conftest import tone_driven
 from tests.sip.conftest import SippResult, eventually, free_port, run_sipp
 from tests.speech import neural, silence, speak, transcribe
+from voicegate.internal.audio.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
+from voicegate.internal.audio.rtp import RtpError, RtpPacket
+from voicegate.internal.config import Config, load_config
+from voicegate.internal.config.providers import PocketsphinxConfig, WhisperConfig
+from voicegate.internal.conversation.transcript import TranscriptEntry
+from voicegate.internal.session import Session, SessionManager
+from voicegate.internal.stt.base import SpeechToText
+from voicegate.internal.stt.pocketsphinx import PocketsphinxSpeechToText
+from voicegate.internal.stt.whisper import WhisperSpeechToText
+from voicegate.internal.tts.base import TextToSpeech
+from voicegate.server.gateway import Gateway
 
 __all__ = ["SippResult", "eventually", "free_port", "run_sipp"]
 
@@ -416,8 +416,8 @@ async def http_server(tmp_path: Path) -> AsyncIterator[Any]:
     `finals`, the configured model or `model`) and an HTTP client for it, both closed after the test."""
     import httpx
 
-    from server.app import create_gateway_application
     from tests.pipeline.conftest import ScriptedStt
+    from voicegate.server.app import create_gateway_application
 
     started: list[tuple[SipServer, httpx.AsyncClient]] = []
 

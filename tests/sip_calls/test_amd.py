@@ -9,9 +9,6 @@ from typing import Any
 
 import pytest
 
-from internal.audio.g711 import ulaw_encode
-from internal.stt.whisper import WhisperSpeechToText
-from internal.telephony.answering_machine import AMD, AMD_MESSAGE_AT, AmdRun
 from tests.sip_calls.conftest import (
     WAIT_FOR_BYE,
     RtpCapture,
@@ -22,6 +19,9 @@ from tests.sip_calls.conftest import (
 )
 from tests.sip_calls.test_outbound import AUTH, OUR_OFFER, outbound_config, start_callee, voicegate_call
 from tests.speech import neural, silence, tone
+from voicegate.internal.audio.g711 import ulaw_encode
+from voicegate.internal.stt.whisper import WhisperSpeechToText
+from voicegate.internal.telephony.answering_machine import AMD, AMD_MESSAGE_AT, AmdRun
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +63,7 @@ async def test_a_message_is_left_after_the_voicemail_beep(
     # Nothing of ours was loud before the message began (no greeting spoken over the machine's) ...
     started = session.data[AMD_MESSAGE_AT]
     before = b"".join(r.packet.payload for r in capture.received if r.at < started and r.packet.payload_type == 0)
-    from internal.audio.g711 import ulaw_decode
+    from voicegate.internal.audio.g711 import ulaw_decode
 
     assert loud_part(ulaw_decode(before)) == b""
     # ... and what came after it is the message, as the machine recorded it.

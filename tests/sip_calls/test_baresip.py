@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from internal.audio.g711 import ulaw_decode, ulaw_encode
 from tests.sip_calls.conftest import REPLY_PHRASES, ServerFactory, best_match, free_port, loud_part
 from tests.speech import active_ms, speak, transcribe, write_wav
+from voicegate.internal.audio.g711 import ulaw_decode, ulaw_encode
 
 pytestmark = pytest.mark.slow
 

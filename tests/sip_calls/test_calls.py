@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from internal.session import Session
 from tests.pipeline.conftest import ScriptedStt
 from tests.sip_calls.conftest import (
     DTMF_1_PCAP,
@@ -27,6 +26,7 @@ from tests.sip_calls.conftest import (
     sip_calls_config,
     stream,
 )
+from voicegate.internal.session import Session
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from internal.audio.g711 import ulaw_decode
 from tests.sip_calls.conftest import (
     REPLY_PHRASES,
     RtpCapture,
@@ -21,6 +20,7 @@ from tests.sip_calls.conftest import (
     sip_calls_config,
 )
 from tests.speech import transcribe
+from voicegate.internal.audio.g711 import ulaw_decode
 
 pytestmark = pytest.mark.slow
 

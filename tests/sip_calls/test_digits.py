@@ -15,14 +15,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from internal.audio.dtmf import DtmfSender
-from internal.audio.g711 import ulaw_encode
-from internal.audio.rtp import RtpPacket
-from internal.config import Config
-from internal.config.telephony import DigitFormConfig
-from internal.session import Session
-from internal.stt.whisper import WhisperSpeechToText
-from internal.telephony.collection import DigitCollection
 from tests.fakes.models import ToolCallingModel
 from tests.pipeline.conftest import ScriptedStt
 from tests.sip_calls.conftest import (
@@ -41,6 +33,14 @@ from tests.sip_calls.conftest import (
 )
 from tests.sip_calls.test_baresip import baresip_home, console, running_baresip, with_console
 from tests.speech import neural, silence, write_wav
+from voicegate.internal.audio.dtmf import DtmfSender
+from voicegate.internal.audio.g711 import ulaw_encode
+from voicegate.internal.audio.rtp import RtpPacket
+from voicegate.internal.config import Config
+from voicegate.internal.config.telephony import DigitFormConfig
+from voicegate.internal.session import Session
+from voicegate.internal.stt.whisper import WhisperSpeechToText
+from voicegate.internal.telephony.collection import DigitCollection
 
 pytestmark = pytest.mark.slow
 
@@ -95,7 +95,7 @@ async def press(sock: socket.socket, port: int, keys: str, ssrc: int, state: dic
 
 async def test_keys_from_rfc4733_events_fill_a_form_after_a_retry(
         make_server: ServerFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level("INFO", logger="internal.sip.voice")
+    caplog.set_level("INFO", logger="voicegate.internal.sip.voice")
     server = await make_server(stt=ScriptedStt([REQUEST]), config=digits_config(tmp_path), model=asking("account"))
     scenario = render(tmp_path, media=stream(caller_audio(tmp_path, REQUEST)), ending=WAIT_FOR_BYE)
     caller = asyncio.create_task(run_sipp(tmp_path, scenario, server.target))

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from internal.audio.dtmf import END_REPEATS, DtmfReceiver, TelephoneEvent
 from tests.fakes.models import ToolCallingModel
 from tests.pipeline.conftest import ScriptedStt
 from tests.sip_calls.conftest import (
@@ -29,6 +28,7 @@ from tests.sip_calls.conftest import (
 from tests.sip_calls.test_baresip import baresip_home, console, running_baresip, with_console
 from tests.sip_calls.test_outbound import API_KEY, AUTH, OUR_OFFER, outbound_config, start_callee
 from tests.speech import speak, write_wav
+from voicegate.internal.audio.dtmf import END_REPEATS, DtmfReceiver, TelephoneEvent
 
 pytestmark = pytest.mark.slow
 

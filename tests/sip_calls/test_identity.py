@@ -8,9 +8,6 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from internal.identity import CallerIdentity
-from internal.memory.provider import ChangeContext
-from internal.session import Session
 from tests.pipeline.conftest import ScriptedStt
 from tests.sip_calls.conftest import (
     CALLER,
@@ -25,6 +22,9 @@ from tests.sip_calls.conftest import (
     sip_calls_config,
     stream,
 )
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.memory.provider import ChangeContext
+from voicegate.internal.session import Session
 
 pytestmark = pytest.mark.slow
 

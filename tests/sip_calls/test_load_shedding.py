@@ -15,10 +15,6 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from internal.config.providers import WhisperConfig
-from internal.pipeline.responder import TOO_BUSY
-from internal.stt.whisper import WhisperSpeechToText
-from internal.stt.workers import SttOverloaded
 from tests.sip_calls.conftest import (
     ServerFactory,
     agent_said,
@@ -31,6 +27,10 @@ from tests.sip_calls.conftest import (
     stream,
 )
 from tests.speech import neural
+from voicegate.internal.config.providers import WhisperConfig
+from voicegate.internal.pipeline.responder import TOO_BUSY
+from voicegate.internal.stt.whisper import WhisperSpeechToText
+from voicegate.internal.stt.workers import SttOverloaded
 
 pytestmark = pytest.mark.slow
 

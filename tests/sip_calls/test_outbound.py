@@ -11,11 +11,6 @@ from typing import Any
 import httpx
 import pytest
 
-from internal.config import Config
-from internal.identity import CallerIdentity
-from internal.memory.provider import ChangeContext
-from internal.tts.espeak import EspeakTextToSpeech
-from server.app import create_gateway_application
 from tests.conftest import REPO
 from tests.sip_calls.conftest import (
     CALLER_PHRASES,
@@ -31,6 +26,11 @@ from tests.sip_calls.conftest import (
     sip_calls_config,
     udp_port_free,
 )
+from voicegate.internal.config import Config
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.memory.provider import ChangeContext
+from voicegate.internal.tts.espeak import EspeakTextToSpeech
+from voicegate.server.app import create_gateway_application
 
 pytestmark = pytest.mark.slow
 
@@ -224,7 +224,7 @@ workers = 1
 async def voicegate_call(tmp_path: Path, *args: str) -> tuple[int, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("VOICEGATE_")}
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "server.cli", "--config", str(cli_config_file(tmp_path)), "call", *args,
+        sys.executable, "-m", "voicegate", "--config", str(cli_config_file(tmp_path)), "call", *args,
         cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     try:
         output, _ = await asyncio.wait_for(process.communicate(), 90)

@@ -11,9 +11,6 @@ import wave
 from pathlib import Path
 from typing import Any
 
-from internal.config import Config
-from internal.session import Session
-from internal.sip.voice_call import SIP_CALL_ID
 from tests.sip_calls.conftest import (
     CALLER,
     DTMF_1_PCAP,
@@ -27,6 +24,9 @@ from tests.sip_calls.conftest import (
     sip_calls_config,
     stream,
 )
+from voicegate.internal.config import Config
+from voicegate.internal.session import Session
+from voicegate.internal.sip.voice_call import SIP_CALL_ID
 
 API_KEY = "recordings-test-key-0123456789"
 AUTH = {"X-API-Key": API_KEY}

@@ -21,10 +21,6 @@ import pytest
 import pytest_asyncio
 
 from bench.wire_tap import WireTap
-from internal.audio.g711 import ulaw_encode
-from internal.config import Config
-from internal.config.providers import WhisperConfig
-from internal.stt.whisper import WhisperSpeechToText
 from tests.conftest import run_cli
 from tests.fakes.models import RecordingModel
 from tests.recording.alignment import alignment, wire_audio
@@ -41,6 +37,10 @@ from tests.sip_calls.conftest import (
     stream,
 )
 from tests.speech import neural, silence
+from voicegate.internal.audio.g711 import ulaw_encode
+from voicegate.internal.config import Config
+from voicegate.internal.config.providers import WhisperConfig
+from voicegate.internal.stt.whisper import WhisperSpeechToText
 
 pytestmark = pytest.mark.slow
 
@@ -108,7 +108,7 @@ async def heard(whisper: WhisperSpeechToText, samples: np.ndarray) -> str:
 async def test_a_caller_who_says_no_is_not_recorded_at_all(
         make_server: ServerFactory, tmp_path: Path, whisper: WhisperSpeechToText,
         caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="internal.recording.call")
+    caplog.set_level(logging.INFO, logger="voicegate.internal.recording.call")
     config = recording_config(tmp_path)
     server = await make_server(stt=whisper, config=config, model=RecordingModel(REPLY))
     audio = caller_says(tmp_path, 5000, "No, thank you.", 4000)

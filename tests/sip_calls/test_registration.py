@@ -10,14 +10,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from internal.config import load_config
-from internal.config.sip_registration import SipRegistration
-from server.app import create_gateway_application
-from server.gateway import Gateway
 from tests.conftest import tone_driven
 from tests.pipeline.conftest import ScriptedStt
 from tests.sip.conftest import eventually, free_port, run_sipp
 from tests.sip.registrar import challenge_round, write_scenario
+from voicegate.internal.config import load_config
+from voicegate.internal.config.sip_registration import SipRegistration
+from voicegate.server.app import create_gateway_application
+from voicegate.server.gateway import Gateway
 
 pytestmark = pytest.mark.slow
 

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from internal.config.sip_registration import SipRegistration
 from scripts.cluster import stop_process, wait_until
 from tests.pipeline.conftest import ScriptedStt
 from tests.sip.certs import ThrowawayCa
 from tests.sip.conftest import run_sipp
 from tests.sip_calls.conftest import ServerFactory, caller_bye, eventually, free_port, render, sip_calls_config
+from voicegate.internal.config.sip_registration import SipRegistration
 
 pytestmark = pytest.mark.slow
 

@@ -17,10 +17,6 @@ from typing import Any
 
 import pytest
 
-from internal.audio.g711 import ulaw_decode, ulaw_encode
-from internal.sip.message import make_response
-from internal.sip.sdes import CryptoAttribute, crypto_line, new_key
-from internal.sip.sdp import SessionDescription
 from tests.sip.certs import ThrowawayCa
 from tests.sip.conftest import RawPeer, sip_text
 from tests.sip_calls.conftest import (
@@ -38,6 +34,10 @@ from tests.sip_calls.conftest import (
 )
 from tests.sip_calls.test_baresip import baresip_home, recording, running_baresip
 from tests.speech import active_ms, speak, transcribe, write_wav
+from voicegate.internal.audio.g711 import ulaw_decode, ulaw_encode
+from voicegate.internal.sip.message import make_response
+from voicegate.internal.sip.sdes import CryptoAttribute, crypto_line, new_key
+from voicegate.internal.sip.sdp import SessionDescription
 
 pytestmark = pytest.mark.slow
 GREETING = "This is an outgoing call."

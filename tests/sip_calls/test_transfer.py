@@ -9,12 +9,6 @@ from typing import Any
 
 import pytest
 
-from internal.config import Config
-from internal.identity import CallerIdentity
-from internal.session import Session
-from internal.session.actions import ACTIONS
-from internal.sip.voice_call import SIP_CALL_ID
-from internal.sip.voice_transfer import TRANSFER_STATE, TRANSFERRED, failure_message
 from tests.sip_calls.conftest import (
     WAIT_FOR_BYE,
     SipServer,
@@ -28,6 +22,12 @@ from tests.sip_calls.conftest import (
     sip_calls_config,
     stream,
 )
+from voicegate.internal.config import Config
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.session import Session
+from voicegate.internal.session.actions import ACTIONS
+from voicegate.internal.sip.voice_call import SIP_CALL_ID
+from voicegate.internal.sip.voice_transfer import TRANSFER_STATE, TRANSFERRED, failure_message
 
 pytestmark = pytest.mark.slow
 

@@ -12,13 +12,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from internal.audio.g711 import ulaw_decode, ulaw_encode
-from internal.config import Config
-from internal.session import Session
-from internal.session.actions import ACTIONS
-from internal.sip.voice_transfer import TRANSFER_STATE, TRANSFERRED
-from internal.telephony.beep import FilterBank
-from internal.telephony.warm_transfer import return_message
 from tests.sip_calls.conftest import (
     WAIT_FOR_BYE,
     RtpCapture,
@@ -36,6 +29,13 @@ from tests.sip_calls.conftest import (
 )
 from tests.sip_calls.test_outbound import start_callee
 from tests.speech import speak, tone
+from voicegate.internal.audio.g711 import ulaw_decode, ulaw_encode
+from voicegate.internal.config import Config
+from voicegate.internal.session import Session
+from voicegate.internal.session.actions import ACTIONS
+from voicegate.internal.sip.voice_transfer import TRANSFER_STATE, TRANSFERRED
+from voicegate.internal.telephony.beep import FilterBank
+from voicegate.internal.telephony.warm_transfer import return_message
 
 pytestmark = pytest.mark.slow
 

@@ -11,10 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from internal.audio.g711 import ulaw_encode
-from internal.config import Config
-from internal.config.sections import PipelineConfig
-from internal.stt.whisper import WhisperSpeechToText
 from tests.fakes.models import RecordingModel
 from tests.pipeline.test_turn_models import fragment_before_comma
 from tests.sip_calls.conftest import (
@@ -29,6 +25,10 @@ from tests.sip_calls.conftest import (
     stream,
 )
 from tests.speech import neural, silence
+from voicegate.internal.audio.g711 import ulaw_encode
+from voicegate.internal.config import Config
+from voicegate.internal.config.sections import PipelineConfig
+from voicegate.internal.stt.whisper import WhisperSpeechToText
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.slow
 async def test_a_caller_in_a_neural_voice_is_understood_by_whisper_and_answered_by_piper(
         make_server: ServerFactory, capture: RtpCapture, tmp_path: Path, whisper: WhisperSpeechToText,
         caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level("INFO", logger="internal.sip.voice")
+    caplog.set_level("INFO", logger="voicegate.internal.sip.voice")
     config = sip_calls_config(tmp_path, symmetric_rtp=False)  # our audio goes to the capture port
     config.tts.provider = "auto"  # the default: Piper, installed by make test
     config.piper.workers = 1
@@ -136,7 +136,7 @@ async def test_a_short_greeting_is_answered_on_the_verdict_not_after_the_longest
         caplog: pytest.LogCaptureFixture) -> None:
     """Read from why the turn was released (the `release` event, logged for a SIP call, and its metric),
     not from a timing: a loaded test machine may be slow, but the reason does not change."""
-    caplog.set_level("INFO", logger="internal.sip.voice")
+    caplog.set_level("INFO", logger="voicegate.internal.sip.voice")
     server = await make_server(stt=whisper, config=defaults_config(tmp_path))
     scenario = render(tmp_path, media=stream(neural_caller(tmp_path, greeting)), ending=caller_bye(7000))
     (await run_sipp(tmp_path, scenario, server.target)).check()
@@ -153,7 +153,7 @@ async def test_on_a_phone_line_the_recognisers_head_judges_the_turn_and_smart_tu
         make_server: ServerFactory, tmp_path: Path, whisper: WhisperSpeechToText,
         caplog: pytest.LogCaptureFixture) -> None:
     """A finished statement over G.711: Whisper's phone-band head scores it in the decode itself."""
-    caplog.set_level("INFO", logger="internal.sip.voice")
+    caplog.set_level("INFO", logger="voicegate.internal.sip.voice")
     server = await make_server(stt=whisper, config=defaults_config(tmp_path))
     turn_model = server.gateway.services.turn_model
     asked_before = turn_model.inferences

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from internal.audio.g711 import ulaw_decode, ulaw_encode
-from internal.telephony.amd import (
+from tests.speech import neural, tone
+from voicegate.internal.audio.g711 import ulaw_decode, ulaw_encode
+from voicegate.internal.telephony.amd import (
     AmdSettings,
     AnsweringMachineClassifier,
     Heard,
@@ -15,8 +16,7 @@ from internal.telephony.amd import (
     probe_due,
     words_say,
 )
-from internal.telephony.beep import Beep
-from tests.speech import neural, tone
+from voicegate.internal.telephony.beep import Beep
 
 S = AmdSettings()
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from internal.audio.g711 import ulaw_decode, ulaw_encode
-from internal.telephony.beep import Beep, BeepDetector
 from tests.speech import neural, speak, tone
+from voicegate.internal.audio.g711 import ulaw_decode, ulaw_encode
+from voicegate.internal.telephony.beep import Beep, BeepDetector
 
 FRAME = 320
 

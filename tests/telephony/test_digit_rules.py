@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from internal.telephony.digits import AttemptResult, DigitEntry, DigitSpec, DigitSpecError, next_prompt
+from voicegate.internal.telephony.digits import AttemptResult, DigitEntry, DigitSpec, DigitSpecError, next_prompt
 
 ACCOUNT = DigitSpec("Please enter your account number followed by hash.", min_digits=4, max_digits=8,
                     timeout_ms=5000, inter_digit_timeout_ms=3000, speech_end_ms=1000)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from internal.config.telephony import DigitFormConfig, DigitsConfig
-from internal.pipeline.tools import ToolRegistry
-from internal.telephony.digit_tool import form_spec, register_digits_tool, worst_case_s
-from internal.telephony.digits import DigitSpecError
+from voicegate.internal.config.telephony import DigitFormConfig, DigitsConfig
+from voicegate.internal.pipeline.tools import ToolRegistry
+from voicegate.internal.telephony.digit_tool import form_spec, register_digits_tool, worst_case_s
+from voicegate.internal.telephony.digits import DigitSpecError
 
 SECTION = DigitsConfig(timeout_s=6.0, terminator="#", forms={
     "pin": DigitFormConfig(prompt="Enter your PIN.", min_digits=4, max_digits=4, terminator="", input="keys")})
@@ -41,6 +41,6 @@ def test_the_tool_offers_the_configured_forms_and_has_side_effects() -> None:
     register_digits_tool(registry, SECTION)
     (spec,) = registry.specs()
     assert spec.name == "collect_digits" and spec.parameters["properties"]["form"]["enum"] == ["pin"]
-    from internal.llm.base import ToolCall
+    from voicegate.internal.llm.base import ToolCall
 
     assert registry.has_side_effects(ToolCall("1", "collect_digits", {"form": "pin"}))

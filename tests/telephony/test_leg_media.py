@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from internal.telephony.beep import FilterBank
-from internal.telephony.leg_media import (
+from tests.speech import speak, tone
+from voicegate.internal.telephony.beep import FilterBank
+from voicegate.internal.telephony.leg_media import (
     BRIDGE_DEPTH_FRAMES,
     CHIME_PERIOD_S,
     BriefingPort,
@@ -18,7 +19,6 @@ from internal.telephony.leg_media import (
     chime,
     load_hold_music,
 )
-from tests.speech import speak, tone
 
 FRAME = 320
 
@@ -84,8 +84,8 @@ def test_the_briefing_port_hears_the_targets_hello_and_speaks_what_it_is_given()
 
 
 def test_unusable_hold_music_is_a_config_error_naming_the_key(tmp_path: Path) -> None:
-    from internal.config import ConfigError, load_config
-    from server.providers import check_providers
+    from voicegate.internal.config import ConfigError, load_config
+    from voicegate.server.providers import check_providers
 
     config = load_config(None)
     config.sip.transfer_targets = {"sales": "sip:sales@pbx.example"}

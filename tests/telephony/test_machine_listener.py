@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from internal.config.providers import WhisperConfig
-from internal.stt.whisper import WhisperSpeechToText
-from internal.telephony.amd import AmdSettings, AnsweringMachineClassifier
-from internal.telephony.answering_machine import MachineListener
 from tests.speech import neural, silence
+from voicegate.internal.config.providers import WhisperConfig
+from voicegate.internal.stt.whisper import WhisperSpeechToText
+from voicegate.internal.telephony.amd import AmdSettings, AnsweringMachineClassifier
+from voicegate.internal.telephony.answering_machine import MachineListener
 
 pytestmark = pytest.mark.slow
 

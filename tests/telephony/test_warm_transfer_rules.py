@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from internal.conversation.transcript import TranscriptLog
-from internal.telephony.warm_transfer import (
+from voicegate.internal.conversation.transcript import TranscriptLog
+from voicegate.internal.telephony.warm_transfer import (
     GREETING_PAUSE_MS,
     briefing,
     call_summary,

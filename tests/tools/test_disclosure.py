@@ -15,11 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.app import create_gateway_application
 from tests.conftest import free_port, run_cli
 from tests.fakes.openai_fake import FakeOpenAI
 from tests.pipeline.conftest import ScriptedStt
 from tests.tools.test_mcp import SERVER, mcp_config, stdio_server
+from voicegate.server.app import create_gateway_application
 
 pytestmark = pytest.mark.slow
 
@@ -92,10 +92,10 @@ def test_config_check_and_doctor_mask_mcp_urls_and_arguments(tmp_path: Path) -> 
 
 async def test_a_stdio_servers_stderr_goes_through_the_log_with_its_secrets_masked(
         tmp_path: Path, fake: FakeOpenAI, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> None:
-    from internal.pipeline.tools import ToolRegistry
-    from internal.tools.mcp import McpToolset
+    from voicegate.internal.pipeline.tools import ToolRegistry
+    from voicegate.internal.tools.mcp import McpToolset
 
-    caplog.set_level(logging.INFO, logger="internal.tools.mcp.stderr")
+    caplog.set_level(logging.INFO, logger="voicegate.internal.tools.mcp.stderr")
     server = stdio_server(tmp_path / "calls.jsonl", tools=["lookup_order"])
     server["env"]["MCP_TEST_STDERR"] = (f"warming up against https://svc:{URL_PASSWORD}@db.internal/orders"
                                         f"?token={URL_TOKEN}")

@@ -17,21 +17,21 @@ from typing import Any
 import httpx
 import pytest
 
-from internal.config import Config, load_config
-from internal.config.mcp import McpConfig
-from internal.identity import CallerIdentity
-from internal.pipeline.context import TOOL_RESULTS_POLICY
-from internal.pipeline.events import CollectingSink, TranscriptEvent
-from internal.pipeline.localcall import LocalCall
-from internal.pipeline.tools import ToolError, ToolRegistry
-from internal.tools.mcp import McpToolset
-from internal.tools.mcp_results import CLOSE, CUT_NOTICE
-from server.app import create_gateway_application
-from server.doctor_mcp import check_mcp
-from server.gateway import Gateway
 from tests.conftest import free_port
 from tests.fakes.openai_fake import FakeOpenAI
 from tests.pipeline.conftest import ScriptedStt
+from voicegate.internal.config import Config, load_config
+from voicegate.internal.config.mcp import McpConfig
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.pipeline.context import TOOL_RESULTS_POLICY
+from voicegate.internal.pipeline.events import CollectingSink, TranscriptEvent
+from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.internal.pipeline.tools import ToolError, ToolRegistry
+from voicegate.internal.tools.mcp import McpToolset
+from voicegate.internal.tools.mcp_results import CLOSE, CUT_NOTICE
+from voicegate.server.app import create_gateway_application
+from voicegate.server.doctor_mcp import check_mcp
+from voicegate.server.gateway import Gateway
 
 pytestmark = pytest.mark.slow
 

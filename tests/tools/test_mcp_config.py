@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from internal.config import ConfigError, load_config, masked, render_toml, secret_values
-from internal.tools.mcp import parameters_of, registered_name
-from internal.tools.mcp_results import CLOSE, fenced
+from voicegate.internal.config import ConfigError, load_config, masked, render_toml, secret_values
+from voicegate.internal.tools.mcp import parameters_of, registered_name
+from voicegate.internal.tools.mcp_results import CLOSE, fenced
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -77,7 +77,7 @@ def test_no_result_leaves_its_fence_or_its_bound(text: str, bound: int) -> None:
 
 
 def test_config_check_warns_about_recording_without_consent_or_key_and_an_empty_allow_list(tmp_path: Path) -> None:
-    from internal.config import security_warnings
+    from voicegate.internal.config import security_warnings
 
     config = load_config(write(tmp_path, "[recording]\nenabled = true\nconsent = 'none'\n"
                                          "[[mcp.servers]]\nname = 'orders'\ncommand = 'x'\n"))

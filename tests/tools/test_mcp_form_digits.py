@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from internal.config.telephony import DigitFormConfig
-from internal.identity import CallerIdentity
-from internal.pipeline.events import CollectingSink, TranscriptEvent
-from internal.pipeline.localcall import LocalCall
-from internal.telephony.collection import DigitCollection
 from tests.fakes.openai_fake import FakeOpenAI
 from tests.tools.test_mcp import mcp_config, started, stdio_server, tool_messages
+from voicegate.internal.config.telephony import DigitFormConfig
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.pipeline.events import CollectingSink, TranscriptEvent
+from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.internal.telephony.collection import DigitCollection
 
 pytestmark = pytest.mark.slow
 

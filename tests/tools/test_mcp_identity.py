@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from internal.identity import CallerIdentity
 from tests.fakes.openai_fake import FakeOpenAI
 from tests.tools.test_mcp import http_mcp, mcp_config, one_turn, started, stdio_server, tool_messages, tool_names
+from voicegate.internal.identity import CallerIdentity
 
 __all__ = ["http_mcp"]
 pytestmark = pytest.mark.slow

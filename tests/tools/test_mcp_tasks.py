@@ -11,14 +11,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from internal.identity import CallerIdentity
-from internal.llm.base import ToolCall
-from internal.memory.sessions import EPOCH, OWNER
-from internal.pipeline.tools import ToolContext
-from server.gateway import Gateway
 from tests.fakes.openai_fake import FakeOpenAI
 from tests.pipeline.conftest import ScriptedStt
 from tests.tools.test_mcp import mcp_config, one_turn, stdio_server
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.llm.base import ToolCall
+from voicegate.internal.memory.sessions import EPOCH, OWNER
+from voicegate.internal.pipeline.tools import ToolContext
+from voicegate.server.gateway import Gateway
 
 ALICE = CallerIdentity("jwt", "alice")
 

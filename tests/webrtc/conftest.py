@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from internal.config import Config
 from tests.speech import speak, write_wav
 from tests.webrtc.harness import webrtc_config
+from voicegate.internal.config import Config
 
 WAV_RATE = 48000
 # A microphone never delivers digital silence: a -60 dBFS noise floor between words. (Through Opus,

@@ -21,13 +21,13 @@ from aiortc.contrib.media import MediaPlayer
 from aiortc.mediastreams import AudioStreamTrack, MediaStreamTrack
 from fastapi import FastAPI
 
-from internal.config import Config, load_config
-from internal.evals.webrtc_phone import audio_frames, mono
-from internal.session import Session, SessionManager
-from server.app import create_gateway_application
-from server.gateway import Gateway
-from server.serve import HTTP_KEEP_ALIVE_S
 from tests.conftest import free_port
+from voicegate.internal.config import Config, load_config
+from voicegate.internal.evals.webrtc_phone import audio_frames, mono
+from voicegate.internal.session import Session, SessionManager
+from voicegate.server.app import create_gateway_application
+from voicegate.server.gateway import Gateway
+from voicegate.server.serve import HTTP_KEEP_ALIVE_S
 
 EVENT_TIMEOUT_S = 60.0
 

@@ -17,17 +17,17 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from internal.config import Config
-from internal.config.sections import ServerConfig
-from internal.identity.http_identity import (
+from tests.pipeline.conftest import ScriptedStt
+from tests.webrtc.harness import WhipClient, live_server
+from voicegate.internal.config import Config
+from voicegate.internal.config.sections import ServerConfig
+from voicegate.internal.identity.http_identity import (
     PROXY_SECRET_HEADER,
     RESOURCE_ID_HEADER,
     AuthError,
     HttpIdentityResolver,
 )
-from internal.identity.jwt import CLOCK_SKEW_S, TokenError, TokenVerifier, mint_token, subject_problem
-from tests.pipeline.conftest import ScriptedStt
-from tests.webrtc.harness import WhipClient, live_server
+from voicegate.internal.identity.jwt import CLOCK_SKEW_S, TokenError, TokenVerifier, mint_token, subject_problem
 
 SECRET = "a-test-secret-that-is-long-enough"
 PROXY_SECRET = "the-proxy-shared-secret-0123456789"
@@ -219,7 +219,7 @@ async def test_a_trusted_address_alone_never_names_the_caller(
     headers = {RESOURCE_ID_HEADER.lower(): "+15551234567"}
     if presented is not None:
         headers[PROXY_SECRET_HEADER.lower()] = presented
-    with caplog.at_level("WARNING", logger="internal.identity.http_identity"):
+    with caplog.at_level("WARNING", logger="voicegate.internal.identity.http_identity"):
         identity = await resolver.resolve(FakeRequest(headers, Peer("10.1.2.3")))
     assert identity.is_anonymous and identity.reason == reason
     logged = " ".join(f"{r.getMessage()} {r.__dict__}" for r in caplog.records)

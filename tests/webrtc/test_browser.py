@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from internal.config import Config
-from internal.config.providers import PocketsphinxConfig
-from internal.stt.pocketsphinx import PocketsphinxSpeechToText
 from tests.conftest import REPO
 from tests.webrtc.harness import live_server, wait_until
+from voicegate.internal.config import Config
+from voicegate.internal.config.providers import PocketsphinxConfig
+from voicegate.internal.stt.pocketsphinx import PocketsphinxSpeechToText
 
 pytestmark = pytest.mark.slow
 
@@ -104,7 +104,7 @@ async def test_the_quickstart_call_asks_the_time_and_the_page_lists_what_the_off
     """docs/quickstart.md, step 2: open the page, press Call, say "what time is it", read the answer."""
     from playwright.async_api import async_playwright
 
-    from internal.llm.local import LocalAgent
+    from voicegate.internal.llm.local import LocalAgent
 
     config.llm.provider = "local"
     config.pipeline.greeting = "Hello there."
@@ -198,9 +198,9 @@ async def test_the_page_on_the_offline_defaults_understands_a_neural_voice(
     """Whisper (no grammar, no vocabulary) hears Piper's voice through Chromium's microphone; Piper answers."""
     from playwright.async_api import async_playwright
 
-    from internal.stt.whisper import WhisperSpeechToText
     from tests.speech import neural, write_wav
     from tests.webrtc.conftest import WAV_RATE, room_noise
+    from voicegate.internal.stt.whisper import WhisperSpeechToText
 
     config.tts.provider = "auto"
     config.piper.workers = 1

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from internal.audio.resample import resample
-from internal.config import Config
-from internal.config.providers import PocketsphinxConfig
-from internal.stt.pocketsphinx import PocketsphinxSpeechToText
 from tests.pipeline.conftest import ScriptedStt
 from tests.speech import active_ms, transcribe
 from tests.webrtc.harness import WhipClient, live_server, wait_until
+from voicegate.internal.audio.resample import resample
+from voicegate.internal.config import Config
+from voicegate.internal.config.providers import PocketsphinxConfig
+from voicegate.internal.stt.pocketsphinx import PocketsphinxSpeechToText
 
 pytestmark = pytest.mark.slow
 

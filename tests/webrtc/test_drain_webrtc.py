@@ -10,10 +10,10 @@ import asyncio
 
 import pytest
 
-from internal.config import Config
-from server.drain import drain
 from tests.pipeline.conftest import ScriptedStt
 from tests.webrtc.harness import WhipClient, live_server, wait_until
+from voicegate.internal.config import Config
+from voicegate.server.drain import drain
 
 pytestmark = pytest.mark.slow
 

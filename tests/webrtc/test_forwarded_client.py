@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from internal.config import Config
-from internal.config.loader import ConfigError, load_config
-from internal.signaling.ratelimit import client_address, forwarded_client
+from voicegate.internal.config import Config
+from voicegate.internal.config.loader import ConfigError, load_config
+from voicegate.internal.signaling.ratelimit import client_address, forwarded_client
 
 PROXIES = ["127.0.0.1/32", "10.0.0.0/8"]
 

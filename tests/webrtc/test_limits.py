@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from internal.config import Config
 from tests.pipeline.conftest import ScriptedStt
 from tests.webrtc.harness import WhipClient, live_server, wait_until
+from voicegate.internal.config import Config
 
 pytestmark = pytest.mark.slow
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from internal.config import Config
-from internal.identity.jwt import mint_token
-from internal.llm.openai import OpenAIChatModel
 from tests.fakes.openai_fake import FakeOpenAI
 from tests.pipeline.conftest import ScriptedStt
 from tests.webrtc.harness import LiveServer, WhipClient, live_server, wait_until, webrtc_config
+from voicegate.internal.config import Config
+from voicegate.internal.identity.jwt import mint_token
+from voicegate.internal.llm.openai import OpenAIChatModel
 
 pytestmark = pytest.mark.slow
 SECRET = "live-memory-secret-0123456789abcdefgh"

@@ -12,16 +12,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from internal.config.sections import IceServer
-from internal.conversation.rolling_summary import RollingSummary
-from internal.identity import CallerIdentity
-from internal.peer.channel import ChannelEventSink, Ping, TypedTurn, parse_client_message
-from internal.peer.ice import configure_ice_hosts, parse_ice_hosts, rtc_configuration
-from internal.peer.tracks import AgentAudioTrack, InboundAudio
-from internal.pipeline.events import StateEvent
-from internal.session import Conversation, Session
-from internal.session.limits import TokenBucketLimiter
-from internal.signaling.resume import ResumeTokens
+from voicegate.internal.config.sections import IceServer
+from voicegate.internal.conversation.rolling_summary import RollingSummary
+from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.peer.channel import ChannelEventSink, Ping, TypedTurn, parse_client_message
+from voicegate.internal.peer.ice import configure_ice_hosts, parse_ice_hosts, rtc_configuration
+from voicegate.internal.peer.tracks import AgentAudioTrack, InboundAudio
+from voicegate.internal.pipeline.events import StateEvent
+from voicegate.internal.session import Conversation, Session
+from voicegate.internal.session.limits import TokenBucketLimiter
+from voicegate.internal.signaling.resume import ResumeTokens
 
 
 class FakeClock:

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from internal.config import Config
 from tests.pipeline.conftest import ScriptedStt
 from tests.speech import active_ms
 from tests.webrtc.harness import WhipClient, live_server, wait_until
+from voicegate.internal.config import Config
 
 pytestmark = pytest.mark.slow
 

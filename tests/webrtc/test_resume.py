@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from internal.config import Config
-from internal.identity.jwt import mint_token
 from tests.pipeline.conftest import ScriptedStt
 from tests.webrtc.harness import WhipClient, live_server, wait_until
+from voicegate.internal.config import Config
+from voicegate.internal.identity.jwt import mint_token
 
 pytestmark = pytest.mark.slow
 

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from internal.config.providers import WhisperConfig
-from internal.stt.whisper import WhisperSpeechToText
 from tests.fakes.models import RecordingModel
 from tests.pipeline.test_turn_models import fragment_before_comma
 from tests.speech import neural, silence, write_wav
 from tests.webrtc.harness import WhipClient, live_server, webrtc_config
+from voicegate.internal.config.providers import WhisperConfig
+from voicegate.internal.stt.whisper import WhisperSpeechToText
 
 pytestmark = pytest.mark.slow
 WAV_RATE = 16000

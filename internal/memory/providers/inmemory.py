@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from internal.memory.provider import (
+from voicegate.internal.memory.provider import (
     ApplyResult,
     ChangeContext,
     ChangeSource,
@@ -28,8 +28,8 @@ from internal.memory.provider import (
     RevisionConflict,
     Scope,
 )
-from internal.memory.records import OwnerSummary, SessionDigest, forget_in_session_digest
-from internal.memory.tasks import TaskEntry
+from voicegate.internal.memory.records import OwnerSummary, SessionDigest, forget_in_session_digest
+from voicegate.internal.memory.tasks import TaskEntry
 
 EXPORT_PROGRESS_EVERY = 500  # rows between two progress reports of an export
 

@@ -27,8 +27,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from internal.memory.durable import write_atomically
-from internal.memory.provider import (
+from voicegate.internal.memory.durable import write_atomically
+from voicegate.internal.memory.provider import (
     ApplyResult,
     ChangeContext,
     Health,
@@ -40,7 +40,7 @@ from internal.memory.provider import (
     RevisionConflict,
     Scope,
 )
-from internal.memory.records import DocumentCache, OwnerSummary, SessionDigest, forget_in_session_digest
+from voicegate.internal.memory.records import DocumentCache, OwnerSummary, SessionDigest, forget_in_session_digest
 
 FILES: dict[Scope, str] = {"user": "USER.md", "memory": "MEMORY.md"}
 STATE = "state.json"

@@ -21,8 +21,8 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from internal.db import Database
-from internal.memory.provider import (
+from voicegate.internal.db import Database
+from voicegate.internal.memory.provider import (
     ApplyResult,
     ChangeContext,
     Health,
@@ -37,10 +37,10 @@ from internal.memory.provider import (
     RevisionConflict,
     Scope,
 )
-from internal.memory.providers import pgvector_owners
-from internal.memory.records import DocumentCache, OwnerSummary, SessionDigest, forget_in_session_digest
-from internal.memory.tasks import TaskEntry
-from internal.rag.embedding import Embedder
+from voicegate.internal.memory.providers import pgvector_owners
+from voicegate.internal.memory.records import DocumentCache, OwnerSummary, SessionDigest, forget_in_session_digest
+from voicegate.internal.memory.tasks import TaskEntry
+from voicegate.internal.rag.embedding import Embedder
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from internal.db import Database
-from internal.memory.records import OwnerSummary
+from voicegate.internal.db import Database
+from voicegate.internal.memory.records import OwnerSummary
 
 FINGERPRINT_KEY = "owner_key_fingerprint"
 EXPORT_BATCH = 500  # rows fetched per round trip, and how often progress is reported

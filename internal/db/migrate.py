@@ -1,5 +1,5 @@
-"""Apply the SQL files beside this module (`NNNN_name.sql`) in order, each inside a transaction, recorded
-in schema_migrations.
+"""Apply the SQL files of the top-level migrations/ folder (`NNNN_name.sql`, imported as the
+`voicegate.migrations` package) in order, each inside a transaction, recorded in schema_migrations.
 
 The files are package data, read with importlib.resources, so an installed wheel finds them wherever it
 is installed: the SQL ships with the code that expects its tables (docs/packaging.md). A database that
@@ -21,7 +21,7 @@ import psycopg
 
 log = logging.getLogger(__name__)
 
-MIGRATIONS: Traversable = files(__name__)
+MIGRATIONS: Traversable = files("voicegate.migrations")
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 # Any constant works; it only has to be the same for every voicegate process sharing a database.
 _ADVISORY_LOCK_KEY = 0x766F6963
