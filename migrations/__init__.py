@@ -1,4 +1,4 @@
-"""The SQL migrations, `NNNN_name.sql`, applied in order by voicegate.internal.db.migrate.
+"""The SQL migrations, `NNNN_name.sql`, applied in order by voicegate.internal.db.migrator.
 
 A package only so the files travel in the wheel as package data (`voicegate.migrations`) and are found
 with importlib.resources wherever voicegate is installed. A new migration is a new file here.

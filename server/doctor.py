@@ -92,7 +92,7 @@ def check_package() -> list[Check]:
     """This voicegate, where it runs from, and the files it reads at run time from its own package
     (an installation that lacks them starts and then fails on a caller: no tables, no page)."""
     from voicegate.internal.config import DEFAULT_CONFIG
-    from voicegate.internal.db.migrate import MIGRATIONS
+    from voicegate.internal.db.migrator import MIGRATIONS
     from voicegate.internal.pipeline.context import BUILTIN_PROMPT
     from voicegate.internal.web import STATIC_DIR
     from voicegate.server.version import checkout_root, version_label
@@ -110,7 +110,7 @@ def check_package() -> list[Check]:
 
 def package_files(migrations: Traversable, files: dict[str, Traversable]) -> tuple[list[str], list[str]]:
     """What of the package's run-time files is there (named) and what is missing (named, with where)."""
-    from voicegate.internal.db.migrate import MigrationError, discover
+    from voicegate.internal.db.migrator import MigrationError, discover
 
     found: list[str] = []
     missing: list[str] = []

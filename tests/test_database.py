@@ -9,7 +9,7 @@ from pgvector.psycopg import register_vector_async
 
 from voicegate.internal.config.providers import PgvectorConfig
 from voicegate.internal.db import Database, MigrationError, discover, migrate
-from voicegate.internal.db.migrate import Migration
+from voicegate.internal.db.migrator import Migration
 
 
 async def applied(uri: str) -> list[int]:
@@ -28,7 +28,7 @@ async def test_migrations_apply_once_and_rerun_is_a_no_op(fresh_db: str) -> None
 
 
 def test_migrations_are_package_data_and_none_found_is_an_error_not_an_empty_schema(tmp_path: Path) -> None:
-    from voicegate.internal.db.migrate import MIGRATIONS
+    from voicegate.internal.db.migrator import MIGRATIONS
 
     assert [m.label for m in discover()][:2] == ["0001_init", "0002_memories"]
     assert str(MIGRATIONS).endswith("voicegate/migrations")  # the top-level migrations/, as package data

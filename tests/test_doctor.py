@@ -260,7 +260,7 @@ def test_port_holder_names_this_process(held_udp: int) -> None:
 
 
 def test_the_package_check_names_what_an_installation_lacks(tmp_path: Path) -> None:
-    from voicegate.internal.db.migrate import MIGRATIONS
+    from voicegate.internal.db.migrator import MIGRATIONS
     from voicegate.internal.pipeline.context import BUILTIN_PROMPT
     from voicegate.server.doctor import package_files
 

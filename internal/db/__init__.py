@@ -2,7 +2,7 @@
 
 from voicegate.internal.db.database import Database, DatabaseUnavailable
 from voicegate.internal.db.embedded import EmbeddedPostgres, EmbeddedPostgresError
-from voicegate.internal.db.migrate import MigrationError, discover, migrate
+from voicegate.internal.db.migrator import MigrationError, discover, migrate
 
 __all__ = [
     "Database",

@@ -18,7 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from voicegate.internal.config.providers import PgvectorConfig
 from voicegate.internal.db.embedded import EmbeddedPostgres
-from voicegate.internal.db.migrate import migrate
+from voicegate.internal.db.migrator import migrate
 
 log = logging.getLogger(__name__)
 

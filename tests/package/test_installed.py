@@ -94,7 +94,7 @@ def lines_of(output: str, prefix: str) -> list[str]:
 
 def test_only_voicegate_is_imported_and_from_the_fresh_venv_never_the_checkout(installed: Installed) -> None:
     probe = ("import json, sys, importlib.util as u, voicegate, voicegate.server, voicegate.memory, voicegate.tools, "
-             "voicegate.internal.db.migrate as m, voicegate.internal.config as c; "
+             "voicegate.internal.db.migrator as m, voicegate.internal.config as c; "
              "assert u.find_spec('server') is None and u.find_spec('internal') is None, 'a second top-level name'; "
              "print(json.dumps([voicegate.__file__, voicegate.server.__file__, voicegate.memory.__file__, "
              "str(m.MIGRATIONS), str(c.DEFAULT_CONFIG), sys.executable, sys.path]))")
