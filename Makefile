@@ -26,7 +26,7 @@ soak:
 
 bench:
 	@scripts/bootstrap.sh test
-	$(PY) bench/run_all.py
+	$(PY) -m bench.run_all
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist *.egg-info
