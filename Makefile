@@ -20,13 +20,14 @@ test:
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -n 2 --dist loadgroup --durations=30 $(PYTEST_ARGS)
 
+# Every test marked `soak` (all of tests/reliability, the load tests elsewhere) at ten times its full size.
 soak:
 	@scripts/bootstrap.sh test
-	VOICEGATE_SOAK=10 $(VENV)/bin/pytest -n 2 tests/reliability $(PYTEST_ARGS)
+	VOICEGATE_SOAK=10 $(VENV)/bin/pytest -n 2 --dist loadgroup -m soak $(PYTEST_ARGS)
 
 bench:
 	@scripts/bootstrap.sh test
-	$(PY) bench/run_all.py
+	$(PY) -m bench.run_all
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist *.egg-info

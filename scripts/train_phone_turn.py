@@ -2,13 +2,13 @@
 
     .venv/bin/python -m scripts.train_phone_turn [--out PATH] [--no-eval] [--eval-lines piper/none/120,...]
 
-The training turns: bench/turn_cases.py's TRAIN sentences and EXTRA_SENTENCES below (none of them in the
+The training turns: bench/turns/cases.py's TRAIN sentences and EXTRA_SENTENCES below (none of them in the
 benchmark's EVAL sets), each with a 1 s pause cut in at its mark and at two other word boundaries, plus
 finished sentences (the three short answers TRAIN_COMPLETE shares with the benchmark's set are left out);
 spoken by Piper joe with two seeds other than the benchmark's, and by two espeak-ng en-us variants, each
 dialogue at a speed drawn from 0.92, 1 and 1.08 (resampled: slower is lower, faster is higher); through 8 kHz
 G.711 mu-law, clean and with white noise at an SNR drawn from 10-25 dB. Every end of utterance the pipeline's
-VAD finds (bench/turn_signals.py, at a VAD offset of 120 or 200 ms) is one example: label 1 where the turn
+VAD finds (bench/turns/signals.py, at a VAD offset of 120 or 200 ms) is one example: label 1 where the turn
 really ended, 0 where the speaker went on. Its features are Whisper tiny.en's encoder states for the turn's
 audio so far, exactly as the recogniser's decode computes them (speech-only audio, the short window), pooled
 by internal/turn/phone_turn.py.
@@ -17,12 +17,12 @@ A logistic regression (standardised features, L2 penalty chosen by 5-fold cross-
 sentence, classes weighted equally, Newton's method) is fitted in numpy. It writes the weights with the
 recipe and its fit, and prints the SHA-256 to pin in internal/turn/phone_turn.py (WEIGHTS_SHA256).
 
-Then, unless --no-eval, it reports on the benchmark's held-out EVAL dialogues (bench/turns.py's sets:
+Then, unless --no-eval, it reports on the benchmark's held-out EVAL dialogues (bench/turns/turn_taking.py's sets:
 never trained on, never used to choose anything) at 8 kHz G.711, clean and with 10 dB white noise: Smart
 Turn alone against the head alone (and each fused with the text cues through the fusion's weights):
 ROC AUC, unfinished turns judged finished at the operating points (0.5, 0.75, and the threshold that
 releases 90 % of finished turns), premature ends of turn at 300, 600 and 800 ms releases and the release
-at 5 % premature (bench/turn_sweep.py's replay), and the CPU per decision. It writes the report as JSON
+at 5 % premature (bench/turns/sweep.py's replay), and the CPU per decision. It writes the report as JSON
 (--report). Generated audio and features
 are cached under /tmp/phone-turn-cache. Nothing is downloaded: the models are the pinned ones.
 """
@@ -46,8 +46,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import progress
-from bench.turn_cases import (
+from bench.common.figures import progress
+from bench.turns.cases import (
     ESPEAK_VOICES,
     EVAL_COMPLETE,
     EVAL_PAUSED,
@@ -78,7 +78,7 @@ NOISE_SNRS_DB = (10, 12, 15, 20, 25)  # white line noise under the speech level 
 L2_GRID = (1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0)
 FOLDS = 5
 TAIL_BEFORE, TAIL_AFTER = 75, 15  # encoder states kept around the end of each example's audio (research)
-EVAL_PAUSES_S = (0.5, 1.0, 1.5)  # bench/turns.py PAUSES_S
+EVAL_PAUSES_S = (0.5, 1.0, 1.5)  # bench/turns/turn_taking.py PAUSES_S
 EVAL_OFFSET_MS = 200
 RELEASES_MS = (300, 600, 800)  # premature ends of turn at finished-turn releases (p50) this fast
 
@@ -86,7 +86,7 @@ RELEASES_MS = (300, 600, 800)  # premature ends of turn at finished-turn release
 TRAIN_ESPEAK = {"espeak-f": ESPEAK_VOICES["espeak-f"], "espeak-m7": ["-v", "en-us+m7", "-s", "150", "-p", "35"]}
 TRAIN_VOICES = ("piper-b", "piper-c", "espeak-f", "espeak-m7")
 
-# More training sentences, written for this head: none is in bench/turn_cases.py's EVAL sets.
+# More training sentences, written for this head: none is in bench/turns/cases.py's EVAL sets.
 EXTRA_SENTENCES = [
     "I have been waiting for | an hour on hold.",
     "My neighbour said the water | was turned off yesterday.",
@@ -184,7 +184,7 @@ def cached(name: str, key: Any, build: Callable[[], Any]) -> Any:
 
 @dataclass
 class Recorded:
-    """One dialogue's decision points (bench/turn_signals.py) with the encoder states around each end."""
+    """One dialogue's decision points (bench/turns/signals.py) with the encoder states around each end."""
 
     signals: Any  # DialogueSignals
     tails: list[np.ndarray] = field(default_factory=list)  # float16, states[end - TAIL_BEFORE : end + TAIL_AFTER]
@@ -193,7 +193,7 @@ class Recorded:
 
 
 class RecordingDecoder:
-    """Stands in for bench/turn_signals.py's Whisper: encodes each turn as the decode would and keeps the
+    """Stands in for bench/turns/signals.py's Whisper: encodes each turn as the decode would and keeps the
     states around the end of its audio; decodes the words too when `words` (else returns no text)."""
 
     def __init__(self, decoder: Any, words: bool) -> None:
@@ -246,8 +246,8 @@ def load_models(smart_turn: bool) -> tuple[Any, Any]:
 
 def record(dialogues: list[Dialogue], noise_of: Callable[[int], str], offset_of: Callable[[int], int],
            words: bool, label: str, models: dict[str, Any], rate: int = RATE) -> list[Recorded]:
-    """Each dialogue through the pipeline's VAD (bench/turn_signals.extract), in this process."""
-    from bench import turn_signals
+    """Each dialogue through the pipeline's VAD (bench/turns/signals.py `extract`), in this process."""
+    from bench.turns import signals as turn_signals
     from voicegate.internal.turn.silero import shared_silero
 
     if models.get("smart_turn_loaded") != words:  # the held-out report needs the real Smart Turn
@@ -344,7 +344,7 @@ def examples(recorded: list[Recorded], spans: tuple[tuple[int, int], ...] = POOL
 
 
 def eval_dialogues(voice: str) -> list[Dialogue]:
-    from bench.turn_cases import complete_dialogues, paused_dialogues
+    from bench.turns.cases import complete_dialogues, paused_dialogues
 
     def build() -> list[Dialogue]:
         aligner = Aligner()
@@ -358,7 +358,7 @@ def eval_dialogues(voice: str) -> list[Dialogue]:
 
 def held_out(recorded: list[Recorded], head: Any, label: str) -> dict[str, Any]:
     """Smart Turn against the head (alone and fused with the text cues) on one held-out line."""
-    from bench.turn_sweep import Config, decision_ready_ms, sweep, text_ready_ms
+    from bench.turns.sweep import Config, decision_ready_ms, sweep, text_ready_ms
     from voicegate.internal.turn.fusion import shared_fusion
 
     fusion = shared_fusion()
@@ -428,7 +428,7 @@ def held_out(recorded: list[Recorded], head: Any, label: str) -> dict[str, Any]:
     vad = sum(s.vad_ms for s in signals) / len(all_points)  # Silero, which both keep
     report["cpu_ms_per_decision"] = {"decode": round(decode, 1), "smart_turn": round(smart_turn, 2),
                                      "head": round(float(np.mean(head_ms)), 3), "silero_vad": round(vad, 1)}
-    # bench/turns.py's "turn models / recogniser CPU": the VAD and the end-of-turn model against the decode.
+    # bench/turns/turn_taking.py's "turn models / recogniser CPU": the VAD and the end-of-turn model against the decode.
     report["turn_models_vs_recogniser_pct"] = {"smart_turn": round(100 * (vad + smart_turn) / decode, 1),
                                                "head": round(100 * (vad + float(np.mean(head_ms))) / decode, 1)}
     print(f"\n{label}: {report['decisions']} decisions ({report['finished']} finished, "

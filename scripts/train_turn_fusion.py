@@ -2,11 +2,11 @@
 
     .venv/bin/python -m scripts.train_turn_fusion [--offset-ms 200] [--workers 2] [--out PATH]
 
-The training turns are bench/turn_cases.py's TRAIN sentences, none of which the benchmark measures on:
+The training turns are bench/turns/cases.py's TRAIN sentences, none of which the benchmark measures on:
 each spoken by the training voices (Piper with two other seeds than the benchmark's, and a female en-us
 espeak-ng variant), with a 1 s pause cut in at its mark and at two other word boundaries, plus finished
 sentences; through 8 kHz G.711 and at 16 kHz; clean and with white noise at 20 and 10 dB. Every end of utterance
-the VAD finds (bench/turn_signals.py, the pipeline's own VAD, Smart Turn and Whisper) is one example:
+the VAD finds (bench/turns/signals.py, the pipeline's own VAD, Smart Turn and Whisper) is one example:
 label 1 where the caller's turn really ended, 0 where they went on.
 
 A logistic regression (Newton's method, L2 penalty, classes weighted equally) is fitted twice: on all
@@ -28,8 +28,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import progress
-from bench.turn_cases import (
+from bench.common.figures import progress
+from bench.turns.cases import (
     RATES,
     TRAIN_COMPLETE,
     TRAIN_NOISES,
@@ -41,7 +41,7 @@ from bench.turn_cases import (
     complete_dialogues,
     paused_dialogues,
 )
-from bench.turn_signals import DialogueSignals, extract_all
+from bench.turns.signals import DialogueSignals, extract_all
 from voicegate.internal.turn.fusion import FEATURES, feature_vector, weights_path
 from voicegate.internal.turn.text_cues import text_cues
 

@@ -14,12 +14,21 @@ import pytest
 import pytest_asyncio
 
 from scripts.cluster import free_port as free_port  # one definition; the tests import it from here
+from tests.scale import soak_timeouts
+from tests.worker_groups import keep_groups_together
 from voicegate.internal.config.providers import WhisperConfig
 from voicegate.internal.db import EmbeddedPostgres
 from voicegate.internal.stt.whisper import WhisperSpeechToText
 
 REPO = Path(__file__).resolve().parents[1]
 VOICEGATE = [sys.executable, "-m", "voicegate"]
+
+
+@pytest.hookimpl(trylast=True)  # after xdist's own (tests/worker_groups.py) and the `soak` marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    soak_timeouts(config, items)
+    keep_groups_together(config, items)
+
 
 
 @pytest.fixture(autouse=True)

@@ -56,7 +56,7 @@ SKIPPED: dict[tuple[str, str], str] = {
     ("docs/quickstart.md", "git clone <repository URL> voicegate && cd voicegate"):
         "needs the network and the reader's clone URL; the test already runs in a fresh copy of the tree",
     ("README.md", "make serve"):
-        "this block also holds `make test`, the whole suite (16 minutes), which must not run inside itself; "
+        "this block also holds `make test`, the whole suite (about 20 minutes), which must not run inside itself; "
         "its `make serve` is the same command docs/quickstart.md's `make serve` block runs, started and stopped",
     ("README.md", "pipx install ."):
         "pipx is not on the test machine, and installing `.` here would be a second minute-long install: "

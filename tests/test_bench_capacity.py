@@ -1,4 +1,4 @@
-"""bench/capacity.py's pure parts: the callers' scripts, /metrics read as the node renders it, packet loss
+"""bench/capacity/conversations.py's pure parts: the callers' scripts, /metrics read as the node renders it, packet loss
 on the wire, and a step's verdict. The benchmark itself is run by hand (it takes minutes)."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import struct
 
 import pytest
 
-from bench.capacity_plan import (
+from bench.capacity.node_metrics import Scrape, bottleneck, parse_prometheus, where_callers_wait
+from bench.capacity.plan import (
     Criteria,
     StepFigures,
     load_verdict,
@@ -17,9 +18,8 @@ from bench.capacity_plan import (
     silence_plan,
     verdict,
 )
-from bench.node_metrics import Scrape, bottleneck, parse_prometheus, where_callers_wait
-from bench.voice_to_voice import LEAD_S
-from bench.wire_tap import Heard
+from bench.common.wire_tap import Heard
+from bench.turns.voice_to_voice import LEAD_S
 from voicegate.internal.config.providers import TelemetryConfig
 from voicegate.internal.telemetry.otel import Telemetry
 from voicegate.internal.telemetry.queues import WorkQueue

@@ -1,6 +1,6 @@
-"""bench/turns.py and bench/voice_to_voice.py's pure parts: eot-bench's four numbers on small synthetic curves,
-the short turns and their per-kind table, and the WebRTC caller's wire timing. The benchmarks themselves are
-run by hand (docs/performance.md)."""
+"""bench/turns/turn_taking.py and bench/turns/voice_to_voice.py's pure parts: eot-bench's four numbers on small
+synthetic curves, the short turns and their per-kind table, and the WebRTC caller's wire timing. The benchmarks
+themselves are run by hand (docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bench.turn_sweep import (
+from bench.turns.sweep import (
     CurvePoint,
     TradeOff,
     cutoffs_within,
@@ -19,9 +19,8 @@ from bench.turn_sweep import (
     release_within,
     trade_offs,
 )
-from bench.turns import pipeline_eot, sweep_settings
-from bench.v2v_webrtc import WireClock, first_loud_after
-from bench.voice_to_voice import (
+from bench.turns.turn_taking import pipeline_eot, sweep_settings
+from bench.turns.voice_to_voice import (
     QUESTIONS,
     SHORT_TURNS,
     SPEECH_DBFS,
@@ -34,6 +33,7 @@ from bench.voice_to_voice import (
     kind_rows,
     measure,
 )
+from bench.turns.voice_to_voice_webrtc import WireClock, first_loud_after
 from voicegate.internal.evals.wire import Frame
 from voicegate.internal.llm.base import ChatMessage, ChatRequest, ReplyDelta, Turn
 from voicegate.internal.llm.local import LocalAgent

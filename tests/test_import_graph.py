@@ -11,8 +11,8 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("internal", "server", "scripts")
-IMPORT_PREFIX = {"internal": "voicegate.", "server": "voicegate.", "scripts": ""}
+PACKAGES = ("internal", "server", "scripts", "bench")
+IMPORT_PREFIX = {"internal": "voicegate.", "server": "voicegate.", "scripts": "", "bench": ""}
 
 
 def module_name(path: Path) -> str:
@@ -42,8 +42,13 @@ def imported(tree: ast.AST, module: str, is_package: bool, known: set[str], type
     return found
 
 
+def sources(package: str) -> list[Path]:
+    """The package's own modules: not those of bench/.pipecat-venv (Pipecat's virtual environment)."""
+    return [path for path in (REPO / package).rglob("*.py") if ".pipecat-venv" not in path.parts]
+
+
 def import_graph() -> dict[str, set[str]]:
-    files = {module_name(path): path for package in PACKAGES for path in (REPO / package).rglob("*.py")}
+    files = {module_name(path): path for package in PACKAGES for path in sources(package)}
     known = set(files)
     return {name: imported(ast.parse(path.read_text()), name, path.name == "__init__.py", known) - {name}
             for name, path in files.items()}
@@ -111,13 +116,34 @@ def test_no_module_of_the_project_is_in_an_import_circle() -> None:
     assert circles(graph) == [], "modules that import each other, types included (a dependency must point one way)"
 
 
+def test_the_benchmarks_subjects_depend_one_way() -> None:
+    """bench/ is grouped by subject (capacity, speech, turns, ...; bench/README.md): a subject may use another's
+    pieces (capacity calls as the voice-to-voice benchmark does) but never both ways, and bench/common uses
+    none of them. Issue 43 untied bench/speech.py <-> bench/speech_noise.py."""
+    graph = import_graph()
+    assert {"bench.common.figures", "bench.speech.recognition", "bench.speech.noisy_lines",
+            "bench.turns.turn_taking", "bench.capacity.conversations"} <= set(graph)
+    subject = lambda module: ".".join(module.split(".")[:2])  # noqa: E731
+    subjects: dict[str, set[str]] = {}
+    for module, imports in graph.items():
+        if module.startswith("bench."):
+            subjects.setdefault(subject(module), set()).update(
+                subject(name) for name in imports if name.startswith("bench.") and subject(name) != subject(module))
+    assert circles(subjects) == [], "benchmark subjects that import each other"
+    assert subjects["bench.common"] == set(), "bench/common is what the subjects share: it imports none of them"
+
+
+def test_make_bench_runs_only_benchmarks_that_are_there() -> None:
+    from bench.run_all import BENCHMARKS, missing
+
+    assert len(BENCHMARKS) > 10 and missing() == []
+
+
 def test_nothing_imports_the_old_top_level_names() -> None:
     """`server` and `internal` are folders, not import packages: every import says `voicegate.`."""
     offending = []
-    for package in (*PACKAGES, "tests", "bench", "examples", "voicegate"):
-        for path in (REPO / package).rglob("*.py"):
-            if ".pipecat-venv" in path.parts:  # (rglob does not enter voicegate/server, a link)
-                continue
+    for package in (*PACKAGES, "tests", "examples", "voicegate"):
+        for path in sources(package):  # (rglob does not enter voicegate/server, a link)
             for node in ast.walk(ast.parse(path.read_text())):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])

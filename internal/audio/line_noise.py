@@ -10,7 +10,7 @@ the live audio path.
 - **Speech**: the mean power of the frames that stand out from the noise by ACTIVE_OVER_NOISE_DB, less
   the noise's own share.
 
-This is the definition bench/noises.py mixes its conditions with (speech-active level over noise
+This is the definition bench/common/noises.py mixes its conditions with (speech-active level over noise
 level), so an estimate can be checked against the SNR a benchmark line was made at: on VAD-cut turns
 through G.711 at 15 dB it reads white noise as ~17.5 dB, pink 15.4, street 16.6 and babble 18.6
 (median), a clean line as MAX_SNR_DB.

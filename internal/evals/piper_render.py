@@ -4,7 +4,7 @@ A program of its own, never imported by voicegate: Piper is GPL-3.0-or-later and
 separate process (internal/evals/voice.py starts it). `python internal/evals/piper_render.py MODEL OUT_DIR
 [SEED [LENGTH_SCALE]]` with one text per line on stdin writes OUT_DIR/<n>.wav for the n-th line (from 0).
 Another seed gives the same voice other prosody (the turn-taking benchmark trains on one seed and measures
-on another); another length scale another pace (the babble of bench/noises.py: > 1 slower, < 1 faster).
+on another); another length scale another pace (the babble of bench/common/noises.py: > 1 slower, < 1 faster).
 
 Piper's VITS model draws noise while it speaks (`noise_scale`, `noise_w`), from onnxruntime's
 random generator, so by default each render of a sentence differs: prosody, pauses, length. Tests

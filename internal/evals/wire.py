@@ -2,7 +2,7 @@
 
 Both keep every frame with the monotonic time it left or arrived, so voice-to-voice waits are read
 where a caller lives: from the caller's last sound sent to the first sound of the reply received
-(bench/voice_to_voice.py measures the same on a tap). A frame louder than -45 dBFS is speech: the
+(bench/turns/voice_to_voice.py measures the same on a tap). A frame louder than -45 dBFS is speech: the
 agent's comfort silence is digital zero, a phone line's hiss far below that.
 """
 

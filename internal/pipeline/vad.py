@@ -165,7 +165,7 @@ class NoiseAwareGate:
     close to the microphone). The plain gate asks every frame to stand `threshold_db` over the noise floor.
     On a noisy line that cuts the caller's sentences: the gaps between words fall to the noise floor, and
     at 15 dB speech-active SNR so do the quieter sounds, so an utterance ended inside four finished
-    sentences in five (bench/noises.py white noise, tuning set), though Silero alone still heard one voice.
+    sentences in five (bench/common/noises.py white noise, tuning set), though Silero alone still heard one voice.
 
     So, once the background has been heard to hold no voices (Silero's verdict on it):
     - **to open**, a frame stands `threshold_db` over the floor, as before;

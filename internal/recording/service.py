@@ -31,7 +31,7 @@ from voicegate.internal.session.session import Session
 log = logging.getLogger(__name__)
 
 RECORDING_KEY = "recording"  # session.data key of the session's ConsentedRecording
-# Writer threads: enough that Opus encoding (~1 % of a core per call, measured in bench/recording.py)
+# Writer threads: enough that Opus encoding (~1 % of a core per call, measured in bench/sip/recording.py)
 # for a few hundred calls never queues behind one thread, few enough to cost nothing when idle.
 MAX_WRITER_THREADS = 4
 STEREO_BYTES_PER_SAMPLE = 4

@@ -1,7 +1,7 @@
 """Local speech-to-text with Whisper (faster-whisper, CTranslate2: int8 on the CPU, or a GPU), in worker processes.
 
 The offline default: on telephone speech it was not tuned to, Whisper tiny.en gets a few words in a
-hundred wrong where pocketsphinx's general model gets most of them wrong (bench/speech.py). It runs
+hundred wrong where pocketsphinx's general model gets most of them wrong (bench/speech/recognition.py). It runs
 like pocketsphinx: each utterance decoded whole when the VAD ends it, in a `DecoderPool` of worker
 processes (never on the event loop), fair across calls and bounded; the model is loaded and warmed
 in every worker at start-up, so the first caller does not wait for it. Decoding overlaps the

@@ -10,7 +10,7 @@ says nothing and a machine with an empty greeting sound the same.
 
 `classify` is the whole policy, a pure function of what has been heard so far (`Heard`); the
 `AnsweringMachineClassifier` only keeps `Heard` up to date frame by frame. The thresholds are tuned
-on bench/amd.py's training answers and checked on its held-out ones (docs/performance.md).
+on bench/sip/amd.py's training answers and checked on its held-out ones (docs/performance.md).
 """
 
 from __future__ import annotations

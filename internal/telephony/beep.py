@@ -22,7 +22,7 @@ BEEP_HIGH_HZ = 2500.0
 # a rectangular window still gives the filter ~80 % of the tone's energy.
 STEP_HZ = 25.0
 # Share of the frame's energy in its strongest filter for the frame to count as a tone. A pure tone
-# scores 0.8-1.0; speech scored at most 0.5 on the benchmark's voices (bench/amd.py).
+# scores 0.8-1.0; speech scored at most 0.5 on the benchmark's voices (bench/sip/amd.py).
 TONAL_SHARE = 0.6
 # Quieter than this is no beep (line noise is not a tone worth waiting for).
 MIN_LEVEL_DBFS = -45.0

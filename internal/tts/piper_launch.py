@@ -3,7 +3,7 @@ sleep when they have no work instead of spinning.
 
 onnxruntime's default thread pool keeps its idle threads spinning for a while after every operator, and
 Piper creates its session with the defaults. Measured on this project's 2-core machine (20 long sentences,
-bench/speech.py's voice): 6.6 s of CPU for 3.9 s of wall time by default, 5.8 s for 3.5 s without the
+bench/speech/recognition.py's voice): 6.6 s of CPU for 3.9 s of wall time by default, 5.8 s for 3.5 s without the
 spinning. On a loaded node that spinning takes a core from every other caller's recognition and synthesis.
 
 Run as a script (`python -P piper_launch.py -m VOICE ...`, the same arguments as `python -m piper`): it is a

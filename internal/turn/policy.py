@@ -7,7 +7,7 @@ at or above `threshold` is answered at once. Below it the agent waits for more, 
 whose words say it goes on (P below SURE_GOES_ON_P: "a table for", a number being read out) is held the
 configured longest hold; an unsure one is held this caller's own pause ceiling (dynamic endpointing,
 pauses.py), which is the configured longest hold until their inner pauses are known. A hold graded by the
-probability was measured again on the turn benchmark (bench/turns.py curve, docs/performance.md) and lost
+probability was measured again on the turn benchmark (bench/turns/turn_taking.py curve, docs/performance.md) and lost
 on every line: the first halves of paused sentences ("I was charged.", "The flat is on the second floor.")
 sit in the same band of probability as slow finished statements, so any graded hold short of the longest
 pause cut 20-60 % of them off audibly.
@@ -49,7 +49,7 @@ def verdict_threshold(threshold: float, head_threshold: float, clean: float) -> 
     `head_threshold` on a clean line (the head tells a finished turn from a paused one far better than
     Smart Turn: held-out AUC 0.99 against 0.79, docs/performance.md), rising to the usual `threshold` as the
     line gets noisy (`clean` 1 -> 0, fusion.cleanness), where the head is less sure and cut-offs rose at
-    the lower threshold (bench/turns.py curve, piper 8 kHz in 10 dB white noise)."""
+    the lower threshold (bench/turns/turn_taking.py curve, piper 8 kHz in 10 dB white noise)."""
     head_threshold = min(head_threshold, threshold)
     return head_threshold + (threshold - head_threshold) * (1.0 - min(1.0, max(0.0, clean)))
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.harness import PROBE_INTERVAL_S, Node, Proxy, cluster, scenario
+from tests.scale import scaled
 from tests.sip.conftest import SippResult, run_sipp
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
@@ -45,16 +46,21 @@ async def ended_on(nodes: list[Node], total: int) -> list[int]:
         await asyncio.sleep(0.5)
 
 
-async def test_forty_calls_through_kamailio_all_succeed_and_both_nodes_take_some(
+SPREAD_CALLS = scaled(20, 40)
+
+
+@pytest.mark.soak
+async def test_calls_through_kamailio_all_succeed_and_both_nodes_take_some(
         tmp_path: Path, fresh_db: str) -> None:
+    """`make test` places 20 calls (4 a second, 10 at a time); `make soak` 400 (ten times the full 40)."""
     with cluster(tmp_path, fresh_db) as (proxy, nodes):
-        result = await many_calls(tmp_path / "sipp", proxy, 40, talk_ms=500)
+        result = await many_calls(tmp_path / "sipp", proxy, SPREAD_CALLS, talk_ms=500)
         result.check()
-        assert sipp_counts(tmp_path / "sipp") == (40, 0)
-        a, b = await ended_on(nodes, 40)
-    assert a + b == 40, f"node a ended {a} calls, node b {b}"
+        assert sipp_counts(tmp_path / "sipp") == (SPREAD_CALLS, 0)
+        a, b = await ended_on(nodes, SPREAD_CALLS)
+    assert a + b == SPREAD_CALLS, f"node a ended {a} calls, node b {b}"
     # Round-robin: each node gets about half; "some" leaves room for retransmissions and probes.
-    assert a >= 10 and b >= 10, f"node a ended {a} calls, node b {b}"
+    assert min(a, b) >= SPREAD_CALLS // 4, f"node a ended {a} calls, node b {b}"
 
 
 async def test_a_killed_node_loses_only_its_calls_and_new_calls_go_to_the_other(

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 import pytest_asyncio
 
-from bench.common import word_errors
+from bench.common.figures import word_errors
 from tests.cluster.harness import OWNER_KEY_SECRET, Node, Proxy, cluster, scenario
 from tests.cluster.test_kamailio import ended_on, many_calls, sipp_counts
 from tests.conftest import REPO, free_port

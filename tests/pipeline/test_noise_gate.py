@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.noises import add_noise
-from bench.turn_cases import channel, last_speech_end
+from bench.common.noises import add_noise
+from bench.turns.cases import channel, last_speech_end
 from tests.speech import neural, silence
 from voicegate.internal.audio.frame import frame_bytes
 from voicegate.internal.config import load_config
@@ -119,7 +119,7 @@ def speak_as(voice: str, text: str) -> bytes:
 
 
 def test_voices_behind_the_caller_are_heard_as_voices_and_get_the_plain_gate() -> None:
-    from bench.noises import active_level_db
+    from bench.common.noises import active_level_db
 
     pcm = neural([SENTENCE])[0]
     clip = np.frombuffer(pcm, dtype=np.int16).astype(np.float64)

@@ -1,6 +1,6 @@
 """Noisy lines: Whisper (tiny.en, real worker process) hears a caller through street noise and hiss at
 15 dB on an 8 kHz G.711 line with the defaults, the line's SNR is estimated from the utterance itself,
-and a noisy utterance gets the wider beam. The noise is bench/noises.py's (what the benchmark measures).
+and a noisy utterance gets the wider beam. The noise is bench/common/noises.py's (what the benchmark measures).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from bench.common import word_errors
-from bench.noises import add_noise
-from bench.turn_cases import channel
+from bench.common.figures import word_errors
+from bench.common.noises import add_noise
+from bench.turns.cases import channel
 from tests.speech import neural, silence
 from voicegate.internal.audio.line_noise import MAX_SNR_DB, estimate_snr_db
 from voicegate.internal.config import Config
@@ -26,7 +26,7 @@ from voicegate.internal.stt.whisper_decode import DecodeSettings, to_model_audio
 pytestmark = pytest.mark.slow
 shared_loop = pytest.mark.asyncio(loop_scope="module")
 
-# None of these is in bench/speech.py's or the turn benchmark's sets.
+# None of these is in bench/speech/recognition.py's or the turn benchmark's sets.
 SENTENCES = [
     "I would like to change the date of my delivery.",
     "The engineer never turned up this morning.",

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.turn_cases import channel
+from bench.turns.cases import channel
 from voicegate.internal.audio.resample import resample
 from voicegate.internal.config.providers import WhisperConfig
 from voicegate.internal.stt.whisper import decode_settings

@@ -1,7 +1,7 @@
 """Whisper (faster-whisper, tiny.en from its pinned package) on real speech, in real worker processes.
 
 The speech comes from Piper's neural voice and from espeak-ng, through G.711 where a phone would put
-it; the sentences are not the ones bench/speech.py measured the defaults on.
+it; the sentences are not the ones bench/speech/recognition.py measured the defaults on.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.common import word_errors
+from bench.common.figures import word_errors
 from tests.speech import neural, neural_telephone, silence, speak, tone
 from voicegate.internal.config import Config
 from voicegate.internal.config.loader import ConfigError

@@ -2,7 +2,7 @@
 
 "Aligned within 60 ms" means: two sounds, one from the caller and one from the agent, that were t apart
 on the wire at voicegate's network interface are t apart in the recording, give or take 60 ms. It is
-measured with the call's RTP as a wire tap saw it (bench/wire_tap.py keeps every packet of both
+measured with the call's RTP as a wire tap saw it (bench/common/wire_tap.py keeps every packet of both
 directions with the kernel's receive time, one clock for both):
 
 1. Each direction's audio is laid on that clock sample by sample: a packet's place comes from its RTP

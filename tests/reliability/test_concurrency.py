@@ -1,4 +1,7 @@
-"""20 writers x 100 PATCHes racing on one caller's memory: no lost update, every failure is a 409."""
+"""20 writers racing PATCHes on one caller's memory: no lost update, every failure is a 409.
+
+In memory, `make test` runs 20 x 30 PATCHes and `make soak` 20 x 1000 (ten times the full 20 x 100;
+tests/scale.py); in PostgreSQL, 20 x 20 at every size."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.scale import scaled
 from tests.webrtc.harness import live_server, webrtc_config
 from voicegate.internal.identity.jwt import mint_token
 
@@ -30,7 +34,7 @@ async def writer(http: httpx.AsyncClient, name: int, rounds: int, wins: list[tup
             failures.append(response.status_code)
 
 
-@pytest.mark.parametrize(("provider", "writers", "rounds"), [("memory", 20, 100), ("pgvector", 20, 20)])
+@pytest.mark.parametrize(("provider", "writers", "rounds"), [("memory", 20, scaled(30, 100)), ("pgvector", 20, 20)])
 async def test_racing_writers_lose_no_update(tmp_path: Path, request: pytest.FixtureRequest, provider: str,
                                              writers: int, rounds: int) -> None:
     config = webrtc_config(tmp_path, jwt_secret=SECRET, patch_rate_per_min=0)

@@ -1,7 +1,10 @@
-"""SIP fuzzing against the whole server: 20k mutated and generated messages over UDP and TCP.
+"""SIP fuzzing against the whole server: mutated and generated messages over UDP and TCP.
 
 The server must never die, must keep answering, and must still take a normal call afterwards; no
 session may be left behind once the fuzz's half-made calls have timed out.
+
+`make test` sends 20,000 messages over UDP and 1,200 over 300 TCP connections; `make soak` ten times as
+many (tests/scale.py).
 """
 
 from __future__ import annotations
@@ -14,15 +17,17 @@ from pathlib import Path
 import pytest
 
 from tests.pipeline.conftest import ScriptedStt
-from tests.reliability.scale import scaled
+from tests.scale import scaled
 from tests.sip.conftest import eventually, free_port, run_sipp
 from voicegate.internal.config import load_config
 from voicegate.server.gateway import Gateway
 
 pytestmark = pytest.mark.slow
 
-UDP_MESSAGES = scaled(20_000)
-TCP_CONNECTIONS = scaled(300)
+# Full size in `make test` too: sending takes a second or two of the ~33 s (measured at 4,000 messages:
+# the same 33 s); the rest is the ACK timeout below.
+UDP_MESSAGES = scaled(20_000, 20_000)
+TCP_CONNECTIONS = scaled(300, 300)
 
 INVITE = (
     "INVITE sip:agent@127.0.0.1 SIP/2.0\r\n"
@@ -131,7 +136,7 @@ def options_answered(port: int) -> bool:
         return reply.startswith(b"SIP/2.0 200")
 
 
-async def test_twenty_thousand_hostile_messages_never_take_the_server_down(
+async def test_hostile_messages_never_take_the_server_down(
         gateway: Gateway, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     port = gateway.config.sip.bind_port
     created: list[str] = []

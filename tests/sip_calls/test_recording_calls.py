@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from bench.wire_tap import WireTap
+from bench.common.wire_tap import WireTap
 from tests.conftest import run_cli
 from tests.fakes.models import RecordingModel
 from tests.recording.alignment import alignment, wire_audio

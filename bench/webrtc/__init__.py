@@ -1,0 +1,1 @@
+"""Concurrent WebRTC sessions one process carries."""
