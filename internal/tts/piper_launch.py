@@ -14,11 +14,14 @@ only onnxruntime, changes the options every new session starts from, and hands t
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 
+THREADS_ENV = "VOICEGATE_PIPER_THREADS"  # onnxruntime's intra-op threads; unset or 0: its default
 
-def quiet_session_options() -> None:
+
+def quiet_session_options(intra_op_threads: int = 0) -> None:
     import onnxruntime
 
     original = onnxruntime.SessionOptions
@@ -27,6 +30,8 @@ def quiet_session_options() -> None:
         made = original()
         made.add_session_config_entry("session.intra_op.allow_spinning", "0")
         made.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        if intra_op_threads > 0:
+            made.intra_op_num_threads = intra_op_threads
         return made
 
     onnxruntime.SessionOptions = options  # type: ignore[assignment,misc]
@@ -38,6 +43,6 @@ if __name__ == "__main__":
     here = sys.path[0] if sys.path else ""
     if here and __file__.startswith(here.rstrip("/") + "/"):
         sys.path.pop(0)
-    quiet_session_options()
+    quiet_session_options(int(os.environ.get(THREADS_ENV, "0") or 0))
     sys.argv[0] = "piper"
     runpy.run_module("piper", run_name="__main__", alter_sys=True)

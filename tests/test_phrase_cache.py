@@ -1,0 +1,57 @@
+"""The fixed-phrase cache's bookkeeping: keys, marking, its size bound, its files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from voicegate.internal.tts.phrases import FixedPhrases, chunks
+
+
+def test_the_key_changes_with_the_voice_the_rate_and_the_text_but_not_with_spacing() -> None:
+    key = FixedPhrases.key("piper\x00abc\x00length_scale=1.0", 8000, "Hello there.")
+    assert key == FixedPhrases.key("piper\x00abc\x00length_scale=1.0", 8000, "  Hello\nthere. ")
+    assert key != FixedPhrases.key("piper\x00abd\x00length_scale=1.0", 8000, "Hello there.")
+    assert key != FixedPhrases.key("piper\x00abc\x00length_scale=1.1", 8000, "Hello there.")
+    assert key != FixedPhrases.key("piper\x00abc\x00length_scale=1.0", 16000, "Hello there.")
+    assert key != FixedPhrases.key("piper\x00abc\x00length_scale=1.0", 8000, "Hello there!")
+
+
+def test_only_marked_texts_are_cached_and_a_zero_size_cache_marks_nothing() -> None:
+    phrases = FixedPhrases(1000)
+    phrases.mark("Hello.", "", "   ")
+    assert phrases.marked("Hello.") and phrases.marked(" Hello. ")
+    assert not phrases.marked("Goodbye.")
+    assert phrases.texts == {"Hello."}
+    off = FixedPhrases(0)
+    off.mark("Hello.")
+    assert not off.marked("Hello.")
+
+
+def test_the_least_recently_said_phrase_leaves_first_past_the_size_bound() -> None:
+    phrases = FixedPhrases(10)
+    phrases.put("a", b"1234")
+    phrases.put("b", b"5678")
+    assert phrases.get("a") == b"1234"  # now the most recent
+    phrases.put("c", b"90ab")
+    assert phrases.get("b") is None and phrases.get("a") == b"1234" and phrases.get("c") == b"90ab"
+    assert phrases.size_bytes == 8
+    phrases.put("huge", bytes(11))  # larger than the whole cache: not kept, nothing evicted for it
+    assert phrases.get("huge") is None and len(phrases) == 2
+
+
+def test_renders_on_disk_are_found_by_a_new_cache_and_unreadable_ones_are_misses(tmp_path: Path) -> None:
+    first = FixedPhrases(100, tmp_path / "cache")
+    first.put("k", b"\x01\x02")
+    assert FixedPhrases(100, tmp_path / "cache").get("k") == b"\x01\x02"
+    assert list((tmp_path / "cache").iterdir()) == [tmp_path / "cache" / "k.pcm"]
+    blocked = tmp_path / "file"
+    blocked.write_bytes(b"")
+    cache = FixedPhrases(100, blocked / "cache")  # cannot be created: kept in memory only
+    cache.put("k", b"\x01\x02")
+    assert cache.get("k") == b"\x01\x02" and FixedPhrases(100, blocked / "cache").get("k") is None
+
+
+def test_a_phrase_is_said_in_chunks_that_join_to_it() -> None:
+    pcm = bytes(range(256)) * 30
+    assert b"".join(chunks(pcm, 1000)) == pcm
+    assert all(len(chunk) == 1000 for chunk in list(chunks(pcm, 1000))[:-1])
