@@ -1,6 +1,6 @@
 """Which event loop a node runs: asyncio's own, or uvloop (libuv) when it is installed and asked for.
 
-uvloop is optional (`pip install voicegate[fast]`): a node asked for it that lacks it says so and runs
+uvloop is optional (`pip install uvloop`; not a dependency): a node asked for it that lacks it says so and runs
 asyncio's loop, so the choice never stops a node from starting. Under uvloop, UDP sockets are read by
 libuv, which already takes every waiting datagram per wake (internal/peer/datagrams.py is for asyncio's
 own transport).
@@ -27,7 +27,7 @@ def event_loop_factory(choice: str) -> LoopFactory | None:
     except ImportError:
         if choice == "uvloop":
             log.warning("server.event_loop is \"uvloop\" but uvloop is not installed (pip install "
-                        "voicegate[fast]); running asyncio's event loop")
+                        "uvloop); running asyncio's event loop")
         return None
     factory: LoopFactory = uvloop.new_event_loop
     return factory
