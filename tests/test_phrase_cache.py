@@ -55,3 +55,44 @@ def test_a_phrase_is_said_in_chunks_that_join_to_it() -> None:
     pcm = bytes(range(256)) * 30
     assert b"".join(chunks(pcm, 1000)) == pcm
     assert all(len(chunk) == 1000 for chunk in list(chunks(pcm, 1000))[:-1])
+
+
+async def test_callers_asking_for_one_phrase_at_once_share_one_render_and_a_hang_up_does_not_stop_it() -> None:
+    import asyncio
+
+    phrases = FixedPhrases(1000)
+    renders = 0
+    release = asyncio.Event()
+
+    async def render() -> bytes:
+        nonlocal renders
+        renders += 1
+        await release.wait()
+        return b"\x01\x02" * 10
+
+    first = asyncio.create_task(phrases.said("greeting", render))
+    others = [asyncio.create_task(phrases.said("greeting", render)) for _ in range(3)]
+    await asyncio.sleep(0)
+    first.cancel()  # that caller hung up
+    release.set()
+    assert await asyncio.gather(*others) == [b"\x01\x02" * 10] * 3
+    assert renders == 1
+    assert await phrases.said("greeting", render) == b"\x01\x02" * 10 and renders == 1  # kept
+
+
+async def test_a_failed_render_reaches_every_caller_waiting_for_it_and_is_not_kept() -> None:
+    import asyncio
+
+    import pytest
+
+    phrases = FixedPhrases(1000)
+
+    async def broken() -> bytes:
+        await asyncio.sleep(0)
+        raise RuntimeError("Piper died")
+
+    results = await asyncio.gather(phrases.said("k", broken), phrases.said("k", broken), return_exceptions=True)
+    assert [type(r) for r in results] == [RuntimeError, RuntimeError]
+    assert phrases.get("k") is None
+    with pytest.raises(RuntimeError):
+        await phrases.said("k", broken)

@@ -12,13 +12,14 @@ Only texts marked fixed are kept: a reply is said once, and a cache of replies w
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
 import os
 import tempfile
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ class FixedPhrases:
         self._marked: set[str] = set()
         self._renders: OrderedDict[str, bytes] = OrderedDict()
         self._bytes = 0
+        self._rendering: dict[str, asyncio.Task[bytes]] = {}
         self.hits = 0
         self.misses = 0
 
@@ -82,6 +84,31 @@ class FixedPhrases:
             return
         self._keep(key, pcm)
         self._write(key, pcm)
+
+    async def said(self, key: str, render: Callable[[], Awaitable[bytes]]) -> bytes:
+        """The phrase kept under `key`, else what `render()` makes, then kept. Callers asking for one key at
+        once (calls answered together, each opening with the greeting) share one render, and a caller that
+        hangs up does not stop it for the others."""
+        pcm = self.get(key)
+        if pcm is not None:
+            return pcm
+        task = self._rendering.get(key)
+        if task is None:
+            task = asyncio.ensure_future(render())
+            self._rendering[key] = task
+            task.add_done_callback(lambda done: self._rendered(key, done))
+        return await asyncio.shield(task)
+
+    def cancel(self) -> None:
+        """Stop the renders in flight (the provider is closing)."""
+        for task in list(self._rendering.values()):
+            task.cancel()
+
+    def _rendered(self, key: str, task: asyncio.Task[bytes]) -> None:
+        self._rendering.pop(key, None)
+        if task.cancelled() or task.exception() is not None:  # retrieved: each waiting caller got it
+            return
+        self.put(key, task.result())
 
     def __len__(self) -> int:
         return len(self._renders)

@@ -247,11 +247,11 @@ class PiperTextToSpeech:
             return  # nothing to say, and Piper crashes on a line without phonemes ("…")
         if self.phrases.marked(line):
             key = self.phrases.key(await self.voice_identity(), sample_rate, line)
-            pcm = self.phrases.get(key)
-            if pcm is None:
-                pcm = b"".join([chunk async for chunk in self._synthesize(line, sample_rate)])
-                self.phrases.put(key, pcm)
-            for chunk in chunks(pcm):
+
+            async def render() -> bytes:
+                return b"".join([chunk async for chunk in self._synthesize(line, sample_rate)])
+
+            for chunk in chunks(await self.phrases.said(key, render)):
                 yield chunk
             return
         async for chunk in self._synthesize(line, sample_rate):
@@ -286,6 +286,7 @@ class PiperTextToSpeech:
 
     async def aclose(self) -> None:
         self._closed = True
+        self.phrases.cancel()
         await asyncio.gather(*(self._retire(slot, STOP_GRACE_S) for slot in self._slots))
 
     async def _render(self, line: str) -> tuple[bytes, int]:

@@ -10,6 +10,10 @@ Run as a script (`python -P piper_launch.py -m VOICE ...`, the same arguments as
 separate program that starts Piper, so voicegate itself never imports Piper (GPL-3.0-or-later). It imports
 only onnxruntime, changes the options every new session starts from, and hands the process to Piper's
 `__main__` as `-m piper` would.
+
+It also gives each session the intra-op thread count the server asks for (`piper.threads`, default 1):
+with a Piper worker per core, one thread each cost 88 ms of CPU per second of speech against 112 ms with
+onnxruntime's default of a thread per core, and finished sooner (docs/performance.md, issue 45).
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import os
 import runpy
 import sys
 
-THREADS_ENV = "VOICEGATE_PIPER_THREADS"  # onnxruntime's intra-op threads; unset or 0: its default
+# onnxruntime's intra-op threads per session (piper.threads); unset or 0: its default, one per core. Not a
+# VOICEGATE_ name: those are the server's config keys.
+THREADS_ENV = "PIPER_LAUNCH_INTRA_OP_THREADS"
 
 
 def quiet_session_options(intra_op_threads: int = 0) -> None:
