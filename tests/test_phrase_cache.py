@@ -96,3 +96,26 @@ async def test_a_failed_render_reaches_every_caller_waiting_for_it_and_is_not_ke
     assert phrases.get("k") is None
     with pytest.raises(RuntimeError):
         await phrases.said("k", broken)
+
+
+def test_the_node_s_fixed_lines_are_its_greetings_apologies_and_recording_words() -> None:
+    from voicegate.internal.config import Config
+    from voicegate.internal.pipeline.responder import APOLOGY, TOO_BUSY
+    from voicegate.server.providers import fixed_phrases
+
+    config = Config()
+    assert fixed_phrases(config) == [config.pipeline.greeting, TOO_BUSY, APOLOGY]  # no outgoing greeting set
+    config.recording.enabled, config.recording.consent = True, "ask"
+    assert config.recording.question in fixed_phrases(config)
+    config.recording.consent = "announce"
+    assert f"{config.recording.announcement} {config.pipeline.greeting}" in fixed_phrases(config)
+
+
+def test_marking_reaches_only_providers_that_keep_phrases() -> None:
+    from types import SimpleNamespace
+
+    from voicegate.internal.tts.phrases import mark_fixed
+
+    keeps = SimpleNamespace(phrases=FixedPhrases(1000))
+    assert mark_fixed(keeps, "One moment.") and keeps.phrases.marked("One moment.")
+    assert not mark_fixed(SimpleNamespace(), "One moment.")

@@ -151,6 +151,16 @@ class FixedPhrases:
                 os.unlink(temporary)
 
 
+def mark_fixed(tts: object, *texts: str) -> bool:
+    """Have `tts` say these texts from its phrase cache from now on; False when the provider keeps none
+    (espeak-ng, OpenAI: they render every time, which is what they did anyway)."""
+    phrases = getattr(tts, "phrases", None)
+    if not isinstance(phrases, FixedPhrases):
+        return False
+    phrases.mark(*texts)
+    return True
+
+
 def chunks(pcm: bytes, size: int = OUTPUT_CHUNK) -> Iterable[bytes]:
     for start in range(0, len(pcm), size):
         yield pcm[start : start + size]
