@@ -12,7 +12,7 @@ only onnxruntime, changes the options every new session starts from, and hands t
 `__main__` as `-m piper` would.
 
 It also gives each session the intra-op thread count the server asks for (`piper.threads`, default 1):
-with a Piper worker per core, one thread each cost 88 ms of CPU per second of speech against 112 ms with
+with a Piper worker per core, one thread each cost 77-88 ms of CPU per second of speech against 91-112 ms with
 onnxruntime's default of a thread per core, and finished sooner (docs/performance.md, issue 45).
 """
 
