@@ -152,6 +152,10 @@ def fixed_phrases(config: Config) -> list[str]:
 
     pipeline, recording = config.pipeline, config.recording
     texts = [pipeline.greeting, pipeline.greeting_outgoing, TOO_BUSY, APOLOGY]
+    if config.sip.transfer_targets:
+        texts.append(config.warm_transfer.hold_message)
+    if config.amd.enabled:
+        texts.append(config.amd.voicemail_message)
     if recording.enabled and recording.consent == "ask":
         texts.append(recording.question)
     if recording.enabled and recording.consent == "announce":

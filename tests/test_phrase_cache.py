@@ -109,6 +109,9 @@ def test_the_node_s_fixed_lines_are_its_greetings_apologies_and_recording_words(
     assert config.recording.question in fixed_phrases(config)
     config.recording.consent = "announce"
     assert f"{config.recording.announcement} {config.pipeline.greeting}" in fixed_phrases(config)
+    config.sip.transfer_targets = {"sales": "sip:sales@example.com"}
+    config.amd.enabled, config.amd.voicemail_message = True, "Please call us back."
+    assert {config.warm_transfer.hold_message, "Please call us back."} <= set(fixed_phrases(config))
 
 
 def test_marking_reaches_only_providers_that_keep_phrases() -> None:
