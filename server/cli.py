@@ -194,7 +194,10 @@ def _run_serve(args: argparse.Namespace, config: Config) -> int:
     # Decided once, here, and kept in the config: the logs, the gateway and the memory notices read it.
     config.server.node_id = resolve_node_id(config.server.node_id)
     configure_command_logging(config)
-    return asyncio.run(serve(config, args.config_path))
+    from voicegate.server.event_loop import event_loop_factory
+
+    with asyncio.Runner(loop_factory=event_loop_factory(config.server.event_loop)) as runner:
+        return runner.run(serve(config, args.config_path))
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from voicegate.internal.telemetry.loop_lag import LoopLag
 from voicegate.internal.telemetry.otel import Telemetry
 from voicegate.internal.telemetry.queues import WorkQueue, overload_reasons, queues_of
 from voicegate.internal.tts.base import TextToSpeech
+from voicegate.internal.tts.phrases import mark_fixed
 from voicegate.server.call_feed import CallFeed
 from voicegate.server.node import resolve_node_id
 from voicegate.server.providers import (
@@ -39,6 +40,7 @@ from voicegate.server.providers import (
     build_stt,
     build_tts,
     check_providers,
+    fixed_phrases,
     new_conversation_factory,
 )
 from voicegate.server.version import package_version
@@ -135,6 +137,7 @@ class Gateway:
             warm_up = getattr(engine, "warm_up", None)
             if warm_up is not None:
                 await warm_up()
+        mark_fixed(self.tts, *fixed_phrases(config))  # rendered at first use, then said from the cache
         # Off the loop: the turn-taking models are verified, loaded and (first time only) fetched here.
         self.services = await asyncio.to_thread(build_services, config, self.stt, self.tts, self.model, self.tools)
         self.services.tracer = self.telemetry.tracer

@@ -131,15 +131,37 @@ def build_tts(config: Config) -> TextToSpeech:
 
         return OpenAITextToSpeech(config.openai)
     if provider == "piper":
+        from voicegate.internal.tts.phrases import FixedPhrases
         from voicegate.internal.tts.piper import PiperTextToSpeech
 
+        phrases = FixedPhrases(config.tts.phrase_cache_mb << 20,
+                               config.data_dir / "phrase-cache" if config.tts.phrase_cache_disk else None)
         try:
-            return PiperTextToSpeech(config.piper)
+            return PiperTextToSpeech(config.piper, phrases=phrases)
         except DeviceUnavailable as exc:
             raise ConfigError([str(exc)]) from exc
     from voicegate.internal.tts.espeak import EspeakTextToSpeech
 
     return EspeakTextToSpeech(config.espeak)
+
+
+def fixed_phrases(config: Config) -> list[str]:
+    """What the agent says verbatim whatever the caller said: each is rendered once and said from the
+    phrase cache ([tts] phrase_cache_mb). A returning caller's greeting names them, so it is not here."""
+    from voicegate.internal.pipeline.responder import APOLOGY, TOO_BUSY
+
+    pipeline, recording = config.pipeline, config.recording
+    texts = [pipeline.greeting, pipeline.greeting_outgoing, TOO_BUSY, APOLOGY]
+    if config.sip.transfer_targets:
+        texts.append(config.warm_transfer.hold_message)
+    if config.amd.enabled:
+        texts.append(config.amd.voicemail_message)
+    if recording.enabled and recording.consent == "ask":
+        texts.append(recording.question)
+    if recording.enabled and recording.consent == "announce":
+        texts += [" ".join(part for part in (recording.announcement, greeting) if part)
+                  for greeting in (pipeline.greeting, pipeline.greeting_outgoing)]
+    return [text for text in texts if text.strip()]
 
 
 def build_model(config: Config) -> ChatModel:

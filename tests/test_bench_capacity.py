@@ -152,3 +152,16 @@ def test_a_late_event_loop_is_named_before_any_queue_and_its_lateness_is_read_fr
     assert figures.loop_lag_sustained_max_ms == 180.0
     assert figures.bottleneck == "event loop 180 ms late"  # before the piper queue's 400 ms
     assert bottleneck({"piper": 400.0}, {}, loop_lag_ms=90.0) == "piper queue 400 ms"  # under 100 ms: not named
+
+
+def test_the_limiting_stage_is_the_part_of_a_reply_that_grew_most_over_the_reference() -> None:
+    from bench.capacity.node_metrics import limiting_stage
+
+    reference = {"stt": 250.0, "tts_first_audio": 130.0, "llm_first_token": 5.0, "end_of_turn": 900.0}
+    loaded = {"stt": 330.0, "tts_first_audio": 540.0, "llm_first_token": 6.0, "end_of_turn": 1400.0,
+              "first_audio": 560.0}
+    # end_of_turn and first_audio span other stages, so they are never named; synthesis grew most.
+    assert limiting_stage(loaded, reference) == "tts_first_audio 540 ms (+410)"
+    assert limiting_stage(reference) == "stt 250 ms"  # the first step: the slowest part
+    assert limiting_stage({"end_of_turn": 900.0}) == "-"
+    assert limiting_stage({"stt": 300.0}, {}) == "stt 300 ms (+0)"  # a stage the reference never saw

@@ -73,7 +73,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.capacity.node_metrics import ProcessTreeMeter, Scrape, merged, scrape, where_callers_wait
+from bench.capacity.node_metrics import (
+    ProcessTreeMeter,
+    Scrape,
+    limiting_stage,
+    merged,
+    scrape,
+    where_callers_wait,
+)
 from bench.capacity.plan import (
     CallScript,
     Criteria,
@@ -300,8 +307,10 @@ async def load(server: Deployment, scripts: list[CallScript], work: Path,
     return calls, meters
 
 
-def run_step(count: int, args: argparse.Namespace, reference: StepFigures | None) -> dict[str, Any]:
-    """One step of `count` callers; `reference`: the first step's figures (None: this is the first)."""
+def run_step(count: int, args: argparse.Namespace, reference: StepFigures | None,
+             reference_stages: dict[str, float] | None = None) -> dict[str, Any]:
+    """One step of `count` callers; `reference`: the first step's figures and stage means (None: this is the
+    first)."""
     scripts = call_scripts(count, QUESTIONS, args.seconds, args.talk, args.min_gap)
     with tempfile.TemporaryDirectory(prefix="voicegate-bench-capacity-") as tmp:
         work = Path(tmp)
@@ -329,7 +338,8 @@ def run_step(count: int, args: argparse.Namespace, reference: StepFigures | None
     others = meters.machine_busy_s - meters.server_cpu_s - meters.generator_cpu_s
     return {"calls": count, "figures": asdict(figures), "passed": not reasons, "failed_because": reasons,
             "passed_load": not load_reasons, "load_failed_because": load_reasons,
-            "where_callers_wait": asdict(where), "config": settings, "server_tracebacks": len(errors),
+            "where_callers_wait": asdict(where), "limiting_stage": limiting_stage(where.stage_ms, reference_stages),
+            "config": settings, "server_tracebacks": len(errors),
             "load_generator_cpu_pct": 100 * meters.generator_cpu_s / max(meters.window_s, 1e-9),
             "others_cpu_pct": 100 * others / max(meters.window_s, 1e-9),
             "load_generator_loop_lag_ms": meters.generator_lag_worst_ms,
@@ -349,15 +359,16 @@ def pct(value: float | None, digits: int = 1) -> str:
 
 
 HEADER = ["calls", "answered/asked", "p50 ms", "p95 ms", "max ms", "WER %", "lost % out/in", "failed",
-          "CPU/call %", "RSS MB", "bottleneck", "pass", "pass vs ref"]
+          "CPU/call %", "RSS MB", "bottleneck", "limiting stage (vs ref)", "pass", "pass vs ref"]
 
 
 def row(step: dict[str, Any]) -> list[str]:
     f = step["figures"]
     return [str(step["calls"]), f"{f['answered']}/{f['asked']}", ms(f["wait_p50_ms"]), ms(f["wait_p95_ms"]),
             ms(f["wait_max_ms"]), pct(f["word_error_pct"]), f"{pct(f['lost_out_pct'], 2)}/{pct(f['lost_in_pct'], 2)}",
-            str(f["failed"]), pct(f["cpu_per_call_pct"]), f"{f['peak_rss_mb']:.0f}", step["where_callers_wait"]
-            ["bottleneck"], "yes" if step["passed"] else "no", "yes" if step["passed_load"] else "no"]
+            str(f["failed"]), pct(f["cpu_per_call_pct"]), f"{f['peak_rss_mb']:.0f}",
+            step["where_callers_wait"]["bottleneck"], step.get("limiting_stage", "-"),
+            "yes" if step["passed"] else "no", "yes" if step["passed_load"] else "no"]
 
 
 def step_line(step: dict[str, Any]) -> str:
@@ -371,7 +382,7 @@ def step_line(step: dict[str, Any]) -> str:
             f"{f['cores']}), load generator {step['load_generator_cpu_pct']:.0f} % (its loop "
             f"{step.get('load_generator_loop_lag_ms', 0):.0f} ms late, worst 5 s median), others "
             f"{step['others_cpu_pct']:.0f} %; talked over {f['talked_over']}; waits for a worker: {pools}; "
-            f"event loop late {lag}; stage means (ms): {stages}"
+            f"event loop late {lag}; stage means (ms): {stages}; limiting stage: {step.get('limiting_stage', '-')}"
             + (f"; failed: {', '.join(step['failed_because'])}" if step["failed_because"] else "")
             + (f"; against the reference: {', '.join(step['load_failed_because'])}"
                if step["load_failed_because"] else ""))
@@ -445,10 +456,12 @@ def main() -> int:
           + ", ".join(f"{x:.2f}" for x in load_before), flush=True)
     started, steps, failing = time.monotonic(), [], 0
     reference: StepFigures | None = None
+    reference_stages: dict[str, float] | None = None
     for count in counts:
-        step = run_step(count, args, reference)
+        step = run_step(count, args, reference, reference_stages)
         if reference is None:
             reference = StepFigures(**step["figures"])
+            reference_stages = dict(step["where_callers_wait"]["stage_ms"])
         steps.append(step)
         print(table([row(step)], HEADER), flush=True)
         print(step_line(step), flush=True)

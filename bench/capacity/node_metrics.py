@@ -155,6 +155,26 @@ def bottleneck(pool_wait_ms: dict[str, float], stage_ms: dict[str, float],
     return "-"
 
 
+# The parts of a reply that do not contain one another, each with its own queue inside it: the words
+# (stt, Whisper's queue and decode), the end-of-turn model's verdict, the agent's first words, the first
+# sentence's synthesis (Piper's queue and render). end_of_turn and first_audio span several of them.
+PART_STAGES = ("stt", "end_of_turn_model", "llm_first_token", "tts_first_audio")
+
+
+def limiting_stage(stage_ms: dict[str, float], reference_ms: dict[str, float] | None = None) -> str:
+    """The part of a reply that grew most over the reference step (a lightly loaded node): where the load
+    itself made callers wait. Without a reference (the first step), the slowest part."""
+    parts = {stage: mean for stage, mean in stage_ms.items() if stage in PART_STAGES}
+    if not parts:
+        return "-"
+    if reference_ms is None:
+        stage, mean = max(parts.items(), key=lambda item: item[1])
+        return f"{stage} {mean:.0f} ms"
+    growth = {stage: mean - reference_ms.get(stage, mean) for stage, mean in parts.items()}
+    stage, added = max(growth.items(), key=lambda item: item[1])
+    return f"{stage} {parts[stage]:.0f} ms ({added:+.0f})"
+
+
 async def scrape(http: Any, url: str) -> Scrape | None:
     """GET /metrics with an httpx.AsyncClient; None when the node does not answer with metrics."""
     import httpx

@@ -58,6 +58,7 @@ import psutil  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.common.figures import cpu_busy_seconds, percentiles, progress, save, table  # noqa: E402
+from voicegate.server.event_loop import event_loop_factory  # noqa: E402
 
 FRAME_S = 0.020
 OPUS_RATE = 48000
@@ -110,7 +111,8 @@ def serve(port: int, data_dir: str, profile_out: str) -> None:
         loop.add_signal_handler(signal.SIGUSR2, stop_profile)
         await server.serve()
 
-    asyncio.run(run())
+    with asyncio.Runner(loop_factory=event_loop_factory(os.environ.get("VOICEGATE_SERVER__EVENT_LOOP", ""))) as runner:
+        runner.run(run())
 
 
 class ServerProcess:

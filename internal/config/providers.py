@@ -17,6 +17,10 @@ class SttConfig(Section):
 class TtsConfig(Section):
     # "auto": Piper when its program and voice are installed, else espeak-ng.
     provider: Literal["auto", "piper", "espeak", "openai"] = "auto"
+    # Fixed phrases (greetings, the consent question, prompts) rendered once and said from memory; 0: off.
+    phrase_cache_mb: int = Field(16, ge=0, le=4096)
+    # Keep those renders under data_dir/phrase-cache too, so a restarted node does not render them again.
+    phrase_cache_disk: bool = False
 
 
 class LlmConfig(Section):
@@ -108,6 +112,9 @@ class PiperConfig(Section):
     speaker: int = Field(0, ge=0)
     length_scale: float = Field(1.0, gt=0, le=4)
     workers: int = Field(0, ge=0, le=16)  # 0: one per core this process may use
+    # onnxruntime's threads per worker; 0: its default (one per core). One costs less CPU per sentence and,
+    # with a worker per core, finishes sooner too (docs/performance.md, issue 45).
+    threads: int = Field(1, ge=0, le=64)
     timeout_s: float = Field(20.0, gt=0)
     # "auto": `--cuda` when this Python's onnxruntime has the CUDA provider (a custom `command` runs its own
     # onnxruntime, which auto cannot see: there it means the CPU).

@@ -76,6 +76,9 @@ class ServerConfig(Section):
     # the last few seconds (the median wake-up delay): past it media leaves late and WebRTC peers drop
     # their calls when consent checks go unanswered. 0: never.
     shed_loop_lag_ms: int = Field(250, ge=0)
+    # The event loop `voicegate serve` runs: asyncio's own, or uvloop when installed (pip install uvloop); "auto"
+    # takes uvloop when it is there. A missing uvloop is a warning, never a failed start.
+    event_loop: Literal["asyncio", "uvloop", "auto"] = "asyncio"
     whip_rate_per_min: int = Field(30, ge=0)
     patch_rate_per_min: int = Field(60, ge=0)
     trusted_header_sources: list[str] = Field(default_factory=list)

@@ -28,14 +28,17 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from voicegate.internal.audio.resample import Resampler
+from voicegate.internal.audio.resample import Resampler, resample
 from voicegate.internal.config.providers import PiperConfig
 from voicegate.internal.config.sizing import worker_count
 from voicegate.internal.devices import onnx_available_providers
 from voicegate.internal.telemetry.queues import WorkQueue
 from voicegate.internal.tts.base import TtsError
+from voicegate.internal.tts.phrases import FixedPhrases, chunks
+from voicegate.internal.tts.piper_launch import THREADS_ENV
 from voicegate.internal.tts.piper_voice import (
     PINNED_VOICE_SHA256,
+    file_sha256,
     pinned_digests,
     piper_available,
     piper_command,
@@ -78,7 +81,7 @@ class PiperProcess:
         self._reader = asyncio.create_task(self._read_stderr())
 
     @classmethod
-    async def start(cls, argv: list[str]) -> PiperProcess:
+    async def start(cls, argv: list[str], env: Mapping[str, str] | None = None) -> PiperProcess:
         out_dir = Path(tempfile.mkdtemp(prefix="voicegate-piper-"))  # mode 0700
         full = [*argv, "-d", str(out_dir)]
         try:
@@ -87,7 +90,7 @@ class PiperProcess:
             process = await asyncio.create_subprocess_exec(
                 *full, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE, cwd=out_dir, start_new_session=True,
-                env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+                env={**os.environ, **(env or {}), "PYTHONIOENCODING": "utf-8"},
             )
         except OSError as exc:
             shutil.rmtree(out_dir, ignore_errors=True)
@@ -192,9 +195,13 @@ class _Slot:
 class PiperTextToSpeech:
     name = "piper"
 
-    def __init__(self, config: PiperConfig, voice_sha256: Mapping[str, str] | None = None) -> None:
-        """`voice_sha256` pins the voice's files by name; None pins the packaged voice only."""
+    def __init__(self, config: PiperConfig, voice_sha256: Mapping[str, str] | None = None,
+                 phrases: FixedPhrases | None = None) -> None:
+        """`voice_sha256` pins the voice's files by name; None pins the packaged voice only. `phrases`: the
+        fixed phrases said from a cache (none without it)."""
         self._config = config
+        self.phrases = phrases if phrases is not None else FixedPhrases(0)
+        self._identity: str | None = None
         self._expected = voice_sha256 if voice_sha256 is not None else pinned_digests(config)
         self.cuda = piper_uses_cuda(config, onnx_available_providers())
         self._voice: Path | TtsError | None = None
@@ -223,10 +230,47 @@ class PiperTextToSpeech:
         except ExceptionGroup as failed:
             raise failed.exceptions[0] from None
 
+    async def voice_identity(self) -> str:
+        """Everything that shapes a render but the text and the output rate: the phrase cache's key."""
+        if self._identity is None:
+            model = await self._checked_voice()
+            digests = await asyncio.to_thread(lambda: [file_sha256(model), file_sha256(voice_config_path(model))])
+            self._identity = "\x00".join([
+                "piper", *digests, f"length_scale={self._config.length_scale!r}", f"speaker={self._config.speaker}",
+                shlex.join(self._config.command),
+            ])
+        return self._identity
+
     async def synthesize(self, text: str, sample_rate: int) -> AsyncIterator[bytes]:
         line = " ".join(text.split())  # Piper reads one sentence per line
         if not any(char.isalnum() for char in line):
             return  # nothing to say, and Piper crashes on a line without phonemes ("…")
+        if self.phrases.marked(line):
+            key = self.phrases.key(await self.voice_identity(), sample_rate, line)
+
+            async def render() -> bytes:
+                return b"".join([chunk async for chunk in self._synthesize(line, sample_rate)])
+
+            for chunk in chunks(await self.phrases.said(key, render)):
+                yield chunk
+            return
+        async for chunk in self._synthesize(line, sample_rate):
+            yield chunk
+
+    async def prepare(self, sample_rates: list[int]) -> None:
+        """Render every marked phrase not cached yet, once, at each of `sample_rates`, so no caller waits
+        for one (a start-up or idle-time job: it occupies a worker per phrase)."""
+        identity = await self.voice_identity()
+        for text in sorted(self.phrases.texts):
+            keys = {rate: self.phrases.key(identity, rate, text) for rate in sample_rates}
+            missing = {rate: key for rate, key in keys.items() if self.phrases.get(key) is None}
+            if not missing or not any(char.isalnum() for char in text):
+                continue
+            pcm, rate = await self._render(text)
+            for out_rate, key in missing.items():
+                self.phrases.put(key, resample(pcm, rate, out_rate))
+
+    async def _synthesize(self, line: str, sample_rate: int) -> AsyncIterator[bytes]:
         started = time.monotonic()
         pcm, rate = await self._render(line)
         log.debug("piper: %d characters, %.2f s of audio in %.0f ms",
@@ -242,6 +286,7 @@ class PiperTextToSpeech:
 
     async def aclose(self) -> None:
         self._closed = True
+        self.phrases.cancel()
         await asyncio.gather(*(self._retire(slot, STOP_GRACE_S) for slot in self._slots))
 
     async def _render(self, line: str) -> tuple[bytes, int]:
@@ -292,7 +337,8 @@ class PiperTextToSpeech:
                         slot.process.failure())
             await self._retire(slot, EXIT_GRACE_S)
         if slot.process is None:
-            slot.process = await PiperProcess.start(self._argv(model))
+            threads = {THREADS_ENV: str(self._config.threads)} if self._config.threads else {}
+            slot.process = await PiperProcess.start(self._argv(model), threads)
             if self._closed:  # aclose ran while it started and could not see it
                 await self._retire(slot, 0)
                 raise TtsError("the Piper provider is closed")

@@ -62,6 +62,12 @@ def _sha256(path: str, size: int, mtime_ns: int, ctime_ns: int, inode: int) -> s
     return digest.hexdigest()
 
 
+def file_sha256(path: Path) -> str:
+    """The file's SHA-256, read again only when the file changed."""
+    stat = path.stat()
+    return _sha256(str(path), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
+
+
 def verify_voice(model: Path, expected_sha256: Mapping[str, str]) -> None:
     """Refuse a voice whose .onnx or .onnx.json lacks the digest pinned for its file name."""
     for path in (model, voice_config_path(model)):
@@ -69,8 +75,7 @@ def verify_voice(model: Path, expected_sha256: Mapping[str, str]) -> None:
         if expected is None:
             raise TtsError(f"no pinned SHA-256 for Piper voice file {path.name}")
         try:
-            stat = path.stat()
-            actual = _sha256(str(path), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
+            actual = file_sha256(path)
         except OSError as exc:
             raise TtsError(f"cannot read Piper voice file {path}: {exc.strerror}") from exc
         if actual != expected:

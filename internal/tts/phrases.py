@@ -1,0 +1,166 @@
+"""Fixed phrases: text the agent says verbatim (greetings, the consent question, prompts, fillers),
+rendered once per voice and output rate and then served from memory (and, optionally, from disk).
+
+A render is keyed on everything that shapes its audio: the engine, its voice files' SHA-256 and its
+settings (the provider's `voice_identity`), the output sample rate and the text. Change any of them and
+the key changes, so a stale render is never served; nothing has to be flushed. Piper's voices add noise
+to every render (`noise_scale`, `noise_w`), so two renders of one text differ slightly: the cache keeps
+the first and says it again, the way a recorded prompt would be.
+
+Only texts marked fixed are kept: a reply is said once, and a cache of replies would hold callers' words.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import tempfile
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+OUTPUT_CHUNK = 3200  # bytes yielded at a time from a cached phrase (100 ms at 16 kHz, 200 ms at 8 kHz)
+
+
+def phrase_text(text: str) -> str:
+    """The form a phrase is marked and looked up in: whitespace as the engine reads it (one line)."""
+    return " ".join(text.split())
+
+
+class FixedPhrases:
+    """Renders of fixed phrases, least recently used first out past `max_bytes`.
+
+    `directory`, when given, keeps each render as `<key>.pcm` too, so a restarted node does not render
+    its greeting again; a file that cannot be read or written is skipped, never an error for the call.
+    """
+
+    def __init__(self, max_bytes: int, directory: Path | None = None) -> None:
+        self.max_bytes = max_bytes
+        self.directory = directory
+        self._marked: set[str] = set()
+        self._renders: OrderedDict[str, bytes] = OrderedDict()
+        self._bytes = 0
+        self._rendering: dict[str, asyncio.Task[bytes]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def mark(self, *texts: str) -> None:
+        """Say these texts from the cache from now on (empty texts are ignored)."""
+        self._marked.update(phrase for text in texts if (phrase := phrase_text(text)))
+
+    def marked(self, text: str) -> bool:
+        return self.max_bytes > 0 and phrase_text(text) in self._marked
+
+    @property
+    def texts(self) -> frozenset[str]:
+        return frozenset(self._marked)
+
+    @staticmethod
+    def key(voice_identity: str, sample_rate: int, text: str) -> str:
+        parts = (voice_identity, str(sample_rate), phrase_text(text))
+        return hashlib.sha256("\x00".join(parts).encode("utf-8")).hexdigest()
+
+    def get(self, key: str) -> bytes | None:
+        pcm = self._renders.get(key)
+        if pcm is not None:
+            self._renders.move_to_end(key)
+            self.hits += 1
+            return pcm
+        pcm = self._read(key)
+        if pcm is not None:
+            self._keep(key, pcm)
+            self.hits += 1
+            return pcm
+        self.misses += 1
+        return None
+
+    def put(self, key: str, pcm: bytes) -> None:
+        if not pcm or len(pcm) > self.max_bytes:
+            return
+        self._keep(key, pcm)
+        self._write(key, pcm)
+
+    async def said(self, key: str, render: Callable[[], Awaitable[bytes]]) -> bytes:
+        """The phrase kept under `key`, else what `render()` makes, then kept. Callers asking for one key at
+        once (calls answered together, each opening with the greeting) share one render, and a caller that
+        hangs up does not stop it for the others."""
+        pcm = self.get(key)
+        if pcm is not None:
+            return pcm
+        task = self._rendering.get(key)
+        if task is None:
+            task = asyncio.ensure_future(render())
+            self._rendering[key] = task
+            task.add_done_callback(lambda done: self._rendered(key, done))
+        return await asyncio.shield(task)
+
+    def cancel(self) -> None:
+        """Stop the renders in flight (the provider is closing)."""
+        for task in list(self._rendering.values()):
+            task.cancel()
+
+    def _rendered(self, key: str, task: asyncio.Task[bytes]) -> None:
+        self._rendering.pop(key, None)
+        if task.cancelled() or task.exception() is not None:  # retrieved: each waiting caller got it
+            return
+        self.put(key, task.result())
+
+    def __len__(self) -> int:
+        return len(self._renders)
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+    def _keep(self, key: str, pcm: bytes) -> None:
+        old = self._renders.pop(key, None)
+        if old is not None:
+            self._bytes -= len(old)
+        self._renders[key] = pcm
+        self._bytes += len(pcm)
+        while self._bytes > self.max_bytes and self._renders:
+            _, dropped = self._renders.popitem(last=False)
+            self._bytes -= len(dropped)
+
+    def _read(self, key: str) -> bytes | None:
+        if self.directory is None:
+            return None
+        try:
+            return (self.directory / f"{key}.pcm").read_bytes() or None
+        except OSError:
+            return None
+
+    def _write(self, key: str, pcm: bytes) -> None:
+        if self.directory is None:
+            return
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            # Written whole, then renamed: a reader never sees half a phrase.
+            handle, temporary = tempfile.mkstemp(dir=self.directory, suffix=".part")
+            with os.fdopen(handle, "wb") as file:
+                file.write(pcm)
+            os.replace(temporary, self.directory / f"{key}.pcm")
+        except OSError as exc:
+            log.warning("phrase cache: cannot keep a render in %s: %s", self.directory, exc.strerror or exc)
+            with contextlib.suppress(OSError, UnboundLocalError):
+                os.unlink(temporary)
+
+
+def mark_fixed(tts: object, *texts: str) -> bool:
+    """Have `tts` say these texts from its phrase cache from now on; False when the provider keeps none
+    (espeak-ng, OpenAI: they render every time, which is what they did anyway)."""
+    phrases = getattr(tts, "phrases", None)
+    if not isinstance(phrases, FixedPhrases):
+        return False
+    phrases.mark(*texts)
+    return True
+
+
+def chunks(pcm: bytes, size: int = OUTPUT_CHUNK) -> Iterable[bytes]:
+    for start in range(0, len(pcm), size):
+        yield pcm[start : start + size]

@@ -1,0 +1,168 @@
+"""Fixed phrases said from the cache, with real Piper: the same bytes every time, a fresh render where Piper
+is deterministic, and a new render whenever the voice, its settings, the rate or the text change."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from voicegate.internal.config.providers import PiperConfig
+from voicegate.internal.tts.phrases import FixedPhrases
+from voicegate.internal.tts.piper import PiperTextToSpeech, resolve_voice
+from voicegate.internal.tts.piper_voice import voice_config_path
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+GREETING = "Hello, this is voicegate. How can I help you?"
+
+
+def quiet_voice(directory: Path, noise: float = 0.0) -> Path:
+    """The packaged voice with its settings file edited: without noise Piper renders a text the same way
+    every time, so a cached phrase can be compared with a fresh render byte for byte."""
+    model = resolve_voice(PiperConfig())
+    directory.mkdir(parents=True, exist_ok=True)
+    copy = directory / "joe-quiet.onnx"
+    copy.symlink_to(model)
+    settings = json.loads(voice_config_path(model).read_text())
+    settings["inference"].update(noise_scale=noise, noise_w=noise)
+    voice_config_path(copy).write_text(json.dumps(settings))
+    return copy
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def voices(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Path]:
+    yield tmp_path_factory.mktemp("voices")
+
+
+async def say(engine: PiperTextToSpeech, text: str, rate: int = 8000) -> bytes:
+    return b"".join([chunk async for chunk in engine.synthesize(text, rate)])
+
+
+def engine(voice: Path, phrases: FixedPhrases, **settings: float) -> PiperTextToSpeech:
+    return PiperTextToSpeech(PiperConfig(voice=str(voice), workers=1, **settings), phrases=phrases)
+
+
+async def test_a_cached_phrase_is_byte_identical_to_a_fresh_render(voices: Path) -> None:
+    phrases = FixedPhrases(1 << 20)
+    tts = engine(quiet_voice(voices / "a"), phrases)
+    try:
+        fresh_before = await say(tts, GREETING)  # not marked yet: rendered
+        phrases.mark(GREETING)
+        cached_first = await say(tts, GREETING)  # marked: rendered once, kept
+        served = tts.queue.taken
+        cached_again = await say(tts, GREETING)
+        assert tts.queue.taken == served  # from the cache: Piper was not asked
+        fresh_after = b"".join([c async for c in tts._synthesize(GREETING, 8000)])
+    finally:
+        await tts.aclose()
+    assert len(fresh_before) > 8000  # over half a second of speech
+    assert cached_again == cached_first == fresh_before == fresh_after
+    assert phrases.hits >= 1 and len(phrases) == 1
+
+
+async def test_the_packaged_voice_says_a_phrase_the_same_way_every_time_from_the_cache(voices: Path) -> None:
+    # Its noise makes each render differ a little: the first render is kept and said again.
+    phrases = FixedPhrases(1 << 20)
+    phrases.mark(GREETING)
+    tts = PiperTextToSpeech(PiperConfig(workers=1), phrases=phrases)
+    try:
+        first, second = await say(tts, GREETING), await say(tts, GREETING)
+        assert tts.queue.taken == 1
+    finally:
+        await tts.aclose()
+    assert first == second and len(first) > 8000
+
+
+@pytest.mark.parametrize("change", ["voice settings", "length scale", "speaker", "text", "rate"])
+async def test_a_phrase_is_rendered_again_when_what_shapes_it_changes(voices: Path, change: str) -> None:
+    phrases = FixedPhrases(4 << 20)
+    voice = quiet_voice(voices / f"b-{change.replace(' ', '-')}")
+    phrases.mark(GREETING, "Thanks for calling.")
+    before = engine(voice, phrases)
+    try:
+        original = await say(before, GREETING)
+    finally:
+        await before.aclose()
+    text, rate, settings = GREETING, 8000, {}
+    if change == "voice settings":  # the same file name, edited: its SHA-256 changes
+        voice_config_path(voice).write_text(voice_config_path(voice).read_text().replace('"noise_w": 0.0',
+                                                                                          '"noise_w": 0.1'))
+    elif change == "length scale":
+        settings = {"length_scale": 1.3}
+    elif change == "speaker":
+        settings = {"speaker": 1}
+    elif change == "text":
+        text = "Thanks for calling."
+    else:
+        rate = 16000
+    after = engine(voice, phrases, **settings)
+    try:
+        again = await say(after, text, rate)
+        assert after.queue.taken == 1  # rendered, not taken from the cache
+    finally:
+        await after.aclose()
+    assert len(phrases) == 2
+    if change != "speaker":  # a single-speaker voice ignores the speaker: the same audio, still a new key
+        assert again != original
+    if change == "length scale":
+        assert len(again) > 1.15 * len(original)
+
+
+async def test_unchanged_voice_and_settings_share_the_cache_across_providers(voices: Path) -> None:
+    phrases = FixedPhrases(1 << 20)
+    phrases.mark(GREETING)
+    voice = quiet_voice(voices / "c")
+    first = engine(voice, phrases)
+    try:
+        kept = await say(first, GREETING)
+    finally:
+        await first.aclose()
+    second = engine(voice, phrases)
+    try:
+        assert await say(second, GREETING) == kept
+        assert second.queue.taken == 0
+    finally:
+        await second.aclose()
+
+
+async def test_phrases_kept_on_disk_survive_a_restart_and_prepare_renders_each_once(voices: Path,
+                                                                                    tmp_path: Path) -> None:
+    voice = quiet_voice(voices / "d")
+    phrases = FixedPhrases(1 << 20, tmp_path / "phrase-cache")
+    phrases.mark(GREETING, "One moment.")
+    tts = engine(voice, phrases)
+    try:
+        await tts.prepare([8000, 16000])
+        assert tts.queue.taken == 2  # one render per phrase, resampled to both rates
+        await tts.prepare([8000, 16000])
+        assert tts.queue.taken == 2
+        kept = await say(tts, "One moment.", 16000)
+    finally:
+        await tts.aclose()
+    assert len(list((tmp_path / "phrase-cache").glob("*.pcm"))) == 4
+    restarted = FixedPhrases(1 << 20, tmp_path / "phrase-cache")
+    restarted.mark("One moment.")
+    tts = engine(voice, restarted)
+    try:
+        assert await say(tts, "One moment.", 16000) == kept
+        assert tts.queue.taken == 0
+    finally:
+        await tts.aclose()
+
+
+async def test_onnxruntime_threads_per_worker_come_from_the_config() -> None:
+    from voicegate.internal.tts.piper_voice import piper_command
+
+    command = piper_command(PiperConfig())
+    check = ("import runpy, onnxruntime; "
+             f"runpy.run_path({command[2]!r}, run_name='launcher').get('quiet_session_options')(1); "
+             "print(onnxruntime.SessionOptions().intra_op_num_threads)")
+    process = await asyncio.create_subprocess_exec(sys.executable, "-c", check, stdout=asyncio.subprocess.PIPE)
+    out, _ = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0 and out.decode().strip() == "1"
