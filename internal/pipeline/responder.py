@@ -108,6 +108,11 @@ class Responder:
         self._reply = None
         self._run(work)
 
+    def aside(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run `work` like a reply, outside any turn (the idle prompt, the goodbye): no turn's latency."""
+        self._released_at = 0.0
+        self.start(work)
+
     def _run(self, work: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
         previous = self._task
         if previous is not None and not previous.done():
