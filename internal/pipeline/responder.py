@@ -84,7 +84,7 @@ class Responder:
         self.may_prepare: Callable[[str], bool] = lambda text: True
         self.meter = TurnMeter(session, services, sink, clock)
         self.timing = self.meter.timing
-        self.thinking = ThinkingCues(self.config, services.tts, playout, sink, self.timing, clock)
+        self.thinking = ThinkingCues(self.config, services.tts, playout, sink, self.timing, clock, services.cue_audio)
 
     @property
     def active(self) -> bool:
@@ -336,7 +336,7 @@ class Responder:
         context = trace.set_span_in_context(parent) if parent is not None else None
         span = self.services.tracer.start_span("turn", context=context,
                                                start_time=self.meter.ns(times.speech_ended or reply.prepared_at))
-        cue = self.thinking.watch(reply.released)
+        cue = self.thinking.watch(reply.released, lambda: self._released_at)
         try:
             with trace.use_span(span, end_on_exit=False):
                 await self._respond(turn, confidence, times, span, reply, cue)

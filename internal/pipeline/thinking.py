@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 CueMode = Literal["off", "sound", "phrases"]
 CueReason = Literal["late", "slow_tool"]
 SYNTHESIS_TIMEOUT_S = 2.0  # a cue that takes longer to make than this is no longer worth saying
+# The cue is queued this much before it is due: the transport sends a queued frame on its next 20 ms tick, so
+# the silence the caller hears ends at `thinking_cue_after_ms`, not a tick later.
+CUE_LEAD_MS = 20
 # The soft sound: two quiet notes rising a third (C5, E5), each with a raised-cosine envelope, ~0.4 s.
 SOUND_NOTES_HZ = (523.25, 659.25)
 SOUND_NOTE_S = 0.15
@@ -80,14 +83,16 @@ class ThinkingCues:
     """One call's cues: the phrases in turn, their audio made once, a `ThinkingCue` per reply."""
 
     def __init__(self, config: PipelineConfig, tts: TextToSpeech, playout: Playout, sink: EventSink,
-                 timing: Callable[[str, float], None], clock: Callable[[], float]) -> None:
+                 timing: Callable[[str, float], None], clock: Callable[[], float],
+                 made: dict[tuple[str, int], bytes] | None = None) -> None:
         self.config = config
         self.tts = tts
         self.playout = playout
         self.sink = sink
         self.timing = timing
         self.clock = clock
-        self._audio: dict[str, bytes] = {}
+        # Cue audio by (text, sample rate): made once, shared by the calls of a server (PipelineServices).
+        self._made = made if made is not None else {}
         self._said = 0
 
     @property
@@ -95,37 +100,42 @@ class ThinkingCues:
         mode = self.config.thinking_cue
         return "sound" if mode == "phrases" and not self.config.thinking_phrases else mode
 
-    def watch(self, released: asyncio.Event) -> ThinkingCue:
-        """A cue for the reply whose turn is released when `released` is set; it runs until `stop`."""
-        return ThinkingCue(self, released)
+    def watch(self, released: asyncio.Event, released_at: Callable[[], float]) -> ThinkingCue:
+        """A cue for the reply whose turn is released when `released` is set (at `released_at()`, on the clock
+        given here); it runs until `stop`."""
+        return ThinkingCue(self, released, released_at)
 
-    def next_phrase(self) -> str:
+    def next_text(self) -> str:
+        """The cue to say next: the phrases in turn ("" for the sound)."""
         phrases = self.config.thinking_phrases
-        phrase = phrases[self._said % len(phrases)]
-        self._said += 1
-        return phrase
+        return phrases[self._said % len(phrases)] if self.mode == "phrases" else ""
+
+    def used(self, text: str) -> None:
+        if text:
+            self._said += 1
 
     async def audio(self, text: str) -> bytes:
-        """The cue's PCM ("" text: the soft sound), made once per call."""
-        cached = self._audio.get(text)
-        if cached is not None:
-            return cached
+        """The cue's PCM ("" text: the soft sound), made once."""
         rate = self.playout.sample_rate
+        made = self._made.get((text, rate))
+        if made is not None:
+            return made
         if not text:
             pcm = soft_sound(rate)
         else:
             async with asyncio.timeout(SYNTHESIS_TIMEOUT_S):
                 pcm = b"".join([chunk async for chunk in self.tts.synthesize(text, rate)])
-        self._audio[text] = pcm
+        self._made[(text, rate)] = pcm
         return pcm
 
 
 class ThinkingCue:
     """One reply's cue: armed at the release, dropped by the answer's first audio, hurried by a slow tool."""
 
-    def __init__(self, cues: ThinkingCues, released: asyncio.Event) -> None:
+    def __init__(self, cues: ThinkingCues, released: asyncio.Event, released_at: Callable[[], float]) -> None:
         self._cues = cues
         self._released = released
+        self._released_at = released_at
         self._wake = asyncio.Event()
         self.answer_audio = False
         self.slow_tool = False
@@ -157,26 +167,39 @@ class ThinkingCue:
     async def _run(self) -> None:
         cues = self._cues
         await self._released.wait()
-        released_at = cues.clock()
+        released_at = min(self._released_at() or cues.clock(), cues.clock())
+        text = cues.next_text()
+        # Made while the answer may still come in time (once: the audio is kept), so a due cue starts at once.
+        making = asyncio.ensure_future(cues.audio(text))
+        making.add_done_callback(_retrieved)  # it may outlive this reply (it fills the cache): never unheard of
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(cues.config.thinking_cue_after_ms / 1000.0):
+            waited_ms = (cues.clock() - released_at) * 1000.0
+            async with asyncio.timeout(max(0.0, cues.config.thinking_cue_after_ms - CUE_LEAD_MS - waited_ms) / 1000.0):
                 await self._wake.wait()
-        reason = self._due((cues.clock() - released_at) * 1000.0)
-        if reason is None:
+
+        def due() -> CueReason | None:
+            return self._due((cues.clock() - released_at) * 1000.0 + CUE_LEAD_MS)
+
+        if due() is None:
             return
-        mode = cues.mode
-        text = cues.next_phrase() if mode == "phrases" else ""
         try:
-            pcm = await cues.audio(text)
+            pcm = await asyncio.shield(making)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a cue is a courtesy: without it the caller just waits
             log.warning("thinking cue could not be made: %s", type(exc).__name__)
             return
-        if self._due((cues.clock() - released_at) * 1000.0) is None or not pcm:
+        reason = due()
+        if reason is None or not pcm:
             return  # the answer (or other audio) arrived while the cue was made: it goes first, alone
         self.cued = True
+        cues.used(text)
         cues.playout.aside(pcm)
         after_ms = round((cues.clock() - released_at) * 1000.0, 1)
         cues.timing("thinking_cue", after_ms)
         cues.sink.emit(ThinkingEvent(reason=reason, cue="phrases" if text else "sound", text=text, after_ms=after_ms))
+
+
+def _retrieved(made: asyncio.Future[bytes]) -> None:
+    if not made.cancelled() and made.exception() is not None:
+        log.debug("thinking cue audio failed", exc_info=made.exception())
