@@ -38,11 +38,14 @@ SYNTHESIS_TIMEOUT_S = 2.0  # a cue that takes longer to make than this is no lon
 # The cue is queued this much before it is due: the transport sends a queued frame on its next 20 ms tick, so
 # the silence the caller hears ends at `thinking_cue_after_ms`, not a tick later.
 CUE_LEAD_MS = 20
-# The soft sound: two quiet notes rising a third (C5, E5), each with a raised-cosine envelope, ~0.4 s.
+# The soft sound: two quiet notes rising a third (C5, E5), struck like a mallet (a 10 ms attack, so the
+# silence ends when the cue starts, then a decay), ~0.4 s in all.
 SOUND_NOTES_HZ = (523.25, 659.25)
 SOUND_NOTE_S = 0.15
-SOUND_GAP_S = 0.06
-SOUND_LEVEL = 0.08  # of full scale (about -22 dBFS): heard, not startling
+SOUND_ATTACK_S = 0.01
+SOUND_DECAY_S = 0.06
+SOUND_GAP_S = 0.04
+SOUND_LEVEL = 0.1  # of full scale at the peak (-20 dBFS): heard, not startling
 
 
 class ThinkingEvent(Event):
@@ -72,7 +75,7 @@ def soft_sound(sample_rate: int) -> bytes:
     parts = []
     for index, hz in enumerate(SOUND_NOTES_HZ):
         t = np.arange(int(sample_rate * SOUND_NOTE_S)) / sample_rate
-        envelope = 0.5 - 0.5 * np.cos(2 * np.pi * t / SOUND_NOTE_S)
+        envelope = np.minimum(t / SOUND_ATTACK_S, 1.0) * np.exp(-t / SOUND_DECAY_S)
         parts.append(np.sin(2 * np.pi * hz * t) * envelope * SOUND_LEVEL)
         if index < len(SOUND_NOTES_HZ) - 1:
             parts.append(np.zeros(int(sample_rate * SOUND_GAP_S)))
