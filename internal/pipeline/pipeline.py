@@ -225,7 +225,8 @@ class VoicePipeline:
         """The next 20 ms of agent audio (None when quiet). Called once per tick by the transport."""
         frame = self.playout.pull()
         self.responder.frame_pulled(frame)
-        self.idle_caller.tick()
+        if not self._closed:
+            self.idle_caller.tick()
         if self._recording is not None:
             self._recording.said(frame)  # every tick, quiet or not: the recording's clock
         return frame
