@@ -75,8 +75,9 @@ def first_loud_after(capture: RtpCapture, after_loop_time: float) -> float:
     raise AssertionError("voicegate sent nothing audible after the release")
 
 
-async def call_with_a_3s_tool(make_server: ServerFactory, capture: RtpCapture, fake: FakeOpenAI, tmp_path: Path,
-                              caplog: pytest.LogCaptureFixture, *, cue: str, slow_tools: list[str]) -> ToolCall:
+async def a_call(make_server: ServerFactory, capture: RtpCapture, fake: FakeOpenAI, tmp_path: Path,
+                              caplog: pytest.LogCaptureFixture, *, cue: str, slow_tools: list[str],
+                              tool: bool = True) -> ToolCall:
     caplog.set_level("INFO", logger="voicegate.internal.sip.voice")
     config = sip_calls_config(tmp_path, symmetric_rtp=False)
     config.llm.provider = "openai"
@@ -88,7 +89,8 @@ async def call_with_a_3s_tool(make_server: ServerFactory, capture: RtpCapture, f
     config.mcp = config.mcp.model_validate({"servers": [{
         "name": "orders", "command": sys.executable, "args": [str(SERVER), "stdio"], "tools": ["archive_lookup"],
         "slow_tools": slow_tools, "require_identity": "none"}]})
-    fake.script_tool_call("orders__archive_lookup", {"order_id": "ZQ-4471"})
+    if tool:
+        fake.script_tool_call("orders__archive_lookup", {"order_id": "ZQ-4471"})
     fake.script_reply(ANSWER)
     server = await make_server(stt=ScriptedStt(["where is my old order"]), config=config)
     scenario = render(tmp_path, media=stream(caller_audio(tmp_path, "what time is it")), ending=WAIT_FOR_BYE,
@@ -103,7 +105,7 @@ async def call_with_a_3s_tool(make_server: ServerFactory, capture: RtpCapture, f
     released_at = release.created - (time.time() - loop.time())  # the log's wall time on the loop's clock
     gap = first_loud_after(capture, released_at) - released_at
     cues = [r.detail for r in caplog.records if r.getMessage() == "sip call thinking"]  # type: ignore[attr-defined]
-    print(f"thinking_cue={cue} slow_tools={slow_tools}: silence after the release {gap * 1000:.0f} ms")
+    print(f"thinking_cue={cue} slow_tools={slow_tools} tool={tool}: silence after the release {gap * 1000:.0f} ms")
     return ToolCall(session, gap, cues, capture, server.tts)
 
 
@@ -114,7 +116,7 @@ def assistant_lines(session: Session) -> list[str]:
 async def test_a_slow_tool_gets_a_cue_at_once_and_the_answer_follows_it(
         make_server: ServerFactory, capture: RtpCapture, fake: FakeOpenAI, tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
-    call = await call_with_a_3s_tool(make_server, capture, fake, tmp_path, caplog, cue="phrases",
+    call = await a_call(make_server, capture, fake, tmp_path, caplog, cue="phrases",
                                       slow_tools=["archive_lookup"])
     assert [(c["reason"], c["text"]) for c in call.cues] == [("slow_tool", "One moment.")]
     assert call.gap_s < 2.5  # the cue, not the 3 s tool, ends the silence (generous for a loaded machine)
@@ -131,7 +133,7 @@ async def test_a_slow_tool_gets_a_cue_at_once_and_the_answer_follows_it(
 async def test_an_undeclared_3s_tool_gets_a_cue_after_the_configured_time(
         make_server: ServerFactory, capture: RtpCapture, fake: FakeOpenAI, tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
-    call = await call_with_a_3s_tool(make_server, capture, fake, tmp_path, caplog, cue="sound", slow_tools=[])
+    call = await a_call(make_server, capture, fake, tmp_path, caplog, cue="sound", slow_tools=[])
     assert [(c["reason"], c["cue"]) for c in call.cues] == [("late", "sound")]
     assert call.gap_s < 2.5
     assert assistant_lines(call.session) == [ANSWER]
@@ -140,6 +142,15 @@ async def test_an_undeclared_3s_tool_gets_a_cue_after_the_configured_time(
 async def test_without_a_cue_the_caller_hears_the_whole_tool_in_silence(
         make_server: ServerFactory, capture: RtpCapture, fake: FakeOpenAI, tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
-    call = await call_with_a_3s_tool(make_server, capture, fake, tmp_path, caplog, cue="off", slow_tools=[])
+    call = await a_call(make_server, capture, fake, tmp_path, caplog, cue="off", slow_tools=[])
     assert call.cues == []
     assert call.gap_s > 1.5  # the baseline (the tool started with the reply prepared before the release)
+
+
+async def test_a_fast_answer_gets_no_cue(
+        make_server: ServerFactory, capture: RtpCapture, fake: FakeOpenAI, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    call = await a_call(make_server, capture, fake, tmp_path, caplog, cue="phrases", slow_tools=[],
+                                      tool=False)
+    assert call.cues == []
+    assert best_match_at(call.capture.pcm(), await reference(call.tts, "One moment."))[0] < 0.5
