@@ -147,11 +147,16 @@ def build_tts(config: Config) -> TextToSpeech:
 
 def fixed_phrases(config: Config) -> list[str]:
     """What the agent says verbatim whatever the caller said: each is rendered once and said from the
-    phrase cache ([tts] phrase_cache_mb). A returning caller's greeting names them, so it is not here."""
+    phrase cache ([tts] phrase_cache_mb). A returning caller's greeting names them, so it is not here.
+    The thinking cues' phrases are rendered once per server by the cues themselves (services.cue_audio)."""
     from voicegate.internal.pipeline.responder import APOLOGY, TOO_BUSY
 
     pipeline, recording = config.pipeline, config.recording
     texts = [pipeline.greeting, pipeline.greeting_outgoing, TOO_BUSY, APOLOGY]
+    if pipeline.idle_prompt_s > 0:  # the idle caller's prompt and goodbye (internal/pipeline/idle.py)
+        texts.append(pipeline.idle_prompt)
+        if pipeline.idle_hangup_s > 0:
+            texts.append(pipeline.idle_goodbye)
     if config.sip.transfer_targets:
         texts.append(config.warm_transfer.hold_message)
     if config.amd.enabled:

@@ -98,13 +98,18 @@ async def test_a_failed_render_reaches_every_caller_waiting_for_it_and_is_not_ke
         await phrases.said("k", broken)
 
 
-def test_the_node_s_fixed_lines_are_its_greetings_apologies_and_recording_words() -> None:
+def test_the_node_s_fixed_lines_are_its_greetings_apologies_idle_prompts_and_recording_words() -> None:
     from voicegate.internal.config import Config
     from voicegate.internal.pipeline.responder import APOLOGY, TOO_BUSY
     from voicegate.server.providers import fixed_phrases
 
     config = Config()
-    assert fixed_phrases(config) == [config.pipeline.greeting, TOO_BUSY, APOLOGY]  # no outgoing greeting set
+    assert fixed_phrases(config) == [config.pipeline.greeting, TOO_BUSY, APOLOGY, config.pipeline.idle_prompt,
+                                     config.pipeline.idle_goodbye]  # no outgoing greeting set
+    config.pipeline.idle_hangup_s = 0
+    assert config.pipeline.idle_goodbye not in fixed_phrases(config)
+    config.pipeline.idle_prompt_s = 0
+    assert config.pipeline.idle_prompt not in fixed_phrases(config)
     config.recording.enabled, config.recording.consent = True, "ask"
     assert config.recording.question in fixed_phrases(config)
     config.recording.consent = "announce"

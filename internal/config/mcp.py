@@ -50,6 +50,9 @@ class McpServerConfig(BaseModel):
     # Tools that start work elsewhere (a ticket, a delivery) -> the tool voicegate asks for its status ("" none):
     # their runs go to the caller's task ledger, whose status `recall` reads live (docs/tools.md).
     task_tools: dict[str, str] = Field(default_factory=dict)
+    # Tools known to take seconds (their names on the server): the thinking cue plays as soon as the model
+    # calls one, not after pipeline.thinking_cue_after_ms (internal/pipeline/thinking.py).
+    slow_tools: list[str] = Field(default_factory=list)
 
     @field_validator("name")
     @classmethod

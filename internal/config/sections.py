@@ -336,6 +336,15 @@ class PipelineConfig(Section):
     prompt_file: str = ""
     assistant_profile: str = ""
     summary_timeout_s: float = Field(15.0, gt=0)
+    # Idle callers (internal/turn/idle.py): the prompt after this much quiet, the goodbye this much after it.
+    idle_prompt_s: float = Field(8.0, ge=0)
+    idle_hangup_s: float = Field(8.0, ge=0)
+    idle_prompt: str = "Are you still there?"
+    idle_goodbye: str = "I can't hear anyone, so I'll end the call now. Goodbye."
+    # Thinking cues (internal/pipeline/thinking.py): a short phrase or sound while a slow answer is prepared.
+    thinking_cue: Literal["off", "sound", "phrases"] = "phrases"
+    thinking_cue_after_ms: int = Field(700, ge=0)
+    thinking_phrases: list[str] = Field(default_factory=lambda: ["One moment.", "Let me check.", "Just a moment."])
 
     @field_validator("returning_greeting")
     @classmethod

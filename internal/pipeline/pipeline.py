@@ -24,6 +24,7 @@ from voicegate.internal.conversation.state import CallContext
 from voicegate.internal.conversation.text import clean
 from voicegate.internal.pipeline.capture import CallerInput, shown
 from voicegate.internal.pipeline.events import AgentState, DtmfEvent, EventSink, TranscriptEvent
+from voicegate.internal.pipeline.idle import IdleCaller
 from voicegate.internal.pipeline.playout import Playout
 from voicegate.internal.pipeline.record import record_caller
 from voicegate.internal.pipeline.responder import APOLOGY, Responder
@@ -90,6 +91,10 @@ class VoicePipeline:
         # While set, the caller's keys and words go to it, not to the turn (capture.py): digit collection,
         # answering-machine detection.
         self.capture: CallerInput | None = None
+        # The transport says when the caller is away from the conversation (on hold, being transferred): their
+        # silence then is no sign that they have gone (internal/pipeline/idle.py).
+        self.caller_away: Callable[[], bool] = lambda: False
+        self.idle_caller = IdleCaller(self.config, self.responder, session, sink, self._silence_means_idle)
 
     @property
     def input(self) -> CallerInput:
@@ -145,6 +150,14 @@ class VoicePipeline:
         """Nothing in flight: the caller is not speaking, no turn is pending, the agent is quiet."""
         return not (self.agent_active or self.vad.speaking or self.turn.busy or self._stt_deadlines)
 
+    def _silence_means_idle(self) -> bool:
+        """Is the caller's silence now a sign that they may have gone? Not while anything is in flight, and
+        not in a digit form (it has its own timeouts), on hold or in a transfer, or while the recording question
+        awaits its answer (a "yes" to "are you still there?" would be taken as consent)."""
+        recording = self._recording
+        return (self.idle and self.capture is None and not self.caller_away()
+                and not (recording is not None and recording.asking))
+
     def interrupt(self, reason: str) -> None:
         self.responder.interrupt(reason)
 
@@ -173,6 +186,7 @@ class VoicePipeline:
             stt.push(pcm)
         if event is VadEvent.SPEECH_START:
             self._utterance_frames = 0
+            self.idle_caller.caller_active()
             if target.speech_started(len(self._pre_roll)) and stt is not None:
                 stt.new_turn()
             if stt is not None and not stt.continuous:
@@ -211,6 +225,8 @@ class VoicePipeline:
         """The next 20 ms of agent audio (None when quiet). Called once per tick by the transport."""
         frame = self.playout.pull()
         self.responder.frame_pulled(frame)
+        if not self._closed:
+            self.idle_caller.tick()
         if self._recording is not None:
             self._recording.said(frame)  # every tick, quiet or not: the recording's clock
         return frame
@@ -302,4 +318,5 @@ class VoicePipeline:
     def push_dtmf(self, digit: str) -> None:
         """A keypad digit (RFC 4733 or SIP INFO); digits pressed together become one turn."""
         self.sink.emit(shown(self.capture, DtmfEvent(digit=digit)))  # masked while a digit form collects
+        self.idle_caller.caller_active()
         self.input.digit(digit)

@@ -26,6 +26,7 @@ class Segment:
     played: int = 0
     complete: bool = False  # synthesis finished (frames is final)
     cancelled: bool = False  # cleared by a barge-in: late synthesis for it is dropped
+    aside: bool = False  # not the agent's words (a thinking cue): never in the heard text
 
     def heard_text(self) -> str:
         if self.frames == 0 or self.played == 0:
@@ -53,6 +54,7 @@ class Playout:
     _segments: list[Segment] = field(default_factory=list)
     _partial: bytes = b""
     frames_out: int = 0
+    last_aside: bool = False  # the frame pulled last was an aside's (a thinking cue), not the agent's words
 
     def begin_segment(self, text: str) -> Segment:
         segment = Segment(text)
@@ -71,6 +73,17 @@ class Playout:
             self._queue.append(_Frame(data[start : start + size], segment))
             segment.frames += 1
         self._partial = data[whole:]
+
+    def aside(self, pcm: bytes) -> None:
+        """Queue a whole sound that is not the agent's words (a thinking cue), in one step: it plays in turn
+        with the rest, is never part of the heard text, and leaves a sentence being synthesised untouched."""
+        size = frame_bytes(self.sample_rate)
+        segment = Segment("", aside=True, complete=True)
+        padded = pcm + bytes(-len(pcm) % size)
+        for start in range(0, len(padded), size):
+            self._queue.append(_Frame(padded[start : start + size], segment))
+            segment.frames += 1
+        self._segments.append(segment)
 
     def end_segment(self, segment: Segment) -> None:
         if self._partial and not segment.cancelled:
@@ -95,6 +108,7 @@ class Playout:
             return None
         frame = self._queue.popleft()
         frame.segment.played += 1
+        self.last_aside = frame.segment.aside
         self.frames_out += 1
         if self.ducked and self.duck_gain < 1.0:
             samples = np.frombuffer(frame.pcm, dtype=np.int16).astype(np.float32) * self.duck_gain

@@ -37,6 +37,7 @@ from voicegate.internal.pipeline.record import record_agent, record_turn
 from voicegate.internal.pipeline.reply import ReplyRunner, speak_text
 from voicegate.internal.pipeline.request import build_request
 from voicegate.internal.pipeline.services import PipelineServices, misunderstanding_note
+from voicegate.internal.pipeline.thinking import ThinkingCue, ThinkingCues
 from voicegate.internal.pipeline.tools import ToolContext
 from voicegate.internal.pipeline.turn_reply import TurnReply
 from voicegate.internal.session.actions import record_action, tool_action
@@ -83,6 +84,7 @@ class Responder:
         self.may_prepare: Callable[[str], bool] = lambda text: True
         self.meter = TurnMeter(session, services, sink, clock)
         self.timing = self.meter.timing
+        self.thinking = ThinkingCues(self.config, services.tts, playout, sink, self.timing, clock, services.cue_audio)
 
     @property
     def active(self) -> bool:
@@ -107,6 +109,11 @@ class Responder:
         self.discard_prepared()
         self._reply = None
         self._run(work)
+
+    def aside(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run `work` like a reply, outside any turn (the idle prompt, the goodbye): no turn's latency."""
+        self._released_at = 0.0
+        self.start(work)
 
     def _run(self, work: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
         previous = self._task
@@ -245,7 +252,7 @@ class Responder:
 
     def frame_pulled(self, frame: bytes | None) -> None:
         """Called by the pipeline for every outbound tick: first-audio timing and drain detection."""
-        if frame is not None and self._first_frame_pending:
+        if frame is not None and self._first_frame_pending and not self.playout.last_aside:
             self._first_frame_pending = False
             self._first_frame_at = self._clock()
             reply = self._reply
@@ -329,15 +336,17 @@ class Responder:
         context = trace.set_span_in_context(parent) if parent is not None else None
         span = self.services.tracer.start_span("turn", context=context,
                                                start_time=self.meter.ns(times.speech_ended or reply.prepared_at))
+        cue = self.thinking.watch(reply.released, lambda: self._released_at)
         try:
             with trace.use_span(span, end_on_exit=False):
-                await self._respond(turn, confidence, times, span, reply)
+                await self._respond(turn, confidence, times, span, reply, cue)
         finally:
+            cue.stop()
             if reply.released.is_set() and not reply.absorbed:
                 span.end(end_time=self.meter.ns(self._clock()))  # a reply thrown away leaves no span
 
     async def _respond(self, turn: Turn, confidence: float | None, times: TurnTimes, span: Any,
-                       reply: TurnReply) -> None:
+                       reply: TurnReply, cue: ThinkingCue) -> None:
         conversation = self.session.conversation
         number = conversation.turns + 1
         span.set_attribute("voicegate.turn", number)
@@ -351,6 +360,7 @@ class Responder:
         request = await build_request(self.session, self.services, turn, user_text, tool_context)
 
         async def before_tool(call: ToolCall) -> None:
+            cue.tool_called(self.services.tools.is_slow(call))
             if self.services.tools.has_side_effects(call):
                 await reply.released.wait()  # never for a turn that may still be thrown away
                 reply.side_effects = True
@@ -360,6 +370,7 @@ class Responder:
         first_audio: list[float] = []
 
         def audio_ready() -> None:
+            cue.answered()
             first_audio.append(self._clock())
             self.timing("tts_first_audio", (first_audio[0] - started) * 1000.0, number)
 

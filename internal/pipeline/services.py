@@ -55,6 +55,11 @@ class CallRecording(Protocol):
 
     def caller_pressed(self, digits: str) -> str | None: ...
 
+    @property
+    def asking(self) -> bool:
+        """The consent question awaits the caller's answer."""
+        ...
+
     def heard(self, pcm: bytes) -> None: ...
 
     def said(self, pcm: bytes | None) -> None: ...
@@ -122,6 +127,8 @@ class PipelineServices:
     turn_model: SmartTurnModel | None = None
     # Smart Turn's probability and the transcript's cues, fused (internal/turn/fusion.py).
     turn_fusion: TurnFusion | None = None
+    # Thinking cues' audio by (text, sample rate), made once for every call (internal/pipeline/thinking.py).
+    cue_audio: dict[tuple[str, int], bytes] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.config.vad == "silero" and self.silero is None:

@@ -100,6 +100,7 @@ class _Tool:
     untrusted: bool = False
     starts_work: bool = False
     status: Callable[[str], Awaitable[str | None]] | None = None
+    slow: bool = False
 
 
 class ToolRegistry:
@@ -112,18 +113,25 @@ class ToolRegistry:
     def register(self, name: str, description: str, parameters: dict[str, Any], handler: ToolHandler,
                  available: Availability | None = None, side_effects: SideEffects = True,
                  ledger: bool = True, *, source: str = "builtin", untrusted: bool = False,
-                 starts_work: bool = False, status: Callable[[str], Awaitable[str | None]] | None = None) -> None:
+                 starts_work: bool = False, status: Callable[[str], Awaitable[str | None]] | None = None,
+                 slow: bool = False) -> None:
         """Add a tool; `available(context)` decides per call whether the model is offered it at all.
         `ledger=False`: its runs are not the call's actions to recall (memory writes are audited, a
         transfer records its own outcome, ending the call does nothing for the caller). `source` names
         where it comes from in metrics and traces; `untrusted`: its results are data from outside.
         `starts_work`: a run starts work that goes on elsewhere (its status moves in the caller's task
         ledger); `status(task_id)`: that work's status now ("running", "succeeded", "failed",
-        "cancelled"; None: no news), asked when `recall` finds the task open."""
+        "cancelled"; None: no news), asked when `recall` finds the task open. `slow`: a run usually takes
+        seconds, so the caller hears the thinking cue as soon as the model calls it (internal/pipeline/thinking.py)."""
         if name in self._tools:
             raise ValueError(f"a tool named {name!r} is already registered")
         self._tools[name] = _Tool(ToolSpec(name, description, parameters), handler, available, side_effects, ledger,
-                                  source, untrusted, starts_work, status)
+                                  source, untrusted, starts_work, status, slow)
+
+    def is_slow(self, call: ToolCall) -> bool:
+        """Was this tool registered as one that takes seconds?"""
+        tool = self._tools.get(call.name)
+        return tool is not None and tool.slow
 
     def task_status(self, name: str) -> Callable[[str], Awaitable[str | None]] | None:
         """The status function of a tool that starts work (None: it has none, or no such tool)."""

@@ -56,6 +56,10 @@ class ConsentedRecording:
     def concerns(self, text: str) -> bool:
         return self.consent.concerns(text)
 
+    @property
+    def asking(self) -> bool:
+        return self.consent.pending
+
     def caller_said(self, text: str) -> str | None:
         return self._apply(self.consent.spoken(text, self._take_greeting()))
 

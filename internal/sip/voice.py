@@ -40,6 +40,7 @@ from voicegate.internal.sip.voice_call import (
     media_address,
     secure,
 )
+from voicegate.internal.sip.voice_transfer import transfer_under_way
 from voicegate.internal.telephony.answering_machine import AmdPlan, AmdRun, run_in_background
 
 log = logging.getLogger(__name__)
@@ -347,6 +348,7 @@ class VoiceCallHandler:
         voice.session = session
         session.data[SIP_OUTBOUND] = voice.outbound
         voice.pipeline = self._new_pipeline(session, SAMPLE_RATE, CallLog(voice.call_id), greeting)
+        voice.pipeline.caller_away = lambda: caller_away(voice, session)
         log.info("sip call answered", extra={"call_id": voice.call_id, "session_id": session.id,
                                              "identity_kind": identity.kind, "identity_reason": identity.reason})
 
@@ -385,3 +387,10 @@ class VoiceCallHandler:
                 self.on_media_stats(voice.rtp.stats())
         with contextlib.suppress(Exception):
             voice.rtp.close()
+
+
+def caller_away(voice: SipVoiceCall, session: Session) -> bool:
+    """The caller is away from the conversation: they put the call on hold (our side now only receives, or
+    nothing flows), or a transfer is under way. Their silence then is no sign that they have gone."""
+    held = voice.negotiated is not None and voice.negotiated.on_hold
+    return held or transfer_under_way(session)

@@ -33,7 +33,9 @@ from voicegate.internal.pipeline.events import (
     TurnEvent,
     VoicemailEvent,
 )
+from voicegate.internal.pipeline.idle import IdleEvent
 from voicegate.internal.pipeline.pipeline import VoicePipeline
+from voicegate.internal.pipeline.thinking import ThinkingEvent
 from voicegate.internal.session import Session
 from voicegate.internal.sip.dialog import Dialog
 from voicegate.internal.sip.sdes import SrtpKeys, new_key
@@ -59,10 +61,10 @@ class CallLog:
                                                    "replaces": event.replaces})
         elif isinstance(event, StateEvent):
             log.debug("sip call state", extra={"call_id": self._call_id, "state": event.state})
-        elif isinstance(event, (DigitsEvent, AmdEvent, VoicemailEvent, TransferEvent)):  # the phone flows
+        elif isinstance(event, (DigitsEvent, AmdEvent, VoicemailEvent, TransferEvent, IdleEvent)):  # the phone flows
             log.info("sip call %s", event.type, extra={"call_id": self._call_id,
                                                        "detail": event.model_dump(exclude={"type", "ts"})})
-        elif isinstance(event, (ReleaseEvent, TurnEvent)):  # how the turn was taken: no content
+        elif isinstance(event, (ReleaseEvent, TurnEvent, ThinkingEvent)):  # how the turn was taken: no content
             log.info("sip call %s", event.type, extra={"call_id": self._call_id,
                                                        "detail": event.model_dump(exclude={"type", "ts"})})
         elif isinstance(event, TimingEvent):  # emitted only with pipeline.debug; metrics record them always

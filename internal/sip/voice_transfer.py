@@ -194,6 +194,12 @@ class CallTransfers:
             session.pipeline.announce(text)
 
 
+def transfer_under_way(session: Session) -> bool:
+    """A transfer of this call (cold or warm) has started and not ended: the caller is being put through."""
+    state = session.data.get(TRANSFER_STATE)
+    return isinstance(state, TransferState) and state.phase in IN_PROGRESS
+
+
 async def agent_quiet(session: Session) -> None:
     """Until the agent has finished what it is saying ("putting you through..."), at most ANNOUNCE_WAIT_S:
     news of a transfer follows it rather than cutting it off. Polled: the pipeline has no "quiet" event,

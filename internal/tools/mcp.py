@@ -343,7 +343,8 @@ class McpToolset:
                                without_task_argument(tool.parameters) if task_tool else tool.parameters, run,
                                available=available, side_effects=not tool.read_only or task_tool,
                                source=f"mcp:{server.name}", untrusted=True, starts_work=task_tool,
-                               status=status if task_tool and status_tool else None)
+                               status=status if task_tool and status_tool else None,
+                               slow=tool.name in server.slow_tools)
 
     def describe(self) -> dict[str, Any]:
         """For /health and GET /api/agent: each server's state and the tools it offers (names only)."""

@@ -83,6 +83,8 @@ class ScriptedStream:
 def config() -> Config:
     cfg = load_config(None)
     cfg.pipeline.debug = True
+    cfg.pipeline.idle_prompt_s = 0  # the idle prompt and the thinking cue only where a test asks for them
+    cfg.pipeline.thinking_cue = "off"
     return tone_driven(cfg)  # tones and espeak-ng drive these pipelines
 
 

@@ -13,6 +13,7 @@ from voicegate.internal.config import Config
 from voicegate.internal.conversation.rolling_summary import RollingSummary
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.pipeline.events import CollectingSink, RecordingEvent
+from voicegate.internal.pipeline.idle import IdleEvent
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.pipeline.tools import ToolRegistry
@@ -114,3 +115,31 @@ async def test_the_agent_stops_the_recording_with_its_tool_and_the_recording_is_
     assert service.store.read(session.id) is None and not any(service.store.directory.iterdir())
     said = [e.text for e in session.conversation.transcript.entries() if e.role == "agent"]
     assert said[-1] == "It has stopped."
+
+
+async def test_no_idle_prompt_while_the_question_awaits_its_answer_and_one_after_it(
+        make_pipeline: PipelineFactory, config: Config, tmp_path: Path) -> None:
+    config.recording.consent = "ask"
+    service = RecordingService(config.recording, tmp_path, owner_key=lambda identity: "e" * 64)
+    await service.start()
+    session = Session(CallerIdentity("jwt", "alice"), "webrtc",
+                      Conversation(RollingSummary(None, config.pipeline.summary_timeout_s)))
+    sink = CollectingSink()
+    pipeline, _ = make_pipeline(stt=ScriptedStt([]), model=RecordingModel("It is noon."), session=session,
+                                greeting=GREETING, idle_prompt_s=0.5, idle_hangup_s=0)
+    services = pipeline.services
+    services.recording = service.for_pipeline
+    pipeline = VoicePipeline(session, services, pipeline.sample_rate, sink, greeting=GREETING)
+    async with LocalCall(pipeline, speed=2.0) as call:
+        await call.wait_agent_quiet(400)
+        await call.ticks_later(150)  # 3 s of the call's time: six idle periods while the question is open
+        assert [e for e in sink.events if e.type == "idle"] == []
+        pipeline.push_dtmf("1")  # yes: the reply and the greeting, then the caller is quiet
+        await call.wait_agent_quiet(400)
+        await call.ticks_later(100)
+    await service.session_ended(session)
+    await service.stop()
+    assert consent_events(sink) == [("pending", False), ("granted", True)]
+    assert [e.step for e in sink.events if isinstance(e, IdleEvent)] == ["prompt"]
+    said = [e.text for e in session.conversation.transcript.entries() if e.role == "agent"]
+    assert config.pipeline.idle_prompt not in said

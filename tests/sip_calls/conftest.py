@@ -243,6 +243,10 @@ def sip_calls_config(tmp_path: Path, **sip: Any) -> Config:
     config.webrtc.enabled = False
     config.pipeline.greeting = ""
     config.pipeline.debug = True
+    # Replies and silences here are timed by the tests: no idle prompt or thinking cue unless a test asks
+    # (tests/sip_calls/test_idle_callers.py, test_thinking_cues.py).
+    config.pipeline.idle_prompt_s = 0
+    config.pipeline.thinking_cue = "off"
     config.pocketsphinx.phrases = CALLER_PHRASES
     tone_driven(config)
     # These tests check the reply's words with pocketsphinx grammars made for espeak-ng's voice, and give

@@ -6,8 +6,9 @@
 Every call's arguments are appended as a JSON line to $MCP_TEST_CALLS (when set), so a test can see what
 reached the server; `lookup_order` also notes who voicegate said was asking to $MCP_TEST_CALLERS.
 The tools: an order lookup whose answer tries to break out of its fence and is too
-long to pass whole, a lookup that never answers in time, a failing tool, one that kills the server, a
-ticket tool that starts work and its status tool, and a dangerous tool that no allow-list in the tests names.
+long to pass whole, a lookup that never answers in time, one that answers in 3 s, a failing tool, one that
+kills the server, a ticket tool that starts work and its status tool, and a dangerous tool that no
+allow-list in the tests names.
 """
 
 from __future__ import annotations
@@ -57,6 +58,14 @@ async def slow_lookup(order_id: str) -> str:
     note("slow_lookup", {"order_id": order_id})
     await asyncio.sleep(60)
     return "found it, much too late"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def archive_lookup(order_id: str) -> str:
+    """Look an order up in the archive (answers in about 3 s: a slow tool that is worth waiting for)."""
+    note("archive_lookup", {"order_id": order_id})
+    await asyncio.sleep(3)
+    return f"Order {order_id} was delivered last March."
 
 
 @server.tool()

@@ -42,6 +42,8 @@ def webrtc_config(tmp_path: Path, **server: Any) -> Config:
     config.pipeline.sample_rate = 16000
     config.pipeline.debug = True
     config.pipeline.greeting = ""
+    config.pipeline.idle_prompt_s = 0  # the idle prompt and the thinking cue only where a test asks for them
+    config.pipeline.thinking_cue = "off"
     # These tests check the reply's words with pocketsphinx grammars made for espeak-ng's voice, and give
     # the server a pocketsphinx of their own; test_whisper_calls.py runs the offline defaults end to end.
     config.stt.provider = "pocketsphinx"
