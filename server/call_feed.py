@@ -24,7 +24,7 @@ from voicegate.internal.llm.base import ToolCall
 from voicegate.internal.pipeline.events import Event
 from voicegate.internal.pipeline.tools import ToolContext
 from voicegate.internal.session import Session
-from voicegate.internal.sip.voice_call import SIP_CALL_ID
+from voicegate.internal.sip.voice.call import SIP_CALL_ID
 
 SUBSCRIBER_QUEUE = 2048  # events a subscriber may fall behind by before it loses some
 STARTED_KEY = "call_feed.started"  # session.data: call.started was published for this session

@@ -85,9 +85,9 @@ class Gateway:
         self.memory_bus: Any = None  # internal.memory.notify.MemoryChangeBus with a shared PostgreSQL
         self.sip: Any = None  # internal.sip.ua.UserAgent when SIP is enabled
         self.sip_calls: Any = None  # internal.sip.voice.VoiceCallHandler
-        self.sip_transfers: Any = None  # internal.sip.voice_transfer.CallTransfers with sip.transfer_targets
-        self.sip_warm_transfers: Any = None  # internal.sip.voice_warm_transfer.WarmTransfers, beside them
-        self.sip_keypad: Any = None  # internal.sip.voice_dtmf.CallKeypad: key presses out
+        self.sip_transfers: Any = None  # internal.sip.voice.transfer.CallTransfers with sip.transfer_targets
+        self.sip_warm_transfers: Any = None  # internal.sip.voice.warm_transfer.WarmTransfers, beside them
+        self.sip_keypad: Any = None  # internal.sip.voice.dtmf.CallKeypad: key presses out
         self.tools = tools if tools is not None else ToolRegistry()
         self._given = {"stt": stt, "tts": tts, "model": model}
         self.stt: SpeechToText | None = stt

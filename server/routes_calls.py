@@ -35,7 +35,7 @@ from starlette.requests import HTTPConnection
 from voicegate.internal.session import Session
 from voicegate.internal.sip.handler import CallFailed
 from voicegate.internal.sip.voice import AT_CAPACITY
-from voicegate.internal.sip.voice_call import SIP_CALL_ID
+from voicegate.internal.sip.voice.call import SIP_CALL_ID
 from voicegate.internal.telephony.answering_machine import AMD, AmdRun, plan_from_config
 from voicegate.server.errors import ApiError, error_body
 from voicegate.server.gateway import Gateway

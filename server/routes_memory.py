@@ -24,9 +24,9 @@ from voicegate.internal.memory.documents import project_for_model
 from voicegate.internal.memory.provider import ChangeContext, MemoryDocument, Scope
 from voicegate.internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
 from voicegate.internal.pipeline.events import MemoryChangedEvent
-from voicegate.internal.session.limits import TokenBucketLimiter
 from voicegate.internal.signaling.ratelimit import client_address
 from voicegate.internal.telemetry.otel import current_trace_id
+from voicegate.internal.token_bucket import TokenBucketLimiter
 from voicegate.server.errors import ApiError
 from voicegate.server.gateway import Gateway
 

@@ -22,7 +22,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from voicegate.internal.recording.call import ConsentedRecording
 from voicegate.internal.recording.service import RECORDING_KEY
 from voicegate.internal.recording.store import RecordingInfo
-from voicegate.internal.sip.voice_call import SIP_CALL_ID
+from voicegate.internal.sip.voice.call import SIP_CALL_ID
 from voicegate.server.call_recording import recording_store
 from voicegate.server.errors import ApiError
 from voicegate.server.gateway import Gateway

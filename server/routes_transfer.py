@@ -4,7 +4,7 @@
     -> 202 {"session_id": "...", "call_id": "...", "target": "sales", "mode": "cold", "status": "accepted"}
 
 `"mode": "warm"` (or `warm_transfer.default_mode = "warm"`) transfers warm instead: the caller is put on
-hold, voicegate calls the target, briefs them and bridges the two (internal/sip/voice_warm_transfer.py);
+hold, voicegate calls the target, briefs them and bridges the two (internal/sip/voice/warm_transfer.py);
 the 202 comes at once with `"status": "holding"`, and the call's events follow the transfer.
 
 `{id}` is the session id or the SIP Call-ID (both are in POST /calls' answer and in the logs). The
@@ -31,9 +31,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from voicegate.internal.session import Session
-from voicegate.internal.sip.voice_call import SIP_CALL_ID
-from voicegate.internal.sip.voice_dtmf import DtmfError, InvalidDigits, NotSendable, check_digits
-from voicegate.internal.sip.voice_transfer import (
+from voicegate.internal.sip.voice.call import SIP_CALL_ID
+from voicegate.internal.sip.voice.dtmf import DtmfError, InvalidDigits, NotSendable, check_digits
+from voicegate.internal.sip.voice.transfer import (
     NotTransferable,
     TargetNotAllowed,
     TransferError,

@@ -8,7 +8,7 @@ side keeps it in the caller's task ledger, internal/memory/tasks.py, where it ca
 call), and what a session digest keeps is only the objective (`objective`: kind, name, task id).
 
 The pipeline records tool runs (internal/pipeline/responder.py), the SIP side records transfers
-(internal/sip/voice_transfer.py); this module imports nothing of either, so both and memory can use it.
+(internal/sip/voice/transfer.py); this module imports nothing of either, so both and memory can use it.
 """
 
 from __future__ import annotations

@@ -32,7 +32,6 @@ from voicegate.internal.peer import (
 from voicegate.internal.pipeline.events import EventSink
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.session import Session, SessionLimitReached, SessionManager, TransportKind
-from voicegate.internal.session.limits import TokenBucketLimiter
 from voicegate.internal.signaling.problems import (
     SignalingError,
     at_capacity,
@@ -43,6 +42,7 @@ from voicegate.internal.signaling.problems import (
 )
 from voicegate.internal.signaling.ratelimit import client_address
 from voicegate.internal.signaling.resume import ResumeOutcome, ResumeTokens, same_caller
+from voicegate.internal.token_bucket import TokenBucketLimiter
 
 log = logging.getLogger(__name__)
 

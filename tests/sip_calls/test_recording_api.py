@@ -26,7 +26,7 @@ from tests.sip_calls.conftest import (
 )
 from voicegate.internal.config import Config
 from voicegate.internal.session import Session
-from voicegate.internal.sip.voice_call import SIP_CALL_ID
+from voicegate.internal.sip.voice.call import SIP_CALL_ID
 
 API_KEY = "recordings-test-key-0123456789"
 AUTH = {"X-API-Key": API_KEY}

@@ -26,8 +26,8 @@ from voicegate.internal.config import Config
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.session import Session
 from voicegate.internal.session.actions import ACTIONS
-from voicegate.internal.sip.voice_call import SIP_CALL_ID
-from voicegate.internal.sip.voice_transfer import TRANSFER_STATE, TRANSFERRED, failure_message
+from voicegate.internal.sip.voice.call import SIP_CALL_ID
+from voicegate.internal.sip.voice.transfer import TRANSFER_STATE, TRANSFERRED, failure_message
 
 pytestmark = pytest.mark.slow
 

@@ -33,7 +33,7 @@ from voicegate.internal.audio.g711 import ulaw_decode, ulaw_encode
 from voicegate.internal.config import Config
 from voicegate.internal.session import Session
 from voicegate.internal.session.actions import ACTIONS
-from voicegate.internal.sip.voice_transfer import TRANSFER_STATE, TRANSFERRED
+from voicegate.internal.sip.voice.transfer import TRANSFER_STATE, TRANSFERRED
 from voicegate.internal.telephony.beep import FilterBank
 from voicegate.internal.telephony.warm_transfer import return_message
 

@@ -32,9 +32,9 @@ from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.session import Session
 from voicegate.internal.session.actions import record_action, settle_transfer, transfer_action
 from voicegate.internal.sip.handler import CallFailed
-from voicegate.internal.sip.voice_call import SIP_CALL_ID, SipVoiceCall
-from voicegate.internal.sip.voice_dtmf import info_body
-from voicegate.internal.sip.voice_transfer import (
+from voicegate.internal.sip.voice.call import SIP_CALL_ID, SipVoiceCall
+from voicegate.internal.sip.voice.dtmf import info_body
+from voicegate.internal.sip.voice.transfer import (
     IN_PROGRESS,
     TRANSFER_STATE,
     TRANSFERRED,

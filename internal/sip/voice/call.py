@@ -2,7 +2,7 @@
 whose memory an outbound call uses, how SRTP keys are applied, where a call's events go.
 
 `SipVoiceCall` is one call (its RTP session, its session and pipeline once they exist, the SDP
-versions and SRTP keys it has used); `voice.VoiceCallHandler` drives it through the dialog.
+versions and SRTP keys it has used); `handler.VoiceCallHandler` drives it through the dialog.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Voice calls over SIP: the CallHandler that gives each dialog RTP media, a session and a pipeline.
 
-The UA (ua.py) speaks SIP; this module is what a call *is* to the rest of voicegate. Answering allocates
+The UA (internal/sip/ua.py) speaks SIP; this module is what a call *is* to the rest of voicegate. Answering allocates
 an RTP port pair and a session (memory loaded for a verified caller); the ACK starts media and the
 greeting; a re-INVITE (hold, resume, new address or codec) updates the RTP session; the end of the
 dialog, whoever ends it, releases everything exactly once. Telephone audio stays at 8 kHz end to end
@@ -30,7 +30,7 @@ from voicegate.internal.sip.handler import CallFailed, CallRejected, IncomingCal
 from voicegate.internal.sip.sdes import negotiate_media, secure_answer, secure_offer
 from voicegate.internal.sip.sdp import SdpError, SessionDescription, build_answer, build_offer
 from voicegate.internal.sip.uri import SipUri
-from voicegate.internal.sip.voice_call import (
+from voicegate.internal.sip.voice.call import (
     SIP_CALL_ID,
     SIP_OUTBOUND,
     CallLog,
@@ -42,7 +42,7 @@ from voicegate.internal.sip.voice_call import (
 )
 from voicegate.internal.telephony.answering_machine import AmdPlan, AmdRun, run_in_background
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("voicegate.internal.sip.voice")  # the package's logger, as before the move
 
 SAMPLE_RATE = 8000  # G.711: the pipeline of a SIP call runs at the codec's own rate
 RETRY_AFTER_S = "5"

@@ -24,7 +24,7 @@ from voicegate.internal.session import Session
 from voicegate.internal.session.actions import record_action, settle_transfer, transfer_action
 from voicegate.internal.sip.dialog import Dialog
 from voicegate.internal.sip.transfer import ReferSubscription, TransferBusy, TransferOutcome, await_outcome, send_refer
-from voicegate.internal.sip.voice_call import SIP_CALL_ID
+from voicegate.internal.sip.voice.call import SIP_CALL_ID
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def failure_message(name: str) -> str:
 EndSession = Callable[[Session, str], Awaitable[None]]
 # "ended": the call ended (the phone hung up on us) before a final NOTIFY, so the outcome is unknown;
 # many phones hang up the transferring leg as soon as the new call is answered.
-# A warm transfer (voice_warm_transfer.py) goes through "holding", "dialling", "briefing", then "connected"
+# A warm transfer (warm_transfer.py) goes through "holding", "dialling", "briefing", then "connected"
 # (the legs are bridged: its success) or "failed" (the caller is back with the agent).
 TransferPhase = Literal["referring", "accepted", "succeeded", "failed", "ended", "holding", "dialling", "briefing",
                         "connected"]
@@ -210,7 +210,7 @@ def _is_sip_call(context: ToolContext) -> bool:
 
 
 class WarmStarter(Protocol):
-    """voice_warm_transfer.WarmTransfers, as the tool and the HTTP route see it."""
+    """warm_transfer.WarmTransfers, as the tool and the HTTP route see it."""
 
     def start(self, session: Session, wanted: str) -> TransferState: ...
 
