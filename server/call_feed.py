@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from voicegate.internal.events import Event
 from voicegate.internal.llm.base import ToolCall
-from voicegate.internal.pipeline.events import Event
 from voicegate.internal.pipeline.tools import ToolContext
 from voicegate.internal.session import Session
 from voicegate.internal.sip.voice.call import SIP_CALL_ID

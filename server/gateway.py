@@ -16,11 +16,11 @@ from opentelemetry import trace
 from voicegate.internal.config import Config
 from voicegate.internal.conversation.state import CallContext
 from voicegate.internal.db import Database
+from voicegate.internal.events import EventSink, FanoutSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.base import ChatModel
 from voicegate.internal.memory.runtime import FrontendMemoryRuntime
 from voicegate.internal.memory.sessions import SESSION_DIGEST_STEP, SessionMemory
-from voicegate.internal.pipeline.events import EventSink, FanoutSink
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.pipeline.responder import SESSION_SPAN
 from voicegate.internal.pipeline.services import PipelineServices

@@ -39,6 +39,7 @@ from voicegate.internal.memory.digest import (
     scrub_summary,
     without_mentions,
 )
+from voicegate.internal.memory.events import MemoryChangedEvent
 from voicegate.internal.memory.injection import memory_context, memory_text
 from voicegate.internal.memory.outbox import (
     SAID_LINES,
@@ -61,7 +62,6 @@ from voicegate.internal.memory.provider import (
 )
 from voicegate.internal.memory.runtime import UNKNOWN_EPOCH, CallerErased, FrontendMemoryRuntime
 from voicegate.internal.memory.tasks import CallTasks, LedgerWriter
-from voicegate.internal.pipeline.events import MemoryChangedEvent
 from voicegate.internal.pipeline.vad import VadEvent
 from voicegate.internal.session.actions import ACTIONS, CALL_TASKS, ON_CHANGE, call_actions, objective
 from voicegate.internal.session.session import Session

@@ -17,9 +17,10 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from voicegate.internal.events import EventSink
 from voicegate.internal.peer.channel import ClientMessage, Ping, TypedTurn
 from voicegate.internal.peer.connection import PeerConnection
-from voicegate.internal.pipeline.events import ConnectionEvent, EventSink
+from voicegate.internal.pipeline.events import ConnectionEvent
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.session import Session, SessionManager
 

@@ -7,8 +7,9 @@ heard some of it. A reply thrown away before that is never written, so nothing h
 from __future__ import annotations
 
 from voicegate.internal.conversation.state import CallContext
+from voicegate.internal.events import EventSink
 from voicegate.internal.llm.base import ChatMessage
-from voicegate.internal.pipeline.events import EventSink, TranscriptEvent
+from voicegate.internal.pipeline.events import TranscriptEvent
 
 
 def record_agent(session: CallContext, sink: EventSink, text: str, interrupted: bool = False,

@@ -23,14 +23,9 @@ from typing import Any
 from opentelemetry import trace
 
 from voicegate.internal.conversation.state import CallContext
+from voicegate.internal.events import EventSink
 from voicegate.internal.llm.base import LlmError, ToolCall, Turn
-from voicegate.internal.pipeline.events import (
-    AgentState,
-    EventSink,
-    ResponseEvent,
-    StateEvent,
-    TranscriptEvent,
-)
+from voicegate.internal.pipeline.events import AgentState, ResponseEvent, StateEvent, TranscriptEvent
 from voicegate.internal.pipeline.meter import TurnMeter
 from voicegate.internal.pipeline.playout import Playout
 from voicegate.internal.pipeline.record import record_agent, record_turn

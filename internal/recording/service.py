@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from voicegate.internal.config.recording import RecordingConfig
+from voicegate.internal.events import EventSink
 from voicegate.internal.identity import CallerIdentity
-from voicegate.internal.pipeline.events import EventSink
 from voicegate.internal.recording.call import ConsentedRecording
 from voicegate.internal.recording.consent import ConsentState
 from voicegate.internal.recording.recorder import CHUNK_FRAMES, FRAME_MS, CallRecorder, new_info

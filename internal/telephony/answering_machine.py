@@ -24,7 +24,6 @@ from typing import Literal, Protocol
 
 from voicegate.internal.audio.frame import FRAME_MS
 from voicegate.internal.config.telephony import AmdConfig, AmdOutcome
-from voicegate.internal.pipeline.events import AmdEvent, VoicemailEvent
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.session import Session
 from voicegate.internal.stt.base import Transcript
@@ -36,6 +35,7 @@ from voicegate.internal.telephony.amd import (
     MessageTiming,
     message_may_start,
 )
+from voicegate.internal.telephony.events import AmdEvent, VoicemailEvent
 
 log = logging.getLogger(__name__)
 

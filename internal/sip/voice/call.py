@@ -18,27 +18,18 @@ from typing import Any
 from voicegate.internal.audio.rtp_session import MediaDirection, RtpSession
 from voicegate.internal.audio.srtp import SrtpContext
 from voicegate.internal.config.sections import SipConfig, split_host_port
+from voicegate.internal.events import Event
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.identity.phone import normalise_e164
 from voicegate.internal.identity.sip_caller import unless_shared
-from voicegate.internal.pipeline.events import (
-    AmdEvent,
-    DigitsEvent,
-    Event,
-    ReleaseEvent,
-    StateEvent,
-    TimingEvent,
-    TranscriptEvent,
-    TransferEvent,
-    TurnEvent,
-    VoicemailEvent,
-)
+from voicegate.internal.pipeline.events import ReleaseEvent, StateEvent, TimingEvent, TranscriptEvent, TurnEvent
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.session import Session
 from voicegate.internal.sip.dialog import Dialog
 from voicegate.internal.sip.sdes import SrtpKeys, new_key
 from voicegate.internal.sip.sdp import Negotiated
 from voicegate.internal.sip.uri import SipUri
+from voicegate.internal.telephony.events import AmdEvent, DigitsEvent, TransferEvent, VoicemailEvent
 
 log = logging.getLogger("voicegate.internal.sip.voice")  # one logger for a call's lines, whichever module writes them
 

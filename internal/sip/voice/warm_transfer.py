@@ -27,7 +27,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from voicegate.internal.config.telephony import WarmTransferConfig
-from voicegate.internal.pipeline.events import TransferEvent
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.session import Session
 from voicegate.internal.session.actions import record_action, settle_transfer, transfer_action
@@ -45,6 +44,7 @@ from voicegate.internal.sip.voice.transfer import (
     agent_quiet,
     resolve_target,
 )
+from voicegate.internal.telephony.events import TransferEvent
 from voicegate.internal.telephony.leg_media import BriefingPort, HoldPort, bridge, chime, load_hold_music
 from voicegate.internal.telephony.warm_transfer import briefing, call_summary, greeting_over, return_message
 
