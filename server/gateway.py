@@ -192,6 +192,7 @@ class Gateway:
         """Caller memory. Closed in reverse order at shutdown: the hang-up outbox drains first (after the
         sessions have ended and handed their writes over), while the change bus, the reconciliation
         model and the store it writes to are still open."""
+        from voicegate.internal.memory.adapters import adapt
         from voicegate.internal.memory.outbox import OUTBOX_DIR, HangupOutbox
         from voicegate.internal.memory.setup import build_provider, build_runtime
         from voicegate.internal.memory.sweeper import RetentionSweeper
@@ -199,7 +200,7 @@ class Gateway:
 
         config = self.config
         provider = self._memory_provider or build_provider(config, self.database, self.node_id)
-        runtime = build_runtime(config, provider)
+        runtime = build_runtime(config, adapt(provider))  # v1 or v2, typed from here on
         self._stack.push_async_callback(runtime.close)
         await runtime.verify_owner_key()  # refuses a missing or replaced secret while owners are stored
         runtime.on_operation.append(

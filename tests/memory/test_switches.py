@@ -88,7 +88,7 @@ async def test_read_with_a_query_through_the_tool_and_pgvector(tmp_path: Path, f
     try:
         owner = await seeded(gateway)
         assert gateway.memory is not None and gateway.memory.capabilities.semantic_query
-        provider = gateway.memory.provider
+        provider = gateway.memory.provider.inner
         assert isinstance(provider, PgvectorProvider)
         direct = await provider.query(owner, "my pet", QueryOptions(top_k=2))
         fake.turn_replies.append(tool_call("memory", action="read", query="what pet do I have"))
