@@ -116,8 +116,8 @@ async def hangup_cost(database: Database, embedder: WordLlamaEmbedder, samples: 
     costs, landed = [], []
     for n in range(samples):
         session = Session(CallerIdentity("jwt", f"user{n}"), "talk", Conversation(RollingSummary(None, 5)))
-        session.data[OWNER] = runtime.owner_key(session.identity)
-        session.data[EPOCH] = 0
+        session.slots.set(OWNER, runtime.owner_key(session.identity))
+        session.slots.set(EPOCH, 0)
         session.conversation.transcript.add("user", f"My order number is {n}.")
         started = time.perf_counter()
         await memory.end(session)

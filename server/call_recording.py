@@ -33,7 +33,7 @@ def owner_key_function(config: Config, memory: FrontendMemoryRuntime | None) -> 
 
 
 def sip_call_id(session: Session) -> str:
-    return str(session.data.get(SIP_CALL_ID, ""))
+    return str(session.slots.get(SIP_CALL_ID, ""))
 
 
 async def start_recordings(config: Config, telemetry: Telemetry,

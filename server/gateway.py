@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import trace
 
 from voicegate.internal.config import Config
+from voicegate.internal.conversation.slots import Slot
 from voicegate.internal.conversation.state import CallContext
 from voicegate.internal.db import Database
 from voicegate.internal.events import EventSink, FanoutSink
@@ -45,11 +46,12 @@ from voicegate.server.version import package_version
 
 if TYPE_CHECKING:
     from voicegate.internal.audio.rtp_session import RtpStats
+    from voicegate.internal.rag import TurnRetrieval
 
 log = logging.getLogger(__name__)
 
 
-RAG_KEY = "rag.turn"  # session.data key of the session's TurnRetrieval
+RAG_KEY: Slot[TurnRetrieval] = Slot("rag.turn")  # the session's TurnRetrieval
 
 
 def call_outcome(reason: str) -> str:
@@ -256,16 +258,17 @@ class Gateway:
         top_k = self.config.rag.top_k
 
         def knowledge(session: CallContext) -> TurnRetrieval:
-            current = session.data.get(RAG_KEY)
-            if not isinstance(current, TurnRetrieval):
-                current = session.data[RAG_KEY] = TurnRetrieval(retriever, top_k)
+            current = session.slots.get(RAG_KEY)
+            if current is None:
+                current = TurnRetrieval(retriever, top_k)
+                session.slots.set(RAG_KEY, current)
             return current
 
         async def retrieve(session: CallContext, text: str) -> list[str]:
             return await knowledge(session).for_turn(text)
 
         async def forget(session: Session) -> None:
-            current = session.data.pop(RAG_KEY, None)
+            current = session.slots.pop(RAG_KEY)
             if isinstance(current, TurnRetrieval):
                 await current.aclose()
 
@@ -348,7 +351,7 @@ class Gateway:
         span = self.telemetry.tracer.start_span("session", attributes={
             "voicegate.session_id": session.id, "voicegate.transport": transport,
             "voicegate.identity_kind": identity.kind})
-        session.data[SESSION_SPAN] = span
+        session.slots.set(SESSION_SPAN, span)
         if self.session_memory is not None:
             try:
                 with (trace.use_span(span, end_on_exit=False),
@@ -387,7 +390,7 @@ class Gateway:
     async def _session_ended(self, session: Session) -> None:
         outcome = call_outcome(session.end_reason)
         self.telemetry.calls.add(1, {"transport": session.transport, "outcome": outcome})
-        span = session.data.pop(SESSION_SPAN, None)
+        span = session.slots.pop(SESSION_SPAN)
         if span is not None:
             span.set_attribute("voicegate.outcome", outcome)
             span.set_attribute("voicegate.turns", session.conversation.turns)

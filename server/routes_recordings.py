@@ -36,8 +36,8 @@ NOT_FOUND = ("no recording of that call: it was not recorded (no consent, or rec
 def being_recorded(gateway: Gateway, call: str) -> bool:
     """Is `call` (a session id or SIP Call-ID) live on this node with its recording running?"""
     sessions = gateway.sessions.sessions() if gateway.sessions is not None else []
-    session = next((s for s in sessions if call in (s.id, s.data.get(SIP_CALL_ID))), None)
-    recording = session.data.get(RECORDING_KEY) if session is not None else None
+    session = next((s for s in sessions if call in (s.id, s.slots.get(SIP_CALL_ID))), None)
+    recording = session.slots.get(RECORDING_KEY) if session is not None else None
     return isinstance(recording, ConsentedRecording) and recording.recording
 
 

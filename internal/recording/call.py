@@ -1,6 +1,6 @@
 """A call's recording as the pipeline sees it: consent first, then the stereo recorder.
 
-One `ConsentedRecording` per session (kept in `session.data`, so a browser that resumes keeps its
+One `ConsentedRecording` per session (kept in the session's slots, so a browser that resumes keeps its
 consent and its file); each new pipeline attaches its event sink. The recorder starts only when consent
 allows it (at the opening for `announce` and `none`, at the caller's yes for `ask`), and an opt-out
 deletes what was recorded: the caller said not to record *this call*. A sensitive digit form pauses it

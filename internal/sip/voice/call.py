@@ -18,6 +18,7 @@ from typing import Any
 from voicegate.internal.audio.rtp_session import MediaDirection, RtpSession
 from voicegate.internal.audio.srtp import SrtpContext
 from voicegate.internal.config.sections import SipConfig, split_host_port
+from voicegate.internal.conversation.slots import Slot
 from voicegate.internal.events import Event
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.identity.phone import normalise_e164
@@ -33,8 +34,8 @@ from voicegate.internal.telephony.events import AmdEvent, DigitsEvent, TransferE
 
 log = logging.getLogger("voicegate.internal.sip.voice")  # one logger for a call's lines, whichever module writes them
 
-SIP_OUTBOUND = "sip.outbound"  # session.data key: True on a call voicegate placed (send_dtmf is offered there)
-SIP_CALL_ID = "sip.call_id"  # session.data key: the call's SIP Call-ID, for operators and POST /calls
+SIP_OUTBOUND: Slot[bool] = Slot("sip.outbound")  # True on a call voicegate placed (send_dtmf is offered there)
+SIP_CALL_ID: Slot[str] = Slot("sip.call_id")  # the call's SIP Call-ID, for operators and POST /calls
 
 
 class CallLog:

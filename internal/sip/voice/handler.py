@@ -345,7 +345,7 @@ class VoiceCallHandler:
         # OpenSession contract is that an abandoned opening frees its own slot.
         session = await self._open_session(identity, "sip")
         voice.session = session
-        session.data[SIP_OUTBOUND] = voice.outbound
+        session.slots.set(SIP_OUTBOUND, voice.outbound)
         voice.pipeline = self._new_pipeline(session, SAMPLE_RATE, CallLog(voice.call_id), greeting)
         log.info("sip call answered", extra={"call_id": voice.call_id, "session_id": session.id,
                                              "identity_kind": identity.kind, "identity_reason": identity.reason})
@@ -371,7 +371,7 @@ class VoiceCallHandler:
 
         session.close_transport = close_transport
         session.hangup = hangup
-        session.data[SIP_CALL_ID] = dialog.call_id
+        session.slots.set(SIP_CALL_ID, dialog.call_id)
         voice.dialog = dialog
         remote = (voice.negotiated.remote_host, voice.negotiated.remote_port) if voice.negotiated else None
         voice.rtp.start(remote)
