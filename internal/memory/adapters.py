@@ -6,8 +6,10 @@ optional methods internal/memory/provider.py lists. `adapt()` wraps it once, at 
 an `AdaptedProvider` that has every method, typed, and answers for the ones the provider lacks the way
 a provider that keeps nothing would: no epochs (the runtime keeps them, in this process), no cache to
 warm or drop, no session digests, no task ledger, nothing to export, purge, close or fingerprint. So
-FrontendMemoryRuntime never asks a provider what it has (no getattr, no hasattr); it asks the adapter's
-`keeps_*` properties, and calls.
+FrontendMemoryRuntime never asks a provider what it has (no getattr, no hasattr); it asks the adapter
+(`keeps_epochs`, `keeps_session_digests`, `keeps_tasks`, `flushes`, `records_key_fingerprint`), and calls.
+`MemoryProvider` stays what a deployer implements (the public contract, voicegate.memory); the runtime
+holds the `AdaptedProvider`, the whole surface in one typed class.
 
 The adapter looks a method up when it is called, not when it is built, so a provider that gains or
 swaps one later (a test's fault injection, a provider that opens lazily) is seen as it is; it checks
