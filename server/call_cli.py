@@ -108,7 +108,7 @@ async def place_and_follow(config: Config, target: str, greeting: str | None, ou
         told = plan is None
         while not (ended.is_set() or session.ended):
             shown = _show_new(session.conversation.transcript.entries(), shown, say)
-            run = session.data.get(AMD)
+            run = session.slots.get(AMD)
             if not told and run is not None and run.decision is not None:
                 told = True
                 decision = run.decision

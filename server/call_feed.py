@@ -20,14 +20,15 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from voicegate.internal.conversation.slots import Slot
+from voicegate.internal.events import Event
 from voicegate.internal.llm.base import ToolCall
-from voicegate.internal.pipeline.events import Event
 from voicegate.internal.pipeline.tools import ToolContext
 from voicegate.internal.session import Session
-from voicegate.internal.sip.voice_call import SIP_CALL_ID
+from voicegate.internal.sip.voice.call import SIP_CALL_ID
 
 SUBSCRIBER_QUEUE = 2048  # events a subscriber may fall behind by before it loses some
-STARTED_KEY = "call_feed.started"  # session.data: call.started was published for this session
+STARTED_KEY: Slot[bool] = Slot("call_feed.started")  # call.started was published for this session
 
 
 class FeedSubscription:
@@ -65,11 +66,11 @@ class CallFeed:
     def started(self, session: Session) -> None:
         """Once per session, before its first event (a resumed call keeps its first): by then a SIP call's
         Call-ID is known, which it is not yet when the pipeline is made."""
-        if session.data.get(STARTED_KEY):
+        if session.slots.get(STARTED_KEY):
             return
-        session.data[STARTED_KEY] = True
+        session.slots.set(STARTED_KEY, True)
         self.publish(session.id, {"type": "call.started", "ts": time.time(), "transport": session.transport,
-                                  "sip_call_id": str(session.data.get(SIP_CALL_ID, "")),
+                                  "sip_call_id": str(session.slots.get(SIP_CALL_ID, "")),
                                   "caller": session.identity.kind})
 
     def sink_for(self, session: Session) -> CallFeedSink:

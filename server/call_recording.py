@@ -14,7 +14,7 @@ from voicegate.internal.recording.retention import RecordingRetention
 from voicegate.internal.recording.service import RecordingService
 from voicegate.internal.recording.store import RECORDINGS_DIR, RecordingStore
 from voicegate.internal.session import Session
-from voicegate.internal.sip.voice_call import SIP_CALL_ID
+from voicegate.internal.sip.voice.call import SIP_CALL_ID
 from voicegate.internal.telemetry.otel import Telemetry
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def owner_key_function(config: Config, memory: FrontendMemoryRuntime | None) -> 
 
 
 def sip_call_id(session: Session) -> str:
-    return str(session.data.get(SIP_CALL_ID, ""))
+    return str(session.slots.get(SIP_CALL_ID, ""))
 
 
 async def start_recordings(config: Config, telemetry: Telemetry,

@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import trace
 
 from voicegate.internal.config import Config
+from voicegate.internal.conversation.slots import Slot
 from voicegate.internal.conversation.state import CallContext
 from voicegate.internal.db import Database
+from voicegate.internal.events import EventSink, FanoutSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.base import ChatModel
 from voicegate.internal.memory.runtime import FrontendMemoryRuntime
 from voicegate.internal.memory.sessions import SESSION_DIGEST_STEP, SessionMemory
-from voicegate.internal.pipeline.events import EventSink, FanoutSink
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.pipeline.responder import SESSION_SPAN
 from voicegate.internal.pipeline.services import PipelineServices
@@ -47,11 +48,12 @@ from voicegate.server.version import package_version
 
 if TYPE_CHECKING:
     from voicegate.internal.audio.rtp_session import RtpStats
+    from voicegate.internal.rag import TurnRetrieval
 
 log = logging.getLogger(__name__)
 
 
-RAG_KEY = "rag.turn"  # session.data key of the session's TurnRetrieval
+RAG_KEY: Slot[TurnRetrieval] = Slot("rag.turn")  # the session's TurnRetrieval
 
 
 def call_outcome(reason: str) -> str:
@@ -87,9 +89,9 @@ class Gateway:
         self.memory_bus: Any = None  # internal.memory.notify.MemoryChangeBus with a shared PostgreSQL
         self.sip: Any = None  # internal.sip.ua.UserAgent when SIP is enabled
         self.sip_calls: Any = None  # internal.sip.voice.VoiceCallHandler
-        self.sip_transfers: Any = None  # internal.sip.voice_transfer.CallTransfers with sip.transfer_targets
-        self.sip_warm_transfers: Any = None  # internal.sip.voice_warm_transfer.WarmTransfers, beside them
-        self.sip_keypad: Any = None  # internal.sip.voice_dtmf.CallKeypad: key presses out
+        self.sip_transfers: Any = None  # internal.sip.voice.transfer.CallTransfers with sip.transfer_targets
+        self.sip_warm_transfers: Any = None  # internal.sip.voice.warm_transfer.WarmTransfers, beside them
+        self.sip_keypad: Any = None  # internal.sip.voice.dtmf.CallKeypad: key presses out
         self.tools = tools if tools is not None else ToolRegistry()
         self._given = {"stt": stt, "tts": tts, "model": model}
         self.stt: SpeechToText | None = stt
@@ -195,6 +197,7 @@ class Gateway:
         """Caller memory. Closed in reverse order at shutdown: the hang-up outbox drains first (after the
         sessions have ended and handed their writes over), while the change bus, the reconciliation
         model and the store it writes to are still open."""
+        from voicegate.internal.memory.adapters import adapt
         from voicegate.internal.memory.outbox import OUTBOX_DIR, HangupOutbox
         from voicegate.internal.memory.setup import build_provider, build_runtime
         from voicegate.internal.memory.sweeper import RetentionSweeper
@@ -202,7 +205,7 @@ class Gateway:
 
         config = self.config
         provider = self._memory_provider or build_provider(config, self.database, self.node_id)
-        runtime = build_runtime(config, provider)
+        runtime = build_runtime(config, adapt(provider))  # v1 or v2, typed from here on
         self._stack.push_async_callback(runtime.close)
         await runtime.verify_owner_key()  # refuses a missing or replaced secret while owners are stored
         runtime.on_operation.append(
@@ -258,16 +261,17 @@ class Gateway:
         top_k = self.config.rag.top_k
 
         def knowledge(session: CallContext) -> TurnRetrieval:
-            current = session.data.get(RAG_KEY)
-            if not isinstance(current, TurnRetrieval):
-                current = session.data[RAG_KEY] = TurnRetrieval(retriever, top_k)
+            current = session.slots.get(RAG_KEY)
+            if current is None:
+                current = TurnRetrieval(retriever, top_k)
+                session.slots.set(RAG_KEY, current)
             return current
 
         async def retrieve(session: CallContext, text: str) -> list[str]:
             return await knowledge(session).for_turn(text)
 
         async def forget(session: Session) -> None:
-            current = session.data.pop(RAG_KEY, None)
+            current = session.slots.pop(RAG_KEY)
             if isinstance(current, TurnRetrieval):
                 await current.aclose()
 
@@ -350,7 +354,7 @@ class Gateway:
         span = self.telemetry.tracer.start_span("session", attributes={
             "voicegate.session_id": session.id, "voicegate.transport": transport,
             "voicegate.identity_kind": identity.kind})
-        session.data[SESSION_SPAN] = span
+        session.slots.set(SESSION_SPAN, span)
         if self.session_memory is not None:
             try:
                 with (trace.use_span(span, end_on_exit=False),
@@ -389,7 +393,7 @@ class Gateway:
     async def _session_ended(self, session: Session) -> None:
         outcome = call_outcome(session.end_reason)
         self.telemetry.calls.add(1, {"transport": session.transport, "outcome": outcome})
-        span = session.data.pop(SESSION_SPAN, None)
+        span = session.slots.pop(SESSION_SPAN)
         if span is not None:
             span.set_attribute("voicegate.outcome", outcome)
             span.set_attribute("voicegate.turns", session.conversation.turns)

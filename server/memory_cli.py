@@ -97,6 +97,7 @@ def run_memory(args: argparse.Namespace, config: Config) -> int:
 
 async def _run(args: argparse.Namespace, config: Config) -> int:
     from voicegate.internal.db import Database
+    from voicegate.internal.memory.adapters import adapt
     from voicegate.internal.memory.setup import build_provider, build_runtime
     from voicegate.server.gateway import needs_database
 
@@ -119,7 +120,7 @@ async def _run(args: argparse.Namespace, config: Config) -> int:
                 return EXIT_FAILED
             stack.push_async_callback(database.close)
         try:
-            runtime = build_runtime(config, build_provider(config, database))
+            runtime = build_runtime(config, adapt(build_provider(config, database)))
             if identity is not None:  # only a caller's identity needs the secret its key was made with
                 await runtime.verify_owner_key()
         except OwnerKeySecretError as exc:

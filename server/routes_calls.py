@@ -35,7 +35,7 @@ from starlette.requests import HTTPConnection
 from voicegate.internal.session import Session
 from voicegate.internal.sip.handler import CallFailed
 from voicegate.internal.sip.voice import AT_CAPACITY
-from voicegate.internal.sip.voice_call import SIP_CALL_ID
+from voicegate.internal.sip.voice.call import SIP_CALL_ID
 from voicegate.internal.telephony.answering_machine import AMD, AmdRun, plan_from_config
 from voicegate.server.errors import ApiError, error_body
 from voicegate.server.gateway import Gateway
@@ -111,9 +111,7 @@ def require_api_key(request: HTTPConnection, api_key: str, route: KeyedRoute = O
 
 async def amd_decision(session: Session, timeout_s: float) -> AmdRun:
     """The call's detection once decided (or when the call ended first, or at `timeout_s`: "pending")."""
-    run = session.data.get(AMD)
-    if not isinstance(run, AmdRun):
-        run = session.data.setdefault(AMD, AmdRun())
+    run = session.slots.setdefault(AMD, AmdRun())
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while not run.decided.is_set() and not session.ended and loop.time() < deadline:
@@ -165,7 +163,7 @@ def install_call_routes(app: FastAPI, gateway: Gateway) -> None:
             raise ApiError(422, "invalid_target", str(exc)) from None
         except CallFailed as failure:
             return call_failed_response(failure)
-        placed = CallPlaced(session_id=session.id, call_id=str(session.data.get(SIP_CALL_ID, "")))
+        placed = CallPlaced(session_id=session.id, call_id=str(session.slots.get(SIP_CALL_ID, "")))
         if plan is not None:
             placed.amd = (await amd_decision(session, plan.settings.max_decision_ms / 1000 + AMD_SLACK_S)).describe()
         return JSONResponse(placed.model_dump(exclude_none=True), 201)

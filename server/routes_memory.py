@@ -21,12 +21,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from voicegate.internal.identity.http_identity import AuthError, HttpIdentityResolver
 from voicegate.internal.memory.call_access import CALL_TOKEN_HEADER, CallGrant
 from voicegate.internal.memory.documents import project_for_model
+from voicegate.internal.memory.events import MemoryChangedEvent
 from voicegate.internal.memory.provider import ChangeContext, MemoryDocument, Scope
 from voicegate.internal.memory.runtime import FrontendMemoryRuntime, MemoryRuntimeError
-from voicegate.internal.pipeline.events import MemoryChangedEvent
-from voicegate.internal.session.limits import TokenBucketLimiter
 from voicegate.internal.signaling.ratelimit import client_address
 from voicegate.internal.telemetry.otel import current_trace_id
+from voicegate.internal.token_bucket import TokenBucketLimiter
 from voicegate.server.errors import ApiError
 from voicegate.server.gateway import Gateway
 

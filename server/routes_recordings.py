@@ -22,7 +22,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from voicegate.internal.recording.call import ConsentedRecording
 from voicegate.internal.recording.service import RECORDING_KEY
 from voicegate.internal.recording.store import RecordingInfo
-from voicegate.internal.sip.voice_call import SIP_CALL_ID
+from voicegate.internal.sip.voice.call import SIP_CALL_ID
 from voicegate.server.call_recording import recording_store
 from voicegate.server.errors import ApiError
 from voicegate.server.gateway import Gateway
@@ -36,8 +36,8 @@ NOT_FOUND = ("no recording of that call: it was not recorded (no consent, or rec
 def being_recorded(gateway: Gateway, call: str) -> bool:
     """Is `call` (a session id or SIP Call-ID) live on this node with its recording running?"""
     sessions = gateway.sessions.sessions() if gateway.sessions is not None else []
-    session = next((s for s in sessions if call in (s.id, s.data.get(SIP_CALL_ID))), None)
-    recording = session.data.get(RECORDING_KEY) if session is not None else None
+    session = next((s for s in sessions if call in (s.id, s.slots.get(SIP_CALL_ID))), None)
+    recording = session.slots.get(RECORDING_KEY) if session is not None else None
     return isinstance(recording, ConsentedRecording) and recording.recording
 
 

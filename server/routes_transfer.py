@@ -4,7 +4,7 @@
     -> 202 {"session_id": "...", "call_id": "...", "target": "sales", "mode": "cold", "status": "accepted"}
 
 `"mode": "warm"` (or `warm_transfer.default_mode = "warm"`) transfers warm instead: the caller is put on
-hold, voicegate calls the target, briefs them and bridges the two (internal/sip/voice_warm_transfer.py);
+hold, voicegate calls the target, briefs them and bridges the two (internal/sip/voice/warm_transfer.py);
 the 202 comes at once with `"status": "holding"`, and the call's events follow the transfer.
 
 `{id}` is the session id or the SIP Call-ID (both are in POST /calls' answer and in the logs). The
@@ -31,9 +31,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from voicegate.internal.session import Session
-from voicegate.internal.sip.voice_call import SIP_CALL_ID
-from voicegate.internal.sip.voice_dtmf import DtmfError, InvalidDigits, NotSendable, check_digits
-from voicegate.internal.sip.voice_transfer import (
+from voicegate.internal.sip.voice.call import SIP_CALL_ID
+from voicegate.internal.sip.voice.dtmf import DtmfError, InvalidDigits, NotSendable, check_digits
+from voicegate.internal.sip.voice.transfer import (
     NotTransferable,
     TargetNotAllowed,
     TransferError,
@@ -78,7 +78,7 @@ def find_call(gateway: Gateway, call: str) -> Session:
     if sessions is not None:
         session = sessions.get(call)
         if session is None:
-            session = next((s for s in sessions.sessions() if s.data.get(SIP_CALL_ID) == call), None)
+            session = next((s for s in sessions.sessions() if s.slots.get(SIP_CALL_ID) == call), None)
         if session is not None and not session.ended:
             return session
     raise ApiError(404, "call_not_found", "no live call with that session id or SIP Call-ID")
@@ -108,7 +108,7 @@ def install_transfer_routes(app: FastAPI, gateway: Gateway) -> None:
             return JSONResponse(payload, 502)
         except TransferError as exc:
             raise ApiError(409, exc.code, exc.message) from None
-        accepted = TransferAccepted(session_id=session.id, call_id=str(session.data.get(SIP_CALL_ID, "")),
+        accepted = TransferAccepted(session_id=session.id, call_id=str(session.slots.get(SIP_CALL_ID, "")),
                                     target=state.target, mode=state.mode, status=state.phase)
         return JSONResponse(accepted.model_dump(), 202)
 
@@ -131,6 +131,6 @@ def install_transfer_routes(app: FastAPI, gateway: Gateway) -> None:
             payload = error_body(exc.code, exc.message)
             payload["error"].update(sip_status=exc.status)
             return JSONResponse(payload, 502)
-        sent = DtmfSent(session_id=session.id, call_id=str(session.data.get(SIP_CALL_ID, "")), digits=digits,
+        sent = DtmfSent(session_id=session.id, call_id=str(session.slots.get(SIP_CALL_ID, "")), digits=digits,
                         method=method)
         return JSONResponse(sent.model_dump(), 200)

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from voicegate.internal.audio.resample import resample
 from voicegate.internal.config import Config
+from voicegate.internal.events import Event
 from voicegate.internal.identity import CallerIdentity
-from voicegate.internal.pipeline.events import Event, ReleaseEvent, StateEvent, TimingEvent, TranscriptEvent
+from voicegate.internal.pipeline.events import ReleaseEvent, StateEvent, TimingEvent, TranscriptEvent
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.session.session import Session

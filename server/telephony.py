@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from voicegate.internal.config import Config
-from voicegate.internal.sip.voice_dtmf import CallKeypad, register_dtmf_tool
+from voicegate.internal.sip.voice.dtmf import CallKeypad, register_dtmf_tool
 from voicegate.internal.telemetry.otel import Telemetry
 from voicegate.internal.telephony.answering_machine import AmdRun
 
@@ -17,8 +17,8 @@ from voicegate.internal.telephony.answering_machine import AmdRun
 def install_sip_phone_flows(gateway: Any, config: Config, telemetry: Telemetry) -> None:
     """`send_dtmf` and the keypad behind POST /calls/{id}/dtmf; warm transfers beside the cold ones when
     there are transfer targets; AMD decisions counted in /metrics."""
-    from voicegate.internal.sip.voice_transfer import CallTransfers, register_transfer_tool
-    from voicegate.internal.sip.voice_warm_transfer import WarmTransfers
+    from voicegate.internal.sip.voice.transfer import CallTransfers, register_transfer_tool
+    from voicegate.internal.sip.voice.warm_transfer import WarmTransfers
 
     assert gateway.sessions is not None
     gateway.sip_keypad = CallKeypad(gateway.sip, gateway.sip_calls)

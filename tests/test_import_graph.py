@@ -174,3 +174,17 @@ def test_the_pipeline_and_the_turn_see_a_call_only_through_its_context() -> None
         for path in (REPO / "internal" / package).rglob("*.py"):
             offending = {name for name in every_import(path, known) if name.startswith(banned)}
             assert not offending, f"{path.relative_to(REPO)} imports {sorted(offending)}"
+
+
+def test_sip_is_a_protocol_library_outside_its_voice_package() -> None:
+    """internal/sip parses, serialises and runs SIP; only internal/sip/voice/ (what a call is to voicegate)
+    reaches the session, the pipeline, the phone flows or memory."""
+    known = set(import_graph())
+    banned = ("pipeline", "session", "telephony", "memory")
+    sip = REPO / "internal" / "sip"
+    for path in sip.rglob("*.py"):
+        if path.is_relative_to(sip / "voice"):
+            continue
+        offending = {name for name in every_import(path, known)
+                     if name.split(".")[:3] in (["voicegate", "internal", package] for package in banned)}
+        assert not offending, f"{path.relative_to(REPO)} imports {sorted(offending)}"

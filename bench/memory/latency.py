@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.common.figures import percentiles, progress, save, table
 from voicegate.internal.config.providers import MemoryConfig, PgvectorConfig
 from voicegate.internal.db import Database, EmbeddedPostgres
+from voicegate.internal.memory.adapters import adapt
 from voicegate.internal.memory.owner import OwnerKeys
 from voicegate.internal.memory.provider import ChangeContext, MemoryChange
 from voicegate.internal.memory.providers.pgvector import PgvectorProvider
@@ -74,7 +75,7 @@ async def measure_scale(database: Database, embedder: WordLlamaEmbedder, memorie
                         samples: int) -> dict[str, dict[str, float]]:
     owners = await load(database, memories)
     provider = PgvectorProvider(database, embedder, 90 * DAY_S)
-    runtime = FrontendMemoryRuntime(provider, MemoryConfig(enabled=True), OwnerKeys(b"bench"))
+    runtime = FrontendMemoryRuntime(adapt(provider), MemoryConfig(enabled=True), OwnerKeys(b"bench"))
     picks = [random.Random(n).choice(owners) for n in range(samples)]
     cold, hit, recall, write = [], [], [], []
     for n, owner in enumerate(picks):
@@ -107,16 +108,16 @@ async def hangup_cost(database: Database, embedder: WordLlamaEmbedder, samples: 
     from voicegate.internal.memory.sessions import EPOCH, OWNER, SessionMemory
     from voicegate.internal.session import Conversation, Session
 
-    runtime = FrontendMemoryRuntime(PgvectorProvider(database, embedder, 90 * DAY_S), MemoryConfig(enabled=True),
-                                    OwnerKeys(b"bench"))
+    runtime = FrontendMemoryRuntime(adapt(PgvectorProvider(database, embedder, 90 * DAY_S)),
+                                    MemoryConfig(enabled=True), OwnerKeys(b"bench"))
     outbox = HangupOutbox(directory / "memory-outbox", retry_max_s=1.0, max_age_s=3600.0, max_entries=10_000)
     memory = SessionMemory(runtime, "Hello", outbox)
     await outbox.start()
     costs, landed = [], []
     for n in range(samples):
         session = Session(CallerIdentity("jwt", f"user{n}"), "talk", Conversation(RollingSummary(None, 5)))
-        session.data[OWNER] = runtime.owner_key(session.identity)
-        session.data[EPOCH] = 0
+        session.slots.set(OWNER, runtime.owner_key(session.identity))
+        session.slots.set(EPOCH, 0)
         session.conversation.transcript.add("user", f"My order number is {n}.")
         started = time.perf_counter()
         await memory.end(session)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from voicegate.internal.conversation.rolling_summary import RollingSummary
+from voicegate.internal.conversation.slots import Slots
 from voicegate.internal.conversation.transcript import TranscriptLog
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.base import ChatMessage
@@ -51,12 +52,12 @@ class Conversation:
 
 class CallContext(Protocol):
     """What the pipeline knows of the call it serves (a Session is one): its ids, its conversation, the
-    per-call slots features keep (`data`), and how to hang up."""
+    per-call values features keep (`slots`, internal/conversation/slots.py), and how to hang up."""
 
     id: str
     identity: CallerIdentity
     conversation: Conversation
-    data: dict[str, Any]
+    slots: Slots
     hangup: Callable[[], Awaitable[None]] | None
 
     @property

@@ -13,9 +13,9 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.memory.adapters import AdaptedProvider
 
 SECRET_FILE = "owner-key.secret"
 _FINGERPRINT_LABEL = b"voicegate owner-key fingerprint v1"
@@ -111,14 +111,13 @@ def audit_hash(owner_key: str) -> str:
     return hashlib.sha256(b"audit:" + owner_key.encode()).hexdigest()[:16]
 
 
-async def verify_secret(store: Any, secret: OwnerSecret) -> None:
+async def verify_secret(store: AdaptedProvider, secret: OwnerSecret) -> None:
     """Check `secret` against what `store` recorded (raises OwnerKeySecretError with the fix), then
     write a newly generated secret's file and record its fingerprint."""
-    recorded_of = getattr(store, "key_fingerprint", None)
-    if recorded_of is None:  # this store cannot tell; nothing to compare against
+    if not store.records_key_fingerprint:  # this store cannot tell; nothing to compare against
         keep(secret)
         return
-    recorded = await recorded_of()
+    recorded = await store.key_fingerprint()
     problem = secret_problem(secret, recorded, await store.stored_owner_count())
     if problem:
         raise OwnerKeySecretError(problem)

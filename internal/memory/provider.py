@@ -26,7 +26,9 @@ session digest, a tool call, a PATCH) can bring back what was erased. Optional m
 `key_fingerprint()`, `set_key_fingerprint(fingerprint)`, `stored_owner_count()`.
 
 Version 1 providers (`describe`, `list`, `apply` only, no `protocol_version` or capabilities) keep
-working: the runtime treats every capability as off.
+working: every capability is off. The composition root wraps whatever provider it has, once, in
+internal/memory/adapters.py's `adapt()`, which fills in the optional methods a provider lacks; the
+runtime holds that typed adapter and never asks a provider what it has.
 """
 
 from __future__ import annotations
@@ -219,11 +221,3 @@ def _capabilities(capabilities: Any) -> ProviderCapabilities:
         )
     return ProviderCapabilities()
 
-
-def capabilities_of(provider: Any) -> ProviderCapabilities:
-    """A provider's declared capabilities; v1 providers (no version, no capabilities) have none."""
-    try:
-        description = provider.describe()
-    except Exception:
-        return ProviderCapabilities()
-    return normalised_description(description).capabilities

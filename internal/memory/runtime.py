@@ -13,14 +13,16 @@ all come through here, never to a provider or the database directly. The runtime
   with their failures contained (internal/memory/surface.py);
 - carries every writer's erasure epoch to the provider, so nothing begun before an erasure of the
   owner lands after it (providers without epochs get the same check here, within this process).
+
+It holds the provider adapted (internal/memory/adapters.py: every optional method filled in, typed), so
+it never asks a provider what it has.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from voicegate.internal.config.providers import MemoryConfig
 from voicegate.internal.conversation.text import control_characters
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.memory import documents as edits
+from voicegate.internal.memory.adapters import AdaptedProvider
 from voicegate.internal.memory.audit import AuditLog
 from voicegate.internal.memory.digest import forgotten_words
 from voicegate.internal.memory.editing import Action, resolve_edit
@@ -48,6 +51,7 @@ from voicegate.internal.memory.locks import OwnerLocks
 from voicegate.internal.memory.owner import OwnerKeys, OwnerSecret, verify_secret
 from voicegate.internal.memory.provider import (
     SCOPES,
+    ApplyResult,
     ChangeContext,
     ChangeSource,
     ListOptions,
@@ -58,7 +62,6 @@ from voicegate.internal.memory.provider import (
     QueryOptions,
     RevisionConflict,
     Scope,
-    capabilities_of,
 )
 from voicegate.internal.memory.records import SessionDigest
 from voicegate.internal.memory.results import applied_documents, valid_documents
@@ -80,6 +83,21 @@ log = logging.getLogger(__name__)
 
 DAY_S = 86400.0
 NO_CHANGE = "provider_changed_nothing"  # audit error of a write its provider reported as no change
+WRITE_ATTEMPTS = 3  # tries of one write that keeps losing the race to another node's
+
+
+@dataclass(frozen=True, slots=True)
+class WritePolicy:
+    """What an exact edit and a whole-document write (digest writer, reconciliation) do differently in
+    the one write loop (`FrontendMemoryRuntime._write`)."""
+
+    operation: str  # the audit's operation: the edit's action, or "set"
+    erased: str  # what CallerErased says when the owner was erased since the writer began
+    # An edit audits a no-op, answers a provider failure with MemoryUnavailable, and a lost race with
+    # StaleRevision (at once when the client named the revision it expected, else after the last try);
+    # a whole-document write retries every lost race, then gives up, and lets a failure through as is.
+    edit: bool
+    retry_conflicts: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,15 +109,15 @@ class EditOutcome:
 
 
 class FrontendMemoryRuntime(ProviderSurface):
-    def __init__(self, provider: Any, config: MemoryConfig, keys: OwnerKeys, *, audit: AuditLog | None = None,
-                 sensitive: SensitiveFilter | None = None, secret: OwnerSecret | None = None,
-                 outbox_dir: Path | None = None) -> None:
+    def __init__(self, provider: AdaptedProvider, config: MemoryConfig, keys: OwnerKeys, *,
+                 audit: AuditLog | None = None, sensitive: SensitiveFilter | None = None,
+                 secret: OwnerSecret | None = None, outbox_dir: Path | None = None) -> None:
         self.provider = provider
         self.config = config
         self.keys = keys
         self.audit = audit
         self.sensitive = sensitive or SensitiveFilter(config.sensitive_patterns)
-        self.capabilities: ProviderCapabilities = capabilities_of(provider)
+        self.capabilities: ProviderCapabilities = provider.capabilities
         self._secret = secret
         self.outbox_dir = outbox_dir  # where this process keeps pending hang-up writes (internal/memory/outbox)
         self._locks = OwnerLocks()
@@ -129,22 +147,18 @@ class FrontendMemoryRuntime(ProviderSurface):
 
     async def epoch(self, owner: str) -> int:
         """The owner's erasure epoch now: a writer records it when it starts and writes with it."""
-        read = getattr(self.provider, "erasure_epoch", None)
-        if read is None:
+        if not self.provider.keeps_epochs:
             return self._local_epochs.get(owner, 0)
-        return int(await read(owner))
+        return await self.provider.erasure_epoch(owner)
 
     # ---- reads -----------------------------------------------------------------------------------
 
     async def prefetch(self, owner: str, timeout_s: float | None = None) -> bool:
         """Warm the provider's cache for a call; False (and a log line) when memory is unreachable."""
-        prefetch = getattr(self.provider, "prefetch", None)
-        if prefetch is None:
-            return True
         limit = timeout_s if timeout_s is not None else self.config.read_timeout_ms / 1000.0
         try:
             async with asyncio.timeout(limit):
-                await prefetch(owner)
+                await self.provider.prefetch(owner)
             return True
         except TimeoutError:
             log.warning("memory read timed out; the call goes on without memory", extra={"timeout_s": limit})
@@ -155,11 +169,8 @@ class FrontendMemoryRuntime(ProviderSurface):
     def snapshot_known(self, owner: str) -> bool:
         """Whether the synchronous snapshot holds this owner's documents as read (a provider that keeps
         no cache of its own, or cannot say, is taken at its word)."""
-        cached = getattr(self.provider, "cached", None)
-        if not callable(cached):
-            return True
         try:
-            return bool(cached(owner))
+            return self.provider.cached(owner)
         except Exception:
             return False
 
@@ -184,12 +195,10 @@ class FrontendMemoryRuntime(ProviderSurface):
 
     async def latest(self, owner: str) -> dict[Scope, MemoryDocument]:
         """The documents as stored now (refreshing the cache first); raises when memory is unreachable."""
-        prefetch = getattr(self.provider, "prefetch", None)
-        if prefetch is not None:
-            try:
-                await prefetch(owner)
-            except Exception as exc:
-                raise MemoryUnavailable(f"memory is unavailable ({type(exc).__name__})") from None
+        try:
+            await self.provider.prefetch(owner)
+        except Exception as exc:
+            raise MemoryUnavailable(f"memory is unavailable ({type(exc).__name__})") from None
         return self._listed(owner)
 
     def projection(self, owner: str) -> tuple[str, str]:
@@ -221,97 +230,101 @@ class FrontendMemoryRuntime(ProviderSurface):
         if unwanted:  # refused here, as bad input, rather than by the database as a failed write
             raise EditRejected("control_characters", f"the text holds control characters ({', '.join(unwanted)}); "
                                "remove them and try again")
+
+        async def compose(current: MemoryDocument, docs: dict[Scope, MemoryDocument]) -> MemoryChange:
+            if expected_revision is not None and expected_revision != current.revision:
+                await self._audit(owner, context, action, "stale", scope, expected_revision, current.revision,
+                                  "stale_revision")
+                raise StaleRevision(f"the {scope} document is at revision {current.revision}, "
+                                    f"not {expected_revision}; reload and try again", docs)
+            try:
+                updated = resolve_edit(scope, current.content, action, content=content, old_text=old_text,
+                                       new_text=new_text, max_chars=self.config.max_chars, fmt=current.format)
+            except edits.EditError as exc:
+                await self._audit(owner, context, action, "rejected", scope, current.revision, None, exc.code)
+                raise EditRejected(exc.code, exc.message) from None
+            reason = self.sensitive.reason_for_edit(current.content, updated)
+            if reason:
+                await self._audit(owner, context, action, "refused", scope, current.revision, None,
+                                  "sensitive_content")
+                raise SensitiveContent(f"not saved: {reason}")
+            return MemoryChange(scope, updated, current.revision, action, old_text, new_text, current.format)
+
+        async def landed(before: MemoryDocument, change: MemoryChange) -> frozenset[str]:
+            if scope != "memory":
+                return frozenset()
+            forgotten = forgotten_words(before.content, change.content, before.format)
+            if forgotten:
+                await self._forget_in_session_digests(owner, forgotten, context)
+            return frozenset(forgotten)
+
         async with self._locks.hold(owner):
             context = await self._writer_context(owner, context)
-            for attempt in range(3):
-                docs = await self.latest(owner)
-                current = docs[scope]
-                if expected_revision is not None and expected_revision != current.revision:
-                    await self._audit(owner, context, action, "stale", scope, expected_revision, current.revision,
-                                      "stale_revision")
-                    raise StaleRevision(f"the {scope} document is at revision {current.revision}, "
-                                        f"not {expected_revision}; reload and try again", docs)
-                try:
-                    updated = resolve_edit(scope, current.content, action, content=content, old_text=old_text,
-                                           new_text=new_text, max_chars=self.config.max_chars, fmt=current.format)
-                except edits.EditError as exc:
-                    await self._audit(owner, context, action, "rejected", scope, current.revision, None, exc.code)
-                    raise EditRejected(exc.code, exc.message) from None
-                reason = self.sensitive.reason_for_edit(current.content, updated)
-                if reason:
-                    await self._audit(owner, context, action, "refused", scope, current.revision, None,
-                                      "sensitive_content")
-                    raise SensitiveContent(f"not saved: {reason}")
-                if updated == current.content:
-                    await self._audit(owner, context, action, "unchanged", scope, current.revision, current.revision)
-                    return EditOutcome(False, docs)
-                change = MemoryChange(scope, updated, current.revision, action, old_text, new_text,
-                                      current.format)
-                try:
-                    result = await self._apply(owner, [change], context)
-                except OwnerErased:
-                    await self._audit(owner, context, action, "refused", scope, current.revision, None, "erased")
-                    raise CallerErased("this caller's memory was erased during the call; nothing was saved") \
-                        from None
-                except RevisionConflict as conflict:
-                    if expected_revision is not None or attempt == 2:
-                        await self._audit(owner, context, action, "stale", scope, current.revision,
-                                          conflict.current_revision, "stale_revision")
-                        raise StaleRevision(str(conflict), await self.latest(owner)) from None
-                    continue  # another node wrote first: redo the edit on top of its version
-                except Exception as exc:
-                    await self._audit(owner, context, action, "failed", scope, current.revision, None,
-                                      type(exc).__name__)
-                    raise MemoryUnavailable(f"memory could not be saved ({type(exc).__name__})") from None
-                written = applied_documents(result, scope, self.config.max_chars)
-                if written is None:  # the provider changed nothing (or will not say what): nothing to announce
-                    await self._audit(owner, context, action, "unchanged", scope, current.revision,
-                                      current.revision, NO_CHANGE)
-                    return EditOutcome(False, docs)
-                docs.update(written)
-                await self._audit(owner, context, action, "applied", scope, current.revision, docs[scope].revision)
-                forgotten = forgotten_words(current.content, updated, current.format) if scope == "memory" \
-                    else set()
-                if forgotten:
-                    await self._forget_in_session_digests(owner, forgotten, context)
-                self._notify(owner)
-                return EditOutcome(True, docs, frozenset(forgotten))
-        raise AssertionError("unreachable")
+            policy = WritePolicy(action, "this caller's memory was erased during the call; nothing was saved",
+                                 edit=True, retry_conflicts=expected_revision is None)
+            return await self._write(owner, scope, context, policy, compose, landed)
 
     async def set_document(self, owner: str, scope: Scope, content: str, context: ChangeContext,
                            transform: Callable[[MemoryDocument], str] | None = None) -> EditOutcome:
         """Replace a whole document computed from the latest one (digest writer, reconciliation); the
         document keeps its format."""
+
+        async def compose(current: MemoryDocument, docs: dict[Scope, MemoryDocument]) -> MemoryChange:
+            updated = transform(current) if transform is not None else content
+            return MemoryChange(scope, updated, current.revision, format=current.format)
+
         async with self._locks.hold(owner):
             context = await self._writer_context(owner, context)
-            for _attempt in range(3):
-                docs = await self.latest(owner)
-                current = docs[scope]
-                updated = transform(current) if transform is not None else content
-                if updated == current.content:
-                    return EditOutcome(False, docs)
-                try:
-                    result = await self._apply(owner, [MemoryChange(scope, updated, current.revision,
-                                                                    format=current.format)], context)
-                except OwnerErased:
-                    await self._audit(owner, context, "set", "refused", scope, current.revision, None, "erased")
-                    raise CallerErased("this caller's memory was erased after the call began; not saved") \
-                        from None
-                except RevisionConflict:
-                    continue
-                except Exception as exc:  # audited like an edit's failure; the caller decides on a retry
-                    await self._audit(owner, context, "set", "failed", scope, current.revision, None,
-                                      type(exc).__name__)
-                    raise
-                written = applied_documents(result, scope, self.config.max_chars)
-                if written is None:
-                    await self._audit(owner, context, "set", "unchanged", scope, current.revision,
-                                      current.revision, NO_CHANGE)
-                    return EditOutcome(False, docs)
-                docs.update(written)
-                await self._audit(owner, context, "set", "applied", scope, current.revision, docs[scope].revision)
-                self._notify(owner)
-                return EditOutcome(True, docs)
+            policy = WritePolicy("set", "this caller's memory was erased after the call began; not saved",
+                                 edit=False, retry_conflicts=True)
+            return await self._write(owner, scope, context, policy, compose)
+
+    async def _write(self, owner: str, scope: Scope, context: ChangeContext, policy: WritePolicy,
+                     compose: Callable[[MemoryDocument, dict[Scope, MemoryDocument]], Awaitable[MemoryChange]],
+                     landed: Callable[[MemoryDocument, MemoryChange], Awaitable[frozenset[str]]] | None = None,
+                     ) -> EditOutcome:
+        """The one write loop of `edit` and `set_document`, the owner's lock held: read the latest
+        document, `compose` the change from it (it raises, audited, to refuse), apply it, audit what
+        happened, and tell subscribers when something changed. A write that lost a race with another
+        node (RevisionConflict) is redone on top of the winner's version, up to WRITE_ATTEMPTS times."""
+        for attempt in range(WRITE_ATTEMPTS):
+            docs = await self.latest(owner)
+            current = docs[scope]
+            change = await compose(current, docs)
+            if change.content == current.content:
+                if policy.edit:  # a whole-document write that changes nothing is not worth an audit line
+                    await self._audit(owner, context, policy.operation, "unchanged", scope, current.revision,
+                                      current.revision)
+                return EditOutcome(False, docs)
+            try:
+                result = await self._apply(owner, [change], context)
+            except OwnerErased:
+                await self._audit(owner, context, policy.operation, "refused", scope, current.revision, None,
+                                  "erased")
+                raise CallerErased(policy.erased) from None
+            except RevisionConflict as conflict:
+                if policy.edit and (not policy.retry_conflicts or attempt == WRITE_ATTEMPTS - 1):
+                    await self._audit(owner, context, policy.operation, "stale", scope, current.revision,
+                                      conflict.current_revision, "stale_revision")
+                    raise StaleRevision(str(conflict), await self.latest(owner)) from None
+                continue  # another node wrote first: redo the write on top of its version
+            except Exception as exc:  # audited; an edit's caller gets MemoryUnavailable, a set's decides on a retry
+                await self._audit(owner, context, policy.operation, "failed", scope, current.revision, None,
+                                  type(exc).__name__)
+                if policy.edit:
+                    raise MemoryUnavailable(f"memory could not be saved ({type(exc).__name__})") from None
+                raise
+            written = applied_documents(result, scope, self.config.max_chars)
+            if written is None:  # the provider changed nothing (or will not say what): nothing to announce
+                await self._audit(owner, context, policy.operation, "unchanged", scope, current.revision,
+                                  current.revision, NO_CHANGE)
+                return EditOutcome(False, docs)
+            docs.update(written)
+            await self._audit(owner, context, policy.operation, "applied", scope, current.revision,
+                              docs[scope].revision)
+            forgotten = await landed(current, change) if landed is not None else frozenset()
+            self._notify(owner)
+            return EditOutcome(True, docs, forgotten)
         raise MemoryUnavailable("memory kept changing underneath this write; giving up")
 
     async def _writer_context(self, owner: str, context: ChangeContext) -> ChangeContext:
@@ -325,8 +338,8 @@ class FrontendMemoryRuntime(ProviderSurface):
                 raise MemoryUnavailable(f"memory is unavailable ({type(exc).__name__})") from None
         return replace(context, retention_s=self.retention_s, erasure_epoch=epoch)
 
-    async def _apply(self, owner: str, changes: list[MemoryChange], context: ChangeContext) -> Any:
-        if getattr(self.provider, "erasure_epoch", None) is None:
+    async def _apply(self, owner: str, changes: list[MemoryChange], context: ChangeContext) -> ApplyResult:
+        if not self.provider.keeps_epochs:
             current = self._local_epochs.get(owner, 0)
             if context.erasure_epoch is not None and context.erasure_epoch != current:
                 raise OwnerErased(current)
@@ -337,20 +350,17 @@ class FrontendMemoryRuntime(ProviderSurface):
         """Record a call's session digest (bounded per owner); False when the provider keeps none. With
         `memory_revision`, a provider that can check it refuses (RevisionConflict) when the `memory`
         document moved past it: the digest was judged against a version that is gone."""
-        add = getattr(self.provider, "add_session_digest", None)
-        if add is None:
+        if not self.provider.keeps_session_digests:
             return False
         async with self._locks.hold(owner):
             context = await self._writer_context(owner, context)
-            if getattr(self.provider, "erasure_epoch", None) is None and \
-                    context.erasure_epoch != self._local_epochs.get(owner, 0):
+            if not self.provider.keeps_epochs and context.erasure_epoch != self._local_epochs.get(owner, 0):
                 await self._audit(owner, context, "session_digest", "refused", error="erased")
                 raise CallerErased("this caller's memory was erased after the call began; not saved")
-            guard = {"memory_revision": memory_revision} if memory_revision is not None and \
-                "memory_revision" in inspect.signature(add).parameters else {}
             try:
-                await add(owner, digest, retention_s, erasure_epoch=context.erasure_epoch,
-                          max_per_owner=self.config.max_session_digests, **guard)
+                await self.provider.add_session_digest(owner, digest, retention_s, erasure_epoch=context.erasure_epoch,
+                                                       max_per_owner=self.config.max_session_digests,
+                                                       memory_revision=memory_revision)
             except RevisionConflict:
                 raise
             except OwnerErased:
@@ -366,16 +376,12 @@ class FrontendMemoryRuntime(ProviderSurface):
         """A fact just left `memory`: the owner's session digests lose the topics and gists that state it,
         so `recall` cannot bring it back. Called with the owner's lock held, after the edit landed; what
         it changed is audited as a count, a failure by its error type (never text), and the edit stands."""
-        scrub = getattr(self.provider, "scrub_session_digests", None)
-        if not callable(scrub):
-            return
         try:
-            changed = await scrub(owner, words)
+            count = await self.provider.scrub_session_digests(owner, words)
         except Exception as exc:
             log.warning("session digests could not forget a removed fact: %s", type(exc).__name__)
             await self._audit(owner, context, "scrub_session_digests", "failed", error=type(exc).__name__)
             return
-        count = changed if isinstance(changed, int) and not isinstance(changed, bool) else 0
         if count:  # a scrub that found nothing to take wrote nothing
             await self._audit(owner, context, "scrub_session_digests", "applied", extra={"digests": count})
 
@@ -384,14 +390,9 @@ class FrontendMemoryRuntime(ProviderSurface):
     async def delete_owner(self, owner: str, source: ChangeSource = "cli") -> dict[str, int]:
         """Erase everything of `owner` and raise its erasure epoch, holding the writers' lock."""
         async with self._locks.hold(owner):
-            delete = getattr(self.provider, "delete_owner", None)
-            if delete is None:
-                raise MemoryRuntimeError("this memory provider cannot delete an owner")
-            removed: dict[str, int] = await delete(owner)
+            removed = await self.provider.delete_owner(owner)  # MemoryRuntimeError when it cannot
             self._local_epochs[owner] = self._local_epochs.get(owner, 0) + 1
-            invalidate = getattr(self.provider, "invalidate", None)
-            if invalidate is not None:
-                invalidate(owner)
+            self.provider.invalidate(owner)
             await self._audit(owner, ChangeContext(source), "delete_owner", "applied", extra={"removed": removed})
         self._notify(owner)
         return removed
@@ -399,17 +400,15 @@ class FrontendMemoryRuntime(ProviderSurface):
     async def export(self, owner: str, progress: Callable[[str, int], None] | None = None,
                      ) -> dict[str, list[dict[str, Any]]]:
         """Everything stored of `owner`, per table or file, with nothing left out (subject access)."""
-        export = getattr(self.provider, "export_owner", None)
-        if export is not None:
-            tables: dict[str, list[dict[str, Any]]] = await export(owner, progress)
+        tables = await self.provider.export_owner(owner, progress)
+        if tables is not None:
             return tables
         docs = await self.latest(owner)
         return {"documents": [{"scope": d.scope, "content": d.content, "revision": d.revision}
                               for d in docs.values() if d.revision]}
 
     async def purge_expired(self) -> dict[str, int]:
-        purge = getattr(self.provider, "purge_expired", None)
-        removed: dict[str, int] = await purge() if purge is not None else {}
+        removed = await self.provider.purge_expired()
         if self.audit is not None:
             pruned = await self.audit.prune()
             if pruned:
@@ -430,9 +429,7 @@ class FrontendMemoryRuntime(ProviderSurface):
     async def changed_elsewhere(self, owner: str) -> None:
         """Another node changed `owner`'s memory: reload the cached copy if calls here use it, then tell
         local subscribers (live calls refresh at their next idle point, clients get memory.changed)."""
-        invalidate = getattr(self.provider, "invalidate", None)
-        if invalidate is not None:
-            invalidate(owner)
+        self.provider.invalidate(owner)
         if self._listeners.has(owner):
             await self.prefetch(owner)
         self._listeners.tell(owner)
@@ -440,9 +437,7 @@ class FrontendMemoryRuntime(ProviderSurface):
     async def resync(self) -> None:
         """Changes may have been missed (the change listener was disconnected): drop every cached copy,
         reload the owners whose calls are live here and tell their subscribers."""
-        clear = getattr(self.provider, "invalidate_all", None)
-        if clear is not None:
-            clear()
+        self.provider.invalidate_all()
         for owner in self._listeners.owners():
             await self.prefetch(owner)
             self._listeners.tell(owner)
@@ -464,6 +459,4 @@ class FrontendMemoryRuntime(ProviderSurface):
                                     session_id=context.session_id, extra=extra)
 
     async def close(self) -> None:
-        close = getattr(self.provider, "close", None)
-        if close is not None:
-            await close()
+        await self.provider.close()

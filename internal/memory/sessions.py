@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from voicegate.internal.conversation.rolling_summary import format_transcript_for_summary
+from voicegate.internal.conversation.slots import Slot
 from voicegate.internal.conversation.text import clean
 from voicegate.internal.memory.call_access import CallMemoryAccess
 from voicegate.internal.memory.digest import (
@@ -39,6 +40,7 @@ from voicegate.internal.memory.digest import (
     scrub_summary,
     without_mentions,
 )
+from voicegate.internal.memory.events import MemoryChangedEvent
 from voicegate.internal.memory.injection import memory_context, memory_text
 from voicegate.internal.memory.outbox import (
     SAID_LINES,
@@ -61,21 +63,21 @@ from voicegate.internal.memory.provider import (
 )
 from voicegate.internal.memory.runtime import UNKNOWN_EPOCH, CallerErased, FrontendMemoryRuntime
 from voicegate.internal.memory.tasks import CallTasks, LedgerWriter
-from voicegate.internal.pipeline.events import MemoryChangedEvent
 from voicegate.internal.pipeline.vad import VadEvent
 from voicegate.internal.session.actions import ACTIONS, CALL_TASKS, ON_CHANGE, call_actions, objective
 from voicegate.internal.session.session import Session
 
 log = logging.getLogger(__name__)
 
-OWNER = "memory.owner"  # session.data keys
-EPOCH = "memory.epoch"  # the owner's erasure epoch when the call began (UNKNOWN_EPOCH: could not read)
-DIRTY = "memory.dirty"
-UNSUBSCRIBE = "memory.unsubscribe"
-FORGOTTEN = "memory.forgotten"  # words of facts the caller had removed during this call
-SEEN = "memory.seen"  # the fact lines of `memory` this call saw, however they changed during it
+# What memory keeps with a call (its session's slots).
+OWNER: Slot[str] = Slot("memory.owner")  # the caller's owner key (absent: an anonymous caller, no memory)
+EPOCH: Slot[int] = Slot("memory.epoch")  # the owner's erasure epoch when the call began (UNKNOWN_EPOCH: unread)
+DIRTY: Slot[bool] = Slot("memory.dirty")  # memory changed since the call's snapshot: refresh between turns
+UNSUBSCRIBE: Slot[Callable[[], None]] = Slot("memory.unsubscribe")
+FORGOTTEN: Slot[set[str]] = Slot("memory.forgotten")  # words of facts the caller had removed during this call
+SEEN: Slot[list[str]] = Slot("memory.seen")  # the fact lines of `memory` this call saw, however they changed
 SEEN_BUDGET = 4  # ... at most this many times memory.max_chars of them (a call that saw many edits)
-LEDGER = "memory.ledger"  # the call's LedgerWriter: its actions' status, live, in the caller's task ledger
+LEDGER: Slot[LedgerWriter] = Slot("memory.ledger")  # its actions' status, live, in the caller's task ledger
 LEDGER_SETTLE_S = 5.0  # how long a hang-up waits for the call's last ledger writes (in the background)
 SESSION_DIGEST_STEP = "session_digest"  # the outbox step that records a call's session digest
 _NAME = re.compile(r"(?:caller's name is|call the caller|their name is|name:)\s*([A-Z][\w'-]+)", re.IGNORECASE)
@@ -130,36 +132,36 @@ class SessionMemory:
         self.after_session.append(name)
 
     def owner(self, session: Session) -> str | None:
-        owner = session.data.get(OWNER)
-        return owner if isinstance(owner, str) else None
+        return session.slots.get(OWNER)
 
     async def start(self, session: Session) -> None:
         owner = self.runtime.owner_key(session.identity)
         if owner is None:
             log.info("anonymous caller: no memory", extra={"reason": session.identity.reason})
             return
-        session.data[OWNER] = owner
+        session.slots.set(OWNER, owner)
         loaded = await self.runtime.prefetch(owner)
         # Read even when the documents were not (a slow read is not a down store): without the epoch
         # the call could not tell an erasure during it, so it would write nothing at all.
-        session.data[EPOCH] = await self._epoch(owner)
+        epoch = await self._epoch(owner)
+        session.slots.set(EPOCH, epoch)
         self._project(session, owner)
         conversation = session.conversation
         conversation.observed_upto = len(conversation.history)  # restored history is never observed
 
         def changed() -> None:
-            session.data[DIRTY] = True
+            session.slots.set(DIRTY, True)
             self._saw(session, owner)
             if session.pipeline is not None:
                 session.pipeline.sink.emit(MemoryChangedEvent())
 
-        session.data[UNSUBSCRIBE] = self.runtime.subscribe(owner, changed)
-        epoch = session.data[EPOCH]
+        session.slots.set(UNSUBSCRIBE, self.runtime.subscribe(owner, changed))
         # What the agent dispatches, its status kept live for `recall` (so only when session digests are kept).
         if self.runtime.keeps_tasks and SESSION_DIGEST_STEP in self.after_session and epoch != UNKNOWN_EPOCH:
-            writer = session.data[LEDGER] = LedgerWriter(self.runtime, owner, epoch, session.id)
-            session.data[ON_CHANGE] = writer.told
-            session.data[CALL_TASKS] = CallTasks(self.runtime, owner, epoch, session.id)
+            writer = LedgerWriter(self.runtime, owner, epoch, session.id)
+            session.slots.set(LEDGER, writer)
+            session.slots.set(ON_CHANGE, writer.told)
+            session.slots.set(CALL_TASKS, CallTasks(self.runtime, owner, epoch, session.id))
         if self.access is not None and epoch != UNKNOWN_EPOCH:
             self.access.issue(session.id, owner, epoch)
         if self.runtime.capabilities.audio_stream_observation:
@@ -179,10 +181,10 @@ class SessionMemory:
         """The caller had a fact removed during this call (`words`: digest.forgotten_words of the edit):
         nothing the call leaves (its digest line, its session digest, reconciliation) may state it again."""
         if session is not None and words:
-            session.data.setdefault(FORGOTTEN, set()).update(words)
+            session.slots.setdefault(FORGOTTEN, set()).update(words)
 
     def epoch(self, session: Session) -> int:
-        epoch = session.data.get(EPOCH)
+        epoch = session.slots.get(EPOCH)
         return epoch if isinstance(epoch, int) else UNKNOWN_EPOCH
 
     def _project(self, session: Session, owner: str) -> None:
@@ -192,7 +194,7 @@ class SessionMemory:
         conversation.memory = memory
         conversation.memory_context = memory_context(user, memory, self.runtime.config.max_chars)
         conversation.memory_text = memory_text(user, memory, self.runtime.config.max_chars)
-        session.data[DIRTY] = False
+        session.slots.set(DIRTY, False)
         self._saw(session, owner)
 
     def _saw(self, session: Session, owner: str) -> None:
@@ -201,7 +203,7 @@ class SessionMemory:
         if not self.runtime.snapshot_known(owner):
             return
         document = self.runtime.documents(owner)["memory"]
-        seen: list[str] = session.data.setdefault(SEEN, [])
+        seen: list[str] = session.slots.setdefault(SEEN, [])
         budget = SEEN_BUDGET * self.runtime.config.max_chars - sum(len(line) for line in seen)
         for line in fact_lines(document.content, document.format):
             if line not in seen and len(line) <= budget:
@@ -219,14 +221,14 @@ class SessionMemory:
     async def before_turn(self, session: Session) -> None:
         """An idle point: pick up memory changed by the API, another call or another node."""
         owner = self.owner(session)
-        if owner is not None and session.data.get(DIRTY):
+        if owner is not None and session.slots.get(DIRTY):
             self._project(session, owner)
 
     async def after_turn(self, session: Session) -> None:
         owner = self.owner(session)
         if owner is None:
             return
-        if session.data.get(DIRTY):
+        if session.slots.get(DIRTY):
             self._project(session, owner)
         if self.runtime.capabilities.session_observation:
             await self._observe(session, owner)
@@ -289,7 +291,7 @@ class SessionMemory:
         owner = self.owner(session)
         if self.access is not None:  # the BYO agent's capability dies with the call
             self.access.revoke(session.id)
-        unsubscribe = session.data.pop(UNSUBSCRIBE, None)
+        unsubscribe = session.slots.pop(UNSUBSCRIBE)
         if callable(unsubscribe):
             unsubscribe()
         if owner is None:
@@ -297,7 +299,7 @@ class SessionMemory:
         capabilities = self.runtime.capabilities
         if capabilities.audio_stream_observation:
             self._observe_audio(session, AudioEvent("session_end"))
-        session.data.pop(ON_CHANGE, None)
+        session.slots.pop(ON_CHANGE)
         epoch = self.epoch(session)
         if epoch == UNKNOWN_EPOCH:
             log.warning("this call leaves no memory: its caller's erasure state could not be read")
@@ -317,7 +319,7 @@ class SessionMemory:
             return HangupWrite(**base, steps=["flush"])  # type: ignore[arg-type]
         # What the agent did goes with the session digest, when one is kept (internal/session/actions.py).
         # Only the objective: the status lives in the task ledger (internal/memory/tasks.py), read at recall.
-        actions = [objective(action) for action in call_actions(session.data.get(ACTIONS))] \
+        actions = [objective(action) for action in call_actions(session.slots.get(ACTIONS))] \
             if SESSION_DIGEST_STEP in self.after_session else []
         if conversation.transcript.user_turns() == 0:
             if not actions:
@@ -327,7 +329,7 @@ class SessionMemory:
             return HangupWrite(**base, steps=[SESSION_DIGEST_STEP], actions=actions)  # type: ignore[arg-type]
         redact = self.runtime.sensitive.redact
         entries = conversation.transcript.entries()
-        forgotten = sorted(session.data.get(FORGOTTEN, ()))
+        forgotten = sorted(session.slots.get(FORGOTTEN, ()))
         # The transcript is clean already (TranscriptLog); the rolling summary is a model's text.
         summary = scrub_summary(redact(clean(call_summary(entries, conversation.summary.text))), set(forgotten))
         summarise = self.summarise is not None and not conversation.summary.text.strip()
@@ -337,14 +339,14 @@ class SessionMemory:
         said = [redact(e.text.strip()) for e in entries if e.role == "user" and e.text.strip()][:SAID_LINES]
         return HangupWrite(**base, steps=["digest", *self.after_session],  # type: ignore[arg-type]
                            summary=summary, transcript=transcript, said=said, summarise=summarise,
-                           forgotten=forgotten, actions=actions, seen=list(session.data.get(SEEN, ())))
+                           forgotten=forgotten, actions=actions, seen=list(session.slots.get(SEEN, ())))
 
     async def _hand_over(self, session: Session, owner: str, epoch: int, exchanges: list[Exchange]) -> None:
         """Off the call path: reduce the ended call to its bounded record (formatting and redacting a
         long transcript is CPU work, so in a thread), then hand it to the outbox."""
-        writer = session.data.pop(LEDGER, None)
+        writer = session.slots.pop(LEDGER)
         if isinstance(writer, LedgerWriter):  # transfers still waiting never learn their outcome now
-            await writer.settle(call_actions(session.data.get(ACTIONS)), LEDGER_SETTLE_S)
+            await writer.settle(call_actions(session.slots.get(ACTIONS)), LEDGER_SETTLE_S)
         if exchanges:
             await self.runtime.observe(owner, exchanges, SessionContext(session.id, session.transport))
         entry = await asyncio.to_thread(self.hangup_write, session, owner, epoch)

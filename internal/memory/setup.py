@@ -7,6 +7,7 @@ from typing import Any
 
 from voicegate.internal.config import Config
 from voicegate.internal.db import Database
+from voicegate.internal.memory.adapters import AdaptedProvider
 from voicegate.internal.memory.audit import AuditLog
 from voicegate.internal.memory.outbox import OUTBOX_DIR
 from voicegate.internal.memory.owner import OwnerKeys, read_secret
@@ -35,9 +36,10 @@ def build_provider(config: Config, database: Database | None, node_id: str | Non
                             node_id=node_id, fence_s=fence_s)
 
 
-def build_runtime(config: Config, provider: Any) -> FrontendMemoryRuntime:
-    """The runtime around `provider`. Call `await runtime.verify_owner_key()` before serving anything:
-    it refuses a missing or replaced secret while owners are stored, and writes a new secret's file."""
+def build_runtime(config: Config, provider: AdaptedProvider) -> FrontendMemoryRuntime:
+    """The runtime around `provider`, adapted at the composition root (internal/memory/adapters.py). Call
+    `await runtime.verify_owner_key()` before serving anything: it refuses a missing or replaced secret
+    while owners are stored, and writes a new secret's file."""
     secret = read_secret(config.memory.owner_key_secret, config.data_dir)
     audit_path = Path(config.memory.audit_path) if config.memory.audit_path else config.data_dir / "memory-audit.jsonl"
     return FrontendMemoryRuntime(provider, config.memory, OwnerKeys(secret.value),

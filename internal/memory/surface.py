@@ -3,17 +3,17 @@ learning hooks (observe, observe_audio, flush), session digests and owner listin
 provider has them and declares the capability, with their failures contained.
 
 FrontendMemoryRuntime inherits this, so the pipeline, the tools, the HTTP layer and the CLI reach these
-through the runtime like everything else, never the provider object itself.
+through the runtime like everything else, never the provider object itself. What a provider lacks the
+adapter (internal/memory/adapters.py) answers for; what it answers is checked here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-from typing import Any
 
 from voicegate.internal.config.providers import MemoryConfig
+from voicegate.internal.memory.adapters import AdaptedProvider
 from voicegate.internal.memory.errors import CallerErased, MemoryUnavailable
 from voicegate.internal.memory.provider import (
     AudioEvent,
@@ -23,7 +23,6 @@ from voicegate.internal.memory.provider import (
     ProviderCapabilities,
     ProviderDescription,
     SessionContext,
-    normalised_description,
 )
 from voicegate.internal.memory.records import OwnerSummary, SessionDigest
 from voicegate.internal.memory.tasks import TaskEntry
@@ -36,30 +35,21 @@ HEALTH_DETAIL_CHARS = 200
 
 
 class ProviderSurface:
-    provider: Any
+    provider: AdaptedProvider
     config: MemoryConfig
     capabilities: ProviderCapabilities
     audio_failures: int = 0  # observe_audio() calls that raised (logged once, see observe_audio)
 
     def describe(self) -> ProviderDescription:
         """The provider's description; a placeholder when it cannot give one."""
-        try:
-            description = self.provider.describe()
-        except Exception:
-            return ProviderDescription("unknown", "a provider that cannot describe itself", 1)
-        return normalised_description(description)
+        return self.provider.describe()
 
     async def health(self) -> Health:
         """The provider's health, never raising: a failing or malformed answer is reported as not ok with
         the exception's type only (its message might quote stored content)."""
-        check = getattr(self.provider, "health", None)
-        if check is None:
-            return Health(True)
         try:
-            answer = check()
-            if inspect.isawaitable(answer):
-                async with asyncio.timeout(HEALTH_TIMEOUT_S):
-                    answer = await answer
+            async with asyncio.timeout(HEALTH_TIMEOUT_S):
+                answer = await self.provider.health()
         except Exception as exc:
             return Health(False, type(exc).__name__)
         if not isinstance(answer, Health) or not isinstance(answer.ok, bool):
@@ -71,28 +61,29 @@ class ProviderSurface:
     def notifies_changes(self) -> bool:
         """Whether the provider tells other processes of its changes itself (the PostgreSQL provider, in
         its write transaction); else a change bus announces them for it (internal/memory/notify.py)."""
-        return getattr(self.provider, "notifies_changes", False) is True
+        return self.provider.notifies_changes
 
     @property
     def keeps_session_digests(self) -> bool:
-        return callable(getattr(self.provider, "add_session_digest", None))
+        return self.provider.keeps_session_digests
 
     # ---- the task ledger (internal/memory/tasks.py) ----------------------------------------------
 
     @property
     def keeps_tasks(self) -> bool:
-        return callable(getattr(self.provider, "record_task", None))
+        return self.provider.keeps_tasks
 
     async def record_task(self, owner: str, entry: TaskEntry, epoch: int | None) -> bool:
         """Create or move one task's entry (bounded per owner, refused after an erasure of the owner
         since `epoch`); False when the provider keeps no ledger."""
-        record = getattr(self.provider, "record_task", None)
-        if record is None:
+        if not self.provider.keeps_tasks:
             return False
         day = 86400.0
         try:
-            await record(owner, entry, erasure_epoch=epoch, retention_s=self.config.retention_days * day,
-                         terminal_keep_s=self.config.task_terminal_days * day, max_per_owner=self.config.max_tasks)
+            await self.provider.record_task(owner, entry, erasure_epoch=epoch,
+                                            retention_s=self.config.retention_days * day,
+                                            terminal_keep_s=self.config.task_terminal_days * day,
+                                            max_per_owner=self.config.max_tasks)
         except OwnerErased:
             raise CallerErased("this caller's memory was erased after the call began; not saved") from None
         except Exception as exc:
@@ -101,11 +92,10 @@ class ProviderSurface:
 
     async def tasks(self, owner: str, task_ids: list[str]) -> dict[str, TaskEntry]:
         """The live ledger entries of these tasks (absent: expired, never recorded, or no ledger)."""
-        read = getattr(self.provider, "tasks", None)
-        if read is None or not task_ids:
+        if not task_ids:
             return {}
         try:
-            found = list(await read(owner, task_ids))
+            found = await self.provider.tasks(owner, task_ids)
         except Exception as exc:
             raise MemoryUnavailable(f"memory is unavailable ({type(exc).__name__})") from None
         return {entry.task_id: entry for entry in found if isinstance(entry, TaskEntry)}
@@ -138,11 +128,10 @@ class ProviderSurface:
     async def flush(self, owner: str, context: SessionContext) -> bool:
         """Tell a learning provider a session ended; False when it learns nothing. Raises
         MemoryUnavailable (the hang-up outbox retries) or CallerErased (it drops the write)."""
-        flush = getattr(self.provider, "flush", None)
-        if not self.capabilities.session_observation or flush is None:
+        if not self.capabilities.session_observation or not self.provider.flushes:
             return False
         try:
-            await flush(owner, context)
+            await self.provider.flush(owner, context)
         except OwnerErased:
             raise CallerErased("this caller's memory was erased after the call began") from None
         except Exception as exc:
@@ -151,18 +140,12 @@ class ProviderSurface:
 
     async def session_digests(self, owner: str, limit: int = 5) -> list[SessionDigest]:
         """The owner's latest session digests, newest first (none when the provider keeps none)."""
-        read = getattr(self.provider, "session_digests", None)
-        if read is None:
-            return []
         try:
-            found = list(await read(owner, limit))
+            found = await self.provider.session_digests(owner, limit)
         except Exception as exc:
             raise MemoryUnavailable(f"memory is unavailable ({type(exc).__name__})") from None
         return [digest for digest in found[:limit] if isinstance(digest, SessionDigest)]
 
     async def owners(self, limit: int = 100, offset: int = 0) -> list[OwnerSummary] | None:
         """A page of the stored owners (operators' CLI); None when the provider cannot list them."""
-        listing = getattr(self.provider, "owners", None)
-        if listing is None:
-            return None
-        return list(await listing(limit, offset))
+        return await self.provider.owners(limit, offset)

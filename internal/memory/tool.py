@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from voicegate.internal.conversation.slots import slots_of
 from voicegate.internal.memory.provider import ChangeContext, MemoryDocument, Scope
 from voicegate.internal.memory.runtime import UNKNOWN_EPOCH, FrontendMemoryRuntime, MemoryRuntimeError
 from voicegate.internal.memory.sessions import OWNER, SessionMemory
@@ -66,9 +67,9 @@ def documents_json(documents: dict[Scope, MemoryDocument]) -> dict[str, Any]:
 
 
 def _owner(context: ToolContext) -> str:
-    session = context.extras.get("session")
-    owner = getattr(session, "data", {}).get(OWNER) if session is not None else None
-    if not isinstance(owner, str):
+    slots = slots_of(context.extras.get("session"))
+    owner = slots.get(OWNER) if slots is not None else None
+    if owner is None:
         raise ToolError("memory is not available on this call")
     return owner
 
@@ -80,8 +81,8 @@ def _epoch(context: ToolContext, sessions: SessionMemory) -> int:
 
 
 def _has_owner(context: ToolContext) -> bool:
-    session = context.extras.get("session")
-    return session is not None and isinstance(getattr(session, "data", {}).get(OWNER), str)
+    slots = slots_of(context.extras.get("session"))
+    return slots is not None and slots.get(OWNER) is not None
 
 
 def register_memory_tools(registry: ToolRegistry, runtime: FrontendMemoryRuntime, sessions: SessionMemory,

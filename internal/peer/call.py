@@ -17,9 +17,11 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from voicegate.internal.conversation.slots import Slot
+from voicegate.internal.events import EventSink
 from voicegate.internal.peer.channel import ClientMessage, Ping, TypedTurn
 from voicegate.internal.peer.connection import PeerConnection
-from voicegate.internal.pipeline.events import ConnectionEvent, EventSink
+from voicegate.internal.pipeline.events import ConnectionEvent
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.session import Session, SessionManager
 
@@ -27,7 +29,7 @@ log = logging.getLogger(__name__)
 
 PipelineFactory = Callable[[Session, EventSink], VoicePipeline]
 
-CALL_KEY = "webrtc_call"  # Session.data key of the call currently attached to a session
+CALL_KEY: Slot[WebRtcCall] = Slot("webrtc_call")  # the call currently attached to a session
 # ICE and DTLS on a working network take well under a second; a peer that has not connected after
 # this long never will, and must not hold a session slot open.
 CONNECT_TIMEOUT_S = 30.0
@@ -36,8 +38,7 @@ GOODBYE_FLUSH_S = 0.1
 
 
 def attached_call(session: Session) -> WebRtcCall | None:
-    call = session.data.get(CALL_KEY)
-    return call if isinstance(call, WebRtcCall) else None
+    return session.slots.get(CALL_KEY)
 
 
 class WebRtcCall:
@@ -62,7 +63,7 @@ class WebRtcCall:
     def bind(self) -> None:
         """Become the session's transport (the session's previous call must be evicted first)."""
         session = self.session
-        session.data[CALL_KEY] = self
+        session.slots.set(CALL_KEY, self)
         session.close_transport = self._close_for_session_end
         session.hangup = self._agent_hangup
         self.sessions.attach(session)
@@ -92,7 +93,7 @@ class WebRtcCall:
         self._gone = True
         session = self.session
         if self.current:
-            del session.data[CALL_KEY]
+            session.slots.pop(CALL_KEY)
             session.close_transport = None
             session.hangup = None
         pipeline, self.pipeline = self.pipeline, None

@@ -20,7 +20,7 @@ from typing import Literal
 
 from aiortc import RTCDataChannel
 
-from voicegate.internal.pipeline.events import Event
+from voicegate.internal.events import Event
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Protocol, TypeVar
 
-from voicegate.internal.pipeline.events import DtmfEvent, Event, TranscriptEvent
+from voicegate.internal.events import Event
+from voicegate.internal.pipeline.events import DtmfEvent, TranscriptEvent
 from voicegate.internal.stt.base import Transcript
 
 MASKED_WORDS = "[digit entry]"  # what a masked transcript event says instead of the caller's words

@@ -22,8 +22,9 @@ from voicegate.internal.audio.frame import frame_bytes
 from voicegate.internal.config.sections import PipelineConfig
 from voicegate.internal.conversation.state import CallContext
 from voicegate.internal.conversation.text import clean
+from voicegate.internal.events import EventSink
 from voicegate.internal.pipeline.capture import CallerInput, shown
-from voicegate.internal.pipeline.events import AgentState, DtmfEvent, EventSink, TranscriptEvent
+from voicegate.internal.pipeline.events import AgentState, DtmfEvent, TranscriptEvent
 from voicegate.internal.pipeline.idle import IdleCaller
 from voicegate.internal.pipeline.playout import Playout
 from voicegate.internal.pipeline.record import record_caller

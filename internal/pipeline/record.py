@@ -6,9 +6,14 @@ heard some of it. A reply thrown away before that is never written, so nothing h
 
 from __future__ import annotations
 
+from voicegate.internal.conversation.slots import Slot
 from voicegate.internal.conversation.state import CallContext
+from voicegate.internal.events import EventSink
 from voicegate.internal.llm.base import ChatMessage
-from voicegate.internal.pipeline.events import EventSink, TranscriptEvent
+from voicegate.internal.pipeline.events import TranscriptEvent
+
+# What the agent meant to say in a reply the caller cut off: the next request tells the model.
+INTERRUPTED_TEXT: Slot[str] = Slot("interrupted_text")
 
 
 def record_agent(session: CallContext, sink: EventSink, text: str, interrupted: bool = False,
@@ -37,7 +42,7 @@ def record_turn(session: CallContext, sink: EventSink, user_text: str, exchange:
     conversation = session.conversation
     conversation.turns += 1
     conversation.misunderstanding_streak = streak
-    session.data.pop("interrupted_text", None)
+    session.slots.pop(INTERRUPTED_TEXT)
     conversation.transcript.add("user", user_text)
     conversation.history.append(ChatMessage("user", user_text))
     conversation.history.extend(exchange)

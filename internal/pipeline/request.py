@@ -10,6 +10,7 @@ from __future__ import annotations
 from voicegate.internal.conversation.state import CallContext
 from voicegate.internal.llm.base import ChatMessage, ChatRequest, Turn
 from voicegate.internal.pipeline.context import build_system_context
+from voicegate.internal.pipeline.record import INTERRUPTED_TEXT
 from voicegate.internal.pipeline.services import PipelineServices
 from voicegate.internal.pipeline.tools import ToolContext
 
@@ -32,7 +33,7 @@ async def build_request(session: CallContext, services: PipelineServices, turn: 
         if relevant is not None:
             layers.memory_context, layers.memory_text = relevant
     turn.memory = layers.memory_text
-    turn.interrupted_text = session.data.get("interrupted_text", "")
+    turn.interrupted_text = session.slots.get(INTERRUPTED_TEXT, "")
     tools = services.tools
     return ChatRequest(
         session_id=session.id,

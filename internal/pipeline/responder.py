@@ -22,18 +22,14 @@ from typing import Any
 
 from opentelemetry import trace
 
+from voicegate.internal.conversation.slots import Slot
 from voicegate.internal.conversation.state import CallContext
+from voicegate.internal.events import EventSink
 from voicegate.internal.llm.base import LlmError, ToolCall, Turn
-from voicegate.internal.pipeline.events import (
-    AgentState,
-    EventSink,
-    ResponseEvent,
-    StateEvent,
-    TranscriptEvent,
-)
+from voicegate.internal.pipeline.events import AgentState, ResponseEvent, StateEvent, TranscriptEvent
 from voicegate.internal.pipeline.meter import TurnMeter
 from voicegate.internal.pipeline.playout import Playout
-from voicegate.internal.pipeline.record import record_agent, record_turn
+from voicegate.internal.pipeline.record import INTERRUPTED_TEXT, record_agent, record_turn
 from voicegate.internal.pipeline.reply import ReplyRunner, speak_text
 from voicegate.internal.pipeline.request import build_request
 from voicegate.internal.pipeline.services import PipelineServices, misunderstanding_note
@@ -51,7 +47,7 @@ TOO_BUSY = "Sorry, I'm very busy right now. Please say that again."
 NOT_UNDERSTOOD = "Sorry, I didn't catch that. Could you say it again?"
 STILL_NOT_UNDERSTOOD = ("I'm having trouble hearing you. You could try again from a quieter place, "
                         "or use your keypad.")
-SESSION_SPAN = "telemetry.span"  # session.data key of the session's trace span
+SESSION_SPAN: Slot[trace.Span] = Slot("telemetry.span")  # the session's trace span
 
 
 class Responder:
@@ -332,7 +328,7 @@ class Responder:
             self._released_at = times.released or self._clock()
             self._first_frame_pending = True
             self.set_state("thinking")
-        parent = self.session.data.get(SESSION_SPAN)
+        parent = self.session.slots.get(SESSION_SPAN)
         context = trace.set_span_in_context(parent) if parent is not None else None
         span = self.services.tracer.start_span("turn", context=context,
                                                start_time=self.meter.ns(times.speech_ended or reply.prepared_at))
@@ -353,10 +349,10 @@ class Responder:
         user_text = turn.text if turn.text else f"[The caller pressed keypad keys: {' '.join(turn.dtmf)}]"
         streak, turn.note = misunderstanding_note(confidence, self.config.min_confidence,
                                                   conversation.misunderstanding_streak)
-        data = self.session.data
+        slots = self.session.slots
         tool_context = ToolContext(self.session.id, self.session.resource_id, number, self._request_hangup,
                                    extras={"session": self.session},
-                                   record_tool=lambda name, ok: record_action(data, tool_action(name, ok)))
+                                   record_tool=lambda name, ok: record_action(slots, tool_action(name, ok)))
         request = await build_request(self.session, self.services, turn, user_text, tool_context)
 
         async def before_tool(call: ToolCall) -> None:
@@ -420,7 +416,7 @@ class Responder:
             heard = self._take_heard()
             intended = " ".join(runner.spoken)
             commit(heard, interrupted=True, intended=intended)
-            self.session.data["interrupted_text"] = intended
+            self.session.slots.set(INTERRUPTED_TEXT, intended)
             self.sink.emit(ResponseEvent(text=heard, interrupted=True))
             span.set_attribute("voicegate.outcome", "interrupted")
             self.set_state("listening")

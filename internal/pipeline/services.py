@@ -14,9 +14,9 @@ from opentelemetry import trace
 
 from voicegate.internal.config.sections import PipelineConfig
 from voicegate.internal.devices import onnx_available_providers, onnx_device, onnx_providers
+from voicegate.internal.events import EventSink
 from voicegate.internal.llm.base import ChatModel
 from voicegate.internal.pipeline.context import BUILTIN_PROMPT, ContextLayers, load_text
-from voicegate.internal.pipeline.events import EventSink
 from voicegate.internal.pipeline.tools import ToolRegistry
 from voicegate.internal.pipeline.vad import (
     AdaptiveEnergyClassifier,

@@ -32,6 +32,7 @@ from typing import Any
 
 from opentelemetry import trace
 
+from voicegate.internal.conversation.slots import slots_of
 from voicegate.internal.llm.base import ToolCall, ToolSpec
 from voicegate.internal.session.actions import CALL_TASKS, new_task_id, record_action, tool_action
 
@@ -194,7 +195,8 @@ class ToolRegistry:
         if tool.starts_work:
             task_id = new_task_id()
             session = context.extras.get("session")
-            tasks = getattr(session, "data", {}).get(CALL_TASKS) if session is not None else None
+            slots = slots_of(session)
+            tasks = slots.get(CALL_TASKS) if slots is not None else None
             context = replace(context, extras={**context.extras, "task_id": task_id, "tasks": tasks})
         started = time.monotonic()
         outcome = "cancelled"  # unless it ends otherwise: a barge-in or a hang-up cancels the turn's tools
@@ -236,9 +238,9 @@ class ToolRegistry:
     def _started(context: ToolContext, name: str, task_id: str, *, ok: bool) -> None:
         """A tool that starts work: "started" (or "error" when it could not) under its task id."""
         session = context.extras.get("session")
-        data = getattr(session, "data", None)
-        if isinstance(data, dict):
-            record_action(data, tool_action(name, ok, task_id, started=True))
+        slots = slots_of(session)
+        if slots is not None:
+            record_action(slots, tool_action(name, ok, task_id, started=True))
 
     @staticmethod
     def _record(context: ToolContext, name: str, recorded: bool, *, ok: bool) -> None:

@@ -1,11 +1,11 @@
 """A call's recording as the pipeline sees it: consent first, then the stereo recorder.
 
-One `ConsentedRecording` per session (kept in `session.data`, so a browser that resumes keeps its
+One `ConsentedRecording` per session (kept in the session's slots, so a browser that resumes keeps its
 consent and its file); each new pipeline attaches its event sink. The recorder starts only when consent
 allows it (at the opening for `announce` and `none`, at the caller's yes for `ask`), and an opt-out
 deletes what was recorded: the caller said not to record *this call*. A sensitive digit form pauses it
 (`pause`: silence on both channels while the caller keys or says a card number or a PIN). Every change of consent is a
-`recording` event (internal/pipeline/events.py), which a SIP call's log and a browser's DataChannel carry.
+`recording` event (internal/recording/events.py), which a SIP call's log and a browser's DataChannel carry.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 
-from voicegate.internal.pipeline.events import EventSink, NullSink, RecordingEvent
+from voicegate.internal.events import EventSink, NullSink
 from voicegate.internal.recording.consent import ConsentState, Decision
+from voicegate.internal.recording.events import RecordingEvent
 from voicegate.internal.recording.recorder import CallRecorder
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from voicegate.internal.config.recording import RecordingConfig
-from voicegate.internal.pipeline.events import ConsentOutcome
+from voicegate.internal.recording.events import ConsentOutcome
 from voicegate.internal.recording.objection import objects_to_recording, words
 
 Answer = Literal["yes", "no"]

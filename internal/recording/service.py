@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from voicegate.internal.config.recording import RecordingConfig
+from voicegate.internal.conversation.slots import Slot
+from voicegate.internal.events import EventSink
 from voicegate.internal.identity import CallerIdentity
-from voicegate.internal.pipeline.events import EventSink
 from voicegate.internal.recording.call import ConsentedRecording
 from voicegate.internal.recording.consent import ConsentState
 from voicegate.internal.recording.recorder import CHUNK_FRAMES, FRAME_MS, CallRecorder, new_info
@@ -30,7 +31,7 @@ from voicegate.internal.session.session import Session
 
 log = logging.getLogger(__name__)
 
-RECORDING_KEY = "recording"  # session.data key of the session's ConsentedRecording
+RECORDING_KEY: Slot[ConsentedRecording] = Slot("recording")  # the session's ConsentedRecording
 # Writer threads: enough that Opus encoding (~1 % of a core per call, measured in bench/sip/recording.py)
 # for a few hundred calls never queues behind one thread, few enough to cost nothing when idle.
 MAX_WRITER_THREADS = 4
@@ -72,16 +73,16 @@ class RecordingService:
     # ---- calls ---------------------------------------------------------------------------------------
 
     def for_pipeline(self, session: Session, sample_rate: int, sink: EventSink) -> ConsentedRecording:
-        current = session.data.get(RECORDING_KEY)
-        if not isinstance(current, ConsentedRecording):
+        current = session.slots.get(RECORDING_KEY)
+        if current is None:
             current = ConsentedRecording(ConsentState(self.config),
                                          lambda rate, consent: self._recorder(session, rate, consent), session.id)
-            session.data[RECORDING_KEY] = current
+            session.slots.set(RECORDING_KEY, current)
         return current.attach(sink, sample_rate)
 
     async def session_ended(self, session: Session) -> None:
-        recording = session.data.pop(RECORDING_KEY, None)
-        if isinstance(recording, ConsentedRecording):
+        recording = session.slots.pop(RECORDING_KEY)
+        if recording is not None:
             recording.finish()
 
     def _recorder(self, session: Session, rate: int, consent: str) -> CallRecorder:

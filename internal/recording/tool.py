@@ -11,15 +11,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from voicegate.internal.conversation.slots import slots_of
 from voicegate.internal.pipeline.tools import ToolContext, ToolRegistry
 from voicegate.internal.recording.call import ConsentedRecording
 from voicegate.internal.recording.service import RECORDING_KEY
 
 
 def _recording(context: ToolContext) -> ConsentedRecording | None:
-    data = getattr(context.extras.get("session"), "data", None)
-    recording = data.get(RECORDING_KEY) if isinstance(data, dict) else None
-    return recording if isinstance(recording, ConsentedRecording) else None
+    slots = slots_of(context.extras.get("session"))
+    return slots.get(RECORDING_KEY) if slots is not None else None
 
 
 def register_recording_tool(registry: ToolRegistry) -> None:

@@ -1,4 +1,4 @@
-"""What the agent did on a call: a small ledger kept in `session.data` while the call lasts.
+"""What the agent did on a call: a small ledger kept in the session's slots while the call lasts.
 
 It answers a later "what did you do for me last time": an entry says what kind of action it was, which
 tool ran or which transfer target (a name from the deployer's allow-list) was asked for, its task id
@@ -8,18 +8,29 @@ side keeps it in the caller's task ledger, internal/memory/tasks.py, where it ca
 call), and what a session digest keeps is only the objective (`objective`: kind, name, task id).
 
 The pipeline records tool runs (internal/pipeline/responder.py), the SIP side records transfers
-(internal/sip/voice_transfer.py); this module imports nothing of either, so both and memory can use it.
+(internal/sip/voice/transfer.py); this module imports nothing of either, so both and memory can use it.
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
-ACTIONS = "session.actions"  # the session.data key of the call's ledger
-ON_CHANGE = "session.actions.on_change"  # session.data: told every new or changed entry (the task ledger)
-CALL_TASKS = "session.tasks"  # session.data: the handle a tool that starts work keeps (memory.tasks.CallTasks)
+from voicegate.internal.conversation.slots import Slot, Slots
+
+
+class TaskReports(Protocol):
+    """How a tool that starts work reports its task's status later (memory.tasks.CallTasks)."""
+
+    async def update(self, task_id: str, status: str, *, name: str, kind: str = "tool") -> bool: ...
+
+
+Action = dict[str, str]
+ACTIONS: Slot[list[Action]] = Slot("session.actions")  # the call's ledger
+ON_CHANGE: Slot[Callable[[Action], None]] = Slot("session.actions.on_change")  # told every new or changed entry
+CALL_TASKS: Slot[TaskReports] = Slot("session.tasks")  # the handle a tool that starts work keeps
 TASK_CHARS = 32  # a task id: random hex made here, never the caller's
 MAX_ACTIONS = 10  # per call: the latest are kept, a call that ran a tool in a loop is still one small row
 NAME_CHARS = 64  # a tool or target name is the deployer's, never the caller's, but bound it anyway
@@ -35,7 +46,6 @@ _KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 TERMINAL = frozenset({"ok", "error", "succeeded", "failed", "cancelled", "ended"})
 
-Action = dict[str, str]
 log = logging.getLogger(__name__)
 
 
@@ -52,30 +62,29 @@ def transfer_action(target: str) -> Action:
     return {"action": "transfer", "target": target[:NAME_CHARS], "status": "requested", "task": new_task_id()}
 
 
-def record_action(data: dict[str, Any], action: Action) -> None:
-    """Add `action` to the call's ledger in `data` (a session's data), keeping the latest MAX_ACTIONS."""
-    ledger = data.get(ACTIONS)
-    if not isinstance(ledger, list):
-        ledger = data[ACTIONS] = []
+def record_action(slots: Slots, action: Action) -> None:
+    """Add `action` to the call's ledger in `slots` (a session's), keeping the latest MAX_ACTIONS."""
+    ledger = slots.setdefault(ACTIONS, [])
     action.setdefault("task", new_task_id())
     ledger.append(action)
     del ledger[:-MAX_ACTIONS]
-    _told(data, action)
+    _told(slots, action)
 
 
-def settle_transfer(data: dict[str, Any], target: str, status: str) -> None:
+def settle_transfer(slots: Slots, target: str, status: str) -> None:
     """The outcome of the latest transfer to `target` still waiting for one."""
-    for action in reversed(data.get(ACTIONS) or []):
+    ledger = slots.get(ACTIONS) or []
+    for action in reversed(ledger):
         if action.get("action") == "transfer" and action.get("target") == target[:NAME_CHARS] \
                 and action.get("status") == "requested":
             action["status"] = status
-            _told(data, action)
+            _told(slots, action)
             return
 
 
-def _told(data: dict[str, Any], action: Action) -> None:
-    hook = data.get(ON_CHANGE)
-    if callable(hook):
+def _told(slots: Slots, action: Action) -> None:
+    hook = slots.get(ON_CHANGE)
+    if hook is not None:
         try:
             hook(dict(action))
         except Exception:  # the task ledger is a note about the call, never a reason to fail it

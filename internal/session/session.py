@@ -12,8 +12,9 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
+from voicegate.internal.conversation.slots import Slots
 from voicegate.internal.conversation.state import Conversation
 from voicegate.internal.identity import CallerIdentity
 
@@ -39,7 +40,9 @@ class Session:
     hangup: Callable[[], Awaitable[None]] | None = None
     # Called by SessionManager.end with the reason: tear the transport down (SIP BYE, close the peer).
     close_transport: Callable[[str], Awaitable[None]] | None = None
-    data: dict[str, Any] = field(default_factory=dict)
+    # What each feature keeps with the call (SIP Call-ID, recording consent, memory owner, ...), typed by
+    # the key its owner declares: internal/conversation/slots.py.
+    slots: Slots = field(default_factory=Slots)
 
     @property
     def resource_id(self) -> str | None:

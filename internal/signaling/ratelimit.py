@@ -1,6 +1,6 @@
 """Which client a signalling rate limit counts against (`whip_rate_per_min`, `patch_rate_per_min`).
 
-The buckets are internal.session.limits.TokenBucketLimiter, one per endpoint, so a client's PATCH
+The buckets are internal.token_bucket.TokenBucketLimiter, one per endpoint, so a client's PATCH
 attempts never eat into its allowance for calls. Each POST /whip builds a peer connection and gathers
 ICE candidates, so it costs sockets and CPU even when auth is off; the bucket caps that per address.
 """

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from voicegate.internal.config import Config
+from voicegate.internal.events import EventSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.identity.http_identity import AuthError, HttpIdentityResolver
 from voicegate.internal.peer import (
@@ -29,10 +30,8 @@ from voicegate.internal.peer import (
     attached_call,
     rtc_configuration,
 )
-from voicegate.internal.pipeline.events import EventSink
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.session import Session, SessionLimitReached, SessionManager, TransportKind
-from voicegate.internal.session.limits import TokenBucketLimiter
 from voicegate.internal.signaling.problems import (
     SignalingError,
     at_capacity,
@@ -43,6 +42,7 @@ from voicegate.internal.signaling.problems import (
 )
 from voicegate.internal.signaling.ratelimit import client_address
 from voicegate.internal.signaling.resume import ResumeOutcome, ResumeTokens, same_caller
+from voicegate.internal.token_bucket import TokenBucketLimiter
 
 log = logging.getLogger(__name__)
 

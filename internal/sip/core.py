@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Protocol
 
 from voicegate.internal.config.sections import SipConfig
-from voicegate.internal.session.limits import TokenBucketLimiter
 from voicegate.internal.sip.calls import CallRegistry
 from voicegate.internal.sip.digest import DigestAuthenticator
 from voicegate.internal.sip.handler import CallHandler
 from voicegate.internal.sip.stack import SipStack
+from voicegate.internal.token_bucket import TokenBucketLimiter
 
 
 class UaCore(Protocol):

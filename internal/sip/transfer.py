@@ -10,7 +10,7 @@ The REFER goes in the call's own dialog with `Refer-To: <target>` and `Referred-
 same dialog (`Event: refer`), each carrying a `message/sipfrag` body: the status line of the peer's new
 call ("SIP/2.0 100 Trying", then "SIP/2.0 200 OK" or a failure such as "SIP/2.0 486 Busy Here"). We answer
 every NOTIFY and read its status line; the first final status decides. This module does the signalling
-only: what a success or a failure means for the call (hang up, tell the caller) is `voice_transfer.py`.
+only: what a success or a failure means for the call (hang up, tell the caller) is `voice/transfer.py`.
 """
 
 from __future__ import annotations

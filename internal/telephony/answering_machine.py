@@ -8,8 +8,8 @@ said until the decision. Then, per class ([amd] on_human / on_machine / on_unkno
 - hangup: end the call;
 - leave_message: wait for the beep (or the end of a beep-less greeting), say `voicemail_message`
   (nobody can interrupt it: the machine is recording), then hang up.
-The decision and its timing go into the call's events (AmdEvent, VoicemailEvent), `session.data[AMD]`
-(POST /calls returns it) and the metrics.
+The decision and its timing go into the call's events (AmdEvent, VoicemailEvent), the session's `AMD`
+slot (POST /calls returns it) and the metrics.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Literal, Protocol
 
 from voicegate.internal.audio.frame import FRAME_MS
 from voicegate.internal.config.telephony import AmdConfig, AmdOutcome
-from voicegate.internal.pipeline.events import AmdEvent, VoicemailEvent
+from voicegate.internal.conversation.slots import Slot
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.session import Session
 from voicegate.internal.stt.base import Transcript
@@ -36,11 +36,12 @@ from voicegate.internal.telephony.amd import (
     MessageTiming,
     message_may_start,
 )
+from voicegate.internal.telephony.events import AmdEvent, VoicemailEvent
 
 log = logging.getLogger(__name__)
 
-AMD = "amd"  # session.data key: the call's AmdRun
-AMD_MESSAGE_AT = "amd.message_at"  # session.data key: monotonic time the voicemail message began
+AMD: Slot[AmdRun] = Slot("amd")  # the call's AmdRun
+AMD_MESSAGE_AT: Slot[float] = Slot("amd.message_at")  # monotonic time the voicemail message began
 TICK_S = 0.1  # time passes for the classifier even when no RTP arrives
 PRE_ROLL_MS = 300  # a probe transcribes from a little before the greeting's onset
 
@@ -162,7 +163,7 @@ class MachineListener:
 async def run_detection(pipeline: VoicePipeline, session: Session, plan: AmdPlan, transcriber: Transcriber | None,
                         on_decision: Callable[[AmdRun], None] = lambda run: None) -> AmdRun:
     """Detect, act on the decision, and return the run (the call may have ended by then)."""
-    run = session.data.setdefault(AMD, AmdRun())
+    run = session.slots.setdefault(AMD, AmdRun())
     probing = transcriber if plan.probe else None
     classifier = AnsweringMachineClassifier(plan.settings, pipeline.sample_rate,
                                             words_expected=probing is not None)
@@ -211,7 +212,7 @@ async def _leave_message(pipeline: VoicePipeline, session: Session, listener: Ma
     run.message_ms, run.beep_end_ms = listener.now_ms(), beep.end_ms if beep is not None else None
     pipeline.sink.emit(VoicemailEvent(after=after, start_ms=run.message_ms, beep_hz=beep.hz if beep else 0.0))
     run.message = "started"
-    session.data[AMD_MESSAGE_AT] = time.monotonic()
+    session.slots.set(AMD_MESSAGE_AT, time.monotonic())
     await pipeline.responder.say(plan.voicemail_message)
     entries = session.conversation.transcript.entries()
     run.message = "left" if entries and entries[-1].role == "agent" and not entries[-1].interrupted else "interrupted"
@@ -235,7 +236,7 @@ def run_in_background(pipeline: VoicePipeline, session: Session, plan: AmdPlan, 
                       spawn: Callable[[Awaitable[None]], object],
                       on_decision: Callable[[AmdRun], None] = lambda run: None) -> AmdRun:
     """Start detection on the call; returns its AmdRun at once (await `run.decided` for the decision)."""
-    run = session.data.setdefault(AMD, AmdRun())
+    run = session.slots.setdefault(AMD, AmdRun())
     spawn(_guarded(run_detection(pipeline, session, plan, transcriber, on_decision)))
     return run
 

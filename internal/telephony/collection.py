@@ -17,10 +17,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from voicegate.internal.pipeline.events import DigitsEvent, EventSink
+from voicegate.internal.events import EventSink
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.stt.base import Transcript
 from voicegate.internal.telephony.digits import AttemptResult, DigitEntry, DigitSpec, Via, next_prompt
+from voicegate.internal.telephony.events import DigitsEvent
 
 NOT_STARTED_MS = 1 << 62  # an attempt's timers start when its prompt has been heard
 

@@ -66,7 +66,7 @@ def sensitive(config: DigitsConfig, form: DigitFormConfig | None) -> bool:
 
 def recording_paused(session: Session, paused: bool) -> contextlib.AbstractContextManager[None]:
     """The call's recording paused for a sensitive form (silence on both channels), when it records."""
-    recording = session.data.get(RECORDING_KEY)
+    recording = session.slots.get(RECORDING_KEY)
     return recording.pause() if paused and isinstance(recording, ConsentedRecording) else contextlib.nullcontext()
 
 
@@ -113,7 +113,7 @@ def register_digits_tool(registry: ToolRegistry, config: DigitsConfig) -> None:
         with recording_paused(session, sensitive(config, form)):
             result = await collect_digits(pipeline, spec, context.speak, form=name)
         if result.ok:
-            remember_entry(session.data, result.digits)  # never to a tool server (form_digits.py)
+            remember_entry(session.slots, result.digits)  # never to a tool server (form_digits.py)
             return json.dumps({"ok": True, "digits": result.digits, "via": result.via, "attempts": result.attempts})
         return json.dumps({"ok": False, "reason": result.status, "attempts": result.attempts,
                            "note": "The caller did not give a valid entry. Do not ask again right away; offer "

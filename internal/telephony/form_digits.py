@@ -3,7 +3,7 @@
 `collect_digits` returns the entry to the model, which needs it (to read it back, or for a built-in or
 bring-your-own-agent tool that checks it). A tool from an MCP server is somebody else's program: a PIN or
 a card number must not reach it, whether the model means to send it or was talked into it. So every
-entry a form took is kept with the call (session.data, never logged or stored), and a call of an MCP
+entry a form took is kept with the call (the session's slots, never logged or stored), and a call of an MCP
 tool whose arguments carry one, among whatever separators (spaces, dashes, dots), is refused before it
 is sent (internal/tools/mcp.py).
 
@@ -14,17 +14,19 @@ and one digit would match almost any argument.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator
 from typing import Any
 
-FORM_DIGITS = "digits.entered"  # session.data key: the entries this call's digit forms took
+from voicegate.internal.conversation.slots import Slot, Slots
+
+FORM_DIGITS: Slot[list[str]] = Slot("digits.entered")  # the entries this call's digit forms took
 MIN_GUARDED_DIGITS = 3  # a card's security code
 _NOT_DIGIT = re.compile(r"\D+")
 
 
-def remember_entry(data: MutableMapping[str, Any], digits: str) -> None:
+def remember_entry(slots: Slots, digits: str) -> None:
     if len(digits) >= MIN_GUARDED_DIGITS:
-        entries = data.setdefault(FORM_DIGITS, [])
+        entries = slots.setdefault(FORM_DIGITS, [])
         if digits not in entries:
             entries.append(digits)
 
@@ -41,9 +43,9 @@ def _texts(value: Any) -> Iterator[str]:
         yield str(value)
 
 
-def carries_entry(arguments: dict[str, Any], data: MutableMapping[str, Any] | None) -> bool:
-    """Do these tool arguments carry a digit form's entry of this call?"""
-    entries = data.get(FORM_DIGITS) if data is not None else None
+def carries_entry(arguments: dict[str, Any], slots: Slots | None) -> bool:
+    """Do these tool arguments carry a digit form's entry of this call (`slots`: the call's)?"""
+    entries = slots.get(FORM_DIGITS) if slots is not None else None
     if not entries:
         return False
     digits = [_NOT_DIGIT.sub("", text) for text in _texts(arguments)]

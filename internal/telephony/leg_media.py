@@ -1,7 +1,7 @@
 """What a call leg hears and says while no agent drives it: hold music, a briefing, a bridge to another leg.
 
 A SIP call's media asks its route for `pull_audio()` (the next 20 ms to send, None for comfort
-silence) and hands it `push_audio(pcm)` and `push_dtmf(digit)` (internal/sip/voice.py); the pipeline
+silence) and hands it `push_audio(pcm)` and `push_dtmf(digit)` (internal/sip/voice/handler.py); the pipeline
 is one such endpoint. During a warm transfer the caller's leg gets a `HoldPort` instead, the target's
 leg a `BriefingPort`, and once the target has been briefed the two get a `Bridge`'s ports: each leg's
 frames go to the other, through a short queue (both legs tick every 20 ms on the same scheduler, so a

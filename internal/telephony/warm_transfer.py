@@ -1,6 +1,6 @@
 """Warm transfer, the rules: what the target is told, when to tell them, what the caller hears on failure.
 
-The flow (internal/sip/voice_warm_transfer.py runs it): the caller hears the hold message, then hold
+The flow (internal/sip/voice/warm_transfer.py runs it): the caller hears the hold message, then hold
 music; voicegate calls the target; when they answer and have said their "hello", they hear a briefing
 made from the call's rolling summary (or, in a call too short for one, the caller's own recent words);
 then the two legs are bridged and the agent leaves. A target that is busy, declines, does not answer or

@@ -38,6 +38,7 @@ from mcp.types import CONNECTION_CLOSED, CallToolResult
 
 from voicegate.internal.config.display import mask_urls_in
 from voicegate.internal.config.mcp import McpConfig, McpServerConfig
+from voicegate.internal.conversation.slots import slots_of
 from voicegate.internal.pipeline.tools import ToolContext, ToolError, ToolRegistry, ToolTimeout
 from voicegate.internal.telephony.form_digits import carries_entry
 from voicegate.internal.tools.mcp_caller import (
@@ -313,7 +314,7 @@ class McpToolset:
         task_tool = tool.name in server.task_tools
 
         async def run(arguments: dict[str, Any], context: ToolContext) -> str:
-            if carries_entry(arguments, getattr(context.extras.get("session"), "data", None)):
+            if carries_entry(arguments, slots_of(context.extras.get("session"))):
                 raise ToolError("digits the caller entered in a digit form (collect_digits) are never sent to tools "
                                 "from other servers; they may be a PIN or a card number. Do not retry with them.")
             caller = caller_meta(server, getattr(context.extras.get("session"), "identity", None), self.owner_key)

@@ -16,7 +16,7 @@ from voicegate.internal.audio.rtp import rtp_header
 from voicegate.internal.audio.rtp_session import RtpSession
 from voicegate.internal.audio.srtp import SrtpContext
 from voicegate.internal.sip.sdes import SrtpKeys, new_key
-from voicegate.internal.sip.voice_call import SipVoiceCall, secure
+from voicegate.internal.sip.voice.call import SipVoiceCall, secure
 
 # The RTP session tests' fixtures, under their own names so pytest finds them here too.
 allocator, scheduler, sessions, raw_peer = plain.allocator, plain.scheduler, plain.sessions, plain.raw_peer

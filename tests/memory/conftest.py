@@ -12,6 +12,7 @@ from tests.conftest import tone_driven
 from voicegate.internal.config import load_config
 from voicegate.internal.config.providers import MemoryConfig, PgvectorConfig
 from voicegate.internal.db import Database
+from voicegate.internal.memory.adapters import adapt
 from voicegate.internal.memory.audit import AuditLog
 from voicegate.internal.memory.owner import OwnerKeys
 from voicegate.internal.memory.providers.inmemory import InMemoryProvider
@@ -52,7 +53,7 @@ async def provider(request: pytest.FixtureRequest, tmp_path: Path, embedder: Any
 
 def make_runtime(provider: Any, tmp_path: Path, **memory: Any) -> FrontendMemoryRuntime:
     config = MemoryConfig(enabled=True, **memory)
-    return FrontendMemoryRuntime(provider, config, OwnerKeys(b"test-secret"),
+    return FrontendMemoryRuntime(adapt(provider), config, OwnerKeys(b"test-secret"),
                                  audit=AuditLog(tmp_path / "memory-audit.jsonl"))
 
 

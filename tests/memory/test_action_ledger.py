@@ -15,6 +15,7 @@ from tests.memory.conftest import base_config, make_runtime
 from tests.memory.test_calls import SAM, agent_lines, call
 from tests.pipeline.conftest import ScriptedStt
 from voicegate.internal.config.providers import MemoryConfig
+from voicegate.internal.conversation.slots import Slots
 from voicegate.internal.llm.base import ChatMessage, ChatRequest, ReplyDelta, ToolCall, ToolSpec, Turn
 from voicegate.internal.llm.local import LocalAgent
 from voicegate.internal.memory.outbox import HangupOutbox, HangupWrite
@@ -46,12 +47,12 @@ def without(key: str, actions: list[dict[str, str]]) -> list[dict[str, str]]:
 # ---- the ledger itself ---------------------------------------------------------------------------
 
 def test_the_ledger_keeps_the_latest_actions_and_settles_a_transfer() -> None:
-    data: dict[str, Any] = {}
+    slots = Slots()
     for n in range(MAX_ACTIONS + 5):
-        record_action(data, tool_action(f"tool_{n}", ok=n % 2 == 0))
-    record_action(data, transfer_action("sales"))
-    settle_transfer(data, "sales", "failed")
-    ledger = data[ACTIONS]
+        record_action(slots, tool_action(f"tool_{n}", ok=n % 2 == 0))
+    record_action(slots, transfer_action("sales"))
+    settle_transfer(slots, "sales", "failed")
+    ledger = slots.get(ACTIONS, [])
     assert len(ledger) == MAX_ACTIONS and ledger[0]["name"] == "tool_6"
     assert without("task", ledger)[-1] == {"action": "transfer", "target": "sales", "status": "failed"}
     assert len({action["task"] for action in ledger}) == MAX_ACTIONS  # each its own task id
@@ -84,12 +85,13 @@ async def test_tool_runs_with_side_effects_are_recorded_by_name_and_status_only(
     tools.register("opening_hours", "Read only.", schema, look_up, side_effects=False)
     tools.register("own_record", "Records itself.", schema, book, ledger=False)
     register_end_call(tools)
-    data: dict[str, Any] = {}
-    context = ToolContext("s", None, 1, record_tool=lambda name, ok: record_action(data, tool_action(name, ok)))
+    slots = Slots()
+    context = ToolContext("s", None, 1, record_tool=lambda name, ok: record_action(slots, tool_action(name, ok)))
     for name in ("book_table", "cancel_order", "opening_hours", "own_record", "end_call", "unknown"):
         await tools.run(ToolCall("c", name, {"who": "Sam Smith, 4111"}), context)
-    assert without("task", data[ACTIONS]) == [BOOKED, {"action": "tool", "name": "cancel_order", "status": "error"}]
-    assert "Sam" not in json.dumps(data)  # never the arguments, never the result
+    ledger = slots.get(ACTIONS, [])
+    assert without("task", ledger) == [BOOKED, {"action": "tool", "name": "cancel_order", "status": "error"}]
+    assert "Sam" not in json.dumps(ledger)  # never the arguments, never the result
 
 
 async def test_the_local_agent_answers_what_it_did_last_time_from_recall() -> None:
@@ -135,7 +137,9 @@ async def recalled(runtime: FrontendMemoryRuntime, tmp_path: Path) -> list[dict[
     tools = ToolRegistry()
     outbox = HangupOutbox(tmp_path / "outbox", retry_max_s=1.0, max_age_s=3600.0, max_entries=10)
     register_memory_tools(tools, runtime, SessionMemory(runtime, "Hello.", outbox), session_digests=True)
-    context = ToolContext("s2", None, 1, extras={"session": SimpleNamespace(data={OWNER: OWNER_KEY})})
+    slots = Slots()
+    slots.set(OWNER, OWNER_KEY)
+    context = ToolContext("s2", None, 1, extras={"session": SimpleNamespace(slots=slots)})
     calls: list[dict[str, Any]] = json.loads(await tools.run(ToolCall("r", "recall", {}), context))["calls"]
     return calls
 
@@ -268,8 +272,8 @@ async def test_a_call_where_nothing_was_said_still_records_what_was_done(tmp_pat
     try:
         assert gateway.sessions is not None and gateway.session_memory is not None and gateway.memory is not None
         session = await gateway.open_session(SAM, "sip")
-        record_action(session.data, transfer_action("sales"))  # e.g. POST /calls/{id}/transfer
-        settle_transfer(session.data, "sales", "succeeded")
+        record_action(session.slots, transfer_action("sales"))  # e.g. POST /calls/{id}/transfer
+        settle_transfer(session.slots, "sales", "succeeded")
         await gateway.sessions.end(session, "transferred")
         await gateway.sessions.drain()
         await gateway.session_memory.drain(10)
@@ -310,7 +314,7 @@ async def test_without_session_digests_nothing_of_the_ledger_is_kept(tmp_path: P
         assert gateway.session_memory is not None and gateway.memory is not None
         session = await gateway.open_session(SAM, "talk")
         session.conversation.transcript.add("user", "book a table")
-        record_action(session.data, tool_action("book_table", ok=True))
+        record_action(session.slots, tool_action("book_table", ok=True))
         owner = gateway.memory.owner_key(SAM)
         assert owner is not None
         entry = gateway.session_memory.hangup_write(session, owner, 0)

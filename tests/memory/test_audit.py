@@ -10,6 +10,7 @@ from pathlib import Path
 
 from voicegate.internal.config.providers import MemoryConfig
 from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.memory.adapters import adapt
 from voicegate.internal.memory.audit import AuditLog
 from voicegate.internal.memory.owner import OwnerKeys
 from voicegate.internal.memory.provider import ChangeContext
@@ -87,7 +88,7 @@ async def test_rotated_files_are_deleted_once_their_day_is_past_the_retention(tm
 
 async def test_the_audit_files_never_hold_memory_text_or_the_owner_key(tmp_path: Path) -> None:
     clock = Clock("2024-03-01T23:59:59")
-    runtime = FrontendMemoryRuntime(InMemoryProvider(90 * 86400.0), MemoryConfig(enabled=True),
+    runtime = FrontendMemoryRuntime(adapt(InMemoryProvider(90 * 86400.0)), MemoryConfig(enabled=True),
                                     OwnerKeys(b"test-secret"), audit=AuditLog(tmp_path / "memory-audit.jsonl",
                                                                               clock=clock))
     key = runtime.owner_key(CallerIdentity("sip", "+15551234567"))
@@ -126,7 +127,7 @@ async def test_a_digest_or_session_digest_write_that_fails_is_audited_as_failed(
     from voicegate.internal.memory.records import SessionDigest
 
     audit = AuditLog(tmp_path / "audit.jsonl")
-    runtime = FrontendMemoryRuntime(FailingStore(86400.0), MemoryConfig(enabled=True), OwnerKeys(b"k" * 16),
+    runtime = FrontendMemoryRuntime(adapt(FailingStore(86400.0)), MemoryConfig(enabled=True), OwnerKeys(b"k" * 16),
                                     audit=audit)
     with pytest.raises(OSError):
         await runtime.set_document(OWNER, "memory", "- A call line.", ChangeContext("digest", "s1"))

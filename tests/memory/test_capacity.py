@@ -13,6 +13,7 @@ from tests.memory.conftest import base_config, make_runtime
 from tests.memory.test_calls import agent_lines, call, documents
 from tests.memory.test_learning import RecordingProvider
 from tests.pipeline.conftest import ScriptedStt
+from voicegate.internal.events import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.openai import OpenAIChatModel
 from voicegate.internal.memory.digest import DIGEST_HEADING, merge_digest, split_document
@@ -25,7 +26,6 @@ from voicegate.internal.pipeline.context import (
     ContextLayers,
     build_system_context,
 )
-from voicegate.internal.pipeline.events import CollectingSink
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.server.gateway import Gateway
 

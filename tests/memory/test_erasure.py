@@ -17,6 +17,7 @@ from tests.memory.conftest import RETENTION_S, make_runtime
 from voicegate.internal.config.providers import PgvectorConfig
 from voicegate.internal.db import Database
 from voicegate.internal.identity import CallerIdentity
+from voicegate.internal.memory.adapters import adapt
 from voicegate.internal.memory.digest import merge_digest
 from voicegate.internal.memory.owner import OwnerKeySecretError, OwnerSecret, fingerprint, read_secret, secret_problem
 from voicegate.internal.memory.provider import ChangeContext
@@ -190,7 +191,7 @@ async def test_the_store_remembers_the_secret_and_refuses_another(fresh_db: str,
     try:
         provider = PgvectorProvider(database, embedder, RETENTION_S)
         first = read_secret("", tmp_path / "data")
-        runtime = FrontendMemoryRuntime(provider, make_runtime(provider, tmp_path).config,
+        runtime = FrontendMemoryRuntime(adapt(provider), make_runtime(provider, tmp_path).config,
                                         make_runtime(provider, tmp_path).keys, secret=first)
         await runtime.verify_owner_key()  # nothing stored: accepted, written, fingerprint recorded
         assert (tmp_path / "data" / "owner-key.secret").read_bytes() == first.value
@@ -198,11 +199,12 @@ async def test_the_store_remembers_the_secret_and_refuses_another(fresh_db: str,
         await runtime.edit(runtime.keys.for_resource_id("jwt:alice"), "memory", "append", content="- x",
                            context=API)
         (tmp_path / "data" / "owner-key.secret").unlink()  # lost, or a run from another directory
-        lost = FrontendMemoryRuntime(provider, runtime.config, runtime.keys, secret=read_secret("", tmp_path / "data"))
+        lost = FrontendMemoryRuntime(adapt(provider), runtime.config, runtime.keys,
+                                     secret=read_secret("", tmp_path / "data"))
         with pytest.raises(OwnerKeySecretError, match="is missing"):
             await lost.verify_owner_key()
         assert not (tmp_path / "data" / "owner-key.secret").exists()  # nothing was replaced
-        other = FrontendMemoryRuntime(provider, runtime.config, runtime.keys,
+        other = FrontendMemoryRuntime(adapt(provider), runtime.config, runtime.keys,
                                       secret=OwnerSecret(b"another", "memory.owner_key_secret", False))
         with pytest.raises(OwnerKeySecretError, match="not the one"):
             await other.verify_owner_key()

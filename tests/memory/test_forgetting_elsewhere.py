@@ -18,6 +18,7 @@ from tests.fakes.openai_fake import FakeOpenAI
 from tests.memory.conftest import RETENTION_S, base_config, make_runtime
 from tests.pipeline.conftest import ScriptedStt
 from voicegate.internal.config import load_config
+from voicegate.internal.events import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.openai import OpenAIChatModel
 from voicegate.internal.memory.digest import no_longer_stated
@@ -26,7 +27,6 @@ from voicegate.internal.memory.provider import ChangeContext, MemoryDocument
 from voicegate.internal.memory.providers.inmemory import InMemoryProvider
 from voicegate.internal.memory.reconcile import Reconciler, SessionDigestRecorder
 from voicegate.internal.memory.runtime import FrontendMemoryRuntime
-from voicegate.internal.pipeline.events import CollectingSink
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.server.gateway import Gateway
 

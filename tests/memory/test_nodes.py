@@ -17,8 +17,8 @@ import websockets
 
 from tests.memory.test_api import SECRET, auth, token
 from tests.webrtc.harness import LiveServer, live_server, webrtc_config
+from voicegate.internal.events import CollectingSink
 from voicegate.internal.identity import CallerIdentity
-from voicegate.internal.pipeline.events import CollectingSink
 
 
 @contextlib.asynccontextmanager

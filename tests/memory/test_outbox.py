@@ -18,12 +18,12 @@ import pytest
 from tests.memory.test_calls import memory_config
 from tests.pipeline.conftest import ScriptedStt
 from voicegate.internal.db import EmbeddedPostgres
+from voicegate.internal.events import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.memory.errors import MemoryUnavailable
 from voicegate.internal.memory.outbox import HangupOutbox, HangupWrite, StepFailed, retry_delay, transient
 from voicegate.internal.memory.provider import OwnerErased
 from voicegate.internal.memory.sessions import landing
-from voicegate.internal.pipeline.events import CollectingSink
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.internal.session import Session
 from voicegate.server.gateway import Gateway

@@ -25,13 +25,14 @@ from tests.memory.test_calls import call
 from tests.memory.test_stated_preferences import openai_gateway
 from tests.webrtc.harness import live_server, webrtc_config
 from voicegate.internal.config import load_config
+from voicegate.internal.events import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.openai import OpenAIChatModel
+from voicegate.internal.memory.events import MemoryChangedEvent
 from voicegate.internal.memory.provider import ChangeContext, QueryOptions
 from voicegate.internal.memory.providers.pgvector import PgvectorProvider
 from voicegate.internal.memory.reconcile import SessionDigestRecorder, fallback_digest
 from voicegate.internal.pipeline.context import ASSISTANT_PROFILE_HEADING, MEMORY_POLICY
-from voicegate.internal.pipeline.events import CollectingSink, MemoryChangedEvent
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.server.gateway import Gateway
 
@@ -87,7 +88,7 @@ async def test_read_with_a_query_through_the_tool_and_pgvector(tmp_path: Path, f
     try:
         owner = await seeded(gateway)
         assert gateway.memory is not None and gateway.memory.capabilities.semantic_query
-        provider = gateway.memory.provider
+        provider = gateway.memory.provider.inner
         assert isinstance(provider, PgvectorProvider)
         direct = await provider.query(owner, "my pet", QueryOptions(top_k=2))
         fake.turn_replies.append(tool_call("memory", action="read", query="what pet do I have"))

@@ -16,6 +16,7 @@ from tests.memory.conftest import make_runtime
 from tests.memory.test_action_ledger import OWNER_KEY, hangup, ledger_config, recalled
 from tests.memory.test_calls import SAM, agent_lines, call
 from tests.pipeline.conftest import ScriptedStt
+from voicegate.internal.conversation.slots import Slots
 from voicegate.internal.llm.base import ChatRequest, ReplyDelta, ToolCall
 from voicegate.internal.memory.reconcile import SessionDigestRecorder
 from voicegate.internal.memory.sessions import EPOCH, OWNER
@@ -76,8 +77,10 @@ class PartsSupplier:
 async def recalled_actions(gateway: Gateway, owner: str) -> list[dict[str, Any]]:
     """The `recall` tool's actions of the latest call that did something, as the model reads them."""
     assert gateway.memory is not None
-    data = {OWNER: owner, EPOCH: await gateway.memory.epoch(owner)}  # as a live call of the caller has them
-    context = ToolContext("x", None, 1, extras={"session": SimpleNamespace(data=data)})
+    slots = Slots()  # as a live call of the caller has them
+    slots.set(OWNER, owner)
+    slots.set(EPOCH, await gateway.memory.epoch(owner))
+    context = ToolContext("x", None, 1, extras={"session": SimpleNamespace(slots=slots)})
     calls = json.loads(await gateway.tools.run(ToolCall("r", "recall", {}), context))["calls"]
     return next(c["actions"] for c in calls if c["actions"])  # type: ignore[no-any-return]
 
@@ -96,7 +99,7 @@ async def test_status_moves_after_the_call_and_recall_reads_it_live(tmp_path: Pa
         # that ordered parts (work that goes on elsewhere).
         session = await gateway.open_session(SAM, "sip")
         session.conversation.transcript.add("user", "put me through to sales")
-        record_action(session.data, transfer_action("sales"))
+        record_action(session.slots, transfer_action("sales"))
         await gateway.sessions.end(session, "caller hung up")
         await gateway.sessions.drain()
         await gateway.session_memory.drain(10)

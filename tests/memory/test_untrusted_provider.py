@@ -20,6 +20,7 @@ from tests.memory.conftest import base_config, make_runtime
 from tests.memory.test_api import SECRET, auth
 from tests.pipeline.conftest import ScriptedStt
 from tests.webrtc.harness import webrtc_config
+from voicegate.internal.events import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.base import ToolCall
 from voicegate.internal.memory.provider import (
@@ -36,7 +37,6 @@ from voicegate.internal.memory.provider import (
 from voicegate.internal.memory.providers.pgvector import CHANGE_CHANNEL
 from voicegate.internal.memory.results import CEILING_FACTOR
 from voicegate.internal.memory.runtime import MemoryUnavailable
-from voicegate.internal.pipeline.events import CollectingSink
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.internal.pipeline.tools import ToolContext
 from voicegate.server.app import create_gateway_application

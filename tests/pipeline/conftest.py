@@ -11,10 +11,10 @@ import pytest
 from tests.conftest import tone_driven
 from voicegate.internal.config import Config, load_config
 from voicegate.internal.conversation.rolling_summary import RollingSummary
+from voicegate.internal.events import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.base import ChatModel
 from voicegate.internal.llm.local import LocalAgent
-from voicegate.internal.pipeline.events import CollectingSink
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.pipeline.services import PipelineServices
 from voicegate.internal.pipeline.tools import ToolRegistry, register_end_call

@@ -350,7 +350,7 @@ async def test_model_failure_is_apologised_for_and_the_call_goes_on(make_pipelin
         pipeline.submit_text("hello")
         await call.wait_agent_quiet(500)
         assert agent_texts(sink.events) == [APOLOGY]
-        pipeline.session.data.clear()
+        pipeline.session.slots.clear()
         model.error = None
     assert pipeline.session.conversation.turns == 1
 

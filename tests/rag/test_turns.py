@@ -13,9 +13,9 @@ from tests.pipeline.conftest import ScriptedStt
 from tests.rag.conftest import CORPUS
 from tests.speech import silence, tone
 from voicegate.internal.config import load_config
+from voicegate.internal.events import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.openai import OpenAIChatModel
-from voicegate.internal.pipeline.events import CollectingSink
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.internal.rag import build_store, ingest_files
 from voicegate.server.gateway import Gateway

@@ -18,9 +18,9 @@ from tests.conftest import tone_driven
 from tests.pipeline.conftest import ScriptedStt
 from voicegate.internal.config import load_config
 from voicegate.internal.conversation.rolling_summary import RollingSummary
+from voicegate.internal.events import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.local import LocalAgent
-from voicegate.internal.pipeline.events import CollectingSink
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.pipeline.services import PipelineServices
 from voicegate.internal.recording.service import RecordingService

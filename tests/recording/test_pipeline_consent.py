@@ -11,12 +11,13 @@ from tests.pipeline.conftest import PipelineFactory, ScriptedStt
 from tests.speech import silence, tone
 from voicegate.internal.config import Config
 from voicegate.internal.conversation.rolling_summary import RollingSummary
+from voicegate.internal.events import CollectingSink
 from voicegate.internal.identity import CallerIdentity
-from voicegate.internal.pipeline.events import CollectingSink, RecordingEvent
 from voicegate.internal.pipeline.idle import IdleEvent
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.pipeline.tools import ToolRegistry
+from voicegate.internal.recording.events import RecordingEvent
 from voicegate.internal.recording.service import RecordingService
 from voicegate.internal.recording.tool import register_recording_tool
 from voicegate.internal.session import Conversation, Session

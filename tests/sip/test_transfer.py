@@ -31,7 +31,7 @@ from voicegate.internal.sip.transfer import (
     subscription_terminated,
 )
 from voicegate.internal.sip.uri import NameAddr, SipUri
-from voicegate.internal.sip.voice_transfer import (
+from voicegate.internal.sip.voice.transfer import (
     TRANSFERRED,
     CallTransfers,
     TargetNotAllowed,

@@ -56,12 +56,12 @@ async def test_a_message_is_left_after_the_voicemail_beep(
     assert 0 < amd["decision_ms"] <= config.amd.max_decision_ms
     (session,) = await server.wait_ended(timeout=90)  # we hang up once the message is left
     (await callee).check()  # and the box got our BYE
-    run = session.data[AMD]
+    run = session.slots.get(AMD)
     assert isinstance(run, AmdRun) and run.message == "left"
     assert run.beep_end_ms is not None and run.message_ms is not None
     assert 0 <= run.message_ms - run.beep_end_ms <= 1500  # after the beep, not long after it
     # Nothing of ours was loud before the message began (no greeting spoken over the machine's) ...
-    started = session.data[AMD_MESSAGE_AT]
+    started = session.slots.get(AMD_MESSAGE_AT)
     before = b"".join(r.packet.payload for r in capture.received if r.at < started and r.packet.payload_type == 0)
     from voicegate.internal.audio.g711 import ulaw_decode
 

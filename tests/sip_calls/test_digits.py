@@ -39,6 +39,7 @@ from voicegate.internal.audio.rtp import RtpPacket
 from voicegate.internal.config import Config
 from voicegate.internal.config.telephony import DigitFormConfig
 from voicegate.internal.session import Session
+from voicegate.internal.sip.voice.call import SIP_CALL_ID
 from voicegate.internal.stt.whisper import WhisperSpeechToText
 from voicegate.internal.telephony.collection import DigitCollection
 
@@ -100,7 +101,7 @@ async def test_keys_from_rfc4733_events_fill_a_form_after_a_retry(
     scenario = render(tmp_path, media=stream(caller_audio(tmp_path, REQUEST)), ending=WAIT_FOR_BYE)
     caller = asyncio.create_task(run_sipp(tmp_path, scenario, server.target))
     session = await collecting(server)
-    port = server.gateway.sip_calls.calls[session.data["sip.call_id"]].rtp.local_port
+    port = server.gateway.sip_calls.calls[session.slots.get(SIP_CALL_ID)].rtp.local_port
     state = {"seq": random.randrange(1 << 16), "ts": random.randrange(1 << 31)}
     capture = session.pipeline.capture  # type: ignore[union-attr]
     assert isinstance(capture, DigitCollection)
@@ -212,7 +213,7 @@ async def test_keys_typed_into_a_form_are_masked_in_the_call_events_and_a_sensit
         caller = asyncio.create_task(run_sipp(tmp_path, scenario, server.target))
         session = await collecting(server)
         await asyncio.sleep(1.5)  # well into the prompt, which the recording must not hold
-        port = server.gateway.sip_calls.calls[session.data["sip.call_id"]].rtp.local_port
+        port = server.gateway.sip_calls.calls[session.slots.get(SIP_CALL_ID)].rtp.local_port
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             await press(sock, port, "55512#", 0x5EED, {"seq": 100, "ts": 8000})
         await agent_said(session, "Thank you.")

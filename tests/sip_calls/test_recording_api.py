@@ -26,7 +26,7 @@ from tests.sip_calls.conftest import (
 )
 from voicegate.internal.config import Config
 from voicegate.internal.session import Session
-from voicegate.internal.sip.voice_call import SIP_CALL_ID
+from voicegate.internal.sip.voice.call import SIP_CALL_ID
 
 API_KEY = "recordings-test-key-0123456789"
 AUTH = {"X-API-Key": API_KEY}
@@ -69,8 +69,8 @@ async def test_the_recording_is_served_with_the_api_key_and_the_callers_erasure_
     scenario = render(tmp_path, media=stream(audio), ending=WAIT_FOR_BYE)
     sipp = asyncio.create_task(run_sipp(tmp_path, scenario, server.target, timeout=60))
     (session,) = await server.wait_live()
-    await eventually(lambda: SIP_CALL_ID in session.data, 20, "media to start")
-    call_id = session.data[SIP_CALL_ID]
+    await eventually(lambda: SIP_CALL_ID in session.slots, 20, "media to start")
+    call_id = session.slots.get(SIP_CALL_ID)
     live = await client.get(f"/calls/{session.id}/recording", headers=AUTH)
     assert live.status_code == 409 and live.json()["error"]["code"] == "recording_in_progress"
     await agent_said(session, "It's", timeout=60)  # the local agent tells the time

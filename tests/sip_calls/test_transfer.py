@@ -26,8 +26,8 @@ from voicegate.internal.config import Config
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.session import Session
 from voicegate.internal.session.actions import ACTIONS
-from voicegate.internal.sip.voice_call import SIP_CALL_ID
-from voicegate.internal.sip.voice_transfer import TRANSFER_STATE, TRANSFERRED, failure_message
+from voicegate.internal.sip.voice.call import SIP_CALL_ID
+from voicegate.internal.sip.voice.transfer import TRANSFER_STATE, TRANSFERRED, failure_message
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +68,7 @@ def transferred_caller(directory: Path, *, final: str, media: str = "", ending: 
 async def established(server: SipServer) -> Session:
     """The one call, once ACKed and its media started (from then on it can be transferred)."""
     (session,) = await server.wait_live()
-    await eventually(lambda: SIP_CALL_ID in session.data, what="the call's media to start")
+    await eventually(lambda: SIP_CALL_ID in session.slots, what="the call's media to start")
     return session
 
 
@@ -78,16 +78,16 @@ async def test_a_transfer_the_phone_completes_ends_our_leg_with_bye(http_server:
     session = await established(server)
     response = await client.post(f"/calls/{session.id}/transfer", json={"target": "Sales"}, headers=AUTH)
     assert response.status_code == 202, response.text
-    assert response.json() == {"session_id": session.id, "call_id": session.data[SIP_CALL_ID],
+    assert response.json() == {"session_id": session.id, "call_id": session.slots.get(SIP_CALL_ID),
                                "target": "sales", "mode": "cold", "status": "accepted"}
     # sipp saw the REFER (Refer-To sales, a Referred-By), our 200 to each NOTIFY, then our BYE.
     (await caller).check()
     (ended,) = await server.wait_ended()
     assert ended is session and ended.end_reason == TRANSFERRED
-    state = session.data[TRANSFER_STATE]
+    state = session.slots.get(TRANSFER_STATE)
     assert (state.phase, state.status) == ("succeeded", 200)
     # The call's ledger of what the agent did (recalled on a later call): the target's name and outcome.
-    assert untasked(session.data[ACTIONS]) == [{"action": "transfer", "target": "sales", "status": "succeeded"}]
+    assert untasked(session.slots.get(ACTIONS)) == [{"action": "transfer", "target": "sales", "status": "succeeded"}]
 
 
 async def test_a_busy_target_is_announced_and_the_call_carries_on(http_server: Any, tmp_path: Path) -> None:
@@ -95,13 +95,13 @@ async def test_a_busy_target_is_announced_and_the_call_carries_on(http_server: A
     scenario = transferred_caller(tmp_path, final=BUSY, ending=caller_bye(8000))
     caller = asyncio.create_task(run_sipp(tmp_path, scenario, server.target))
     session = await established(server)
-    response = await client.post(f"/calls/{session.data[SIP_CALL_ID]}/transfer", json={"target": SALES},
+    response = await client.post(f"/calls/{session.slots.get(SIP_CALL_ID)}/transfer", json={"target": SALES},
                                  headers=AUTH)
     assert response.status_code == 202, response.text
     await agent_said(session, failure_message("sales"))
     assert not session.ended and server.ended == []  # still on the line with the agent
-    assert (session.data[TRANSFER_STATE].phase, session.data[TRANSFER_STATE].status) == ("failed", 486)
-    assert untasked(session.data[ACTIONS]) == [{"action": "transfer", "target": "sales", "status": "failed"}]
+    assert (session.slots.get(TRANSFER_STATE).phase, session.slots.get(TRANSFER_STATE).status) == ("failed", 486)
+    assert untasked(session.slots.get(ACTIONS)) == [{"action": "transfer", "target": "sales", "status": "failed"}]
     (await caller).check()  # then the caller hangs up: the call had carried on
     (ended,) = await server.wait_ended()
     assert ended.end_reason == "sip bye"
@@ -174,7 +174,7 @@ async def test_caller_asking_the_local_agent_for_sales_is_transferred(http_serve
     assert ("user", "transfer me to sales") in said
     calls = [c for m in session.conversation.history for c in m.tool_calls]
     assert [(c.name, c.arguments) for c in calls] == [("transfer_call", {"target": "sales"})]
-    assert session.data[TRANSFER_STATE].target == "sales"
+    assert session.slots.get(TRANSFER_STATE).target == "sales"
 
 
 async def test_a_phone_hanging_up_mid_transfer_just_ends_the_call(http_server: Any, tmp_path: Path) -> None:
@@ -188,5 +188,5 @@ async def test_a_phone_hanging_up_mid_transfer_just_ends_the_call(http_server: A
     (await caller).check()  # 202, NOTIFY 100 answered, then the phone's own BYE
     (ended,) = await server.wait_ended()
     assert ended.end_reason == "sip bye"
-    await eventually(lambda: session.data[TRANSFER_STATE].phase == "ended", what="the transfer to give up")
+    await eventually(lambda: session.slots.get(TRANSFER_STATE).phase == "ended", what="the transfer to give up")
     assert not any(failure_message("sales") in e.text for e in session.conversation.transcript.entries())

@@ -33,7 +33,8 @@ from voicegate.internal.audio.g711 import ulaw_decode, ulaw_encode
 from voicegate.internal.config import Config
 from voicegate.internal.session import Session
 from voicegate.internal.session.actions import ACTIONS
-from voicegate.internal.sip.voice_transfer import TRANSFER_STATE, TRANSFERRED
+from voicegate.internal.sip.voice.call import SIP_CALL_ID
+from voicegate.internal.sip.voice.transfer import TRANSFER_STATE, TRANSFERRED
 from voicegate.internal.telephony.beep import FilterBank
 from voicegate.internal.telephony.warm_transfer import return_message
 
@@ -110,7 +111,8 @@ async def test_the_target_is_briefed_before_the_caller_is_put_through_then_they_
         (await callee).check()  # ... and voicegate hung up sales in turn
         (ended,) = await server.wait_ended()
         assert ended.end_reason == TRANSFERRED
-        assert untasked(session.data[ACTIONS]) == [{"action": "transfer", "target": "sales", "status": "succeeded"}]
+        assert untasked(session.slots.get(ACTIONS)) == [
+            {"action": "transfer", "target": "sales", "status": "succeeded"}]
 
         briefing = f"Hello, this is the voice assistant with a caller for sales. {SUMMARY} I'm connecting you now."
         score, briefed_ms = await heard_at(sales_hears, briefing, server)
@@ -132,7 +134,7 @@ async def test_the_target_is_briefed_before_the_caller_is_put_through_then_they_
 
 
 def _phase(session: Session) -> str:
-    state = session.data.get(TRANSFER_STATE)
+    state = session.slots.get(TRANSFER_STATE)
     return state.phase if state is not None else ""
 
 
@@ -142,7 +144,7 @@ async def test_a_busy_target_returns_the_caller_to_the_agent(http_server: Any, t
     server, client = await http_server(transfer_config(tmp_path, sales_port))
     caller = asyncio.create_task(run_sipp(tmp_path, render(tmp_path, ending=caller_bye(14000)), server.target))
     (session,) = await server.wait_live()
-    await eventually(lambda: "sip.call_id" in session.data, what="the call's media to start")
+    await eventually(lambda: SIP_CALL_ID in session.slots, what="the call's media to start")
     response = await client.post(f"/calls/{session.id}/transfer", json={"target": "sales", "mode": "warm"},
                                  headers={"X-API-Key": API_KEY})
     assert response.status_code == 202, response.text
@@ -152,13 +154,13 @@ async def test_a_busy_target_returns_the_caller_to_the_agent(http_server: Any, t
     assert again.status_code == 409 and again.json()["error"]["code"] == "not_transferable"
     await agent_said(session, return_message(server.config.warm_transfer.return_message, "sales", 486))
     assert "is busy right now" in session.conversation.transcript.entries()[-1].text
-    state = session.data[TRANSFER_STATE]
+    state = session.slots.get(TRANSFER_STATE)
     assert (state.mode, state.phase, state.status) == ("warm", "failed", 486)
     assert not session.ended  # still with the agent
     (await callee).check()
     (await caller).check()
     assert (await server.wait_ended())[0].end_reason == "sip bye"
-    assert untasked(session.data[ACTIONS]) == [{"action": "transfer", "target": "sales", "status": "failed"}]
+    assert untasked(session.slots.get(ACTIONS)) == [{"action": "transfer", "target": "sales", "status": "failed"}]
 
 
 async def test_the_callers_keys_stay_off_the_targets_leg_and_the_bridge_ends_at_its_maximum(
@@ -181,7 +183,7 @@ async def test_the_callers_keys_stay_off_the_targets_leg_and_the_bridge_ends_at_
         (session,) = await server.wait_live()
         await eventually(lambda: _phase(session) == "connected", 60, "the legs to be bridged")
         bridged_at = asyncio.get_running_loop().time()
-        port = server.gateway.sip_calls.calls[session.data["sip.call_id"]].rtp.local_port
+        port = server.gateway.sip_calls.calls[session.slots.get(SIP_CALL_ID)].rtp.local_port
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:  # the caller keys a feature code
             await press(sock, port, "#9011", 0x5EED, {"seq": 1000, "ts": 50000})
         (await caller).check()  # voicegate hung both legs up when the bridge's time was up ...

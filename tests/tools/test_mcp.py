@@ -22,9 +22,10 @@ from tests.fakes.openai_fake import FakeOpenAI
 from tests.pipeline.conftest import ScriptedStt
 from voicegate.internal.config import Config, load_config
 from voicegate.internal.config.mcp import McpConfig
+from voicegate.internal.events import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.pipeline.context import TOOL_RESULTS_POLICY
-from voicegate.internal.pipeline.events import CollectingSink, TranscriptEvent
+from voicegate.internal.pipeline.events import TranscriptEvent
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.internal.pipeline.tools import ToolError, ToolRegistry
 from voicegate.internal.tools.mcp import McpToolset

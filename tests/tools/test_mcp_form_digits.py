@@ -12,8 +12,9 @@ import pytest
 from tests.fakes.openai_fake import FakeOpenAI
 from tests.tools.test_mcp import mcp_config, started, stdio_server, tool_messages
 from voicegate.internal.config.telephony import DigitFormConfig
+from voicegate.internal.events import CollectingSink
 from voicegate.internal.identity import CallerIdentity
-from voicegate.internal.pipeline.events import CollectingSink, TranscriptEvent
+from voicegate.internal.pipeline.events import TranscriptEvent
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.internal.telephony.collection import DigitCollection
 

@@ -14,6 +14,7 @@ import pytest
 from tests.fakes.openai_fake import FakeOpenAI
 from tests.pipeline.conftest import ScriptedStt
 from tests.tools.test_mcp import mcp_config, one_turn, stdio_server
+from voicegate.internal.conversation.slots import Slots
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.base import ToolCall
 from voicegate.internal.memory.sessions import EPOCH, OWNER
@@ -51,8 +52,10 @@ async def test_a_task_tool_is_started_in_the_ledger_and_recall_asks_its_status_t
         (digest,) = await gateway.memory.session_digests(owner, 5)
         (action,) = digest.actions
         before = (await gateway.memory.tasks(owner, [action["task"]]))[action["task"]].status
-        data = {OWNER: owner, EPOCH: await gateway.memory.epoch(owner)}
-        context = ToolContext("x", None, 1, extras={"session": SimpleNamespace(data=data)})
+        slots = Slots()
+        slots.set(OWNER, owner)
+        slots.set(EPOCH, await gateway.memory.epoch(owner))
+        context = ToolContext("x", None, 1, extras={"session": SimpleNamespace(slots=slots)})
         recalled = json.loads(await gateway.tools.run(ToolCall("r", "recall", {}), context))["calls"]
         after = (await gateway.memory.tasks(owner, [action["task"]]))[action["task"]].status
     finally:

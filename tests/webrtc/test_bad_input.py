@@ -7,6 +7,7 @@ import pytest
 from tests.pipeline.conftest import ScriptedStt
 from tests.webrtc.harness import WhipClient, live_server, wait_until
 from voicegate.internal.config import Config
+from voicegate.internal.peer.call import CALL_KEY
 
 pytestmark = pytest.mark.slow
 
@@ -130,7 +131,7 @@ async def test_an_offer_without_a_data_channel_still_gets_a_working_call(config:
         assert (await client.dial(http)).status_code == 201
         session = server.session_at(client.location)
         assert session is not None
-        await wait_until(lambda: session.data["webrtc_call"].started, what="the call to start")
+        await wait_until(lambda: session.slots.get(CALL_KEY).started, what="the call to start")
         await client.close()
 
 

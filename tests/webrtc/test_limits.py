@@ -7,6 +7,7 @@ import pytest
 from tests.pipeline.conftest import ScriptedStt
 from tests.webrtc.harness import WhipClient, live_server, wait_until
 from voicegate.internal.config import Config
+from voicegate.internal.peer.call import CALL_KEY
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +98,7 @@ async def test_shutdown_closes_every_peer_connection(config: Config) -> None:
             for client in clients:
                 assert (await client.dial(http)).status_code == 201
                 await client.wait_for(lambda e: e["type"] == "connection")
-        peers = [s.data["webrtc_call"].peer for s in server.sessions.sessions()]
+        peers = [s.slots.get(CALL_KEY).peer for s in server.sessions.sessions()]
         assert len(peers) == 2
     finally:
         await server_ctx.__aexit__(None, None, None)

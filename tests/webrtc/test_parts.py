@@ -20,8 +20,8 @@ from voicegate.internal.peer.ice import configure_ice_hosts, parse_ice_hosts, rt
 from voicegate.internal.peer.tracks import AgentAudioTrack, InboundAudio
 from voicegate.internal.pipeline.events import StateEvent
 from voicegate.internal.session import Conversation, Session
-from voicegate.internal.session.limits import TokenBucketLimiter
 from voicegate.internal.signaling.resume import ResumeTokens
+from voicegate.internal.token_bucket import TokenBucketLimiter
 
 
 class FakeClock:

@@ -8,6 +8,7 @@ from tests.pipeline.conftest import ScriptedStt
 from tests.webrtc.harness import WhipClient, live_server, wait_until
 from voicegate.internal.config import Config
 from voicegate.internal.identity.jwt import mint_token
+from voicegate.internal.peer.call import CALL_KEY
 
 pytestmark = pytest.mark.slow
 
@@ -134,13 +135,13 @@ async def test_resuming_while_the_old_connection_still_looks_alive_replaces_it(c
         await first.wait_for(lambda e: e["type"] == "connection")
         session = server.session_at(first.location)
         assert session is not None
-        old_peer = session.data["webrtc_call"].peer
+        old_peer = session.slots.get(CALL_KEY).peer
         second = WhipClient()  # the network changed; the server has not noticed the old path die
         response = await second.dial(http, resume=first.resume_token)
         assert response.headers["x-resume-status"] == "resumed"
         await second.wait_for(lambda e: e["type"] == "connection" and e["state"] == "resumed")
         assert old_peer.closed and old_peer.pc.connectionState == "closed"
         assert session.attached == 1
-        assert session.data["webrtc_call"].peer is not old_peer
+        assert session.slots.get(CALL_KEY).peer is not old_peer
         await first.close()
         await second.close()

@@ -17,9 +17,10 @@ import re
 from typing import Any, Literal
 
 from voicegate.internal.audio.dtmf import EVENT_DIGITS
+from voicegate.internal.conversation.slots import slots_of
 from voicegate.internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
 from voicegate.internal.session import Session
-from voicegate.internal.sip.voice_call import SIP_CALL_ID, SIP_OUTBOUND
+from voicegate.internal.sip.voice.call import SIP_CALL_ID, SIP_OUTBOUND
 
 DtmfMethod = Literal["rfc4733", "info"]
 MAX_DIGITS = 64
@@ -71,7 +72,7 @@ class CallKeypad:
         """(the dialog, the SipVoiceCall) of an established SIP call."""
         if session.transport != "sip" or session.ended:
             raise NotSendable("only a live SIP call can send key presses")
-        call_id = session.data.get(SIP_CALL_ID)
+        call_id = session.slots.get(SIP_CALL_ID)
         voice = self._handler.calls.get(call_id)
         for leg in self._ua.calls.legs():
             if leg.dialog.call_id == call_id and not leg.ended and leg.dialog.state == "confirmed" and voice:
@@ -108,8 +109,8 @@ def may_press_keys(session: object, inbound_allowed: bool) -> bool:
     "press hash nine zero one one..." would transfer the call anywhere, around `sip.transfer_targets`."""
     if getattr(session, "transport", None) != "sip":
         return False
-    data = getattr(session, "data", {})
-    return inbound_allowed or data.get(SIP_OUTBOUND) is True
+    slots = slots_of(session)
+    return inbound_allowed or (slots is not None and slots.get(SIP_OUTBOUND) is True)
 
 
 def register_dtmf_tool(registry: ToolRegistry, keypad: CallKeypad, *, inbound: bool = False) -> None:

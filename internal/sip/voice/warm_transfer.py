@@ -27,14 +27,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from voicegate.internal.config.telephony import WarmTransferConfig
-from voicegate.internal.pipeline.events import TransferEvent
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.session import Session
 from voicegate.internal.session.actions import record_action, settle_transfer, transfer_action
 from voicegate.internal.sip.handler import CallFailed
-from voicegate.internal.sip.voice_call import SIP_CALL_ID, SipVoiceCall
-from voicegate.internal.sip.voice_dtmf import info_body
-from voicegate.internal.sip.voice_transfer import (
+from voicegate.internal.sip.voice.call import SIP_CALL_ID, SipVoiceCall
+from voicegate.internal.sip.voice.dtmf import info_body
+from voicegate.internal.sip.voice.transfer import (
     IN_PROGRESS,
     TRANSFER_STATE,
     TRANSFERRED,
@@ -45,6 +44,7 @@ from voicegate.internal.sip.voice_transfer import (
     agent_quiet,
     resolve_target,
 )
+from voicegate.internal.telephony.events import TransferEvent
 from voicegate.internal.telephony.leg_media import BriefingPort, HoldPort, bridge, chime, load_hold_music
 from voicegate.internal.telephony.warm_transfer import briefing, call_summary, greeting_over, return_message
 
@@ -84,16 +84,16 @@ class WarmTransfers:
         """Start a warm transfer; returns at once (the caller is being put on hold)."""
         name, uri = resolve_target(self._transfers.targets, wanted)
         self._transfers.dialog_of(session)  # NotTransferable unless established
-        busy = session.data.get(TRANSFER_STATE)
+        busy = session.slots.get(TRANSFER_STATE)
         if isinstance(busy, TransferState) and busy.phase in IN_PROGRESS:
             raise NotTransferable("a transfer of this call is already under way")
-        caller = self._handler.calls.get(session.data.get(SIP_CALL_ID))
+        caller = self._handler.calls.get(session.slots.get(SIP_CALL_ID))
         pipeline = session.pipeline
         if caller is None or pipeline is None:
             raise NotTransferable("the call is not established (not answered yet, or already ended)")
         state = TransferState(name, uri, phase="holding", mode="warm")
-        session.data[TRANSFER_STATE] = state
-        record_action(session.data, transfer_action(name))
+        session.slots.set(TRANSFER_STATE, state)
+        record_action(session.slots, transfer_action(name))
         self._ua.calls.spawn(self._run(session, caller, pipeline, state))
         return state
 
@@ -197,8 +197,9 @@ class WarmTransfers:
     def _bridge_too_long(self, session: Session, caller: SipVoiceCall, target: SipVoiceCall) -> None:
         """`warm_transfer.max_bridge_s` is up: both legs are hung up (a bridge left open, e.g. two
         answering machines talking to each other, would hold a call and its media ports for ever)."""
+        call_id = session.slots.get(SIP_CALL_ID)
         log.info("sip warm transfer bridge reached its maximum duration; hanging up",
-                 extra={"call_id": session.data.get(SIP_CALL_ID), "max_bridge_s": self.config.max_bridge_s})
+                 extra={"call_id": call_id, "max_bridge_s": self.config.max_bridge_s})
         self._ua.calls.spawn(self._hang_up(target))
         self._ua.calls.spawn(self._hang_up(caller))
 
@@ -224,8 +225,9 @@ class WarmTransfers:
     def _finish(self, session: Session, pipeline: VoicePipeline, state: TransferState, phase: TransferPhase,
                 status: int) -> None:
         self._phase(pipeline, state, phase, status)
-        settle_transfer(session.data, state.target, {"connected": "succeeded"}.get(phase, phase))
-        log.info("sip warm transfer %s", phase, extra={"call_id": session.data.get(SIP_CALL_ID),
+        settle_transfer(session.slots, state.target, {"connected": "succeeded"}.get(phase, phase))
+        call_id = session.slots.get(SIP_CALL_ID)
+        log.info("sip warm transfer %s", phase, extra={"call_id": call_id,
                                                        "transfer_target": state.target, "sip_status": status})
 
 

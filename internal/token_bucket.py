@@ -4,6 +4,9 @@ A bucket holds a minute's allowance and refills continuously: a client that redi
 row is never refused, a loop or a flood is, and other clients are unaffected. Idle (full) buckets are
 forgotten past a bound, so a scan from many addresses cannot grow the table without limit; a forgotten
 bucket is indistinguishable from a full one.
+
+It sits below every package that limits a client (internal/sip, internal/signaling, the memory HTTP API),
+so the SIP protocol library needs nothing of the session to use it.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 whose memory an outbound call uses, how SRTP keys are applied, where a call's events go.
 
 `SipVoiceCall` is one call (its RTP session, its session and pipeline once they exist, the SDP
-versions and SRTP keys it has used); `voice.VoiceCallHandler` drives it through the dialog.
+versions and SRTP keys it has used); `handler.VoiceCallHandler` drives it through the dialog.
 """
 
 from __future__ import annotations
@@ -18,21 +18,12 @@ from typing import Any
 from voicegate.internal.audio.rtp_session import MediaDirection, RtpSession
 from voicegate.internal.audio.srtp import SrtpContext
 from voicegate.internal.config.sections import SipConfig, split_host_port
+from voicegate.internal.conversation.slots import Slot
+from voicegate.internal.events import Event
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.identity.phone import normalise_e164
 from voicegate.internal.identity.sip_caller import unless_shared
-from voicegate.internal.pipeline.events import (
-    AmdEvent,
-    DigitsEvent,
-    Event,
-    ReleaseEvent,
-    StateEvent,
-    TimingEvent,
-    TranscriptEvent,
-    TransferEvent,
-    TurnEvent,
-    VoicemailEvent,
-)
+from voicegate.internal.pipeline.events import ReleaseEvent, StateEvent, TimingEvent, TranscriptEvent, TurnEvent
 from voicegate.internal.pipeline.idle import IdleEvent
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.pipeline.thinking import ThinkingEvent
@@ -41,11 +32,12 @@ from voicegate.internal.sip.dialog import Dialog
 from voicegate.internal.sip.sdes import SrtpKeys, new_key
 from voicegate.internal.sip.sdp import Negotiated
 from voicegate.internal.sip.uri import SipUri
+from voicegate.internal.telephony.events import AmdEvent, DigitsEvent, TransferEvent, VoicemailEvent
 
 log = logging.getLogger("voicegate.internal.sip.voice")  # one logger for a call's lines, whichever module writes them
 
-SIP_OUTBOUND = "sip.outbound"  # session.data key: True on a call voicegate placed (send_dtmf is offered there)
-SIP_CALL_ID = "sip.call_id"  # session.data key: the call's SIP Call-ID, for operators and POST /calls
+SIP_OUTBOUND: Slot[bool] = Slot("sip.outbound")  # True on a call voicegate placed (send_dtmf is offered there)
+SIP_CALL_ID: Slot[str] = Slot("sip.call_id")  # the call's SIP Call-ID, for operators and POST /calls
 
 
 class CallLog:

@@ -1,6 +1,6 @@
 """Voice calls over SIP: the CallHandler that gives each dialog RTP media, a session and a pipeline.
 
-The UA (ua.py) speaks SIP; this module is what a call *is* to the rest of voicegate. Answering allocates
+The UA (internal/sip/ua.py) speaks SIP; this module is what a call *is* to the rest of voicegate. Answering allocates
 an RTP port pair and a session (memory loaded for a verified caller); the ACK starts media and the
 greeting; a re-INVITE (hold, resume, new address or codec) updates the RTP session; the end of the
 dialog, whoever ends it, releases everything exactly once. Telephone audio stays at 8 kHz end to end
@@ -17,12 +17,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
+from voicegate.internal.sip.voice_transfer import transfer_under_way
+
 from voicegate.internal.audio.rtp_ports import RtpPortAllocator, RtpPortsExhausted
 from voicegate.internal.audio.rtp_session import RtpSession, RtpStats
 from voicegate.internal.audio.scheduler import PacedScheduler
 from voicegate.internal.config.sections import SipConfig
+from voicegate.internal.events import EventSink
 from voicegate.internal.identity import CallerIdentity
-from voicegate.internal.pipeline.events import EventSink
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.session import Session, SessionLimitReached, TransportKind
 from voicegate.internal.sip.dialog import Dialog
@@ -30,7 +32,7 @@ from voicegate.internal.sip.handler import CallFailed, CallRejected, IncomingCal
 from voicegate.internal.sip.sdes import negotiate_media, secure_answer, secure_offer
 from voicegate.internal.sip.sdp import SdpError, SessionDescription, build_answer, build_offer
 from voicegate.internal.sip.uri import SipUri
-from voicegate.internal.sip.voice_call import (
+from voicegate.internal.sip.voice.call import (
     SIP_CALL_ID,
     SIP_OUTBOUND,
     CallLog,
@@ -40,10 +42,9 @@ from voicegate.internal.sip.voice_call import (
     media_address,
     secure,
 )
-from voicegate.internal.sip.voice_transfer import transfer_under_way
 from voicegate.internal.telephony.answering_machine import AmdPlan, AmdRun, run_in_background
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("voicegate.internal.sip.voice")  # the package's logger, as before the move
 
 SAMPLE_RATE = 8000  # G.711: the pipeline of a SIP call runs at the codec's own rate
 RETRY_AFTER_S = "5"
@@ -346,7 +347,7 @@ class VoiceCallHandler:
         # OpenSession contract is that an abandoned opening frees its own slot.
         session = await self._open_session(identity, "sip")
         voice.session = session
-        session.data[SIP_OUTBOUND] = voice.outbound
+        session.slots.set(SIP_OUTBOUND, voice.outbound)
         voice.pipeline = self._new_pipeline(session, SAMPLE_RATE, CallLog(voice.call_id), greeting)
         voice.pipeline.caller_away = lambda: caller_away(voice, session)
         log.info("sip call answered", extra={"call_id": voice.call_id, "session_id": session.id,
@@ -373,7 +374,7 @@ class VoiceCallHandler:
 
         session.close_transport = close_transport
         session.hangup = hangup
-        session.data[SIP_CALL_ID] = dialog.call_id
+        session.slots.set(SIP_CALL_ID, dialog.call_id)
         voice.dialog = dialog
         remote = (voice.negotiated.remote_host, voice.negotiated.remote_port) if voice.negotiated else None
         voice.rtp.start(remote)

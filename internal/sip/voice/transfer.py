@@ -19,16 +19,17 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from voicegate.internal.config.sections import SipConfig
+from voicegate.internal.conversation.slots import Slot
 from voicegate.internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
 from voicegate.internal.session import Session
 from voicegate.internal.session.actions import record_action, settle_transfer, transfer_action
 from voicegate.internal.sip.dialog import Dialog
 from voicegate.internal.sip.transfer import ReferSubscription, TransferBusy, TransferOutcome, await_outcome, send_refer
-from voicegate.internal.sip.voice_call import SIP_CALL_ID
+from voicegate.internal.sip.voice.call import SIP_CALL_ID
 
 log = logging.getLogger(__name__)
 
-TRANSFER_STATE = "sip.transfer"  # session.data key: the TransferState of the call's latest transfer
+TRANSFER_STATE: Slot[TransferState] = Slot("sip.transfer")  # the TransferState of the call's latest transfer
 TRANSFERRED = "transferred"  # the session's end reason after a successful transfer
 # How long a failure message waits for the agent to finish what it is saying before speaking over it.
 ANNOUNCE_WAIT_S = 10.0
@@ -42,7 +43,7 @@ def failure_message(name: str) -> str:
 EndSession = Callable[[Session, str], Awaitable[None]]
 # "ended": the call ended (the phone hung up on us) before a final NOTIFY, so the outcome is unknown;
 # many phones hang up the transferring leg as soon as the new call is answered.
-# A warm transfer (voice_warm_transfer.py) goes through "holding", "dialling", "briefing", then "connected"
+# A warm transfer (warm_transfer.py) goes through "holding", "dialling", "briefing", then "connected"
 # (the legs are bridged: its success) or "failed" (the caller is back with the agent).
 TransferPhase = Literal["referring", "accepted", "succeeded", "failed", "ended", "holding", "dialling", "briefing",
                         "connected"]
@@ -125,7 +126,7 @@ class CallTransfers:
     def dialog_of(self, session: Session) -> Dialog:
         if session.transport != "sip":
             raise NotTransferable("only SIP calls can be transferred")
-        call_id = session.data.get(SIP_CALL_ID)
+        call_id = session.slots.get(SIP_CALL_ID)
         for leg in self._ua.calls.legs():
             if leg.dialog.call_id == call_id and not leg.ended:
                 if leg.dialog.state != "confirmed" or leg.awaiting_ack is not None or session.ended:
@@ -141,7 +142,7 @@ class CallTransfers:
         """
         name, uri = resolve_target(self.targets, wanted)
         dialog = self.dialog_of(session)
-        busy = session.data.get(TRANSFER_STATE)
+        busy = session.slots.get(TRANSFER_STATE)
         if isinstance(busy, TransferState) and busy.phase in IN_PROGRESS:
             raise NotTransferable("a transfer of this call is already under way")
         try:
@@ -149,8 +150,8 @@ class CallTransfers:
         except TransferBusy as exc:
             raise NotTransferable(str(exc)) from None
         state = TransferState(name, uri)
-        session.data[TRANSFER_STATE] = state
-        record_action(session.data, transfer_action(name))  # the call's ledger: settled by _finish
+        session.slots.set(TRANSFER_STATE, state)
+        record_action(session.slots, transfer_action(name))  # the call's ledger: settled by _finish
         try:
             refused = await send_refer(self._ua.stack, dialog, uri)
         except BaseException:
@@ -183,9 +184,10 @@ class CallTransfers:
     def _finish(self, session: Session, state: TransferState, outcome: TransferOutcome) -> None:
         state.phase = "succeeded" if outcome.succeeded else "ended" if outcome.stage == "ended" else "failed"
         state.status, state.reason = outcome.status, outcome.reason
-        settle_transfer(session.data, state.target, state.phase)
+        settle_transfer(session.slots, state.target, state.phase)
+        call_id = session.slots.get(SIP_CALL_ID)
         log.info("sip transfer %s", state.phase, extra={
-            "call_id": session.data.get(SIP_CALL_ID), "transfer_target": state.target, "stage": outcome.stage,
+            "call_id": call_id, "transfer_target": state.target, "stage": outcome.stage,
             "sip_status": outcome.status, "sip_reason": outcome.reason})
 
     async def _tell_caller(self, session: Session, text: str) -> None:
@@ -196,8 +198,8 @@ class CallTransfers:
 
 def transfer_under_way(session: Session) -> bool:
     """A transfer of this call (cold or warm) has started and not ended: the caller is being put through."""
-    state = session.data.get(TRANSFER_STATE)
-    return isinstance(state, TransferState) and state.phase in IN_PROGRESS
+    state = session.slots.get(TRANSFER_STATE)
+    return state is not None and state.phase in IN_PROGRESS
 
 
 async def agent_quiet(session: Session) -> None:
@@ -216,7 +218,7 @@ def _is_sip_call(context: ToolContext) -> bool:
 
 
 class WarmStarter(Protocol):
-    """voice_warm_transfer.WarmTransfers, as the tool and the HTTP route see it."""
+    """warm_transfer.WarmTransfers, as the tool and the HTTP route see it."""
 
     def start(self, session: Session, wanted: str) -> TransferState: ...
 
