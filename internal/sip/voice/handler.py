@@ -17,8 +17,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
-from voicegate.internal.sip.voice_transfer import transfer_under_way
-
 from voicegate.internal.audio.rtp_ports import RtpPortAllocator, RtpPortsExhausted
 from voicegate.internal.audio.rtp_session import RtpSession, RtpStats
 from voicegate.internal.audio.scheduler import PacedScheduler
@@ -42,6 +40,7 @@ from voicegate.internal.sip.voice.call import (
     media_address,
     secure,
 )
+from voicegate.internal.sip.voice.transfer import transfer_under_way
 from voicegate.internal.telephony.answering_machine import AmdPlan, AmdRun, run_in_background
 
 log = logging.getLogger("voicegate.internal.sip.voice")  # the package's logger, as before the move
