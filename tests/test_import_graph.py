@@ -167,9 +167,13 @@ def every_import(path: Path, known: set[str]) -> set[str]:
 
 def test_the_pipeline_and_the_turn_see_a_call_only_through_its_context() -> None:
     """session -> pipeline -> turn, one way: the pipeline gets a narrow CallContext (internal/conversation),
-    never the Session, not even for a type; the turn's owner never imports the pipeline."""
+    never the Session, not even for a type, and none of the features that plug into it (they register
+    tools and read voice activity through it: docs/architecture.md); the turn's owner never imports the
+    pipeline."""
     known = set(import_graph())
-    banned_imports = (("pipeline", "voicegate.internal.session.session"), ("turn", "voicegate.internal.pipeline"))
+    features = tuple(f"voicegate.internal.{name}" for name in ("session", "telephony", "tools", "recording", "memory",
+                                                               "sip.voice"))
+    banned_imports = (("pipeline", features), ("turn", ("voicegate.internal.pipeline",)))
     for package, banned in banned_imports:
         for path in (REPO / "internal" / package).rglob("*.py"):
             offending = {name for name in every_import(path, known) if name.startswith(banned)}
