@@ -103,7 +103,7 @@ class HangupWrite:
     # The fact lines of `memory` the call saw (bounded): a fact among them that is gone when a step lands
     # was removed by someone else (the API, another node, the CLI) and is not restated either.
     seen: list[str] = field(default_factory=list)
-    # What the agent did (internal/session/actions.py, at most MAX_ACTIONS small entries), for the session
+    # What the agent did (internal/conversation/actions.py, at most MAX_ACTIONS small entries), for the session
     # digest; an entry written before this field existed has none.
     actions: list[dict[str, str]] = field(default_factory=list)
     created_at: float = field(default_factory=time.time)

@@ -11,7 +11,7 @@ have (seed 004). It never touches the assistant profile.
 Sensitive data is removed from the transcript before the model sees it.
 
 A session digest (when `memory.session_digests` is on) records a call's topics, a gist of at most
-50 characters and what the agent did (internal/session/actions.py) for the `recall` tool; it is never
+50 characters and what the agent did (internal/conversation/actions.py) for the `recall` tool; it is never
 injected into prompts and lives min(`digest_retention_days`, `retention_days`).
 
 Forgetting holds after the call too: what the caller had removed during it (`HangupWrite.forgotten`,
@@ -31,6 +31,7 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
+from voicegate.internal.conversation.actions import call_actions
 from voicegate.internal.llm.base import ChatModel, LlmError
 from voicegate.internal.memory.digest import mentions
 from voicegate.internal.memory.outbox import HangupWrite, StepFailed, StepRejected
@@ -46,7 +47,6 @@ from voicegate.internal.memory.runtime import (
     StaleRevision,
 )
 from voicegate.internal.memory.sessions import landing
-from voicegate.internal.session.actions import call_actions
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ class SessionDigest:
     topics: list[str]
     gist: str  # at most 50 characters
     created_at: float = field(default_factory=time.time)
-    # What the agent did on the call (internal/session/actions.py): kind, tool or target name, status.
+    # What the agent did on the call (internal/conversation/actions.py): kind, tool or target name, status.
     actions: list[dict[str, str]] = field(default_factory=list)
 
 

@@ -28,6 +28,7 @@ import re
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
+from voicegate.internal.conversation.actions import ACTIONS, CALL_TASKS, ON_CHANGE, call_actions, objective
 from voicegate.internal.conversation.rolling_summary import format_transcript_for_summary
 from voicegate.internal.conversation.slots import Slot
 from voicegate.internal.conversation.text import clean
@@ -64,7 +65,6 @@ from voicegate.internal.memory.provider import (
 from voicegate.internal.memory.runtime import UNKNOWN_EPOCH, CallerErased, FrontendMemoryRuntime
 from voicegate.internal.memory.tasks import CallTasks, LedgerWriter
 from voicegate.internal.pipeline.vad import VadEvent
-from voicegate.internal.session.actions import ACTIONS, CALL_TASKS, ON_CHANGE, call_actions, objective
 from voicegate.internal.session.session import Session
 
 log = logging.getLogger(__name__)
@@ -317,7 +317,7 @@ class SessionMemory:
             # The provider learns on its own; the built-in digest and extractor stay off. It is always
             # told the session ended, even when the caller said nothing.
             return HangupWrite(**base, steps=["flush"])  # type: ignore[arg-type]
-        # What the agent did goes with the session digest, when one is kept (internal/session/actions.py).
+        # What the agent did goes with the session digest, when one is kept (internal/conversation/actions.py).
         # Only the objective: the status lives in the task ledger (internal/memory/tasks.py), read at recall.
         actions = [objective(action) for action in call_actions(session.slots.get(ACTIONS))] \
             if SESSION_DIGEST_STEP in self.after_session else []

@@ -27,8 +27,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from voicegate.internal.conversation.actions import NAME_CHARS, TERMINAL, Action, valid_status
 from voicegate.internal.memory.errors import UNKNOWN_EPOCH, CallerErased, MemoryRuntimeError
-from voicegate.internal.session.actions import NAME_CHARS, TERMINAL, Action, valid_status
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class TaskEntry:
 
 
 def entry_of(action: Action, session_id: str) -> TaskEntry | None:
-    """The ledger entry of a call's action (internal/session/actions.py), or None when it has no task."""
+    """The ledger entry of a call's action (internal/conversation/actions.py), or None when it has no task."""
     kind, task, status = action.get("action", ""), action.get("task"), action.get("status")
     name = action.get("name") or action.get("target")
     if not task or not name or not valid_status(kind, status):

@@ -9,7 +9,7 @@ nothing. Offered only to verified callers. A write carries the trace id of the t
 
 `recall` (with `memory.session_digests`) returns the caller's latest session digests: per call its
 date, topics, gist and what the agent did (tool names and transfer targets, never arguments or results:
-internal/session/actions.py), each with its status read from the task ledger at the time of the
+internal/conversation/actions.py), each with its status read from the task ledger at the time of the
 question, or "dispatched" when the ledger no longer knows it (internal/memory/tasks.py).
 """
 
@@ -18,13 +18,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from voicegate.internal.conversation.actions import call_actions
 from voicegate.internal.conversation.slots import slots_of
 from voicegate.internal.memory.provider import ChangeContext, MemoryDocument, Scope
 from voicegate.internal.memory.runtime import UNKNOWN_EPOCH, FrontendMemoryRuntime, MemoryRuntimeError
 from voicegate.internal.memory.sessions import OWNER, SessionMemory
 from voicegate.internal.memory.tasks import live_actions
 from voicegate.internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
-from voicegate.internal.session.actions import call_actions
 from voicegate.internal.telemetry.otel import current_trace_id
 
 MEMORY_TOOL_DESCRIPTION = (

@@ -22,6 +22,7 @@ from typing import Any
 
 from opentelemetry import trace
 
+from voicegate.internal.conversation.actions import record_action, tool_action
 from voicegate.internal.conversation.slots import Slot
 from voicegate.internal.conversation.state import CallContext
 from voicegate.internal.events import EventSink
@@ -36,7 +37,6 @@ from voicegate.internal.pipeline.services import PipelineServices, misunderstand
 from voicegate.internal.pipeline.thinking import ThinkingCue, ThinkingCues
 from voicegate.internal.pipeline.tools import ToolContext
 from voicegate.internal.pipeline.turn_reply import TurnReply
-from voicegate.internal.session.actions import record_action, tool_action
 from voicegate.internal.turn.pending import Release, TurnTimes
 from voicegate.internal.turn.text_cues import same_turn_text
 

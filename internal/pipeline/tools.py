@@ -32,9 +32,9 @@ from typing import Any
 
 from opentelemetry import trace
 
+from voicegate.internal.conversation.actions import CALL_TASKS, new_task_id, record_action, tool_action
 from voicegate.internal.conversation.slots import slots_of
 from voicegate.internal.llm.base import ToolCall, ToolSpec
-from voicegate.internal.session.actions import CALL_TASKS, new_task_id, record_action, tool_action
 
 log = logging.getLogger(__name__)
 

@@ -15,6 +15,15 @@ from tests.memory.conftest import base_config, make_runtime
 from tests.memory.test_calls import SAM, agent_lines, call
 from tests.pipeline.conftest import ScriptedStt
 from voicegate.internal.config.providers import MemoryConfig
+from voicegate.internal.conversation.actions import (
+    ACTIONS,
+    MAX_ACTIONS,
+    call_actions,
+    record_action,
+    settle_transfer,
+    tool_action,
+    transfer_action,
+)
 from voicegate.internal.conversation.slots import Slots
 from voicegate.internal.llm.base import ChatMessage, ChatRequest, ReplyDelta, ToolCall, ToolSpec, Turn
 from voicegate.internal.llm.local import LocalAgent
@@ -24,15 +33,6 @@ from voicegate.internal.memory.runtime import DAY_S, FrontendMemoryRuntime
 from voicegate.internal.memory.sessions import OWNER, SessionMemory
 from voicegate.internal.memory.tool import register_memory_tools
 from voicegate.internal.pipeline.tools import ToolContext, ToolError, ToolRegistry, register_end_call
-from voicegate.internal.session.actions import (
-    ACTIONS,
-    MAX_ACTIONS,
-    call_actions,
-    record_action,
-    settle_transfer,
-    tool_action,
-    transfer_action,
-)
 from voicegate.server.gateway import Gateway
 
 OWNER_KEY = "cd" * 32

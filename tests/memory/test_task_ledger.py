@@ -16,13 +16,13 @@ from tests.memory.conftest import make_runtime
 from tests.memory.test_action_ledger import OWNER_KEY, hangup, ledger_config, recalled
 from tests.memory.test_calls import SAM, agent_lines, call
 from tests.pipeline.conftest import ScriptedStt
+from voicegate.internal.conversation.actions import record_action, transfer_action
 from voicegate.internal.conversation.slots import Slots
 from voicegate.internal.llm.base import ChatRequest, ReplyDelta, ToolCall
 from voicegate.internal.memory.reconcile import SessionDigestRecorder
 from voicegate.internal.memory.sessions import EPOCH, OWNER
 from voicegate.internal.memory.tasks import TaskEntry
 from voicegate.internal.pipeline.tools import ToolContext, ToolRegistry
-from voicegate.internal.session.actions import record_action, transfer_action
 from voicegate.server.gateway import Gateway
 
 SECRET_ARGUMENT = "deliver to 12 Quokka Lane"

@@ -23,9 +23,9 @@ from tests.sip_calls.conftest import (
     stream,
 )
 from voicegate.internal.config import Config
+from voicegate.internal.conversation.actions import ACTIONS
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.session import Session
-from voicegate.internal.session.actions import ACTIONS
 from voicegate.internal.sip.voice.call import SIP_CALL_ID
 from voicegate.internal.sip.voice.transfer import TRANSFER_STATE, TRANSFERRED, failure_message
 

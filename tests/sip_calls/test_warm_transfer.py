@@ -31,8 +31,8 @@ from tests.sip_calls.test_outbound import start_callee
 from tests.speech import speak, tone
 from voicegate.internal.audio.g711 import ulaw_decode, ulaw_encode
 from voicegate.internal.config import Config
+from voicegate.internal.conversation.actions import ACTIONS
 from voicegate.internal.session import Session
-from voicegate.internal.session.actions import ACTIONS
 from voicegate.internal.sip.voice.call import SIP_CALL_ID
 from voicegate.internal.sip.voice.transfer import TRANSFER_STATE, TRANSFERRED
 from voicegate.internal.telephony.beep import FilterBank

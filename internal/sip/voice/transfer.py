@@ -5,7 +5,7 @@ a name or URI from `sip.transfer_targets`: a transfer makes the caller's phone d
 choosing, so neither an API client nor a model (which a caller can talk into anything) may name one
 freely. Once the REFER is accepted the outcome follows in the background: on success our leg is hung up
 (the caller is now talking to the target), on failure the agent says so and the call carries on.
-Each transfer goes into the call's ledger of actions (internal/session/actions.py): its target's name
+Each transfer goes into the call's ledger of actions (internal/conversation/actions.py): its target's name
 and how it ended, for a later "what did you do for me last time".
 """
 
@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from voicegate.internal.config.sections import SipConfig
+from voicegate.internal.conversation.actions import record_action, settle_transfer, transfer_action
 from voicegate.internal.conversation.slots import Slot
 from voicegate.internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
 from voicegate.internal.session import Session
-from voicegate.internal.session.actions import record_action, settle_transfer, transfer_action
 from voicegate.internal.sip.dialog import Dialog
 from voicegate.internal.sip.transfer import ReferSubscription, TransferBusy, TransferOutcome, await_outcome, send_refer
 from voicegate.internal.sip.voice.call import SIP_CALL_ID

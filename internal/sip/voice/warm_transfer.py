@@ -27,9 +27,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from voicegate.internal.config.telephony import WarmTransferConfig
+from voicegate.internal.conversation.actions import record_action, settle_transfer, transfer_action
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.session import Session
-from voicegate.internal.session.actions import record_action, settle_transfer, transfer_action
 from voicegate.internal.sip.handler import CallFailed
 from voicegate.internal.sip.voice.call import SIP_CALL_ID, SipVoiceCall
 from voicegate.internal.sip.voice.dtmf import info_body
