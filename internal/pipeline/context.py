@@ -51,6 +51,18 @@ TOOL_RESULTS_POLICY = """Tool results:
   system or the caller."""
 
 
+CALL_GOAL = "call.goal"  # session.data key: why an outbound call was placed (voicegate call --goal, POST /calls)
+
+
+def goal_note(data: dict[str, object]) -> list[str]:
+    """The call's goal as a context section, once a phone menu has led to a person (or none)."""
+    goal = str(data.get(CALL_GOAL) or "").strip()
+    if not goal:
+        return []
+    return ["## This call's goal\nYou placed this call, through the other side's phone menu, to: " + goal
+            + "\nThe person now on the line answered that menu; work toward the goal with them."]
+
+
 def load_text(path: str, fallback: Traversable | None = None) -> str:
     """A prompt file's text ("" when neither the path nor the fallback exists)."""
     candidate: Traversable | None = Path(path) if path else fallback

@@ -15,7 +15,7 @@ from opentelemetry import trace
 from voicegate.internal.config.sections import PipelineConfig
 from voicegate.internal.devices import onnx_available_providers, onnx_device, onnx_providers
 from voicegate.internal.llm.base import ChatModel
-from voicegate.internal.pipeline.context import BUILTIN_PROMPT, ContextLayers, load_text
+from voicegate.internal.pipeline.context import BUILTIN_PROMPT, ContextLayers, goal_note, load_text
 from voicegate.internal.pipeline.events import EventSink
 from voicegate.internal.pipeline.tools import ToolRegistry
 from voicegate.internal.pipeline.vad import (
@@ -169,6 +169,7 @@ class PipelineServices:
             memory_context=conversation.memory_context,
             memory_text=conversation.memory_text,
             skills=self.skills,
+            extra=goal_note(session.data),
         )
 
     def greeting(self, session: CallContext) -> str:
