@@ -17,7 +17,7 @@ from typing import Literal
 
 from voicegate.internal.telephony.amd import words_say
 
-PromptKind = Literal["menu", "invalid", "closed", "hold", "voicemail", "person", "unclear", "silence"]
+PromptKind = Literal["menu", "garbled_menu", "invalid", "closed", "hold", "voicemail", "person", "unclear", "silence"]
 
 KEY_WORDS = {"zero": "0", "oh": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
              "seven": "7", "eight": "8", "nine": "9", "star": "*", "pound": "#", "hash": "#", "hashtag": "#"}
@@ -49,6 +49,9 @@ _PERSON = re.compile(r"\b(?:how\s+(?:can|may)\s+i\s+(?:help|assist)|what\s+can\s
                      r"this\s+is\s+[a-z]+|my\s+name\s+is|[a-z]+\s+speaking|who\s+am\s+i\s+speaking|"
                      r"can\s+i\s+help|hello|hi\s+there|good\s+(?:morning|afternoon|evening))\b")
 _REACHED = re.compile(r"\byou(?:'ve|\s+have)\s+reached\b")
+# A menu the recogniser misheard still talks about keys and options; a person greets in a few words.
+_MENU_WORDS = re.compile(r"\b(?:press|dial|option|options|selection|menu|extension|keypad)\b")
+PERSON_MAX_WORDS = 14
 # Whisper's words for a line with no speech on it (music, tones, hiss).
 _NON_SPEECH = re.compile(r"^(?:\W|music|applause|silence|beep|beeping|tone|static|noise|ringing|blank_audio)*$")
 
@@ -81,17 +84,18 @@ def parse_menu(text: str) -> list[MenuOption]:
     actions = list(_ACTION.finditer(said))
     if not actions:
         return []
-    first_clause = _SENTENCE.split(said[:actions[0].start()])[-1]
+    # The recogniser may end a sentence between a label and its key ("For sales. Press 1."): the label is
+    # the nearest piece with words in it, not merely the nearest piece.
+    first_clause = _nearest_piece(said[:actions[0].start()], last=True)
     label_before = bool(_BEFORE_STYLE.search(first_clause))
     options: list[MenuOption] = []
     for index, action in enumerate(actions):
         if label_before:
             start = actions[index - 1].end() if index else 0
-            segment = _SENTENCE.split(said[start:action.start()])[-1]
+            label = _clean_label(_nearest_piece(said[start:action.start()], last=True))
         else:
             end = actions[index + 1].start() if index + 1 < len(actions) else len(said)
-            segment = _SENTENCE.split(said[action.end():end])[0]
-        label = _clean_label(segment)
+            label = _clean_label(_nearest_piece(said[action.end():end], last=False))
         key = KEY_WORDS.get(action.group(1) or "", action.group(1) or "")
         word = action.group(2) or ""
         if not label and options and _joins_previous(said, actions, index, label_before):
@@ -109,6 +113,13 @@ def parse_menu(text: str) -> list[MenuOption]:
     return unique
 
 
+def _nearest_piece(segment: str, *, last: bool) -> str:
+    pieces = [piece for piece in _SENTENCE.split(segment) if _clean_label(piece)]
+    if not pieces:
+        return ""
+    return pieces[-1] if last else pieces[0]
+
+
 def _joins_previous(said: str, actions: list[re.Match[str]], index: int, label_before: bool) -> bool:
     between = said[actions[index - 1].end():actions[index].start()].strip()
     return between in ("or", "", ", or") or (not label_before and between.startswith("or"))
@@ -123,7 +134,8 @@ def _clean_label(segment: str) -> str:
 def classify_prompt(text: str) -> PromptKind:
     """What a whole prompt (one stretch of speech up to a pause) is. Options make a menu even when the
     prompt also complains ("invalid entry. for billing press 1"); a menu-less prompt is checked from
-    the most to the least decisive: gave up, complained, voicemail, queue, person."""
+    the most to the least decisive: gave up, complained, voicemail, queue, person; what is left is a menu
+    whose options were misheard when it speaks of keys or runs long, else unclear (maybe a person)."""
     said = normalise(text)
     if not said or _NON_SPEECH.match(said):
         return "silence"
@@ -139,6 +151,8 @@ def classify_prompt(text: str) -> PromptKind:
         return "hold"
     if _PERSON.search(said):
         return "person"
+    if _MENU_WORDS.search(said) or len(said.split()) > PERSON_MAX_WORDS:
+        return "garbled_menu"
     return "unclear"
 
 

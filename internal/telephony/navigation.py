@@ -104,7 +104,8 @@ class MenuRun:
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     def describe(self) -> dict[str, object]:
-        return {"goal": self.goal, "result": self.result, "reason": self.reason, "path": list(self.path)}
+        return {"goal": self.goal, "result": self.result, "reason": self.reason, "path": list(self.path),
+                "heard": list(self.heard)}
 
 
 class MenuListener:

@@ -28,6 +28,11 @@ from typing import Literal
 from voicegate.internal.telephony.menu import PromptKind, classify_prompt, menu_signature, parse_menu
 from voicegate.internal.telephony.menu_choice import FALLBACK_KEY, FALLBACK_WORD, GoalMatcher, operator_option
 
+# Two hearings whose keys overlap this much (shared / all) are one menu: the recogniser drops or garbles an
+# option now and then ("press 3" lost in a merged sentence), and a menu that only shares "0" with another
+# (1, 2, 0 vs 4, 5, 0: 1/5) is a different one.
+SAME_MENU_OVERLAP = 0.5
+
 NavigationResult = Literal["reached", "dead_end", "voicemail", "hung_up"]
 
 
@@ -103,7 +108,7 @@ class MenuNavigator:
         kind = classify_prompt(text)
         self.last_kind, self._last_text = kind, text.strip()
         quoted = f"'{self._last_text}'"
-        if kind == "menu":
+        if kind in ("menu", "garbled_menu"):
             return self._menu(text)
         if kind == "closed":
             return Stop("dead_end", f"the menu ended: {quoted}")
@@ -133,7 +138,7 @@ class MenuNavigator:
 
     def _menu(self, text: str) -> Step:
         options = parse_menu(text)
-        signature = menu_signature(options)
+        signature = self._known(menu_signature(options))
         self._hearings[signature] += 1
         choice = self.matcher.choose(options)
         if choice is not None:
@@ -152,9 +157,17 @@ class MenuNavigator:
         way_out = operator_option(options)
         if way_out is not None:
             return self._act(Press(way_out.key, way_out.label) if way_out.key else Say(way_out.word, way_out.label))
-        if any(option.key for option in options):
+        if not options or any(option.key for option in options):  # a misheard menu still spoke of keys
             return self._act(Press(FALLBACK_KEY, "operator"))
         return self._act(Say(FALLBACK_WORD, "operator"))
+
+    def _known(self, signature: frozenset[str]) -> frozenset[str]:
+        """The menu heard before that this one is, misheard a little (a key missed or added), else itself."""
+        for earlier in self._hearings:
+            if signature == earlier or (signature and earlier and
+                                        len(signature & earlier) / len(signature | earlier) >= SAME_MENU_OVERLAP):
+                return earlier
+        return signature
 
     def _act(self, step: Press | Say) -> Step:
         if len(self.steps) >= self.settings.max_steps:
