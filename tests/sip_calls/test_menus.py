@@ -103,7 +103,8 @@ async def test_post_calls_with_a_goal_reaches_billing_pressing_keys_as_sip_info(
         assert response.status_code == 201, response.text
         menu = response.json()["menu"]
         assert menu["result"] == "reached", (menu["heard"], menu, ivr.log)
-        assert [step.split(" ", 1)[0] for step in menu["path"]] == ["2", "2"], menu  # the labels are as Whisper heard them
+        # the keys; the labels are as Whisper heard them
+        assert [step.split(" ", 1)[0] for step in menu["path"]] == ["2", "2"], menu
         assert all("billing" in step for step in menu["path"]), menu
         assert "dana" in menu["reason"].lower()
         assert [line for line in ivr.log if line.startswith("key")] == ["key 2 info", "key 2 info"]
