@@ -92,7 +92,7 @@ def parse_menu(text: str) -> list[MenuOption]:
     for index, action in enumerate(actions):
         if label_before:
             start = actions[index - 1].end() if index else 0
-            label = _clean_label(_nearest_piece(said[start:action.start()], last=True))
+            label = _clean_label(_from_lead(_nearest_piece(said[start:action.start()], last=True)))
         else:
             end = actions[index + 1].start() if index + 1 < len(actions) else len(said)
             label = _clean_label(_nearest_piece(said[action.end():end], last=False))
@@ -111,6 +111,13 @@ def parse_menu(text: str) -> list[MenuOption]:
             seen.add(ident)
             unique.append(option)
     return unique
+
+
+def _from_lead(piece: str) -> str:
+    """A label-first option from its "for"/"to"/"if you": words before it belong to something else
+    ("acme dot com for billing", where the recogniser wrote a web address)."""
+    lead = _BEFORE_STYLE.search(piece)
+    return piece[lead.start():] if lead else piece
 
 
 def _nearest_piece(segment: str, *, last: bool) -> str:

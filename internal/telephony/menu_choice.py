@@ -19,6 +19,11 @@ from voicegate.internal.telephony.menu import MenuOption, normalise
 # An option whose label shares a content word with the goal scores at least this (one word in common is
 # already strong evidence on a menu of four or five unrelated departments).
 WORD_MATCH_FLOOR = 0.6
+WORD_SHARE_WEIGHT = 0.3
+# Two labels sharing as many of the goal's words ("change my flight": "book a flight", "change a
+# reservation") are told apart by meaning, weighted below one more shared word (for goals of up to six
+# content words).
+SIMILARITY_TIEBREAK = 0.05
 # With no word in common, the embedding alone must reach this: measured on wordllama, unrelated
 # departments sit below 0.3 ("billing" vs "cancel service" 0.14), paraphrases above 0.5 ("track my order"
 # vs "order status" 0.53).
@@ -98,8 +103,9 @@ class GoalMatcher:
         scored: list[tuple[float, str]] = []
         for label, near in zip(labels, similar, strict=True):
             shared = self._goal_words & content_words(label, _LABEL_FILLER)
-            if shared:
-                scored.append((max(near, WORD_MATCH_FLOOR + 0.4 * len(shared) / len(self._goal_words)), "words"))
+            if shared:  # more of the goal's words first; between equals, the nearer meaning
+                share = len(shared) / len(self._goal_words)
+                scored.append((WORD_MATCH_FLOOR + WORD_SHARE_WEIGHT * share + SIMILARITY_TIEBREAK * near, "words"))
             else:
                 scored.append((near, "similarity"))
         return scored

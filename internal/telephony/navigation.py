@@ -203,7 +203,8 @@ async def run_navigation(pipeline: VoicePipeline, session: Session, plan: MenuPl
             listener.changed.clear()
             await listener.changed.wait()
             if session.ended:
-                final = Stop("hung_up", "the other side hung up during the menu")
+                after = f" (after we chose {run.path[-1]})" if run.path else ""
+                final = Stop("hung_up", f"the other side hung up during the menu{after}")
                 break
             step: Step | None
             text = listener.prompt_ended()
