@@ -102,6 +102,7 @@ class MenuNavigator:
         self._chosen_in: Counter[frozenset[str]] = Counter()
         self._invalid = 0
         self._fallback_used = False
+        self._last_menu: frozenset[str] | None = None
 
     def heard(self, text: str) -> Step:
         """A whole prompt (speech up to a pause) and what to do about it."""
@@ -140,6 +141,7 @@ class MenuNavigator:
         options = parse_menu(text)
         signature = self._known(menu_signature(options))
         self._hearings[signature] += 1
+        self._last_menu = signature
         choice = self.matcher.choose(options)
         if choice is not None:
             if self._chosen_in[signature] >= self.settings.max_choices_per_menu:
@@ -162,7 +164,11 @@ class MenuNavigator:
         return self._act(Say(FALLBACK_WORD, "operator"))
 
     def _known(self, signature: frozenset[str]) -> frozenset[str]:
-        """The menu heard before that this one is, misheard a little (a key missed or added), else itself."""
+        """The menu heard before that this one is, misheard a little (a key missed or added), else itself.
+        A menu whose options were all misheard (no keys at all) is taken for the last one heard, unless we
+        chose since (then it may be the next menu's)."""
+        if not signature and self._last_menu is not None:
+            return self._last_menu
         for earlier in self._hearings:
             if signature == earlier or (signature and earlier and
                                         len(signature & earlier) / len(signature | earlier) >= SAME_MENU_OVERLAP):
@@ -173,6 +179,7 @@ class MenuNavigator:
         if len(self.steps) >= self.settings.max_steps:
             return Stop("dead_end", f"still in the menu after {len(self.steps)} choices")
         self.steps.append(step)
+        self._last_menu = None
         return step
 
     def path(self) -> list[str]:

@@ -49,7 +49,7 @@ def northwind(*, person: str = PERSON) -> MenuTree:
         "sales": MenuNode("Our sales office is now closed. Goodbye.", kind="closed"),
         "support": MenuNode("Our support office is now closed. Goodbye.", kind="closed"),
         "balance": MenuNode("Your balance is zero dollars. Goodbye.", kind="closed"),
-    })
+    }, wait_s=20.0)  # patient: on a loaded machine Whisper may take seconds over a long prompt
 
 
 def render(text: str) -> bytes:

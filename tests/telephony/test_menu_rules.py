@@ -136,6 +136,13 @@ def test_a_menu_misheard_a_little_is_still_the_same_menu() -> None:
     assert nav.heard("For sales press 1. For billing press 2.") == Press("0", "operator")  # "press 3" lost
 
 
+def test_a_menu_misheard_entirely_is_taken_for_the_last_one() -> None:
+    nav = navigator("refill a prescription")
+    nav.heard(MAIN)
+    assert nav.heard("Feeling the apartment. Please listen carefully, our options have changed.") == \
+        Press("0", "operator")
+
+
 def test_the_same_menu_after_our_choice_is_chosen_in_again_then_stopped() -> None:
     nav = navigator()
     assert nav.heard(MAIN) == Press("2", "billing")
@@ -215,3 +222,11 @@ def test_what_the_menu_said_before_our_key_is_not_the_next_prompt() -> None:
     listener.transcript(Transcript("For technical support, press 3.", final=True))
     clock.now += 5.0
     assert listener.prompt_ended() is None and listener.words == []
+
+
+def test_the_goal_reaches_the_agents_context_once_set() -> None:
+    from voicegate.internal.pipeline.context import CALL_GOAL, ContextLayers, build_system_context, goal_note
+
+    assert goal_note({}) == []
+    context = build_system_context(ContextLayers(policy="Be brief.", extra=goal_note({CALL_GOAL: "reach billing"})))
+    assert context.startswith("Be brief.") and "## This call's goal" in context and "reach billing" in context
