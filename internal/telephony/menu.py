@@ -21,14 +21,18 @@ PromptKind = Literal["menu", "garbled_menu", "invalid", "closed", "hold", "voice
 
 KEY_WORDS = {"zero": "0", "oh": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
              "seven": "7", "eight": "8", "nine": "9", "star": "*", "pound": "#", "hash": "#", "hashtag": "#"}
-_KEY = r"(?:the\s+)?([0-9*#]|" + "|".join(KEY_WORDS) + r")(?:\s+key)?\b"
-_ACTION = re.compile(r"\b(?:press|dial|enter|push|hit|select|choose)\s+" + _KEY + r"|\bsay\s+([a-z]+)\b")
+# What the recogniser writes for a spoken key after "press": "press to" is "press two".
+MISHEARD_KEYS = {"to": "2", "too": "2", "won": "1", "ate": "8"}
+_KEY = (r"(?:the\s+)?([0-9*#]|" + "|".join([*KEY_WORDS, *MISHEARD_KEYS]) + r")(?:\s+key)?\b")
+# "Dial2": the recogniser sometimes runs the digit into the verb.
+_ACTION = re.compile(r"\b(?:press|dial|enter|push|hit|select|choose)(?:\s+|(?=[0-9]))" + _KEY + r"|\bsay\s+([a-z]+)\b")
 # A label before its action ("for billing, press 1") starts with one of these; after it ("press 1 for
 # billing") the label follows "for"/"to".
-_LEAD = re.compile(r"^(?:(?:and|or|otherwise|now|please|if\s+you(?:\s+(?:would|'d))?(?:\s+(?:like|want|wish|need|"
-                   r"are\s+calling|have))?(?:\s+(?:to|about|a|an))?|for|to)\b\s*)+")
+_LEAD = re.compile(r"^(?:(?:and|or|otherwise|now|please|if(?:\s+you(?:\s+(?:would|'d))?)?(?:\s+(?:like|want|wish|need|"
+                   r"are(?:\s+calling)?|have))?(?:\s+(?:to|about|a|an))?|for|to)\b\s*)+")
 _TAIL = re.compile(r"(?:\s*\b(?:please|now|at\s+any\s+time|or|and)\b)+\s*$")
-_BEFORE_STYLE = re.compile(r"\b(?:for|to|if\s+you)\b")
+_BEFORE_STYLE = re.compile(r"\b(?:for|to|if)\b")
+_STARTS_WITH_LEAD = re.compile(r"^\W*(?:(?:and|or|please)\s+)?(?:for|to|if)\b")
 _SENTENCE = re.compile(r"[.!?;:]")
 
 # A menu that gives up on the caller, or tells them the last key was wrong.
@@ -84,10 +88,7 @@ def parse_menu(text: str) -> list[MenuOption]:
     actions = list(_ACTION.finditer(said))
     if not actions:
         return []
-    # The recogniser may end a sentence between a label and its key ("For sales. Press 1."): the label is
-    # the nearest piece with words in it, not merely the nearest piece.
-    first_clause = _nearest_piece(said[:actions[0].start()], last=True)
-    label_before = bool(_BEFORE_STYLE.search(first_clause))
+    label_before = _labels_come_first(said, actions)
     options: list[MenuOption] = []
     for index, action in enumerate(actions):
         if label_before:
@@ -96,7 +97,8 @@ def parse_menu(text: str) -> list[MenuOption]:
         else:
             end = actions[index + 1].start() if index + 1 < len(actions) else len(said)
             label = _clean_label(_nearest_piece(said[action.end():end], last=False))
-        key = KEY_WORDS.get(action.group(1) or "", action.group(1) or "")
+        spoken = action.group(1) or ""
+        key = KEY_WORDS.get(spoken) or MISHEARD_KEYS.get(spoken) or spoken
         word = action.group(2) or ""
         if not label and options and _joins_previous(said, actions, index, label_before):
             previous = options[-1]  # "press 1 or say billing": one option, two ways to choose it
@@ -111,6 +113,18 @@ def parse_menu(text: str) -> list[MenuOption]:
             seen.add(ident)
             unique.append(option)
     return unique
+
+
+def _labels_come_first(said: str, actions: list[re.Match[str]]) -> bool:
+    """Which way a menu puts its labels, from its ends: a label after the last key ("... press 3 for
+    billing") says key first; otherwise words before the first key ("For sales, press 1", or a welcome
+    whose "to" the recogniser lost: "Acme, report an outage. Press 1.") say label first; a menu that
+    starts with its first key ("Say agent to ..., or press 9") is key first. The recogniser's sentence
+    ends fall anywhere (it may write "For sales. Press 1."), so only pieces with words count."""
+    after_last = _nearest_piece(said[actions[-1].end():], last=False)
+    if _STARTS_WITH_LEAD.match(after_last):
+        return False
+    return bool(_nearest_piece(said[:actions[0].start()], last=True))
 
 
 def _from_lead(piece: str) -> str:

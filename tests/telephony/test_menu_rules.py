@@ -43,6 +43,15 @@ def similarity() -> WordLlamaSimilarity:
     ("Press 1 for sales. Press 1 for sales.", [MenuOption("sales", "1")]),  # heard twice in one prompt
     ("Billing, this is Dana, how can I help?", []),
     ("Please hold, your call is important to us.", []),
+    # As Whisper writes menus: a welcome's "to" is no label-first sign; sentence ends anywhere; a key
+    # run into the verb, or heard as a word
+    ("Welcome to Acme Gas. Press 1 to report a leak. Press 2 for billing.",
+     [MenuOption("report a leak", "1"), MenuOption("billing", "2")]),
+    ("Acme Gas, report a leak. Press 1. for billing. Press 2.",
+     [MenuOption("acme gas report a leak", "1"), MenuOption("billing", "2")]),
+    ("Acme. if you are a new customer. Press 1. if you have an account. Press 2.",
+     [MenuOption("new customer", "1"), MenuOption("account", "2")]),
+    ("Press to for billing. Dial3 for sales.", [MenuOption("billing", "2"), MenuOption("sales", "3")]),
 ])
 def test_a_prompt_reads_as_its_options(prompt: str, options: list[MenuOption]) -> None:
     assert parse_menu(prompt) == options
