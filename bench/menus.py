@@ -1,6 +1,6 @@
 """Outbound calls through phone menus: how many generated menus the agent gets through to the right person.
 
-    .venv/bin/python bench/menus.py [--only NAME]
+    .venv/bin/python bench/menus.py [--split heldout|dev] [--only NAME]
 
 Each case is a real call on loopback: voicegate (the product's Gateway, Whisper tiny.en, the default
 Silero VAD) dials the test menu server (tests/sip_calls/ivr_server.py) with a goal, the menu speaks its
@@ -9,11 +9,14 @@ the option that serves the goal; every other option leads to a closed line. A ca
 the walk ends "reached" with the menu server at the goal's person. Two control cases have no way to
 their goal and must not end "reached": a dead end with its reason (or the menu hanging up on us).
 
-The menus are held out from the tests (tests/sip_calls/test_menus.py, tests/telephony/test_menu_rules.py):
+The menus are apart from the tests' (tests/sip_calls/test_menus.py, tests/telephony/test_menu_rules.py):
 other companies, other sentences, label-first and key-first phrasings, "dial" and "select" as well as
 "press", goals that share a word with the option and goals that only mean the same ("my internet is not
 working" -> "technical support"). The voices are other Piper seeds than the tests' (piper-b, piper-c)
-and espeak-ng's en-gb for the queue's messages. Nothing in internal/telephony/menu*.py was tuned on them.
+and espeak-ng's en-gb for the queue's messages. Two splits: `dev` was run first and showed how Whisper
+writes menus (sentence ends between a label and its key, "press to", "Dial2", "Press. 3."), which the
+parser then learnt (docs/performance.md tells the runs); `heldout` (the default) was written after
+those fixes and is the measure: nothing in internal/telephony/menu*.py was changed for it.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ class Case:
     expect: str = "reached"
 
 
-CASES = [
+DEV = [
     Case("water", "pay my water bill", "piper-b",
          [("Welcome to Riverside Water. Press 1 to report a leak or an emergency. Press 2 for payments and "
            "billing. Press 3 to start or stop service.", {"1": "closed", "2": "person", "3": "closed"})],
@@ -110,6 +113,62 @@ CASES = [
 ]
 
 
+HELDOUT = [
+    Case("gas", "report a gas leak", "piper-c",
+         [("Thank you for calling Summit Gas and Electric. If you smell gas, press 1 now. To pay your bill, press 2. "
+           "For all other questions, press 3.", {"1": "person", "2": "closed", "3": "closed"})],
+         "Emergency line, this is Robin. How can I help you?"),
+    Case("library", "renew my library books", "piper-b",
+         [("Welcome to the Maple County Library. For hours and locations, press 1. To renew items or check your "
+           "account, press 2. For events and programs, press 3.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Circulation desk, Jamie speaking. How can I help?"),
+    Case("dentist", "cancel my dental appointment", "piper-c",
+         [("You've reached Bright Smile Dental. To confirm an appointment, press 1. To cancel or reschedule, "
+           "press 2. For billing and insurance, press 3.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Scheduling, this is Taylor. How may I help you?"),
+    Case("vet", "talk to a veterinarian", "piper-b",
+         [("Paws and Claws Animal Hospital. Press 1 to book a visit. Press 2 to speak with a veterinary nurse. "
+           "Press 3 for pharmacy refills.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Hi, this is Casey, one of the nurses. How can I help?"),
+    Case("cable", "upgrade my TV package", "piper-c",
+         [("Thanks for calling Beacon Cable. For internet, press 1. For television, press 2. For phone service, "
+           "press 3.", {"1": "closed", "2": "1", "3": "closed"}),
+          ("Television. To upgrade or change your channel package, press 1. To troubleshoot your cable box, "
+           "press 2.", {"1": "person", "2": "closed"})],
+         "Sales team, this is Drew. How can I help you today?"),
+    Case("dmv", "renew my driver's license", "piper-b",
+         [("State Department of Motor Vehicles. Press 1 for vehicle registration. Press 2 for driver license "
+           "renewals. Press 3 to schedule a road test.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Licensing, this is Avery speaking. How can I help?"),
+    Case("university", "ask about financial aid", "piper-c",
+         [("Northern State University. For admissions, press 1. For financial aid and scholarships, press 2. "
+           "For the registrar, press 3.", {"1": "closed", "2": "1", "3": "closed"}),
+          ("Financial aid office. For the status of your application, press 1. For general financial aid "
+           "questions, press 2.", {"1": "closed", "2": "person"})],
+         "Financial aid, this is Quinn. How can I help you?"),
+    Case("insurance", "file a claim", "piper-b",
+         [("Harbor Insurance. To file a new claim, press 1. To check on an existing claim, press 2. For policy "
+           "questions, press 3.", {"1": "person", "2": "closed", "3": "closed"})],
+         "Claims, this is Reese speaking. How can I help?"),
+    Case("city", "my trash was not picked up", "piper-c",
+         [("City of Fairview. To report a pothole or a broken streetlight, dial 1. For trash and recycling, "
+           "dial 2. For water service, dial 3.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Public works, this is Sky. How can I help you?"),
+    Case("mobile", "speak with customer service", "piper-b",
+         [("Orbit Mobile. For your balance, press 1. To buy a new phone, press 2. For customer service, "
+           "press 0.", {"1": "closed", "2": "closed", "0": "person"})],
+         "Customer service, this is Jess. How can I help you?"),
+    Case("control-nothing", "book a hotel room", "piper-c",
+         [("Harbor Insurance. To file a new claim, press 1. To check on an existing claim, press 2. For policy "
+           "questions, press 3.", {"1": "closed", "2": "closed", "3": "closed"})],
+         "Hello, this is Dana. How can I help?", expect="dead_end"),
+    Case("control-closed", "renew my library books", "piper-b",
+         [("Maple County Library. To renew items, press 1. For events, press 2.", {"1": "closed", "2": "closed"})],
+         "Hello, this is Dana. How can I help?", expect="dead_end"),
+]
+SPLITS = {"dev": DEV, "heldout": HELDOUT}
+
+
 def tree_of(case: Case) -> MenuTree:
     nodes: dict[str, MenuNode] = {}
     for index, (prompt, keys) in enumerate(case.menus):
@@ -152,7 +211,7 @@ async def run_case(gateway: Gateway, case: Case, keys: KeyMethod) -> dict[str, o
         await ivr.stop()
 
 
-async def main(only: str | None) -> int:
+async def main(split: str, only: str | None) -> int:
     config = load_config(None)
     work = Path(tempfile.mkdtemp(prefix="voicegate-bench-menus-"))
     config.server.data_dir = str(work / "data")
@@ -170,7 +229,7 @@ async def main(only: str | None) -> int:
     await gateway.start()
     rows: list[dict[str, object]] = []
     try:
-        for index, case in enumerate(c for c in CASES if only is None or c.name == only):
+        for index, case in enumerate(c for c in SPLITS[split] if only is None or c.name == only):
             keys: KeyMethod = "rfc4733" if index % 2 == 0 else "info"
             row = await run_case(gateway, case, keys)
             rows.append(row)
@@ -185,7 +244,8 @@ async def main(only: str | None) -> int:
                   f"{r['seconds']} s"] for r in rows], ["case", "goal", "keys", "result", "path", "walk"]))
     print(f"\nmenus reached: {reached} of {len(menus)}; dead ends reported: "
           f"{sum(1 for r in controls if r['ok'])} of {len(controls)}")
-    path = save("menus", {"reached": reached, "menus": len(menus), "controls_ok": sum(1 for r in controls if r["ok"]),
+    controls_ok = sum(1 for r in controls if r["ok"])
+    path = save(f"menus-{split}", {"split": split, "reached": reached, "menus": len(menus), "controls_ok": controls_ok,
                           "controls": len(controls), "cases": rows})
     print(f"saved {path}")
     return 0 if reached * 10 >= 9 * len(menus) else 1
@@ -193,6 +253,7 @@ async def main(only: str | None) -> int:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--split", choices=sorted(SPLITS), default="heldout")
     parser.add_argument("--only", help="one case by name")
     arguments = parser.parse_args()
-    sys.exit(asyncio.run(main(arguments.only)))
+    sys.exit(asyncio.run(main(arguments.split, arguments.only)))

@@ -179,7 +179,8 @@ def install_call_routes(app: FastAPI, gateway: Gateway) -> None:
         plan = (plan_from_config(amd_config, voicemail_message=call.voicemail_message)
                 if (call.amd if call.amd is not None else amd_config.enabled) else None)
         try:
-            menu = menu_plan(gateway.config.menus, call.goal) if call.goal else None
+            # The first goal loads the embedding (a second): off the event loop.
+            menu = await asyncio.to_thread(menu_plan, gateway.config.menus, call.goal) if call.goal else None
             session = await handler.place_call(call.to, greeting=call.greeting, amd=plan, menu=menu)
         except ValueError as exc:
             raise ApiError(422, "invalid_target", str(exc)) from None

@@ -52,6 +52,7 @@ def similarity() -> WordLlamaSimilarity:
     ("Acme. if you are a new customer. Press 1. if you have an account. Press 2.",
      [MenuOption("new customer", "1"), MenuOption("account", "2")]),
     ("Press to for billing. Dial3 for sales.", [MenuOption("billing", "2"), MenuOption("sales", "3")]),
+    ("Acme. To pay a bill. Press 1. to order. Press. 2.", [MenuOption("pay a bill", "1"), MenuOption("order", "2")]),
 ])
 def test_a_prompt_reads_as_its_options(prompt: str, options: list[MenuOption]) -> None:
     assert parse_menu(prompt) == options
