@@ -2,7 +2,8 @@
 
 Starts the server's components in this process (SIP on `sip.bind`, the configured STT/LLM/TTS and
 memory), places one call, prints its progress and transcript, and exits when the call ends:
-0 when it was answered and ended normally, 1 when it failed (the SIP status is printed), 2 for a
+0 when it was answered and ended normally, 1 when it failed (the SIP status is printed; with --goal, also
+when the phone menu led to a dead end, whose reason is printed), 2 for a
 target that is not a SIP URI, 130 when interrupted (the call is hung up first).
 """
 
@@ -34,6 +35,8 @@ def add_call_command(commands: Any) -> None:
                       help="answering-machine detection before speaking (default: amd.enabled)")
     call.add_argument("--voicemail-message", metavar="TEXT",
                       help="what to leave on an answering machine (default: amd.voicemail_message)")
+    call.add_argument("--goal", metavar="TEXT",
+                      help="walk the callee's phone menu toward this first, e.g. \"reach billing\" (docs/sip.md)")
     call.set_defaults(run=run_call)
 
 
@@ -58,17 +61,18 @@ def run_call(args: argparse.Namespace, config: Config) -> int:
     try:
         amd = args.amd if args.amd is not None else config.amd.enabled
         return asyncio.run(place_and_follow(config, args.target, args.greeting, sys.stdout, amd=amd,
-                                            voicemail_message=args.voicemail_message))
+                                            voicemail_message=args.voicemail_message, goal=args.goal))
     except KeyboardInterrupt:
         print("interrupted: the call was hung up", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 
 async def place_and_follow(config: Config, target: str, greeting: str | None, out: TextIO, *, amd: bool = False,
-                           voicemail_message: str | None = None) -> int:
+                           voicemail_message: str | None = None, goal: str | None = None) -> int:
     """Place the call and print what happens until it ends; returns the exit code."""
     from voicegate.internal.sip.handler import CallFailed
     from voicegate.internal.telephony.answering_machine import AMD, plan_from_config
+    from voicegate.internal.telephony.navigation import menu_plan
     from voicegate.server.gateway import Gateway
 
     def say(line: str) -> None:
@@ -94,8 +98,9 @@ async def place_and_follow(config: Config, target: str, greeting: str | None, ou
         local = gateway.sip.local_address()
         say(f"dialling {target} from {local.host}:{local.port} ...")
         plan = plan_from_config(config.amd, voicemail_message=voicemail_message) if amd else None
+        menu = menu_plan(config.menus, goal) if goal else None
         try:
-            session = await gateway.sip_calls.place_call(target, greeting=greeting, amd=plan)
+            session = await gateway.sip_calls.place_call(target, greeting=greeting, amd=plan, menu=menu)
         except ValueError as exc:
             say(f"not a SIP URI: {exc}")
             return EXIT_USAGE
@@ -105,8 +110,11 @@ async def place_and_follow(config: Config, target: str, greeting: str | None, ou
         placed.append(session)
         say(f"answered (session {session.id})")
         shown = 0
-        told = plan is None
+        told = plan is None or menu is not None  # with a goal, the walk tells a voicemail greeting from a menu
+        walk = MenuProgress(session, say) if menu is not None else None
         while not (ended.is_set() or session.ended):
+            if walk is not None:
+                walk.show()
             shown = _show_new(session.conversation.transcript.entries(), shown, say)
             run = session.slots.get(AMD)
             if not told and run is not None and run.decision is not None:
@@ -118,11 +126,40 @@ async def place_and_follow(config: Config, target: str, greeting: str | None, ou
                 await asyncio.wait_for(ended.wait(), POLL_S)
             except TimeoutError:
                 pass
+        if walk is not None:
+            walk.show()
         _show_new(session.conversation.transcript.entries(), shown, say)
         say(f"ended: {session.end_reason}")
+        if walk is not None and walk.failed:
+            return EXIT_FAILED
         return EXIT_FAILED if session.end_reason in FAILED_ENDINGS else EXIT_OK
     finally:
         await gateway.stop()  # hangs up a call still running (Ctrl-C) with a BYE
+
+
+class MenuProgress:
+    """Prints the phone menu walk as it goes: each choice, then the person reached or the dead end."""
+
+    def __init__(self, session: Session, say: Any) -> None:
+        self._session = session
+        self._say = say
+        self._shown = 0
+        self._ended = False
+        self.failed = False
+
+    def show(self) -> None:
+        from voicegate.internal.telephony.navigation import MENU
+
+        run = self._session.slots.get(MENU)
+        if run is None:
+            return
+        for step in run.path[self._shown:]:
+            self._say(f"menu: {step}")
+        self._shown = len(run.path)
+        if run.done.is_set() and not self._ended:
+            self._ended = True
+            self.failed = run.result != "reached"
+            self._say(f"menu: {run.result} ({run.reason})")
 
 
 def _show_new(entries: list[TranscriptEntry], shown: int, say: Any) -> int:

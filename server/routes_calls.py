@@ -9,6 +9,11 @@ the detection has decided, a few seconds after the callee picked up, and says wh
     -> 201 {..., "amd": {"result": "machine", "reason": "beep", "decision_ms": 2140, "greeting_ms": 1880,
                          "outcome": "leave_message"}}
 
+With a `goal` ("reach billing"), the agent first walks the callee's phone menu toward it (docs/sip.md,
+"Phone menus"): the answer comes once answered with `"menu": {"result": "pending", ...}`, or, with
+`"wait_for_menu": true`, once the walk has ended (a person reached, or a dead end and its reason):
+    -> 201 {..., "menu": {"goal": "reach billing", "result": "reached", "reason": "...", "path": ["1 billing"]}}
+
 An outbound call spends money and speaks in the deployer's name, so this route is never open: with no
 `server.api_key` configured it answers 403 rather than falling back to "anyone may call". The request
 returns when the call is answered or has failed, at most `sip.outbound.timeout_s` later:
@@ -37,6 +42,7 @@ from voicegate.internal.sip.handler import CallFailed
 from voicegate.internal.sip.voice import AT_CAPACITY
 from voicegate.internal.sip.voice.call import SIP_CALL_ID
 from voicegate.internal.telephony.answering_machine import AMD, AmdRun, plan_from_config
+from voicegate.internal.telephony.navigation import MENU, MenuRun, menu_plan
 from voicegate.server.errors import ApiError, error_body
 from voicegate.server.gateway import Gateway
 
@@ -57,12 +63,16 @@ class CallRequest(BaseModel):
     amd: bool | None = Field(default=None, description="answering-machine detection (default: amd.enabled)")
     voicemail_message: str | None = Field(default=None, max_length=2000,
                                           description="left on a machine (default: amd.voicemail_message)")
+    goal: str | None = Field(default=None, min_length=2, max_length=500,
+                             description="walk the callee's phone menu toward this first (\"reach billing\")")
+    wait_for_menu: bool = Field(default=False, description="with a goal: answer once the menu walk has ended")
 
 
 class CallPlaced(BaseModel):
     session_id: str
     call_id: str  # the SIP Call-ID, to find the call in logs and on the trunk
     amd: dict[str, Any] | None = None  # the detection's decision (AmdRun.describe), when it ran
+    menu: dict[str, Any] | None = None  # the phone menu walk (MenuRun.describe), with a goal
 
 
 def presented_key(request: HTTPConnection) -> str:
@@ -120,6 +130,15 @@ async def amd_decision(session: Session, timeout_s: float) -> AmdRun:
     return run
 
 
+async def menu_outcome(session: Session, run: MenuRun, timeout_s: float) -> None:
+    """Wait for the walk to end (or the call, or `timeout_s`: still "pending")."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not run.done.is_set() and not session.ended and loop.time() < deadline:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(run.done.wait(), AMD_POLL_S)
+
+
 def call_failed_response(failure: CallFailed) -> JSONResponse:
     """Our own failures keep their HTTP meaning; anything the far end said is a 502 carrying its status."""
     if (failure.status, failure.reason) == OUR_TIMEOUT:
@@ -158,7 +177,9 @@ def install_call_routes(app: FastAPI, gateway: Gateway) -> None:
         plan = (plan_from_config(amd_config, voicemail_message=call.voicemail_message)
                 if (call.amd if call.amd is not None else amd_config.enabled) else None)
         try:
-            session = await handler.place_call(call.to, greeting=call.greeting, amd=plan)
+            # The first goal loads the embedding (a second): off the event loop.
+            menu = await asyncio.to_thread(menu_plan, gateway.config.menus, call.goal) if call.goal else None
+            session = await handler.place_call(call.to, greeting=call.greeting, amd=plan, menu=menu)
         except ValueError as exc:
             raise ApiError(422, "invalid_target", str(exc)) from None
         except CallFailed as failure:
@@ -166,4 +187,9 @@ def install_call_routes(app: FastAPI, gateway: Gateway) -> None:
         placed = CallPlaced(session_id=session.id, call_id=str(session.slots.get(SIP_CALL_ID, "")))
         if plan is not None:
             placed.amd = (await amd_decision(session, plan.settings.max_decision_ms / 1000 + AMD_SLACK_S)).describe()
+        run = session.data.get(MENU)
+        if menu is not None and isinstance(run, MenuRun):
+            if call.wait_for_menu:
+                await menu_outcome(session, run, menu.max_s + AMD_SLACK_S)
+            placed.menu = run.describe()
         return JSONResponse(placed.model_dump(exclude_none=True), 201)

@@ -40,7 +40,7 @@ from voicegate.internal.config.providers import (
 )
 from voicegate.internal.config.recording import RecordingConfig
 from voicegate.internal.config.sections import PipelineConfig, ServerConfig, SipConfig, WebRTCConfig
-from voicegate.internal.config.telephony import AmdConfig, DigitsConfig, WarmTransferConfig
+from voicegate.internal.config.telephony import AmdConfig, DigitsConfig, MenusConfig, WarmTransferConfig
 from voicegate.internal.identity.phone import normalise_e164
 
 ENV_PREFIX = "VOICEGATE_"
@@ -115,6 +115,7 @@ class Config(BaseSettings):
     mcp: McpConfig = Field(default_factory=McpConfig)
     digits: DigitsConfig = Field(default_factory=DigitsConfig)
     amd: AmdConfig = Field(default_factory=AmdConfig)
+    menus: MenusConfig = Field(default_factory=MenusConfig)
     warm_transfer: WarmTransferConfig = Field(default_factory=WarmTransferConfig)
 
     @classmethod

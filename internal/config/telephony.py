@@ -1,4 +1,4 @@
-"""Config sections for the phone flows: digit forms, answering-machine detection, warm transfer.
+"""Config sections for the phone flows: digit forms, answering-machine detection, phone menus, warm transfer.
 
 Each is documented in docs/configuration.md and config.toml like every other section; what the flows do
 with them is in docs/sip.md and docs/agent-runtime.md.
@@ -91,6 +91,14 @@ class AmdConfig(Section):
         if not self.human_greeting_ms < self.words_greeting_ms <= self.machine_greeting_ms:
             raise ValueError("need human_greeting_ms < words_greeting_ms <= machine_greeting_ms")
         return self
+
+
+class MenusConfig(Section):
+    max_s: float = Field(300.0, gt=0, le=3600)
+    prompt_end_ms: int = Field(1500, ge=300, le=10000)
+    person_wait_ms: int = Field(2500, ge=500, le=20000)
+    dead_air_ms: int = Field(20000, ge=1000, le=120000)
+    max_steps: int = Field(8, ge=1, le=30)
 
 
 class WarmTransferConfig(Section):

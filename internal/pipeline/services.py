@@ -16,7 +16,7 @@ from voicegate.internal.config.sections import PipelineConfig
 from voicegate.internal.devices import onnx_available_providers, onnx_device, onnx_providers
 from voicegate.internal.events import EventSink
 from voicegate.internal.llm.base import ChatModel
-from voicegate.internal.pipeline.context import BUILTIN_PROMPT, ContextLayers, load_text
+from voicegate.internal.pipeline.context import BUILTIN_PROMPT, ContextLayers, goal_note, load_text
 from voicegate.internal.pipeline.tools import ToolRegistry
 from voicegate.internal.pipeline.vad import (
     AdaptiveEnergyClassifier,
@@ -176,6 +176,7 @@ class PipelineServices:
             memory_context=conversation.memory_context,
             memory_text=conversation.memory_text,
             skills=self.skills,
+            extra=goal_note(session.slots),
         )
 
     def greeting(self, session: CallContext) -> str:

@@ -40,8 +40,10 @@ from voicegate.internal.sip.voice.call import (
     media_address,
     secure,
 )
+from voicegate.internal.sip.voice.dtmf import CallKeypad
 from voicegate.internal.sip.voice.transfer import transfer_under_way
 from voicegate.internal.telephony.answering_machine import AmdPlan, AmdRun, run_in_background
+from voicegate.internal.telephony.navigation import MenuPlan, walk_in_background
 
 log = logging.getLogger("voicegate.internal.sip.voice")  # the package's logger, as before the move
 
@@ -206,12 +208,15 @@ class VoiceCallHandler:
 
     # ---- outbound --------------------------------------------------------------------------------
 
-    async def place_call(self, target: str, *, greeting: str | None = None, amd: AmdPlan | None = None) -> Session:
+    async def place_call(self, target: str, *, greeting: str | None = None, amd: AmdPlan | None = None,
+                         menu: MenuPlan | None = None) -> Session:
         """Dial `target`; returns the session once answered.
 
         With `amd`, nothing is said until answering-machine detection has decided (its outcome then
         says the greeting, leaves a message or hangs up: internal/telephony/answering_machine.py); the
-        session's data holds the run (`AMD`) from the answer on.
+        session's data holds the run (`AMD`) from the answer on. With `menu`, the agent walks the callee's
+        phone menu toward its goal first (internal/telephony/navigation.py; it tells a voicemail greeting
+        from a menu itself, so it replaces `amd`'s detection) and greets the person it reaches.
         Raises CallFailed (the callee's final status; 408 for our timeout, 503 when we are full) and
         ValueError for a target that is not a SIP URI. Whatever fails, nothing is left allocated.
         """
@@ -222,12 +227,14 @@ class VoiceCallHandler:
         dialog = outbound.dialog
         spoken = greeting or self._greeting_outgoing or None
         try:
-            session = await self._connect(voice, dialog, outbound.answer, identity, "" if amd else spoken)
+            session = await self._connect(voice, dialog, outbound.answer, identity, "" if amd or menu else spoken)
         except BaseException:
             if not voice.ended:  # hanging up ends the dialog, and `ended` releases media and session
                 await asyncio.shield(self.ua.hangup(dialog))
             raise
-        if amd is not None and voice.pipeline is not None and not session.ended:
+        if menu is not None and voice.pipeline is not None and not session.ended:
+            self._walk_menu(voice.pipeline, session, menu, amd, spoken)
+        elif amd is not None and voice.pipeline is not None and not session.ended:
             pipeline = voice.pipeline
             plan = replace(amd, greeting=spoken if spoken is not None else pipeline.services.greeting(session))
             stt = pipeline.services.stt
@@ -235,6 +242,18 @@ class VoiceCallHandler:
             run_in_background(pipeline, session, plan, transcriber,  # type: ignore[arg-type]
                               spawn=self.ua.calls.spawn, on_decision=self.on_amd_decision)
         return session
+
+    def _walk_menu(self, pipeline: VoicePipeline, session: Session, menu: MenuPlan, amd: AmdPlan | None,
+                   spoken: str | None) -> None:
+        message = amd.voicemail_message if amd is not None and amd.outcomes["machine"] == "leave_message" else ""
+        plan = replace(menu, greeting=spoken if spoken is not None else pipeline.services.greeting(session),
+                       voicemail_message=message)
+        keypad = CallKeypad(self.ua, self)
+
+        async def press(digits: str) -> str:
+            return await keypad.send(session, digits)
+
+        walk_in_background(pipeline, session, plan, press, spawn=self.ua.calls.spawn)
 
     async def dial_leg(self, target: str, *, timeout_s: float) -> SipVoiceCall:
         """A call with media and no session or pipeline (a warm transfer's target): once answered, its RTP

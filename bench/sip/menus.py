@@ -1,0 +1,259 @@
+"""Outbound calls through phone menus: how many generated menus the agent gets through to the right person.
+
+    .venv/bin/python bench/sip/menus.py [--split heldout|dev] [--only NAME]
+
+Each case is a real call on loopback: voicegate (the product's Gateway, Whisper tiny.en, the default
+Silero VAD) dials the test menu server (tests/sip_calls/ivr_server.py) with a goal, the menu speaks its
+prompts, takes keys (RFC 4733 or SIP INFO, alternating), plays hold music, and a person answers behind
+the option that serves the goal; every other option leads to a closed line. A case is *reached* when
+the walk ends "reached" with the menu server at the goal's person. Two control cases have no way to
+their goal and must not end "reached": a dead end with its reason (or the menu hanging up on us).
+
+The menus are apart from the tests' (tests/sip_calls/test_menus.py, tests/telephony/test_menu_rules.py):
+other companies, other sentences, label-first and key-first phrasings, "dial" and "select" as well as
+"press", goals that share a word with the option and goals that only mean the same ("my internet is not
+working" -> "technical support"). The voices are other Piper seeds than the tests' (piper-b, piper-c)
+and espeak-ng's en-gb for the queue's messages. Two splits: `dev` was run first and showed how Whisper
+writes menus (sentence ends between a label and its key, "press to", "Dial2", "Press. 3."), which the
+parser then learnt (docs/performance.md tells the runs); `heldout` (the default) was written after
+those fixes and is the measure: nothing in internal/telephony/menu*.py was changed for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.common.figures import save, table
+from bench.turns.cases import render
+from tests.sip_calls.ivr_server import IvrServer, KeyMethod, MenuNode, MenuTree
+from voicegate.internal.audio.resample import resample
+from voicegate.internal.config import load_config
+from voicegate.internal.config.providers import WhisperConfig
+from voicegate.internal.stt.whisper import WhisperSpeechToText
+from voicegate.internal.telephony.navigation import MENU, MenuRun, menu_plan
+from voicegate.server.gateway import Gateway
+
+HOLD_VOICE = "espeak-gb"
+CLOSED = "I'm sorry, that department is closed right now. Goodbye."
+WALK_LIMIT_S = 240.0
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    goal: str
+    voice: str
+    menus: list[tuple[str, dict[str, str]]]  # (prompt, key -> next menu index, or "person"/"closed")
+    person: str
+    hold: str = "Please stay on the line. Your call will be answered by the next available agent."
+    expect: str = "reached"
+
+
+DEV = [
+    Case("water", "pay my water bill", "piper-b",
+         [("Welcome to Riverside Water. Press 1 to report a leak or an emergency. Press 2 for payments and "
+           "billing. Press 3 to start or stop service.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Payments, Marcus speaking. What can I do for you?"),
+    Case("clinic", "book an appointment with my doctor", "piper-c",
+         [("Thank you for calling Cedar Family Clinic. To schedule or change an appointment, press 1. For "
+           "prescription refills, press 2. For test results, press 3.", {"1": "person", "2": "closed", "3": "closed"})],
+         "Front desk, this is Priya. How may I help you?"),
+    Case("bank", "report a lost card", "piper-b",
+         [("Thank you for calling Metro Bank. For account balances, press 1. To report a lost or stolen card, "
+           "press 2. For loans and mortgages, press 3.", {"1": "closed", "2": "1", "3": "closed"}),
+          ("Card services. If your card was stolen, press 1. If your card was lost, press 2.",
+           {"1": "closed", "2": "person"})],
+         "Card services, my name is Alex. How can I assist you?"),
+    Case("internet", "my internet is not working", "piper-c",
+         [("You have reached Skyline Internet. Press 1 for new service. Press 2 for technical support. "
+           "Press 3 for billing.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Tech support, this is Sam. How can I help you today?"),
+    Case("pharmacy", "refill a prescription", "piper-b",
+         [("Oakwood Pharmacy. Press 1 for store hours and directions. Press 2 to refill a prescription. "
+           "Press 3 to speak with a pharmacist.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Pharmacy, Jordan here. How can I help?"),
+    Case("parking", "dispute a parking ticket", "piper-c",
+         [("City parking office. Dial 1 to pay a citation. Dial 2 to contest a ticket. Dial 3 for residential "
+           "parking permits.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Hearings office, this is Lee speaking. How can I help?"),
+    Case("airline", "change my flight", "piper-b",
+         [("Summit Airlines. To book a new flight, press 1. To change or cancel an existing reservation, "
+           "press 2. For lost baggage, press 3.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Reservations, this is Kim. How may I help you today?"),
+    Case("energy", "set up a payment plan", "piper-c",
+         [("Greenfield Energy. To report a power outage, press 1. For your account and payments, press 2.",
+           {"1": "closed", "2": "1"}),
+          ("Account services. To hear your balance, press 1. To set up a payment plan, press 2. To update "
+           "your mailing address, press 3.", {"1": "closed", "2": "2", "3": "closed"}),
+          ("Payment plans. For a new plan, select 1. To change an existing plan, select 2.",
+           {"1": "person", "2": "closed"})],
+         "Payment plans, Morgan speaking. How can I help you?"),
+    Case("hotel", "make a room reservation", "piper-b",
+         [("Thank you for calling the Lakeside Hotel. For reservations, press 1. To reach the front desk, "
+           "press 2. For the restaurant, press 3.", {"1": "person", "2": "closed", "3": "closed"})],
+         "Reservations, this is Chris. How may I help you?"),
+    Case("school", "report my child absent", "piper-c",
+         [("Hillcrest Elementary School. To report an absence, press 1. For the main office, press 2. For "
+           "the cafeteria, press 3.", {"1": "person", "2": "closed", "3": "closed"})],
+         "Attendance office, Pat speaking. How can I help you?"),
+    Case("control-nothing", "order a pizza", "piper-b",
+         [("Thank you for calling Metro Bank. For account balances, press 1. To report a lost or stolen card, "
+           "press 2. For loans and mortgages, press 3.", {"1": "closed", "2": "closed", "3": "closed"})],
+         "Hello, this is Dana. How can I help?", expect="dead_end"),
+    Case("control-closed", "reach billing", "piper-c",
+         [("Northgate Telecom. For billing, press 1. For sales, press 2.", {"1": "closed", "2": "closed"})],
+         "Hello, this is Dana. How can I help?", expect="dead_end"),
+]
+
+
+HELDOUT = [
+    Case("gas", "report a gas leak", "piper-c",
+         [("Thank you for calling Summit Gas and Electric. If you smell gas, press 1 now. To pay your bill, press 2. "
+           "For all other questions, press 3.", {"1": "person", "2": "closed", "3": "closed"})],
+         "Emergency line, this is Robin. How can I help you?"),
+    Case("library", "renew my library books", "piper-b",
+         [("Welcome to the Maple County Library. For hours and locations, press 1. To renew items or check your "
+           "account, press 2. For events and programs, press 3.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Circulation desk, Jamie speaking. How can I help?"),
+    Case("dentist", "cancel my dental appointment", "piper-c",
+         [("You've reached Bright Smile Dental. To confirm an appointment, press 1. To cancel or reschedule, "
+           "press 2. For billing and insurance, press 3.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Scheduling, this is Taylor. How may I help you?"),
+    Case("vet", "talk to a veterinarian", "piper-b",
+         [("Paws and Claws Animal Hospital. Press 1 to book a visit. Press 2 to speak with a veterinary nurse. "
+           "Press 3 for pharmacy refills.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Hi, this is Casey, one of the nurses. How can I help?"),
+    Case("cable", "upgrade my TV package", "piper-c",
+         [("Thanks for calling Beacon Cable. For internet, press 1. For television, press 2. For phone service, "
+           "press 3.", {"1": "closed", "2": "1", "3": "closed"}),
+          ("Television. To upgrade or change your channel package, press 1. To troubleshoot your cable box, "
+           "press 2.", {"1": "person", "2": "closed"})],
+         "Sales team, this is Drew. How can I help you today?"),
+    Case("dmv", "renew my driver's license", "piper-b",
+         [("State Department of Motor Vehicles. Press 1 for vehicle registration. Press 2 for driver license "
+           "renewals. Press 3 to schedule a road test.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Licensing, this is Avery speaking. How can I help?"),
+    Case("university", "ask about financial aid", "piper-c",
+         [("Northern State University. For admissions, press 1. For financial aid and scholarships, press 2. "
+           "For the registrar, press 3.", {"1": "closed", "2": "1", "3": "closed"}),
+          ("Financial aid office. For the status of your application, press 1. For general financial aid "
+           "questions, press 2.", {"1": "closed", "2": "person"})],
+         "Financial aid, this is Quinn. How can I help you?"),
+    Case("insurance", "file a claim", "piper-b",
+         [("Harbor Insurance. To file a new claim, press 1. To check on an existing claim, press 2. For policy "
+           "questions, press 3.", {"1": "person", "2": "closed", "3": "closed"})],
+         "Claims, this is Reese speaking. How can I help?"),
+    Case("city", "my trash was not picked up", "piper-c",
+         [("City of Fairview. To report a pothole or a broken streetlight, dial 1. For trash and recycling, "
+           "dial 2. For water service, dial 3.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Public works, this is Sky. How can I help you?"),
+    Case("mobile", "speak with customer service", "piper-b",
+         [("Orbit Mobile. For your balance, press 1. To buy a new phone, press 2. For customer service, "
+           "press 0.", {"1": "closed", "2": "closed", "0": "person"})],
+         "Customer service, this is Jess. How can I help you?"),
+    Case("control-nothing", "book a hotel room", "piper-c",
+         [("Harbor Insurance. To file a new claim, press 1. To check on an existing claim, press 2. For policy "
+           "questions, press 3.", {"1": "closed", "2": "closed", "3": "closed"})],
+         "Hello, this is Dana. How can I help?", expect="dead_end"),
+    Case("control-closed", "renew my library books", "piper-b",
+         [("Maple County Library. To renew items, press 1. For events, press 2.", {"1": "closed", "2": "closed"})],
+         "Hello, this is Dana. How can I help?", expect="dead_end"),
+]
+SPLITS = {"dev": DEV, "heldout": HELDOUT}
+
+
+def tree_of(case: Case) -> MenuTree:
+    nodes: dict[str, MenuNode] = {}
+    for index, (prompt, keys) in enumerate(case.menus):
+        nodes[str(index)] = MenuNode(prompt, keys={k: ("queue" if v == "person" else v) for k, v in keys.items()})
+    nodes["queue"] = MenuNode(case.hold, kind="hold", hold_s=5.0, then="person")
+    nodes["person"] = MenuNode(case.person, kind="person")
+    nodes["closed"] = MenuNode(CLOSED, kind="closed")
+    return MenuTree(nodes, start="0", person_listens_s=3.0)
+
+
+def renderer(case: Case) -> Callable[[str], bytes]:
+    def speak(text: str) -> bytes:
+        voice = HOLD_VOICE if text in (case.hold, CLOSED) else case.voice
+        return resample(render(voice, [text])[0], 16000, 8000)
+
+    return speak
+
+
+async def run_case(gateway: Gateway, case: Case, keys: KeyMethod) -> dict[str, object]:
+    ivr = IvrServer(tree_of(case), renderer(case), keys=keys)
+    await ivr.start()
+    started = time.monotonic()
+    try:
+        assert gateway.sip_calls is not None
+        session = await gateway.sip_calls.place_call(ivr.target, menu=menu_plan(gateway.config.menus, case.goal))
+        run = session.data[MENU]
+        assert isinstance(run, MenuRun)
+        try:
+            await asyncio.wait_for(run.done.wait(), WALK_LIMIT_S)
+        except TimeoutError:
+            pass
+        if not session.ended and session.hangup is not None:
+            await session.hangup()
+        at_person = "node person" in ivr.log
+        ok = (run.result == "reached" and at_person) if case.expect == "reached" else run.result != "reached"
+        return {"case": case.name, "goal": case.goal, "keys": keys, "voice": case.voice, "expect": case.expect,
+                "result": run.result, "ok": ok, "reason": run.reason, "path": run.path, "heard": run.heard,
+                "menu_log": ivr.log, "seconds": round(time.monotonic() - started, 1)}
+    finally:
+        await ivr.stop()
+
+
+async def main(split: str, only: str | None) -> int:
+    config = load_config(None)
+    work = Path(tempfile.mkdtemp(prefix="voicegate-bench-menus-"))
+    config.server.data_dir = str(work / "data")
+    config.sip.enabled = True
+    config.sip.bind = "127.0.0.1:0"
+    config.sip.transports = ["udp"]
+    config.sip.invite_rate_per_min = 0
+    config.sip.symmetric_rtp = False
+    config.webrtc.enabled = False
+    config.tts.provider = "espeak"
+    config.llm.provider = "local"
+    config.pipeline.greeting_outgoing = "Hello, I am calling on behalf of a customer."
+    stt = WhisperSpeechToText(WhisperConfig(workers=1, shed_after_ms=0), work / "models")
+    gateway = Gateway(config, stt=stt)
+    await gateway.start()
+    rows: list[dict[str, object]] = []
+    try:
+        for index, case in enumerate(c for c in SPLITS[split] if only is None or c.name == only):
+            keys: KeyMethod = "rfc4733" if index % 2 == 0 else "info"
+            row = await run_case(gateway, case, keys)
+            rows.append(row)
+            print(f"{case.name}: {row['result']} ({'ok' if row['ok'] else 'MISSED'}) {row['reason']}", file=sys.stderr)
+    finally:
+        await gateway.stop()
+        await stt.aclose()
+    menus = [r for r in rows if r["expect"] == "reached"]
+    controls = [r for r in rows if r["expect"] != "reached"]
+    reached = sum(1 for r in menus if r["ok"])
+    print(table([[str(r["case"]), str(r["goal"]), str(r["keys"]), str(r["result"]), " > ".join(map(str, r["path"])),  # type: ignore[call-overload]
+                  f"{r['seconds']} s"] for r in rows], ["case", "goal", "keys", "result", "path", "walk"]))
+    print(f"\nmenus reached: {reached} of {len(menus)}; dead ends reported: "
+          f"{sum(1 for r in controls if r['ok'])} of {len(controls)}")
+    controls_ok = sum(1 for r in controls if r["ok"])
+    path = save(f"menus-{split}", {"split": split, "reached": reached, "menus": len(menus), "controls_ok": controls_ok,
+                          "controls": len(controls), "cases": rows})
+    print(f"saved {path}")
+    return 0 if reached * 10 >= 9 * len(menus) else 1
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--split", choices=sorted(SPLITS), default="heldout")
+    parser.add_argument("--only", help="one case by name")
+    arguments = parser.parse_args()
+    sys.exit(asyncio.run(main(arguments.split, arguments.only)))

@@ -1,0 +1,134 @@
+"""Which of a menu's options leads toward the call's goal ("reach billing" -> "for billing, press 1").
+
+Two signals, both offline and deterministic: the goal's content words found in an option's label (stems,
+so "bill" meets "billing"), and the similarity of the two as sentences in the wordllama embedding the
+project already ships for retrieval (internal/rag/embedding.py), which knows that "pay my bill" is near
+"payments" and "track my order" near "order status". An option is chosen only when it is clearly the
+best: a menu with nothing near the goal is a menu to wait through, or to leave for an operator.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from voicegate.internal.telephony.menu import MenuOption, normalise
+
+# An option whose label shares a content word with the goal scores at least this (one word in common is
+# already strong evidence on a menu of four or five unrelated departments).
+WORD_MATCH_FLOOR = 0.6
+WORD_SHARE_WEIGHT = 0.3
+# Two labels sharing as many of the goal's words ("change my flight": "book a flight", "change a
+# reservation") are told apart by meaning, weighted below one more shared word (for goals of up to six
+# content words).
+SIMILARITY_TIEBREAK = 0.05
+# With no word in common, the embedding alone must reach this: measured on wordllama, unrelated
+# departments sit below 0.3 ("billing" vs "cancel service" 0.14), paraphrases above 0.5 ("track my order"
+# vs "order status" 0.53).
+MIN_SIMILARITY = 0.4
+# ... and beat the runner-up by this much, or the choice is a coin toss between two departments.
+MIN_MARGIN = 0.08
+# Labels of the way out of a menu to a person, used when nothing fits the goal.
+OPERATOR = re.compile(r"\b(operator|representative|agent|associate|someone|person|customer\s+service|"
+                      r"all\s+other|other\s+(?:questions|inquiries|enquiries)|attendant|receptionist)\b")
+FALLBACK_KEY = "0"  # what most menus route to an operator when no option says so
+FALLBACK_WORD = "agent"
+
+# Words of a goal that say how to get somewhere, not where.
+_GOAL_FILLER = frozenset(
+    "a an the to of for in on my our your i me we want would like need reach get talk speak with someone "
+    "department dept team please about and or is it be go through connect person".split())
+_LABEL_FILLER = frozenset("a an the to of for in on your you with and or is it be about".split())
+
+
+class SentenceSimilarity(Protocol):
+    def similarity(self, text: str, others: Sequence[str]) -> list[float]: ...
+
+
+class WordLlamaSimilarity:
+    """Cosine similarity in wordllama's bundled model, loaded from site-packages (never the network)."""
+
+    def __init__(self) -> None:
+        from voicegate.internal.rag.embedding import WordLlamaEmbedder
+
+        self._embedder = WordLlamaEmbedder()
+
+    def similarity(self, text: str, others: Sequence[str]) -> list[float]:
+        if not others:
+            return []
+        import numpy as np
+
+        vectors = self._embedder.embed_sync([text, *others])
+        first = vectors[0] / (np.linalg.norm(vectors[0]) or 1.0)
+        return [float(np.dot(first, v / (np.linalg.norm(v) or 1.0))) for v in vectors[1:]]
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    option: MenuOption
+    score: float
+    why: str  # "words" or "similarity"
+
+
+def stem(word: str) -> str:
+    for suffix in ("ing", "ments", "ment", "ies", "es", "s", "ed"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def content_words(text: str, filler: frozenset[str]) -> set[str]:
+    return {stem(word) for word in normalise(text).replace(".", " ").split() if word not in filler}
+
+
+def goal_focus(goal: str) -> str:
+    """The goal without its verbs of travel: "reach the billing department" -> "billing"."""
+    words = [word for word in normalise(goal).replace(".", " ").split() if word not in _GOAL_FILLER]
+    return " ".join(words) or goal
+
+
+class GoalMatcher:
+    def __init__(self, goal: str, similarity: SentenceSimilarity | None = None) -> None:
+        self.goal = goal
+        self.focus = goal_focus(goal)
+        self._goal_words = content_words(self.focus, _GOAL_FILLER)
+        self._similarity = similarity
+
+    def scores(self, options: Sequence[MenuOption]) -> list[tuple[float, str]]:
+        labels = [option.label or option.word for option in options]
+        similarity = self._similarity
+        similar = similarity.similarity(self.focus, labels) if similarity is not None else [0.0] * len(labels)
+        scored: list[tuple[float, str]] = []
+        for label, near in zip(labels, similar, strict=True):
+            shared = self._goal_words & content_words(label, _LABEL_FILLER)
+            if shared:  # more of the goal's words first; between equals, the nearer meaning
+                share = len(shared) / len(self._goal_words)
+                scored.append((WORD_MATCH_FLOOR + WORD_SHARE_WEIGHT * share + SIMILARITY_TIEBREAK * near, "words"))
+            else:
+                scored.append((near, "similarity"))
+        return scored
+
+    def choose(self, options: Sequence[MenuOption]) -> Choice | None:
+        """The option toward the goal, or None when none is clearly it."""
+        scored = self.scores(options)
+        if not scored:
+            return None
+        ranked = sorted(range(len(options)), key=lambda i: scored[i][0], reverse=True)
+        best = ranked[0]
+        score, why = scored[best]
+        runner_up = scored[ranked[1]][0] if len(ranked) > 1 else 0.0
+        if why == "words" and score - runner_up > 0.0:
+            return Choice(options[best], score, why)
+        if score >= MIN_SIMILARITY and score - runner_up >= MIN_MARGIN:
+            return Choice(options[best], score, why)
+        return None
+
+
+def operator_option(options: Sequence[MenuOption]) -> MenuOption | None:
+    """The option a menu offers toward a person, if it names one."""
+    for option in options:
+        if OPERATOR.search(option.label) or OPERATOR.search(option.word):
+            return option
+    return None

@@ -1,0 +1,294 @@
+"""Menu navigation on a live outbound call: listen to the menu, press keys or say words, hand over.
+
+From the answer on, the `MenuListener` holds the call's input (internal/pipeline/capture.py): the
+recogniser's finals are gathered into prompts (speech up to a pause of `prompt_end_ms`), and each whole
+prompt goes to the navigator (navigator.py), whose step this module carries out: a key through the call's
+keypad (RFC 4733 when the answer took telephone-event, else SIP INFO: internal/sip/voice/dtmf.py), a word
+through the agent's voice, nothing at all otherwise (the agent does not talk to a menu). When a person
+answers, the listener lets go, the call's greeting is said and the conversation goes on with the goal in
+the agent's context (`CALL_GOAL`); at a dead end the reason goes into the call's events (`MenuEvent`),
+`session.data[MENU]` (POST /calls, `voicegate call`) and the log, and the call is hung up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from voicegate.internal.config.telephony import MenusConfig
+from voicegate.internal.conversation.slots import Slot
+from voicegate.internal.pipeline.context import CALL_GOAL
+from voicegate.internal.pipeline.events import Event
+from voicegate.internal.pipeline.pipeline import VoicePipeline
+from voicegate.internal.session import Session
+from voicegate.internal.stt.base import Transcript
+from voicegate.internal.telephony.menu_choice import GoalMatcher, SentenceSimilarity, WordLlamaSimilarity
+from voicegate.internal.telephony.navigator import (
+    HandOver,
+    MenuNavigator,
+    NavigationResult,
+    NavigationSettings,
+    Press,
+    Say,
+    Step,
+    Stop,
+    Wait,
+)
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.1
+# A frame louder than this is sound on the line (speech, hold music); a phone line's hiss sits far below.
+SOUND_DBFS = -45.0
+# A final the recogniser owes is given up on after this long (it hung): the prompt goes on without it.
+FINAL_WAIT_MS = 15000
+
+Press_ = Callable[[str], Awaitable[str]]  # sends keys on the call; returns the method ("rfc4733", "info")
+
+
+def menu_plan(config: MenusConfig, goal: str, similarity: SentenceSimilarity | None = None) -> MenuPlan:
+    """A call's plan from the [menus] section. The embedding is wordllama unless one is given."""
+    settings = NavigationSettings(prompt_end_ms=config.prompt_end_ms, person_wait_ms=config.person_wait_ms,
+                                  dead_air_ms=config.dead_air_ms, max_steps=config.max_steps)
+    return MenuPlan(goal.strip(), settings, config.max_s,
+                    similarity=similarity if similarity is not None else shared_similarity())
+
+
+@functools.cache
+def shared_similarity() -> SentenceSimilarity:
+    """One wordllama model per process (16 MB; loading takes a second): read-only, so calls share it."""
+    return WordLlamaSimilarity()
+
+
+class MenuEvent(Event):
+    """A step of the walk through a phone menu: a choice made, a person reached, or a dead end."""
+
+    type: Literal["menu"] = "menu"
+    step: Literal["press", "say", "hand_over", "stop"]
+    key: str = ""
+    word: str = ""
+    label: str = ""  # the option chosen
+    method: str = ""  # how a key went: rfc4733 or info
+    result: str = ""  # on hand_over/stop: reached, dead_end, voicemail, hung_up
+    reason: str = ""
+    heard: str = ""  # the prompt that led to the step
+
+
+@dataclass(frozen=True, slots=True)
+class MenuPlan:
+    goal: str
+    settings: NavigationSettings
+    max_s: float  # the whole walk, hold included
+    greeting: str = ""  # said when a person answers
+    voicemail_message: str = ""  # left when a machine answers ("" hang up)
+    similarity: SentenceSimilarity | None = None
+
+
+@dataclass
+class MenuRun:
+    """One call's walk as the API sees it."""
+
+    goal: str
+    result: NavigationResult | Literal["pending"] = "pending"
+    reason: str = ""
+    path: list[str] = field(default_factory=list)
+    heard: list[str] = field(default_factory=list)  # the prompts, in order
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def describe(self) -> dict[str, object]:
+        return {"goal": self.goal, "result": self.result, "reason": self.reason, "path": list(self.path),
+                "heard": list(self.heard)}
+
+
+MENU: Slot[MenuRun] = Slot("menu")  # the call's MenuRun
+
+
+class MenuListener:
+    """The CallerInput while the menu is walked: gathers prompts, notices sound and silence."""
+
+    private = False  # the menu's words are shown in the call's events
+
+    def __init__(self, settings: NavigationSettings, clock: Callable[[], float] = time.monotonic) -> None:
+        self._settings = settings
+        self._clock = clock
+        self.speaking = False
+        self.owed = 0  # finals the recogniser still owes
+        self.stale = 0  # finals of speech from before our last step, to drop
+        self.words: list[str] = []
+        self.last_speech_end = clock()
+        self.last_sound = clock()
+        self.since = clock()  # the last prompt's end, our last step, or the answer
+        self.changed = asyncio.Event()
+
+    def now(self) -> float:
+        return self._clock()
+
+    def audio(self, pcm: bytes, voiced: bool) -> None:
+        samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float32)
+        if samples.size and 20 * np.log10(np.sqrt(np.mean(samples * samples)) / 32768 + 1e-9) > SOUND_DBFS:
+            self.last_sound = self._clock()
+
+    def tick(self) -> None:
+        self.changed.set()
+
+    def speech_started(self, preroll_frames: int) -> bool:
+        self.speaking = True
+        return True
+
+    def speech_ended(self, final_owed: bool) -> None:
+        self.speaking = False
+        self.last_speech_end = self._clock()
+        if final_owed:
+            self.owed += 1
+        self.changed.set()
+
+    def transcript(self, transcript: Transcript) -> None:
+        if not transcript.final or transcript.superseded:
+            return
+        self.owed = max(0, self.owed - 1)
+        if self.stale:
+            self.stale -= 1
+        elif transcript.text.strip():
+            self.words.append(transcript.text.strip())
+        self.changed.set()
+
+    def finals_lost(self, count: int) -> None:
+        self.owed = max(0, self.owed - max(count, 1))
+        self.changed.set()
+
+    def digit(self, digit: str) -> None:
+        return None
+
+    def prompt_ended(self) -> str | None:
+        """The prompt heard up to a pause, once its words are all in (None: not yet)."""
+        now = self._clock()
+        if self.speaking or not (self.words or self.owed):
+            return None
+        quiet_ms = (now - self.last_speech_end) * 1000
+        if quiet_ms < self._settings.prompt_end_ms or (self.owed and quiet_ms < FINAL_WAIT_MS):
+            return None
+        text, self.words, self.owed = " ".join(self.words), [], 0
+        self.since = now
+        return text
+
+    def silent_ms(self) -> int:
+        return int((self._clock() - max(self.since, self.last_sound)) * 1000)
+
+    def stepped(self) -> None:
+        """We pressed or said something: what the menu was saying before it is no longer the prompt."""
+        self.stale = self.owed + (1 if self.speaking else 0)
+        self.words = []
+        self.since = self._clock()
+
+
+async def run_navigation(pipeline: VoicePipeline, session: Session, plan: MenuPlan, press: Press_,
+                         on_done: Callable[[MenuRun], None] = lambda run: None) -> MenuRun:
+    """Walk the menu until a person answers, a dead end, or the call ends; returns the run."""
+    run = session.slots.setdefault(MENU, MenuRun(plan.goal))
+    session.slots.set(CALL_GOAL, plan.goal)
+    navigator = MenuNavigator(GoalMatcher(plan.goal, plan.similarity), plan.settings)
+    listener = MenuListener(plan.settings)
+    previous = pipeline.capture
+    pipeline.capture = listener
+    ticker = asyncio.get_running_loop().create_task(_ticks(listener), name="menu-ticks")
+    deadline = listener.now() + plan.max_s
+    final: HandOver | Stop | None = None
+    try:
+        while final is None:
+            listener.changed.clear()
+            await listener.changed.wait()
+            if session.ended:
+                after = f" (after we chose {run.path[-1]})" if run.path else ""
+                final = Stop("hung_up", f"the other side hung up during the menu{after}")
+                break
+            step: Step | None
+            text = listener.prompt_ended()
+            if text is not None:
+                run.heard.append(text)
+                step = navigator.heard(text)
+                log.info("menu prompt", extra={"prompt": text, "step": step.kind})
+            elif not listener.speaking and not listener.words and not listener.owed:
+                step = navigator.quiet(listener.silent_ms())
+            else:
+                step = None
+            if (step is None or isinstance(step, Wait)) and listener.now() >= deadline:
+                step = Stop("dead_end", f"still in the menu after {plan.max_s:.0f} s")
+            if isinstance(step, Press | Say):
+                await _take(pipeline, step, press, text or "", run)
+                run.path = navigator.path()
+                listener.stepped()
+            elif isinstance(step, HandOver | Stop):
+                final = step
+    finally:
+        ticker.cancel()
+        if pipeline.capture is listener:
+            pipeline.capture = previous
+    await _finish(pipeline, session, plan, run, final)
+    on_done(run)
+    return run
+
+
+async def _take(pipeline: VoicePipeline, step: Press | Say, press: Press_, heard: str, run: MenuRun) -> None:
+    if isinstance(step, Press):
+        method = await press(step.key)
+        pipeline.sink.emit(MenuEvent(step="press", key=step.key, label=step.label, method=method, heard=heard))
+        log.info("menu key pressed", extra={"digits": step.key, "label": step.label, "method": method})
+    else:
+        pipeline.sink.emit(MenuEvent(step="say", word=step.word, label=step.label, heard=heard))
+        await pipeline.responder.say(step.word)
+
+
+async def _finish(pipeline: VoicePipeline, session: Session, plan: MenuPlan, run: MenuRun,
+                  final: HandOver | Stop) -> None:
+    if isinstance(final, HandOver):
+        run.result, run.reason = "reached", f"{final.reason}: '{final.heard}'" if final.heard else final.reason
+    else:
+        run.result, run.reason = final.result, final.reason
+    pipeline.sink.emit(MenuEvent(step="hand_over" if isinstance(final, HandOver) else "stop", result=run.result,
+                                 reason=run.reason, heard=run.heard[-1] if run.heard else ""))
+    log.info("menu navigation ended", extra={"menu_result": run.result, "reason": run.reason})
+    run.done.set()
+    if session.ended:
+        return
+    if isinstance(final, HandOver):
+        if plan.greeting:
+            pipeline.announce(plan.greeting)
+        return
+    if final.result == "voicemail" and plan.voicemail_message:
+        await pipeline.responder.say(plan.voicemail_message)
+    if session.hangup is not None and not session.ended:
+        await session.hangup()
+
+
+async def _ticks(listener: MenuListener) -> None:
+    while True:
+        await asyncio.sleep(TICK_S)
+        listener.tick()
+
+
+def walk_in_background(pipeline: VoicePipeline, session: Session, plan: MenuPlan, press: Press_,
+                      spawn: Callable[[Awaitable[None]], object],
+                      on_done: Callable[[MenuRun], None] = lambda run: None) -> MenuRun:
+    """Start the walk on the call; returns its MenuRun at once (await `run.done` for the outcome)."""
+    run = session.slots.setdefault(MENU, MenuRun(plan.goal))
+    spawn(_guarded(run_navigation(pipeline, session, plan, press, on_done), run))
+    return run
+
+
+async def _guarded(navigation: Awaitable[MenuRun], run: MenuRun) -> None:
+    with contextlib.suppress(asyncio.CancelledError):
+        try:
+            await navigation
+        except Exception as exc:
+            log.exception("menu navigation failed")
+            if not run.done.is_set():
+                run.result, run.reason = "dead_end", f"navigation failed: {type(exc).__name__}"
+                run.done.set()
