@@ -187,8 +187,8 @@ def install_call_routes(app: FastAPI, gateway: Gateway) -> None:
         placed = CallPlaced(session_id=session.id, call_id=str(session.slots.get(SIP_CALL_ID, "")))
         if plan is not None:
             placed.amd = (await amd_decision(session, plan.settings.max_decision_ms / 1000 + AMD_SLACK_S)).describe()
-        run = session.data.get(MENU)
-        if menu is not None and isinstance(run, MenuRun):
+        run = session.slots.get(MENU)
+        if menu is not None and run is not None:
             if call.wait_for_menu:
                 await menu_outcome(session, run, menu.max_s + AMD_SLACK_S)
             placed.menu = run.describe()

@@ -37,7 +37,7 @@ from voicegate.internal.audio.resample import resample
 from voicegate.internal.config import load_config
 from voicegate.internal.config.providers import WhisperConfig
 from voicegate.internal.stt.whisper import WhisperSpeechToText
-from voicegate.internal.telephony.navigation import MENU, MenuRun, menu_plan
+from voicegate.internal.telephony.navigation import MENU, menu_plan
 from voicegate.server.gateway import Gateway
 
 HOLD_VOICE = "espeak-gb"
@@ -194,8 +194,8 @@ async def run_case(gateway: Gateway, case: Case, keys: KeyMethod) -> dict[str, o
     try:
         assert gateway.sip_calls is not None
         session = await gateway.sip_calls.place_call(ivr.target, menu=menu_plan(gateway.config.menus, case.goal))
-        run = session.data[MENU]
-        assert isinstance(run, MenuRun)
+        run = session.slots.get(MENU)
+        assert run is not None
         try:
             await asyncio.wait_for(run.done.wait(), WALK_LIMIT_S)
         except TimeoutError:

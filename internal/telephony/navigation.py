@@ -7,7 +7,7 @@ keypad (RFC 4733 when the answer took telephone-event, else SIP INFO: internal/s
 through the agent's voice, nothing at all otherwise (the agent does not talk to a menu). When a person
 answers, the listener lets go, the call's greeting is said and the conversation goes on with the goal in
 the agent's context (`CALL_GOAL`); at a dead end the reason goes into the call's events (`MenuEvent`),
-`session.data[MENU]` (POST /calls, `voicegate call`) and the log, and the call is hung up.
+`session.slots.get(MENU)` (POST /calls, `voicegate call`) and the log, and the call is hung up.
 """
 
 from __future__ import annotations
