@@ -94,6 +94,8 @@ class ScriptedOpenAI(FakeOpenAI):
         super().__init__()
         self.turns: list[Turn] = []
         self.turn_replies: deque[ScriptedReply] = deque()  # consumed by turns only, in order
+        # consumed by the follow-ups after a tool's result, in order (then reply_text)
+        self.follow_up_replies: deque[ScriptedReply] = deque()
         self.reply_text = "Okay."  # short: the node's espeak speaks it
         self.reconcile_reply = '{"edits": []}'
         self.digest_reply = '{"topics": ["a short call"], "gist": "a short call"}'
@@ -113,6 +115,8 @@ class ScriptedOpenAI(FakeOpenAI):
                 return ScriptedReply(text=self.digest_reply)
             return ScriptedReply(text=self.summary_reply)
         if not messages or messages[-1].get("role") != "user":
+            if messages and messages[-1].get("role") == "tool" and self.follow_up_replies:
+                return self.follow_up_replies.popleft()
             return ScriptedReply(text=self.reply_text)
         self.turns.append(Turn(time.monotonic(), body))
         if self._hold_next:
