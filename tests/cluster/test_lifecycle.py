@@ -16,14 +16,13 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import httpx
 import psycopg
 import pytest
 import pytest_asyncio
 
 from bench.common.figures import word_errors
 from tests.cluster.harness import OWNER_KEY_SECRET, Node, Proxy, cluster, scenario
-from tests.cluster.test_kamailio import ended_on, many_calls, sipp_counts
+from tests.cluster.test_kamailio import ended_on, live_sip_calls, many_calls, sipp_counts
 from tests.conftest import REPO, free_port
 from tests.sip.conftest import run_sipp
 from tests.sip_calls.conftest import RtpCapture, loud_part, neural_caller, stream
@@ -302,13 +301,6 @@ async def test_memory_delete_from_the_cli_reaches_both_nodes_caches(
     assert stored(db_uri, CALLER) == []
     rc, output = await memory_cli(operator, "show", "--caller", f"sip:{CALLER}")
     assert rc == 3 and "green tea" not in output.lower(), (rc, output)
-
-
-def live_sip_calls(node: Node) -> int:
-    text = httpx.get(f"{node.url}/metrics", timeout=10).text
-    found = [line.rsplit(" ", 1)[1] for line in text.splitlines()
-             if line.startswith("voicegate_live_sessions{") and 'transport="sip"' in line]
-    return int(sum(float(v) for v in found))
 
 
 def ends(node: Node) -> list[str]:

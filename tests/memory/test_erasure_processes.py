@@ -183,8 +183,9 @@ async def test_call_live_during_erasure_leaves_nothing(cluster: Cluster) -> None
     model.turn_replies.extend([saved, tool_call("end_call")])
     (await call.wait(150)).check()
     await wait_until(lambda: _no_calls(a), 30, "the call to end on the node", a.tails)
-
-    dump = await settle(cluster.db_uri, quiet_s=4, minimum_s=10, timeout_s=45,
+    # Every hang-up writer has had its turn (the call's outbox entry is done with), then the database is quiet.
+    await wait_until(a.hangup_writes_done, 45, "the call's hang-up writes to be done with", a.tails)
+    dump = await settle(cluster.db_uri, quiet_s=4, timeout_s=45,
                         until=lambda text: bool(lines_containing(text, MARKER)))
     rows, files = lines_containing(dump, MARKER), files_containing(a.data_dir, MARKER)
     assert not rows, "the erased caller's words came back into the database:\n" + "\n".join(rows)
