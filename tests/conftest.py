@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -56,8 +57,8 @@ async def pg_conn(pg_uri: str) -> AsyncIterator[psycopg.AsyncConnection]:
         await conn.close()
 
 
-@pytest.fixture
-def fresh_db(pg_uri: str) -> Iterator[str]:
+@contextlib.contextmanager
+def new_database(pg_uri: str) -> Iterator[str]:
     """A new empty database on the shared server, dropped afterwards."""
     name = f"t_{os.getpid()}_{os.urandom(4).hex()}"
     with psycopg.connect(pg_uri, autocommit=True) as conn:
@@ -66,6 +67,21 @@ def fresh_db(pg_uri: str) -> Iterator[str]:
     yield f"{base.rsplit('/', 1)[0]}/{name}?{query}"
     with psycopg.connect(pg_uri, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def fresh_db(pg_uri: str) -> Iterator[str]:
+    """A new empty database on the shared server, dropped afterwards."""
+    with new_database(pg_uri) as uri:
+        yield uri
+
+
+@pytest.fixture(scope="module")
+def module_db(pg_uri: str) -> Iterator[str]:
+    """A new empty database for a module whose tests share servers on it (each test keeps to callers of
+    its own), dropped after the module."""
+    with new_database(pg_uri) as uri:
+        yield uri
 
 
 

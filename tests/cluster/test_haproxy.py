@@ -176,36 +176,45 @@ async def test_the_memory_api_answers_from_any_node_and_a_draining_node_keeps_on
             assert await asyncio.to_thread(holder.proc.wait, 60) == 0
 
 
-async def test_rate_limits_count_each_client_behind_the_proxy_not_the_proxy(tmp_path: Path, fresh_db: str) -> None:
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory: pytest.TempPathFactory, module_db: str) -> Iterator[Haproxy]:
+    """Two nodes allowing two browser calls a minute per client, behind HAProxy: shared by the rate-limit
+    tests, each with client addresses of its own (a client's allowance is its own, which they prove)."""
+    with web_cluster(tmp_path_factory.mktemp("limited"), module_db, whip_rate_per_min=2) as (balancer, _nodes):
+        yield balancer
+
+
+async def test_rate_limits_count_each_client_behind_the_proxy_not_the_proxy(limited: Haproxy) -> None:
+    balancer = limited
+
     def client(source: str) -> httpx.AsyncClient:
         transport = httpx.AsyncHTTPTransport(local_address=source)
         return httpx.AsyncClient(base_url=balancer.url, transport=transport, timeout=30)
 
-    with web_cluster(tmp_path, fresh_db, whip_rate_per_min=2) as (balancer, _nodes):
-        # A text/plain POST /whip passes the rate limit and is then refused 415: cheap, no WebRTC.
-        async with client("127.0.0.1") as first, client("127.0.0.3") as second:
-            statuses = [(await first.post("/whip", content="x", headers={"Content-Type": "text/plain"})).status_code
-                        for _ in range(6)]
-            assert 429 in statuses and statuses[0] == 415, statuses  # two per node per minute, then 429
-            other = await second.post("/whip", content="x", headers={"Content-Type": "text/plain"})
-            assert other.status_code == 415, "another client behind the proxy has its own allowance"
+    # A text/plain POST /whip passes the rate limit and is then refused 415: cheap, no WebRTC.
+    async with client("127.0.0.1") as first, client("127.0.0.3") as second:
+        statuses = [(await first.post("/whip", content="x", headers={"Content-Type": "text/plain"})).status_code
+                    for _ in range(6)]
+        assert 429 in statuses and statuses[0] == 415, statuses  # two per node per minute, then 429
+        other = await second.post("/whip", content="x", headers={"Content-Type": "text/plain"})
+        assert other.status_code == 415, "another client behind the proxy has its own allowance"
 
 
-async def test_a_forged_x_forwarded_for_neither_escapes_the_limit_nor_spends_a_victims(
-        tmp_path: Path, fresh_db: str) -> None:
+async def test_a_forged_x_forwarded_for_neither_escapes_the_limit_nor_spends_a_victims(limited: Haproxy) -> None:
     """HAProxy appends its own X-Forwarded-For line after the client's: each forged value must not be a
     bucket of its own, and naming another client must not spend that client's allowance."""
+    balancer = limited
+
     def client(source: str) -> httpx.AsyncClient:
         transport = httpx.AsyncHTTPTransport(local_address=source)
         return httpx.AsyncClient(base_url=balancer.url, transport=transport, timeout=30)
 
-    with web_cluster(tmp_path, fresh_db, whip_rate_per_min=2) as (balancer, _nodes):
-        async with client("127.0.0.1") as attacker, client("127.0.0.4") as victim:
-            statuses = []
-            for n in range(8):
-                claim = f"198.51.100.{n}" if n % 2 else "127.0.0.4"  # a fresh address, or the victim's
-                forged = {"Content-Type": "text/plain", "X-Forwarded-For": claim}
-                statuses.append((await attacker.post("/whip", content="x", headers=forged)).status_code)
-            assert statuses.count(415) <= 4 and 429 in statuses, statuses  # two per node, whatever it claims
-            mine = await victim.post("/whip", content="x", headers={"Content-Type": "text/plain"})
-            assert mine.status_code == 415, "the attacker spent the client it named"
+    async with client("127.0.0.5") as attacker, client("127.0.0.4") as victim:
+        statuses = []
+        for n in range(8):
+            claim = f"198.51.100.{n}" if n % 2 else "127.0.0.4"  # a fresh address, or the victim's
+            forged = {"Content-Type": "text/plain", "X-Forwarded-For": claim}
+            statuses.append((await attacker.post("/whip", content="x", headers=forged)).status_code)
+        assert statuses.count(415) <= 4 and 429 in statuses, statuses  # two per node, whatever it claims
+        mine = await victim.post("/whip", content="x", headers={"Content-Type": "text/plain"})
+        assert mine.status_code == 415, "the attacker spent the client it named"

@@ -12,6 +12,7 @@ import socket
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.cluster.harness import PROBE_INTERVAL_S, Node, Proxy, cluster, scenario
@@ -69,7 +70,11 @@ async def test_a_killed_node_loses_only_its_calls_and_new_calls_go_to_the_other(
         node_a, node_b = nodes
         # Ten long calls, half on each node; node a dies while they are all up.
         first = asyncio.create_task(many_calls(tmp_path / "during", proxy, 10, talk_ms=12000, rate=5))
-        await asyncio.sleep(6)
+        deadline = time.monotonic() + 60
+        while sum(live := [await asyncio.to_thread(live_sip_calls, n) for n in nodes]) < 10:
+            assert time.monotonic() < deadline and not first.done(), f"live calls: {live}"
+            await asyncio.sleep(0.25)
+        assert live[0] >= 1, live  # node a carries some of them
         node_a.kill()
         await first
         ok, failed = sipp_counts(tmp_path / "during")
@@ -85,6 +90,14 @@ async def test_a_killed_node_loses_only_its_calls_and_new_calls_go_to_the_other(
         assert sipp_counts(tmp_path / "after") == (20, 0)
         (total,) = await ended_on([node_b], survived + 20)
         assert total == survived + 20
+
+
+def live_sip_calls(node: Node) -> int:
+    """The node's live SIP calls, from its own /metrics."""
+    text = httpx.get(f"{node.url}/metrics", timeout=10).text
+    found = [line.rsplit(" ", 1)[1] for line in text.splitlines()
+             if line.startswith("voicegate_live_sessions{") and 'transport="sip"' in line]
+    return int(sum(float(v) for v in found))
 
 
 def memory_decisions(node: Node) -> list[str]:

@@ -8,35 +8,74 @@ caller speaks in the Piper voice, and the test hears the reply with Whisper as a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import httpx
 import psycopg
 import pytest
 import pytest_asyncio
 
 from bench.common.figures import word_errors
 from tests.cluster.harness import OWNER_KEY_SECRET, Node, Proxy, cluster, scenario
-from tests.cluster.test_kamailio import ended_on, many_calls, sipp_counts
+from tests.cluster.test_kamailio import ended_on, live_sip_calls, many_calls, sipp_counts
 from tests.conftest import REPO, free_port
 from tests.sip.conftest import run_sipp
 from tests.sip_calls.conftest import RtpCapture, loud_part, neural_caller, stream
 from voicegate.internal.audio.g711 import ulaw_decode
 from voicegate.internal.config.providers import WhisperConfig
+from voicegate.internal.memory.owner import OwnerKeys
 from voicegate.internal.stt.whisper import WhisperSpeechToText
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 CALLER = "+15551234567"  # the From user Kamailio asserts for a caller from the trunk address
+# The listening tests share one cluster, each with a caller of its own (one database, one memory each).
+RETURNING_CALLER = "+15552345678"
 REMEMBER = "Remember that I like green tea."
 RECALL = "What do you remember about me?"
 REMEMBERED = "Here's what I remember: I like green tea."
 FORGOTTEN = "I don't remember anything about you yet."
+
+
+class Listening:
+    """The module's listening cluster (two nodes on Whisper and Piper, on the module's database), shared by
+    the tests that listen: started at first use, and again after a test has stopped it to have every
+    node's hang-up writes landed or refused (`stop`)."""
+
+    def __init__(self, root: Path, db_uri: str) -> None:
+        self.root, self.db_uri = root, db_uri
+        self.runs = 0
+        self._stack: contextlib.ExitStack | None = None
+        self._nodes: tuple[Node, Node] | None = None
+
+    def nodes(self) -> tuple[Node, Node]:
+        if self._stack is None or self._nodes is None:
+            self.runs += 1
+            directory = self.root / f"run-{self.runs}"
+            directory.mkdir()
+            with contextlib.ExitStack() as stack:
+                _, (node_a, node_b) = stack.enter_context(cluster(directory, self.db_uri, speech="whisper"))
+                self._nodes, self._stack = (node_a, node_b), stack.pop_all()
+        return self._nodes
+
+    def stop(self) -> None:
+        stack, self._stack, self._nodes = self._stack, None, None
+        if stack is not None:
+            stack.close()
+
+
+@pytest.fixture(scope="module")
+def listening(tmp_path_factory: pytest.TempPathFactory, module_db: str) -> Iterator[Listening]:
+    shared = Listening(tmp_path_factory.mktemp("listening"), module_db)
+    try:
+        yield shared
+    finally:
+        shared.stop()
 
 
 @pytest_asyncio.fixture
@@ -57,11 +96,12 @@ def only(directory: Path, node: Node) -> Proxy:
     return proxy
 
 
-async def call(directory: Path, proxy: Proxy, media: str, capture: RtpCapture | None, talk_ms: int) -> None:
+async def call(directory: Path, proxy: Proxy, media: str, capture: RtpCapture | None, talk_ms: int,
+               caller: str = CALLER) -> None:
     """One call from the trunk through `proxy`: `media` is played, then the caller stays `talk_ms` and
     hangs up with BYE; what the node says goes to `capture`."""
     directory.mkdir(exist_ok=True)
-    path = scenario(directory, talk_ms=talk_ms, media=media, from_user=CALLER,
+    path = scenario(directory, talk_ms=talk_ms, media=media, from_user=caller,
                     media_port=capture.port if capture is not None else "[media_port]")
     (await run_sipp(directory, path, proxy.target, timeout=talk_ms / 1000 + 60)).check()
 
@@ -77,40 +117,66 @@ def said_like(expected: str, heard: str) -> bool:
     return edits <= words // 2
 
 
-def memory_loaded(node: Node) -> list[int]:
-    """The size of the caller memory each of the node's calls started with, from its JSON log."""
+def log_size(node: Node) -> int:
+    """Where the node's log ends now: what a test reads of a shared node's log starts there."""
+    return node.log.stat().st_size if node.log.exists() else 0
+
+
+def memory_loaded(node: Node, since: int = 0) -> list[int]:
+    """The size of the caller memory each of the node's calls started with, from its JSON log (from
+    byte `since` on)."""
     found = []
-    for line in node.log.read_text(errors="replace").splitlines():
+    with node.log.open("rb") as log:
+        log.seek(since)
+        text = log.read().decode(errors="replace")
+    for line in text.splitlines():
         if line.startswith("{") and '"caller memory loaded"' in line:
             found.append(int(json.loads(line)["chars"]))
     return found
 
 
-def stored(db_uri: str) -> list[str]:
+def stored(db_uri: str, caller: str) -> list[str]:
+    """The caller's memory rows (keyed as the nodes key them, with the cluster's owner-key secret)."""
+    owner_key = OwnerKeys(OWNER_KEY_SECRET.encode()).for_resource_id(f"sip:{caller}")
     with psycopg.connect(db_uri) as conn:
-        return [row[0] for row in conn.execute("SELECT content FROM memories").fetchall()]
+        rows = conn.execute("SELECT content FROM memories WHERE owner_key = %s", (owner_key,)).fetchall()
+        return [row[0] for row in rows]
+
+
+async def ended_after(nodes: list[Node], before: list[int], more: int) -> list[int]:
+    """How many SIP calls each node has ended since `before` (its counts then), once `more` have."""
+    counts = await ended_on(nodes, sum(before) + more)
+    return [count - base for count, base in zip(counts, before, strict=True)]
+
+
+async def ended_counts(nodes: list[Node]) -> list[int]:
+    return [await asyncio.to_thread(node.sip_calls_ended) for node in nodes]
 
 
 async def test_a_caller_remembered_on_one_node_is_remembered_on_the_other_by_ear(
-        tmp_path: Path, fresh_db: str, ears: WhisperSpeechToText) -> None:
-    with cluster(tmp_path, fresh_db, speech="whisper") as (_, (node_a, node_b)):
-        via_a = only(tmp_path / "via-a", node_a)
-        try:
-            await call(tmp_path / "on-a", via_a, stream(neural_caller(tmp_path, REMEMBER)), None, 15000)
-        finally:
-            via_a.stop()
-        assert await ended_on([node_a], 1) == [1]
-        assert any("green tea" in text.lower() for text in stored(fresh_db)), stored(fresh_db)
+        tmp_path: Path, listening: Listening, ears: WhisperSpeechToText) -> None:
+    caller, db_uri = RETURNING_CALLER, listening.db_uri
+    node_a, node_b = listening.nodes()
+    since = [log_size(node_a), log_size(node_b)]
+    before = await ended_counts([node_a, node_b])
+    assert stored(db_uri, caller) == []  # a caller new to the cluster
+    via_a = only(tmp_path / "via-a", node_a)
+    try:
+        await call(tmp_path / "on-a", via_a, stream(neural_caller(tmp_path, REMEMBER)), None, 15000, caller)
+    finally:
+        via_a.stop()
+    assert await ended_after([node_a], before[:1], 1) == [1]
+    assert any("green tea" in text.lower() for text in stored(db_uri, caller)), stored(db_uri, caller)
 
-        via_b = only(tmp_path / "via-b", node_b)
-        capture = await RtpCapture.open()
-        try:
-            await call(tmp_path / "on-b", via_b, stream(neural_caller(tmp_path, RECALL)), capture, 20000)
-        finally:
-            capture.close()
-            via_b.stop()
-        assert await ended_on([node_b], 1) == [1]
-        a_loaded, b_loaded = memory_loaded(node_a), memory_loaded(node_b)
+    via_b = only(tmp_path / "via-b", node_b)
+    capture = await RtpCapture.open()
+    try:
+        await call(tmp_path / "on-b", via_b, stream(neural_caller(tmp_path, RECALL)), capture, 20000, caller)
+    finally:
+        capture.close()
+        via_b.stop()
+    assert await ended_after([node_b], before[1:], 1) == [1]
+    a_loaded, b_loaded = memory_loaded(node_a, since[0]), memory_loaded(node_b, since[1])
     # Node a began with nothing; node b began its call with what a wrote to the one database ...
     assert a_loaded == [0] and len(b_loaded) == 1 and b_loaded[0] > 0, (a_loaded, b_loaded)
     # ... and the caller hears it from b, in b's voice, through G.711.
@@ -180,14 +246,19 @@ ASK_AGAIN_MS = 30000
 
 
 async def test_memory_delete_from_the_cli_reaches_both_nodes_caches(
-        tmp_path: Path, fresh_db: str, ears: WhisperSpeechToText) -> None:
+        tmp_path: Path, listening: Listening, ears: WhisperSpeechToText) -> None:
     loop = asyncio.get_running_loop()
-    operator = cli_config(tmp_path / "operator", fresh_db)
-    with cluster(tmp_path, fresh_db, speech="whisper") as (_, (node_a, node_b)):
+    db_uri = listening.db_uri
+    operator = cli_config(tmp_path / "operator", db_uri)
+    node_a, node_b = listening.nodes()
+    since = [log_size(node_a), log_size(node_b)]
+    ended_before = await ended_counts([node_a, node_b])
+    try:
+        assert stored(db_uri, CALLER) == []  # a caller new to the cluster
         # The caller is remembered (the first test has a call teach it; the operator's edit is quicker).
         rc, output = await memory_cli(operator, "edit", "--caller", f"sip:{CALLER}", "--document", "memory",
                                       "--append", "- I like green tea.")
-        assert rc == 0 and any("green tea" in text.lower() for text in stored(fresh_db)), output
+        assert rc == 0 and any("green tea" in text.lower() for text in stored(db_uri, CALLER)), output
         via_a, via_b = only(tmp_path / "via-a", node_a), only(tmp_path / "via-b", node_b)
         captures = [await RtpCapture.open(), await RtpCapture.open()]
         try:
@@ -210,10 +281,12 @@ async def test_memory_delete_from_the_cli_reaches_both_nodes_caches(
                 capture.close()
             via_a.stop()
             via_b.stop()
-        assert await ended_on([node_a, node_b], 2) == [1, 1]
-        a_loaded, b_loaded = memory_loaded(node_a), memory_loaded(node_b)
+        assert await ended_after([node_a, node_b], ended_before, 2) == [1, 1]
+        a_loaded, b_loaded = memory_loaded(node_a, since[0]), memory_loaded(node_b, since[1])
         # Both live calls began with the caller's memory in their node's cache.
         assert len(a_loaded) == len(b_loaded) == 1 and a_loaded[0] > 0 and b_loaded[0] > 0, (a_loaded, b_loaded)
+    finally:
+        listening.stop()
     # The cluster has stopped, so every node's hang-up writes have landed or been refused.
     for node, capture in zip((node_a, node_b), captures, strict=True):
         before = await hear(ears, pcm_between(capture, 0.0, deleted_at))
@@ -225,16 +298,9 @@ async def test_memory_delete_from_the_cli_reaches_both_nodes_caches(
         assert "green tea" not in after and said_like(FORGOTTEN, after), (node.name, after)
         assert "green tea" not in node.log.read_text(errors="replace").lower(), f"node {node.name} logged it"
     # Nothing came back: the live calls' hang-up digests were refused by the erasure.
-    assert stored(fresh_db) == []
+    assert stored(db_uri, CALLER) == []
     rc, output = await memory_cli(operator, "show", "--caller", f"sip:{CALLER}")
     assert rc == 3 and "green tea" not in output.lower(), (rc, output)
-
-
-def live_sip_calls(node: Node) -> int:
-    text = httpx.get(f"{node.url}/metrics", timeout=10).text
-    found = [line.rsplit(" ", 1)[1] for line in text.splitlines()
-             if line.startswith("voicegate_live_sessions{") and 'transport="sip"' in line]
-    return int(sum(float(v) for v in found))
 
 
 def ends(node: Node) -> list[str]:

@@ -40,6 +40,8 @@ JWT_SECRET = "jwt-secret-for-memory-api-tests-0123456789"
 LISTENER_APP = "voicegate-memory-listener"  # application_name of a node's LISTEN connection
 SCENARIO = Path(__file__).parent / "scenarios" / "uac_speak.xml"
 START_TIMEOUT_S = 120.0  # two busy cores, several Python processes importing numpy at once
+# What a node logs when a hang-up write finds its caller erased (internal/memory/outbox.py).
+ERASED_DROPPED = "memory outbox: the caller was erased; this call's writes are dropped"
 STOP_TIMEOUT_S = 25.0  # above server.shutdown_timeout_s: a graceful stop must get the chance to finish
 
 
@@ -94,6 +96,8 @@ class ScriptedOpenAI(FakeOpenAI):
         super().__init__()
         self.turns: list[Turn] = []
         self.turn_replies: deque[ScriptedReply] = deque()  # consumed by turns only, in order
+        # consumed by the follow-ups after a tool's result, in order (then reply_text)
+        self.follow_up_replies: deque[ScriptedReply] = deque()
         self.reply_text = "Okay."  # short: the node's espeak speaks it
         self.reconcile_reply = '{"edits": []}'
         self.digest_reply = '{"topics": ["a short call"], "gist": "a short call"}'
@@ -113,6 +117,8 @@ class ScriptedOpenAI(FakeOpenAI):
                 return ScriptedReply(text=self.digest_reply)
             return ScriptedReply(text=self.summary_reply)
         if not messages or messages[-1].get("role") != "user":
+            if messages and messages[-1].get("role") == "tool" and self.follow_up_replies:
+                return self.follow_up_replies.popleft()
             return ScriptedReply(text=self.reply_text)
         self.turns.append(Turn(time.monotonic(), body))
         if self._hold_next:
@@ -338,6 +344,18 @@ class VoicegateNode:
     async def live_calls(self) -> int:
         report = await self.health()
         return int(((report or {}).get("components") or {}).get("sessions", {}).get("live", -1))
+
+    async def hangup_writes_done(self, calls: int = 1) -> bool:
+        """This run of the node has finished with the hang-up writes of `calls` calls (every step run:
+        landed, refused by the store, or dropped for a caller erased meanwhile, which its log says), and
+        none is pending: what a test waits for instead of a fixed time before it looks for what they left."""
+        report = await self.health()
+        memory = ((report or {}).get("components") or {}).get("memory") or {}
+        outbox = memory.get("outbox") or {}
+        log = self._log("stdout")
+        erased = log.read_text(errors="replace").count(ERASED_DROPPED) if log.exists() else 0
+        handled = int(outbox.get("landed", 0)) + int(outbox.get("rejected", 0)) + int(outbox.get("dropped", 0))
+        return report is not None and handled + erased >= calls and int(memory.get("pending_writes", 1)) == 0
 
 
 class Cluster:

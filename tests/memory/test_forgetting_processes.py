@@ -76,8 +76,10 @@ async def test_a_fact_deleted_through_node_b_while_the_call_is_live_on_node_a_st
         await caller.close()
 
     await wait_until(lambda: _no_calls(a), 30, "the call to end on A", a.tails)
-    # Every hang-up step has run once something it writes is stored: the positive control.
-    dump = await settle(cluster.db_uri, quiet_s=4, minimum_s=8, timeout_s=60)
+    # Every hang-up step has run (the call's outbox entry is done with), then the database is quiet; what
+    # they stored is the positive control.
+    await wait_until(a.hangup_writes_done, 60, "the call's hang-up writes to be done with", a.tails)
+    dump = await settle(cluster.db_uri, quiet_s=4, timeout_s=60)
     assert "likes green tea" in dump, "A's reconciliation never landed"
     assert any("{\"green tea\"}" in line for line in lines_containing(dump, "green tea")), (
         "A's session digest never landed:\n" + "\n".join(lines_containing(dump, "green tea")))

@@ -33,7 +33,14 @@ async def cluster(tmp_path: Path, fresh_db: str) -> AsyncIterator[Cluster]:
 async def call_and_capture(node: VoicegateNode, said: str, *replies: object) -> str:
     node.model.transcript = said
     node.model.turn_replies.clear()
-    node.model.turn_replies.extend([*replies, tool_call("end_call")])  # type: ignore[list-item]
+    node.model.follow_up_replies.clear()
+    # The agent hangs up after its reply: the turn's end_call, or, after a scripted tool call, the follow-up's
+    # (the caller says one thing: a second turn, with an end_call waiting for it, never comes).
+    if replies:
+        node.model.turn_replies.extend(replies)  # type: ignore[arg-type]
+        node.model.follow_up_replies.append(tool_call("end_call"))
+    else:
+        node.model.turn_replies.append(tool_call("end_call"))
     since = time.monotonic()
     # No comma: a pause there makes two requests of one turn, and the first (prepared, then withdrawn)
     # would take the scripted reply.
