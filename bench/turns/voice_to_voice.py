@@ -256,7 +256,10 @@ def server_settings(data_dir: Path, stt: str, tts: str | None,
         "memory": {"enabled": False},
         "llm": {"provider": "local"},
         "stt": {"provider": stt},
-        "pipeline": {"debug": True, "greeting": ""},
+        # The wait measured is for the answer: a thinking cue ("One moment.") would be the first sound
+        # on the wire and hide a slow answer (its own figures: docs/performance.md, "Thinking cues"),
+        # and no caller here is silent long enough to be asked whether they are still there.
+        "pipeline": {"debug": True, "greeting": "", "thinking_cue": "off", "idle_prompt_s": 0},
         "telemetry": {"log_content": True},  # what the server heard and said, to judge the recogniser
     }
     if tts:
