@@ -24,6 +24,7 @@ from opentelemetry import trace
 
 from voicegate.internal.conversation.state import CallContext
 from voicegate.internal.llm.base import LlmError, ToolCall, Turn
+from voicegate.internal.pipeline.bargein_events import OverlapEvent
 from voicegate.internal.pipeline.events import (
     AgentState,
     EventSink,
@@ -68,6 +69,7 @@ class Responder:
         self._prepared: TurnReply | None = None  # a reply started before its turn was released
         self._holding: TurnReply | None = None  # the reply held because the caller spoke right after it
         self._heard_at_interrupt: str | None = None
+        self._paused = False  # paused for the caller's sound over the agent (pause, false_alarm)
         self._hangup_requested = False
         self._drained = asyncio.Event()
         self._drained.set()
@@ -180,6 +182,26 @@ class Responder:
         """The caller may be talking over the agent: lower its voice until they stop (or it is stopped)."""
         self.playout.ducked = ducked
 
+    def pause(self) -> None:
+        """The caller's sound over the agent may be a turn: silent from this frame on, the reply kept."""
+        self._paused = True
+        self.playout.held = True
+        self.playout.ducked = False
+
+    def false_alarm(self, kind: str, reason: str, paused: bool) -> None:
+        """The sound over the agent was no turn: play on; a sentence cut off by a pause starts again."""
+        ducked = self.playout.ducked
+        self.playout.ducked = False
+        if paused and self._paused:
+            self._paused = False
+            self.playout.held = False
+            sentence = self.playout.rewind_sentence()
+            self.meter.turn_event("resumed")
+            self.sink.emit(OverlapEvent(kind=kind, reason=reason, action="resumed", sentence=sentence))
+            log.info("agent resumed after a false interruption", extra={"overlap": kind, "reason": reason})
+        elif ducked:
+            self.sink.emit(OverlapEvent(kind=kind, reason=reason, action="played_on"))
+
     def stage(self, name: str, ms: float) -> None:
         """A latency of the turn about to be answered."""
         self.timing(name, ms, self.session.conversation.turns + 1)
@@ -228,6 +250,7 @@ class Responder:
         self._heard_at_interrupt = self.playout.clear()
         self.playout.ducked = False
         self.playout.held = False
+        self._paused = False
         task.cancel()
 
     async def cancel(self) -> None:

@@ -8,6 +8,9 @@ when it carries at least one content word.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import StrEnum
+
 from voicegate.internal.turn.text_cues import words
 
 BACKCHANNEL_TOKENS = frozenset(
@@ -42,13 +45,111 @@ def is_meaningful_interruption(text: str, extra_backchannels: frozenset[str] = f
     return content >= 1
 
 
-# More words than a voice says in a second of speech, even a fast one (2.5-4 words a second is usual).
-MAX_WORDS_PER_VOICED_S = 6.0
+# ---- sound over the agent ------------------------------------------------------------------------
+#
+# A caller who makes a sound while the agent speaks does one of three things: acknowledges ("mm-hm",
+# "yeah, go on": the agent plays on), makes a noise that is not speech (a cough, a laugh, a door, line
+# noise: the agent plays on, or picks its sentence up again), or takes the turn (a question, a command,
+# a correction: the agent stops and answers). The sound alone cannot tell the three apart (a cough and
+# "stop" are both 300 ms of energy), so the VAD only ducks and pauses the agent; the words decide.
 
 
-def too_many_words(text: str, voiced_ms: float) -> bool:
-    """More words than the caller's voice could have held: the recogniser made them up. Whisper turns a
-    short sound into a sentence from its training data ("Mm-hm" into "And then make 10.", a breath into
-    "Make sure to hit the bell icon."), which over the agent would cut it off."""
-    count = len(words(text))
-    return count >= 3 and count > MAX_WORDS_PER_VOICED_S * voiced_ms / 1000.0
+class OverlapKind(StrEnum):
+    BACKCHANNEL = "backchannel"
+    NON_SPEECH = "non_speech"
+    INTERRUPTION = "interruption"
+
+
+@dataclass(frozen=True, slots=True)
+class Overlap:
+    kind: OverlapKind
+    reason: str
+
+    @property
+    def takes_turn(self) -> bool:
+        return self.kind is OverlapKind.INTERRUPTION
+
+
+# Less voice than any word takes (a click, a tap on the handset): whatever the recogniser made of it is
+# not the caller's. "Stop" alone holds ~250 ms of voice.
+MIN_WORD_VOICED_MS = 100
+# Whisper's scores for a fragment it made up from a breath or a cough. Its own "no words" rule (both
+# no_speech_prob > 0.6 and avg_logprob < -1.0, internal/stt/whisper_decode.py) already blanks the worst;
+# what passes it and is still made up sits at a high no-speech probability with unsure words, or at very
+# unsure words alone. A clear short question over the agent scores no_speech_prob < 0.2 and avg_logprob
+# > -0.6 (bench/overlap.py prints each case's scores).
+NO_SPEECH_SUSPECT = 0.4
+LOGPROB_SUSPECT = -0.8
+LOGPROB_FLOOR = -1.2
+# More words than even a fast voice says in the voiced time (with the VAD's onset it did not count):
+# only for statements with no question or command in them, so a real question is never dropped by it.
+MAX_WORDS_PER_VOICED_S = 8.0
+UNCOUNTED_ONSET_MS = 60
+# What Whisper says to silence, breath and noise (its subtitle training data), normalised as `words`.
+HALLUCINATIONS = tuple(tuple(phrase.split()) for phrase in (
+    "make sure to hit the bell icon", "hit the bell icon", "thanks for watching", "thank you for watching",
+    "please subscribe", "subscribe to my channel", "like and subscribe", "see you in the next video",
+    "see you next time", "i'll see you next time", "thank you so much for watching", "bye bye",
+    "subtitles by", "transcription by", "thank you", "thanks", "you",
+))
+QUESTION_STARTS = frozenset(
+    "what when where which who whom whose why how is are was were do does did can could would will should "
+    "may might shall have has had am isn't aren't wasn't don't doesn't didn't can't couldn't won't "
+    "wouldn't shouldn't".split()
+)
+LEAD_INS = frozenset("sorry excuse me pardon wait so and but um uh oh hey hi hello hang on hold just actually".split())
+
+
+def is_question(text: str) -> bool:
+    """A question mark, or a question word once the lead-ins ("sorry", "excuse me", "wait") are past."""
+    if text.rstrip().endswith("?"):
+        return True
+    tokens = words(text)
+    rest = [token for token in tokens if token not in LEAD_INS]
+    return bool(rest) and rest[0] in QUESTION_STARTS
+
+
+def made_up_phrase(text: str) -> bool:
+    """The text is (or is mostly) one of Whisper's stock phrases for noise."""
+    tokens = tuple(words(text))
+    for phrase in HALLUCINATIONS:
+        if tokens == phrase:
+            return True
+        if len(phrase) >= 3 and any(tokens[i:i + len(phrase)] == phrase for i in range(len(tokens))):
+            return len(phrase) * 2 >= len(tokens)
+    return False
+
+
+def classify_overlap(text: str, voiced_ms: float, *, no_speech_prob: float | None = None,
+                     avg_logprob: float | None = None,
+                     backchannels: frozenset[str] = frozenset()) -> Overlap:
+    """What a sound the caller made over the agent was, from its words and the evidence they were spoken.
+
+    `voiced_ms`: the VAD's voiced time of it; `no_speech_prob`/`avg_logprob`: the recogniser's scores
+    for the decode (None: not given, e.g. a cloud recogniser's partial). Checked in this order:
+    no words, too little voice for a word, a stock phrase, unsure scores (non-speech: nothing said);
+    acknowledgement vocabulary only (backchannel); a command, a question, a content word
+    (interruption); filler only ("um", "I": a backchannel). A question or a command is never judged by
+    its word count, so "sorry, what time?" said fast is an interruption.
+    """
+    tokens = words(text)
+    if not tokens:
+        return Overlap(OverlapKind.NON_SPEECH, "nothing recognised")
+    if voiced_ms < MIN_WORD_VOICED_MS:
+        return Overlap(OverlapKind.NON_SPEECH, "too little voice for a word")
+    if made_up_phrase(text):
+        return Overlap(OverlapKind.NON_SPEECH, "a phrase the recogniser makes up from noise")
+    if avg_logprob is not None and (avg_logprob < LOGPROB_FLOOR or (
+            no_speech_prob is not None and no_speech_prob > NO_SPEECH_SUSPECT and avg_logprob < LOGPROB_SUSPECT)):
+        return Overlap(OverlapKind.NON_SPEECH, "the recogniser doubts it was speech")
+    if is_backchannel(text, backchannels):
+        return Overlap(OverlapKind.BACKCHANNEL, "acknowledgement words only")
+    if any(token in COMMAND_TOKENS for token in tokens):
+        return Overlap(OverlapKind.INTERRUPTION, "a command")
+    if is_question(text):
+        return Overlap(OverlapKind.INTERRUPTION, "a question")
+    if not is_meaningful_interruption(text, backchannels):
+        return Overlap(OverlapKind.BACKCHANNEL, "no content words")
+    if len(tokens) >= 4 and len(tokens) > MAX_WORDS_PER_VOICED_S * (voiced_ms + UNCOUNTED_ONSET_MS) / 1000.0:
+        return Overlap(OverlapKind.NON_SPEECH, "more words than the voice could hold")
+    return Overlap(OverlapKind.INTERRUPTION, "content words")

@@ -159,6 +159,12 @@ class Replies:
     def duck(self, ducked: bool) -> None:
         return None
 
+    def pause(self) -> None:
+        self.calls.append("pause")
+
+    def false_alarm(self, kind: str, reason: str, paused: bool) -> None:
+        self.calls.append(f"false_alarm:{kind}:{'resume' if paused else 'play_on'}")
+
     def not_understood(self) -> None:
         self.calls.append("not_understood")
 

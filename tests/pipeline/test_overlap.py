@@ -1,0 +1,72 @@
+"""A sound over the agent: backchannel, non-speech or a real interruption (internal/turn/bargein.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from voicegate.internal.turn.bargein import Overlap, OverlapKind, classify_overlap, is_question, made_up_phrase
+
+BACKCHANNEL, NON_SPEECH, INTERRUPTION = OverlapKind.BACKCHANNEL, OverlapKind.NON_SPEECH, OverlapKind.INTERRUPTION
+CLEAR = {"no_speech_prob": 0.05, "avg_logprob": -0.3}  # Whisper's scores on words it heard clearly
+
+
+@pytest.mark.parametrize(("text", "voiced_ms", "scores", "kind", "reason"), [
+    # Acknowledgements play on, configured phrases included.
+    ("Mm-hm.", 300, CLEAR, BACKCHANNEL, "acknowledgement words only"),
+    ("Yeah, okay.", 500, CLEAR, BACKCHANNEL, "acknowledgement words only"),
+    ("Right, right.", 500, {}, BACKCHANNEL, "acknowledgement words only"),
+    ("Yeah, go on.", 600, CLEAR, BACKCHANNEL, "no content words"),
+    ("Uh.", 200, CLEAR, BACKCHANNEL, "acknowledgement words only"),
+    # Nothing said: no words, a click, Whisper's stock phrases, unsure scores, more words than the voice held.
+    ("", 800, {}, NON_SPEECH, "nothing recognised"),
+    ("Stop.", 60, CLEAR, NON_SPEECH, "too little voice for a word"),
+    ("Make sure to hit the bell icon.", 700, CLEAR, NON_SPEECH, "a phrase the recogniser makes up from noise"),
+    ("And make sure to hit the bell icon.", 700, {}, NON_SPEECH, "a phrase the recogniser makes up from noise"),
+    ("Thanks for watching!", 400, {}, NON_SPEECH, "a phrase the recogniser makes up from noise"),
+    ("Thank you.", 500, CLEAR, NON_SPEECH, "a phrase the recogniser makes up from noise"),
+    ("The car.", 400, {"no_speech_prob": 0.55, "avg_logprob": -0.9}, NON_SPEECH,
+     "the recogniser doubts it was speech"),
+    ("Frozen water.", 400, {"no_speech_prob": 0.1, "avg_logprob": -1.4}, NON_SPEECH,
+     "the recogniser doubts it was speech"),
+    ("And then make 10.", 400, {}, NON_SPEECH, "more words than the voice could hold"),  # Whisper on "Mm-hm"
+    # Real interruptions: commands, questions (however short and fast), content.
+    ("Stop.", 200, CLEAR, INTERRUPTION, "a command"),
+    ("Wait, wait.", 300, {}, INTERRUPTION, "a command"),
+    ("Sorry, what time?", 350, CLEAR, INTERRUPTION, "a question"),
+    ("Sorry, what time is it?", 450, CLEAR, INTERRUPTION, "a question"),
+    ("Excuse me, how much is that", 500, CLEAR, INTERRUPTION, "a question"),
+    ("Is it open on Sunday?", 400, {"no_speech_prob": 0.3, "avg_logprob": -0.7}, INTERRUPTION, "a question"),
+    ("Sorry, I need to change the date.", 1300, CLEAR, INTERRUPTION, "content words"),
+    ("That's the wrong address.", 900, CLEAR, INTERRUPTION, "content words"),
+])
+def test_a_sound_over_the_agent_is_classified(text: str, voiced_ms: int, scores: dict[str, float],
+                                              kind: OverlapKind, reason: str) -> None:
+    assert classify_overlap(text, voiced_ms, **scores) == Overlap(kind, reason)
+
+
+def test_configured_backchannel_phrases_are_backchannels() -> None:
+    assert classify_overlap("Indeed.", 400).kind is INTERRUPTION
+    assert classify_overlap("Indeed.", 400, backchannels=frozenset({"indeed"})).kind is BACKCHANNEL
+
+
+def test_only_an_interruption_takes_the_turn() -> None:
+    assert Overlap(INTERRUPTION, "a question").takes_turn
+    assert not Overlap(BACKCHANNEL, "").takes_turn and not Overlap(NON_SPEECH, "").takes_turn
+
+
+@pytest.mark.parametrize(("text", "question"), [
+    ("What time is it", True), ("Sorry, what time?", True), ("Excuse me, could you repeat", True),
+    ("it is late?", True), ("I need the date", False), ("Sorry.", False), ("", False),
+])
+def test_questions_are_recognised_past_their_lead_ins(text: str, question: bool) -> None:
+    assert is_question(text) is question
+
+
+@pytest.mark.parametrize(("text", "made_up"), [
+    ("Make sure to hit the bell icon.", True), ("So make sure to hit the bell icon", True),
+    ("you", True), ("Thank you.", True),
+    ("Thank you, but I need to change the date.", False),  # a stock phrase inside real words
+    ("Could you hit the bell icon on the app for me and then check my account balance", False),
+])
+def test_stock_phrases_only_when_they_are_most_of_the_text(text: str, made_up: bool) -> None:
+    assert made_up_phrase(text) is made_up
