@@ -97,6 +97,11 @@ class Responder:
         """The agent is active and not holding its audio: what the caller hears or is about to."""
         return self.active and not self.playout.held
 
+    @property
+    def paused(self) -> bool:
+        """Silent for the caller's sound over it, until the words say whether it was a turn."""
+        return self._paused
+
     def absorbable(self) -> bool:
         """Could the caller's next words still join the turn just answered?"""
         reply = self._reply

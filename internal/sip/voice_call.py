@@ -21,6 +21,7 @@ from voicegate.internal.config.sections import SipConfig, split_host_port
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.identity.phone import normalise_e164
 from voicegate.internal.identity.sip_caller import unless_shared
+from voicegate.internal.pipeline.bargein_events import OverlapEvent
 from voicegate.internal.pipeline.events import (
     AmdEvent,
     DigitsEvent,
@@ -65,6 +66,9 @@ class CallLog:
         elif isinstance(event, (ReleaseEvent, TurnEvent)):  # how the turn was taken: no content
             log.info("sip call %s", event.type, extra={"call_id": self._call_id,
                                                        "detail": event.model_dump(exclude={"type", "ts"})})
+        elif isinstance(event, OverlapEvent):  # a sound over the agent that was no turn: not its sentence
+            log.info("sip call overlap", extra={"call_id": self._call_id,
+                                                "detail": event.model_dump(exclude={"type", "ts", "sentence"})})
         elif isinstance(event, TimingEvent):  # emitted only with pipeline.debug; metrics record them always
             log.info("sip call timing", extra={"call_id": self._call_id, "stage": event.stage, "ms": event.ms,
                                                "turn": event.turn})

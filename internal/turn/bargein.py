@@ -78,6 +78,10 @@ MIN_WORD_VOICED_MS = 100
 # what passes it and is still made up sits at a high no-speech probability with unsure words, or at very
 # unsure words alone. A clear short question over the agent scores no_speech_prob < 0.2 and avg_logprob
 # > -0.6 (bench/overlap.py prints each case's scores).
+# Only for a short voice: what a breath or a cough gives the VAD. Past it the caller surely spoke, and a poor
+# decode of a real sentence over the agent (an 8 kHz line, a fast talker: "That's not my address anymore."
+# came back as "I'm not gonna have to spend more.", avg_logprob -1.39, 1.3 s voiced) still takes the turn.
+DOUBT_MAX_VOICED_MS = 800
 NO_SPEECH_SUSPECT = 0.4
 LOGPROB_SUSPECT = -0.8
 LOGPROB_FLOOR = -1.2
@@ -92,6 +96,11 @@ HALLUCINATIONS = tuple(tuple(phrase.split()) for phrase in (
     "see you next time", "i'll see you next time", "thank you so much for watching", "bye bye",
     "subtitles by", "transcription by", "thank you", "thanks", "you",
 ))
+# Words for a sound, not speech: a laugh as Whisper writes it, a caption of a noise ("(coughs)").
+SOUND_TOKENS = frozenset(
+    "ha haha hahaha hah heh hehe hehehe laughs laughter laughing cough coughs coughing sigh sighs breath "
+    "breathing sniff sniffs music applause noise knocking knock clicking static".split()
+)
 QUESTION_STARTS = frozenset(
     "what when where which who whom whose why how is are was were do does did can could would will should "
     "may might shall have has had am isn't aren't wasn't don't doesn't didn't can't couldn't won't "
@@ -126,9 +135,9 @@ def classify_overlap(text: str, voiced_ms: float, *, no_speech_prob: float | Non
     """What a sound the caller made over the agent was, from its words and the evidence they were spoken.
 
     `voiced_ms`: the VAD's voiced time of it; `no_speech_prob`/`avg_logprob`: the recogniser's scores
-    for the decode (None: not given, e.g. a cloud recogniser's partial). Checked in this order:
-    no words, too little voice for a word, a stock phrase, unsure scores (non-speech: nothing said);
-    acknowledgement vocabulary only (backchannel); a command, a question, a content word
+    for the decode (None: not given, e.g. a cloud recogniser's partial). Checked in this order: no
+    words, too little voice for a word, a sound's caption or a laugh, a stock phrase, unsure scores over a short voice
+    (non-speech: nothing said); acknowledgement vocabulary only (backchannel); a command, a question, a content word
     (interruption); filler only ("um", "I": a backchannel). A question or a command is never judged by
     its word count, so "sorry, what time?" said fast is an interruption.
     """
@@ -137,9 +146,11 @@ def classify_overlap(text: str, voiced_ms: float, *, no_speech_prob: float | Non
         return Overlap(OverlapKind.NON_SPEECH, "nothing recognised")
     if voiced_ms < MIN_WORD_VOICED_MS:
         return Overlap(OverlapKind.NON_SPEECH, "too little voice for a word")
+    if all(token in SOUND_TOKENS for token in tokens):
+        return Overlap(OverlapKind.NON_SPEECH, "a sound written as words")
     if made_up_phrase(text):
         return Overlap(OverlapKind.NON_SPEECH, "a phrase the recogniser makes up from noise")
-    if avg_logprob is not None and (avg_logprob < LOGPROB_FLOOR or (
+    if avg_logprob is not None and voiced_ms < DOUBT_MAX_VOICED_MS and (avg_logprob < LOGPROB_FLOOR or (
             no_speech_prob is not None and no_speech_prob > NO_SPEECH_SUSPECT and avg_logprob < LOGPROB_SUSPECT)):
         return Overlap(OverlapKind.NON_SPEECH, "the recogniser doubts it was speech")
     if is_backchannel(text, backchannels):

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from tests.pipeline.test_turn_policy import Line, Replies
+from voicegate.internal.stt.base import SpeechEvidence, Transcript
 from voicegate.internal.turn.bargein import Overlap, OverlapKind, classify_overlap, is_question, made_up_phrase
+from voicegate.internal.turn.owner import TurnOwner, TurnSettings
 
 BACKCHANNEL, NON_SPEECH, INTERRUPTION = OverlapKind.BACKCHANNEL, OverlapKind.NON_SPEECH, OverlapKind.INTERRUPTION
 CLEAR = {"no_speech_prob": 0.05, "avg_logprob": -0.3}  # Whisper's scores on words it heard clearly
@@ -23,11 +28,16 @@ CLEAR = {"no_speech_prob": 0.05, "avg_logprob": -0.3}  # Whisper's scores on wor
     ("Make sure to hit the bell icon.", 700, CLEAR, NON_SPEECH, "a phrase the recogniser makes up from noise"),
     ("And make sure to hit the bell icon.", 700, {}, NON_SPEECH, "a phrase the recogniser makes up from noise"),
     ("Thanks for watching!", 400, {}, NON_SPEECH, "a phrase the recogniser makes up from noise"),
+    ("Ha ha ha.", 700, CLEAR, NON_SPEECH, "a sound written as words"),
+    ("(coughing)", 500, {}, NON_SPEECH, "a sound written as words"),
     ("Thank you.", 500, CLEAR, NON_SPEECH, "a phrase the recogniser makes up from noise"),
     ("The car.", 400, {"no_speech_prob": 0.55, "avg_logprob": -0.9}, NON_SPEECH,
      "the recogniser doubts it was speech"),
     ("Frozen water.", 400, {"no_speech_prob": 0.1, "avg_logprob": -1.4}, NON_SPEECH,
      "the recogniser doubts it was speech"),
+    # ... but over a long voice the caller surely spoke: a poor decode of a real sentence still stops it.
+    ("I'm not gonna have to spend more.", 1320, {"no_speech_prob": 0.3, "avg_logprob": -1.39}, INTERRUPTION,
+     "content words"),
     ("And then make 10.", 400, {}, NON_SPEECH, "more words than the voice could hold"),  # Whisper on "Mm-hm"
     # Real interruptions: commands, questions (however short and fast), content.
     ("Stop.", 200, CLEAR, INTERRUPTION, "a command"),
@@ -70,3 +80,64 @@ def test_questions_are_recognised_past_their_lead_ins(text: str, question: bool)
 ])
 def test_stock_phrases_only_when_they_are_most_of_the_text(text: str, made_up: bool) -> None:
     assert made_up_phrase(text) is made_up
+
+
+# ---- the turn owner applies the decision: duck, pause, stop, play on, resume -------------------------
+
+def over_agent(window_s: float, voiced_frames: int) -> tuple[TurnOwner, Replies]:
+    """An owner whose agent is audible; the caller makes a sound of `voiced_frames` 20 ms frames over it."""
+    replies = Replies()
+    replies.active = replies.audible = True
+    settings = TurnSettings(350, 5000, 20000, 0.5, True, 700, 120, resume_after_false_interruption_s=window_s)
+    turn = TurnOwner(settings, replies, Line(), 8000)
+    turn.speech_started()
+    for _ in range(voiced_frames):
+        turn.audio(bytes(320), True)
+    turn.speech_ended(final_owed=True)
+    return turn, replies
+
+
+@pytest.mark.parametrize(("window_s", "frames", "text", "scores", "calls", "turn_text"), [
+    # A long sound pauses the agent; its words decide: nothing said resumes, a question stops it.
+    (2.0, 40, "", {}, ["pause", "false_alarm:non_speech:resume"], None),
+    (2.0, 40, "Make sure to hit the bell icon.", {}, ["pause", "false_alarm:non_speech:resume"], None),
+    (2.0, 40, "Uh-huh, yeah.", {}, ["pause", "false_alarm:backchannel:resume"], None),
+    (2.0, 40, "Sorry, what time is it?", {}, ["pause", "interrupt"], "Sorry, what time is it?"),
+    (2.0, 38, "The weather.", {"no_speech_prob": 0.7, "avg_logprob": -0.95},
+     ["pause", "false_alarm:non_speech:resume"], None),
+    # A short one only ducked it: it plays on, or stops for a short question.
+    (2.0, 12, "Mm-hm.", {}, ["false_alarm:backchannel:play_on"], None),
+    (2.0, 12, "Sorry, what time?", {}, ["interrupt"], "Sorry, what time?"),
+    # Off: a long sound stops the agent as before; the words then only decide whether it is a turn.
+    (0.0, 40, "", {}, ["interrupt", "false_alarm:non_speech:play_on"], None),
+])
+async def test_the_owner_pauses_stops_or_resumes_the_agent_as_the_words_say(
+        window_s: float, frames: int, text: str, scores: dict[str, float], calls: list[str],
+        turn_text: str | None) -> None:
+    turn, replies = over_agent(window_s, frames)
+    evidence = SpeechEvidence(**scores) if scores else None
+    turn.transcript(Transcript(text, final=True, evidence=evidence))
+    assert list(dict.fromkeys(replies.calls)) == calls  # (this stand-in stays active after an interrupt)
+    assert (turn.pending.text if turn.pending else None) == turn_text
+    turn.close()
+
+
+async def test_a_paused_agent_resumes_when_no_words_come_in_time() -> None:
+    turn, replies = over_agent(0.05, 40)
+    assert replies.calls == ["pause"]
+    for _ in range(50):
+        if len(replies.calls) > 1:
+            break
+        await asyncio.sleep(0.01)
+    assert replies.calls == ["pause", "false_alarm:non_speech:resume"]
+    # Words that come later and take the turn still stop it.
+    turn.transcript(Transcript("Wait, stop.", final=True))
+    assert replies.calls[-1] == "interrupt"
+    turn.close()
+
+
+async def test_a_paused_agent_resumes_when_the_recogniser_gives_up() -> None:
+    turn, replies = over_agent(2.0, 40)
+    turn.finals_lost(1)
+    assert replies.calls == ["pause", "false_alarm:non_speech:resume"]
+    turn.close()
