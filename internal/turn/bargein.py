@@ -73,18 +73,18 @@ class Overlap:
 # Less voice than any word takes (a click, a tap on the handset): whatever the recogniser made of it is
 # not the caller's. "Stop" alone holds ~250 ms of voice.
 MIN_WORD_VOICED_MS = 100
-# Whisper's scores for a fragment it made up from a breath or a cough. Its own "no words" rule (both
-# no_speech_prob > 0.6 and avg_logprob < -1.0, internal/stt/whisper_decode.py) already blanks the worst;
-# what passes it and is still made up sits at a high no-speech probability with unsure words, or at very
-# unsure words alone. A clear short question over the agent scores no_speech_prob < 0.2 and avg_logprob
-# > -0.6 (bench/overlap.py prints each case's scores).
-# Only for a short voice: what a breath or a cough gives the VAD. Past it the caller surely spoke, and a poor
-# decode of a real sentence over the agent (an 8 kHz line, a fast talker: "That's not my address anymore."
-# came back as "I'm not gonna have to spend more.", avg_logprob -1.39, 1.3 s voiced) still takes the turn.
-DOUBT_MAX_VOICED_MS = 800
-NO_SPEECH_SUSPECT = 0.4
+# Whisper's scores for a fragment it made up from a short sound. Its own "no words" rule (no_speech_prob >
+# 0.6 and avg_logprob < -1.0, internal/stt/whisper_decode.py) blanks the worst; what passes it is still
+# unsure of its words. Measured (tiny.en, Piper's voice, 16 kHz): "Mm-hm." heard as "and the make chain."
+# at avg_logprob -0.99, "Mhm, okay." as "And make him okay." at -0.95, "Uh-huh." as "Oh." at -0.96; the
+# real "Sorry, what time is it?", "Wait, how much?", "Yeah, go on." at -0.15, -0.35, -0.21.
 LOGPROB_SUSPECT = -0.8
-LOGPROB_FLOOR = -1.2
+NO_SPEECH_SUSPECT = 0.6
+# Only for a short voice: what a breath, a cough or a murmur gives the VAD. Past it the caller surely
+# spoke, and a poor decode of a real sentence over the agent (an 8 kHz line, a fast talker: "That's not my
+# address anymore." came back as "I'm not gonna have to spend more.", avg_logprob -1.39, 1.3 s voiced)
+# still takes the turn.
+DOUBT_MAX_VOICED_MS = 1000
 # More words than even a fast voice says in the voiced time (with the VAD's onset it did not count):
 # only for statements with no question or command in them, so a real question is never dropped by it.
 MAX_WORDS_PER_VOICED_S = 8.0
@@ -150,8 +150,8 @@ def classify_overlap(text: str, voiced_ms: float, *, no_speech_prob: float | Non
         return Overlap(OverlapKind.NON_SPEECH, "a sound written as words")
     if made_up_phrase(text):
         return Overlap(OverlapKind.NON_SPEECH, "a phrase the recogniser makes up from noise")
-    if avg_logprob is not None and voiced_ms < DOUBT_MAX_VOICED_MS and (avg_logprob < LOGPROB_FLOOR or (
-            no_speech_prob is not None and no_speech_prob > NO_SPEECH_SUSPECT and avg_logprob < LOGPROB_SUSPECT)):
+    if voiced_ms < DOUBT_MAX_VOICED_MS and ((avg_logprob is not None and avg_logprob < LOGPROB_SUSPECT) or (
+            no_speech_prob is not None and no_speech_prob > NO_SPEECH_SUSPECT)):
         return Overlap(OverlapKind.NON_SPEECH, "the recogniser doubts it was speech")
     if is_backchannel(text, backchannels):
         return Overlap(OverlapKind.BACKCHANNEL, "acknowledgement words only")

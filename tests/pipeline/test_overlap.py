@@ -31,7 +31,9 @@ CLEAR = {"no_speech_prob": 0.05, "avg_logprob": -0.3}  # Whisper's scores on wor
     ("Ha ha ha.", 700, CLEAR, NON_SPEECH, "a sound written as words"),
     ("(coughing)", 500, {}, NON_SPEECH, "a sound written as words"),
     ("Thank you.", 500, CLEAR, NON_SPEECH, "a phrase the recogniser makes up from noise"),
-    ("The car.", 400, {"no_speech_prob": 0.55, "avg_logprob": -0.9}, NON_SPEECH,
+    ("and the make chain.", 700, {"no_speech_prob": 0.03, "avg_logprob": -0.99}, NON_SPEECH,
+     "the recogniser doubts it was speech"),  # Whisper on "Mm-hm."
+    ("The car.", 400, {"no_speech_prob": 0.65, "avg_logprob": -0.5}, NON_SPEECH,
      "the recogniser doubts it was speech"),
     ("Frozen water.", 400, {"no_speech_prob": 0.1, "avg_logprob": -1.4}, NON_SPEECH,
      "the recogniser doubts it was speech"),
