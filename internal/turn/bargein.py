@@ -78,7 +78,10 @@ MIN_WORD_VOICED_MS = 100
 # unsure of its words. Measured (tiny.en, Piper's voice, 16 kHz): "Mm-hm." heard as "and the make chain."
 # at avg_logprob -0.99, "Mhm, okay." as "And make him okay." at -0.95, "Uh-huh." as "Oh." at -0.96; the
 # real "Sorry, what time is it?", "Wait, how much?", "Yeah, go on." at -0.15, -0.35, -0.21.
-LOGPROB_SUSPECT = -0.8
+# Through WebRTC's Opus the same "Mm-hm." came back as "And then make some." at -0.75. So a statement is
+# doubted below -0.6; a question or a command, which must never be dropped, only below Whisper's own -1.0.
+LOGPROB_SUSPECT = -0.6
+LOGPROB_SUSPECT_ASKING = -1.0
 NO_SPEECH_SUSPECT = 0.6
 # Only for a short voice: what a breath, a cough or a murmur gives the VAD. Past it the caller surely
 # spoke, and a poor decode of a real sentence over the agent (an 8 kHz line, a fast talker: "That's not my
@@ -150,14 +153,17 @@ def classify_overlap(text: str, voiced_ms: float, *, no_speech_prob: float | Non
         return Overlap(OverlapKind.NON_SPEECH, "a sound written as words")
     if made_up_phrase(text):
         return Overlap(OverlapKind.NON_SPEECH, "a phrase the recogniser makes up from noise")
-    if voiced_ms < DOUBT_MAX_VOICED_MS and ((avg_logprob is not None and avg_logprob < LOGPROB_SUSPECT) or (
+    command = any(token in COMMAND_TOKENS for token in tokens)
+    question = not command and is_question(text)
+    floor = LOGPROB_SUSPECT_ASKING if command or question else LOGPROB_SUSPECT
+    if voiced_ms < DOUBT_MAX_VOICED_MS and ((avg_logprob is not None and avg_logprob < floor) or (
             no_speech_prob is not None and no_speech_prob > NO_SPEECH_SUSPECT)):
         return Overlap(OverlapKind.NON_SPEECH, "the recogniser doubts it was speech")
     if is_backchannel(text, backchannels):
         return Overlap(OverlapKind.BACKCHANNEL, "acknowledgement words only")
-    if any(token in COMMAND_TOKENS for token in tokens):
+    if command:
         return Overlap(OverlapKind.INTERRUPTION, "a command")
-    if is_question(text):
+    if question:
         return Overlap(OverlapKind.INTERRUPTION, "a question")
     if not is_meaningful_interruption(text, backchannels):
         return Overlap(OverlapKind.BACKCHANNEL, "no content words")

@@ -33,6 +33,12 @@ CLEAR = {"no_speech_prob": 0.05, "avg_logprob": -0.3}  # Whisper's scores on wor
     ("Thank you.", 500, CLEAR, NON_SPEECH, "a phrase the recogniser makes up from noise"),
     ("and the make chain.", 700, {"no_speech_prob": 0.03, "avg_logprob": -0.99}, NON_SPEECH,
      "the recogniser doubts it was speech"),  # Whisper on "Mm-hm."
+    ("And then make some.", 620, {"no_speech_prob": 0.02, "avg_logprob": -0.75}, NON_SPEECH,
+     "the recogniser doubts it was speech"),  # ... through WebRTC
+    ("Sorry, what time is it?", 620, {"no_speech_prob": 0.1, "avg_logprob": -0.75}, INTERRUPTION,
+     "a question"),  # the same doubt does not drop a question
+    ("Which branch?", 500, {"no_speech_prob": 0.2, "avg_logprob": -1.1}, NON_SPEECH,
+     "the recogniser doubts it was speech"),  # ... past Whisper's own floor it does
     ("The car.", 400, {"no_speech_prob": 0.65, "avg_logprob": -0.5}, NON_SPEECH,
      "the recogniser doubts it was speech"),
     ("Frozen water.", 400, {"no_speech_prob": 0.1, "avg_logprob": -1.4}, NON_SPEECH,
