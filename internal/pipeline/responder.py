@@ -193,11 +193,11 @@ class Responder:
         self.playout.held = True
         self.playout.ducked = False
 
-    def false_alarm(self, kind: str, reason: str, paused: bool) -> None:
+    def false_alarm(self, kind: str, reason: str) -> None:
         """The sound over the agent was no turn: play on; a sentence cut off by a pause starts again."""
         ducked = self.playout.ducked
         self.playout.ducked = False
-        if paused and self._paused:
+        if self._paused:
             self._paused = False
             self.playout.held = False
             sentence = self.playout.rewind_sentence()

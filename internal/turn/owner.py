@@ -328,10 +328,10 @@ class TurnOwner:
 
     def _false_alarm(self, overlap: Overlap) -> None:
         self._cancel_false_alarm()
-        paused, self._paused = self._paused, False
         if self._speaking:
             return  # the caller goes on: the end of this utterance decides
-        self.replies.false_alarm(overlap.kind.value, overlap.reason, paused)
+        self._paused = False
+        self.replies.false_alarm(overlap.kind.value, overlap.reason)
 
     def _stop(self, reason: str) -> None:
         self._cancel_false_alarm()

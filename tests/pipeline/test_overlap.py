@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from tests.pipeline.test_turn_policy import Line, Replies
+from voicegate.internal.pipeline.playout import Playout
 from voicegate.internal.stt.base import SpeechEvidence, Transcript
 from voicegate.internal.turn.bargein import Overlap, OverlapKind, classify_overlap, is_question, made_up_phrase
 from voicegate.internal.turn.owner import TurnOwner, TurnSettings
@@ -149,3 +150,33 @@ async def test_a_paused_agent_resumes_when_the_recogniser_gives_up() -> None:
     turn.finals_lost(1)
     assert replies.calls == ["pause", "false_alarm:non_speech:resume"]
     turn.close()
+
+
+# ---- the playout picks the sentence up again from its start -----------------------------------------
+
+def test_a_sentence_cut_off_by_a_pause_plays_again_from_its_start_and_counts_as_heard_only_then() -> None:
+    playout = Playout(16000)
+    frame = bytes(640)
+    first = playout.begin_segment("One two three four.")
+    for n in range(4):
+        playout.append(first, bytes([n + 1]) * 640)
+    playout.end_segment(first)
+    second = playout.begin_segment("Five six.")
+    playout.append(second, frame * 2)
+    playout.end_segment(second)
+    played = [playout.pull() for _ in range(2)]
+    assert playout.heard_text() == "One two"
+    assert playout.rewind_sentence() == "One two three four."
+    assert playout.heard_text() == ""  # what was played before the pause is not heard twice
+    again = [playout.pull() for _ in range(4)]
+    assert again[:2] == played and playout.heard_text() == "One two three four."
+
+
+def test_a_pause_between_sentences_replays_nothing() -> None:
+    playout = Playout(16000)
+    first = playout.begin_segment("Done.")
+    playout.append(first, bytes(640))
+    playout.end_segment(first)
+    playout.pull()
+    assert playout.rewind_sentence() == ""
+    assert playout.pull() is None and playout.heard_text() == "Done."
