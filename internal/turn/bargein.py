@@ -8,6 +8,7 @@ when it carries at least one content word.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -18,6 +19,7 @@ BACKCHANNEL_TOKENS = frozenset(
     "cool nice wow oh ah aha gotcha got it i see true totally exactly thats that's".split()
 )
 COMMAND_TOKENS = frozenset("stop wait pause cancel actually no hang hold repeat transfer operator human help".split())
+ALL_RIGHT = re.compile(r"\ball right\b", re.IGNORECASE)  # Whisper's spelling of "alright" ("all" alone is no backchannel)
 WEAK_TOKENS = frozenset(
     "i im i'm me my you your we it this that the a an and or but so to of for with on in at from about is are "
     "was were be can could would should will do does did need want um uh uhh umm hmm okay ok yeah yes yep "
@@ -27,7 +29,7 @@ WEAK_TOKENS = frozenset(
 
 def is_backchannel(text: str, extra: frozenset[str] = frozenset()) -> bool:
     """Every word is acknowledgement vocabulary (configured phrases included)."""
-    tokens = words(text)
+    tokens = words(ALL_RIGHT.sub("alright", text))
     vocabulary = BACKCHANNEL_TOKENS | {w for phrase in extra for w in words(phrase)}
     return bool(tokens) and all(token in vocabulary for token in tokens)
 

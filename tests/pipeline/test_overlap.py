@@ -21,6 +21,7 @@ CLEAR = {"no_speech_prob": 0.05, "avg_logprob": -0.3}  # Whisper's scores on wor
     ("Mm-hm.", 300, CLEAR, BACKCHANNEL, "acknowledgement words only"),
     ("Yeah, okay.", 500, CLEAR, BACKCHANNEL, "acknowledgement words only"),
     ("Right, right.", 500, {}, BACKCHANNEL, "acknowledgement words only"),
+    ("All right.", 240, CLEAR, BACKCHANNEL, "acknowledgement words only"),
     ("Yeah, go on.", 600, CLEAR, BACKCHANNEL, "no content words"),
     ("Uh.", 200, CLEAR, BACKCHANNEL, "acknowledgement words only"),
     # Nothing said: no words, a click, Whisper's stock phrases, unsure scores, more words than the voice held.
