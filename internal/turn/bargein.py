@@ -19,7 +19,8 @@ BACKCHANNEL_TOKENS = frozenset(
     "cool nice wow oh ah aha gotcha got it i see true totally exactly thats that's".split()
 )
 COMMAND_TOKENS = frozenset("stop wait pause cancel actually no hang hold repeat transfer operator human help".split())
-ALL_RIGHT = re.compile(r"\ball right\b", re.IGNORECASE)  # Whisper's spelling of "alright" ("all" alone is no backchannel)
+# Whisper's spelling of "alright" ("all" alone is no backchannel).
+ALL_RIGHT = re.compile(r"\ball right\b", re.IGNORECASE)
 WEAK_TOKENS = frozenset(
     "i im i'm me my you your we it this that the a an and or but so to of for with on in at from about is are "
     "was were be can could would should will do does did need want um uh uhh umm hmm okay ok yeah yes yep "
