@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import tempfile
@@ -41,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 if os.environ.get("VOICEGATE_CODE"):
     sys.path.insert(0, os.environ["VOICEGATE_CODE"])
 
-from bench.common import machine_busy_seconds, pipeline_settings, progress, save, table
+from bench.common import machine, machine_busy_seconds, pipeline_settings, progress, table
 from bench.turn_cases import cached, channel, render
 
 RATE = 16000
@@ -385,7 +386,13 @@ def main() -> int:
         if wrong or "error" in row:
             print("  !", row["kind"], repr(row["text"]), {k: row.get(k) for k in ("stopped", "paused", "resumed",
                                                                                  "answered", "heard", "error")})
-    print(f"\nresults: {save(args.label, {'set': args.set, 'rate': args.rate, 'report': result})}")
+    # Beside this file, whichever checkout's code ran (VOICEGATE_CODE).
+    path = Path(__file__).resolve().parent / "results" / f"{args.label}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"benchmark": args.label, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                "machine": machine(), "set": args.set, "rate": args.rate, "report": result},
+                               indent=2))
+    print(f"\nresults: {path}")
     return 0
 
 
