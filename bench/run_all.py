@@ -39,6 +39,7 @@ BENCHMARKS = [
     ["bench.speech.denoise", "--seconds", "10", "--repeat", "5"],
     ["bench.sip.recording", "--calls", "50", "--seconds", "60"],
     ["bench.sip.amd"],
+    ["bench.turns.overlap"],
     ["bench.sip.menus", "--split", "heldout"],
 ]
 

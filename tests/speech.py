@@ -105,3 +105,22 @@ def neural_telephone(text: str) -> bytes:
     from voicegate.internal.audio.g711 import ulaw_decode, ulaw_encode
 
     return ulaw_decode(ulaw_encode(neural([text], 8000)[0]))
+
+
+def cough(rate: int = 16000, coughs: int = 3, seed: int = 3) -> bytes:
+    """A fit of `coughs` coughs: each a voiced onset and a burst of band-limited noise, decaying fast
+    (peak -6 dBFS), ~1 s in all: a sound, not words."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for _ in range(coughs):
+        n = int(rate * 0.25)
+        t = np.arange(n) / rate
+        spectrum = np.fft.rfft(rng.normal(0, 1, n))
+        freqs = np.fft.rfftfreq(n, 1 / rate)
+        spectrum[(freqs < 300) | (freqs > min(4000, rate / 2 - 100))] = 0
+        burst = np.fft.irfft(spectrum, n) + 0.3 * np.sin(2 * np.pi * 180 * t)
+        envelope = np.minimum(1.0, t / 0.012) * np.exp(-np.maximum(0.0, t - 0.012) / 0.08)
+        parts += [burst * envelope, np.zeros(int(rate * 0.12))]
+    samples = np.concatenate(parts)
+    samples *= 32767 * 0.5 / np.max(np.abs(samples))
+    return samples.astype(np.int16).tobytes()

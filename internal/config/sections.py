@@ -323,6 +323,10 @@ class PipelineConfig(Section):
     barge_in_onset_ms: int = Field(40, ge=20)
     barge_in_confirm_ms: int = Field(700, ge=20)
     duck_gain: float = Field(0.25, ge=0, le=1)
+    # A sound over the agent long enough to pause it (barge_in_confirm_ms) that turns out to be no turn
+    # (a cough, a backchannel, nothing recognised): the agent picks its sentence up again from the start,
+    # at the latest this long after the sound ends. 0: off, the sound stops the agent (before issue 44).
+    resume_after_false_interruption_s: float = Field(2.0, ge=0, le=10)
     backchannels: list[str] = Field(
         default_factory=lambda: [
             "mm-hm", "mhm", "mm", "uh-huh", "yeah", "yes", "yep", "okay", "ok", "right", "sure", "i see",

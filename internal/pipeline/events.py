@@ -44,7 +44,8 @@ class TimingEvent(Event):
     turn: int = 0
 
 
-TurnOutcome = Literal["prepared_used", "prepared_discarded", "continued_before_reply", "continued_after_reply_heard"]
+TurnOutcome = Literal["prepared_used", "prepared_discarded", "continued_before_reply", "continued_after_reply_heard",
+                      "resumed"]
 
 
 class TurnEvent(Event):

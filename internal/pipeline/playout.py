@@ -53,6 +53,7 @@ class Playout:
     _queue: deque[_Frame] = field(default_factory=deque)
     _segments: list[Segment] = field(default_factory=list)
     _partial: bytes = b""
+    _sentence: list[_Frame] = field(default_factory=list)  # the frames played of the sentence playing now
     frames_out: int = 0
     last_aside: bool = False  # the frame pulled last was an aside's (a thinking cue), not the agent's words
 
@@ -107,6 +108,9 @@ class Playout:
         if self.held or not self._queue:
             return None
         frame = self._queue.popleft()
+        if self._sentence and self._sentence[-1].segment is not frame.segment:
+            self._sentence = []
+        self._sentence.append(frame)
         frame.segment.played += 1
         self.last_aside = frame.segment.aside
         self.frames_out += 1
@@ -119,6 +123,7 @@ class Playout:
         """Stop now: drop everything queued and return the text the caller actually heard."""
         heard = self.heard_text()
         self._queue.clear()
+        self._sentence = []
         self._partial = b""
         for segment in self._segments:
             segment.frames = segment.played
@@ -126,6 +131,19 @@ class Playout:
             segment.cancelled = True
         self._segments = []
         return heard
+
+    def rewind_sentence(self) -> str:
+        """Play the sentence cut off by a pause again from its start; its text ("" when the pause fell
+        between sentences). What was played of it is no longer counted as heard until it plays again."""
+        played, self._sentence = self._sentence, []
+        if not played:
+            return ""
+        segment = played[0].segment
+        if segment.cancelled or (segment.complete and segment.played >= segment.frames):
+            return ""
+        self._queue.extendleft(reversed(played))
+        segment.played -= len(played)
+        return segment.text
 
     def heard_text(self) -> str:
         return " ".join(t for t in (s.heard_text() for s in self._segments) if t)

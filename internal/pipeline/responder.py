@@ -37,6 +37,7 @@ from voicegate.internal.pipeline.services import PipelineServices, misunderstand
 from voicegate.internal.pipeline.thinking import ThinkingCue, ThinkingCues
 from voicegate.internal.pipeline.tools import ToolContext
 from voicegate.internal.pipeline.turn_reply import TurnReply
+from voicegate.internal.turn.events import OverlapEvent
 from voicegate.internal.turn.pending import Release, TurnTimes
 from voicegate.internal.turn.text_cues import same_turn_text
 
@@ -65,6 +66,7 @@ class Responder:
         self._prepared: TurnReply | None = None  # a reply started before its turn was released
         self._holding: TurnReply | None = None  # the reply held because the caller spoke right after it
         self._heard_at_interrupt: str | None = None
+        self._paused = False  # paused for the caller's sound over the agent (pause, false_alarm)
         self._hangup_requested = False
         self._drained = asyncio.Event()
         self._drained.set()
@@ -92,6 +94,11 @@ class Responder:
     def audible(self) -> bool:
         """The agent is active and not holding its audio: what the caller hears or is about to."""
         return self.active and not self.playout.held
+
+    @property
+    def paused(self) -> bool:
+        """Silent for the caller's sound over it, until the words say whether it was a turn."""
+        return self._paused
 
     def absorbable(self) -> bool:
         """Could the caller's next words still join the turn just answered?"""
@@ -183,6 +190,26 @@ class Responder:
         """The caller may be talking over the agent: lower its voice until they stop (or it is stopped)."""
         self.playout.ducked = ducked
 
+    def pause(self) -> None:
+        """The caller's sound over the agent may be a turn: silent from this frame on, the reply kept."""
+        self._paused = True
+        self.playout.held = True
+        self.playout.ducked = False
+
+    def false_alarm(self, kind: str, reason: str) -> None:
+        """The sound over the agent was no turn: play on; a sentence cut off by a pause starts again."""
+        ducked = self.playout.ducked
+        self.playout.ducked = False
+        if self._paused:
+            self._paused = False
+            self.playout.held = False
+            sentence = self.playout.rewind_sentence()
+            self.meter.turn_event("resumed")
+            self.sink.emit(OverlapEvent(kind=kind, reason=reason, action="resumed", sentence=sentence))
+            log.info("agent resumed after a false interruption", extra={"overlap": kind, "reason": reason})
+        elif ducked:
+            self.sink.emit(OverlapEvent(kind=kind, reason=reason, action="played_on"))
+
     def stage(self, name: str, ms: float) -> None:
         """A latency of the turn about to be answered."""
         self.timing(name, ms, self.session.conversation.turns + 1)
@@ -231,6 +258,7 @@ class Responder:
         self._heard_at_interrupt = self.playout.clear()
         self.playout.ducked = False
         self.playout.held = False
+        self._paused = False
         task.cancel()
 
     async def cancel(self) -> None:

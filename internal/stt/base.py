@@ -18,6 +18,17 @@ from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
+class SpeechEvidence:
+    """How sure the recogniser is that a final's audio held speech (Whisper's own scores for the decode).
+
+    Over the agent these separate a caller's words from what Whisper makes up out of a breath or a cough
+    (internal/turn/bargein.py `classify_overlap`)."""
+
+    no_speech_prob: float  # P(no speech) from the decode's first step
+    avg_logprob: float  # mean log-probability of the words it chose
+
+
+@dataclass(frozen=True, slots=True)
 class Transcript:
     text: str
     final: bool
@@ -30,6 +41,7 @@ class Transcript:
     # P(the caller's turn is finished) from the recogniser's own end-of-turn head (Whisper's phone-band
     # head on its encoder states, internal/turn/phone_turn.py), for the audio this final heard. None: none.
     end_of_turn: float | None = None
+    evidence: SpeechEvidence | None = None  # the decode's own scores, when the engine gives them
 
 
 class SttError(Exception):

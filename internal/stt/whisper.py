@@ -17,6 +17,7 @@ from pathlib import Path
 from voicegate.internal.config.providers import WhisperConfig
 from voicegate.internal.config.sizing import worker_count
 from voicegate.internal.devices import cuda_devices_ctranslate2, whisper_device
+from voicegate.internal.stt.base import SpeechEvidence
 from voicegate.internal.stt.whisper_decode import (
     MODEL_RATE,
     Decoded,
@@ -101,10 +102,10 @@ class WhisperSpeechToText:
         return (await self.decode(pcm, sample_rate, caller, earlier)).text
 
     async def transcribe_turn(self, pcm: bytes, sample_rate: int, caller: object | None = None,
-                              earlier: str = "") -> tuple[str, float | None]:
-        """The words and the phone-band head's P(turn finished) from the same decode."""
+                              earlier: str = "") -> tuple[str, float | None, SpeechEvidence | None]:
+        """The words, the phone-band head's P(turn finished) and the decode's scores, from the same decode."""
         decoded = await self.decode(pcm, sample_rate, caller, earlier)
-        return decoded.text, decoded.end_of_turn
+        return decoded.text, decoded.end_of_turn, SpeechEvidence(decoded.no_speech_prob, decoded.avg_logprob)
 
     def withdraw(self, caller: object) -> int:
         """Take back `caller`'s decodes still waiting for a worker (a later decode of the turn covers them)."""

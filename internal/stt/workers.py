@@ -27,7 +27,7 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 
-from voicegate.internal.stt.base import SttError, Transcript
+from voicegate.internal.stt.base import SpeechEvidence, SttError, Transcript
 from voicegate.internal.telemetry.queues import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -353,7 +353,7 @@ class VerdictEngine(UtteranceEngine, Protocol):
     """An engine whose decode also says whether the turn sounds finished (end_of_turn_head)."""
 
     async def transcribe_turn(self, pcm: bytes, sample_rate: int, caller: object | None = None,
-                              earlier: str = "") -> tuple[str, float | None]: ...
+                              earlier: str = "") -> tuple[str, float | None, SpeechEvidence | None]: ...
 
 
 class EarlyDecodingEngine(UtteranceEngine, Protocol):
@@ -522,13 +522,15 @@ class UtteranceStream:
                       earlier: str = "") -> None:
         text = ""
         verdict: float | None = None
+        evidence: SpeechEvidence | None = None
         overloaded = superseded = False
         try:
             if audio and start:
                 self.tail_decodes += 1
             if audio and getattr(self._engine, "end_of_turn_head", False):
                 engine = cast(VerdictEngine, self._engine)
-                text, verdict = await engine.transcribe_turn(audio[start:], self._rate, self, earlier=earlier)
+                text, verdict, evidence = await engine.transcribe_turn(audio[start:], self._rate, self,
+                                                                      earlier=earlier)
                 text = join_words(earlier, text)
             elif audio and start:
                 engine_e = cast(EarlyDecodingEngine, self._engine)
@@ -553,7 +555,7 @@ class UtteranceStream:
             else:
                 text = self._turn_text
         self._results.put_nowait(Transcript(text, final=True, whole_turn=whole, overloaded=overloaded,
-                                            end_of_turn=verdict))
+                                            end_of_turn=verdict, evidence=evidence))
 
     async def results(self) -> AsyncIterator[Transcript]:
         while (item := await self._results.get()) is not None:

@@ -8,6 +8,10 @@ when it carries at least one content word.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
 from voicegate.internal.turn.text_cues import words
 
 BACKCHANNEL_TOKENS = frozenset(
@@ -15,6 +19,8 @@ BACKCHANNEL_TOKENS = frozenset(
     "cool nice wow oh ah aha gotcha got it i see true totally exactly thats that's".split()
 )
 COMMAND_TOKENS = frozenset("stop wait pause cancel actually no hang hold repeat transfer operator human help".split())
+# Whisper's spelling of "alright" ("all" alone is no backchannel).
+ALL_RIGHT = re.compile(r"\ball right\b", re.IGNORECASE)
 WEAK_TOKENS = frozenset(
     "i im i'm me my you your we it this that the a an and or but so to of for with on in at from about is are "
     "was were be can could would should will do does did need want um uh uhh umm hmm okay ok yeah yes yep "
@@ -24,7 +30,7 @@ WEAK_TOKENS = frozenset(
 
 def is_backchannel(text: str, extra: frozenset[str] = frozenset()) -> bool:
     """Every word is acknowledgement vocabulary (configured phrases included)."""
-    tokens = words(text)
+    tokens = words(ALL_RIGHT.sub("alright", text))
     vocabulary = BACKCHANNEL_TOKENS | {w for phrase in extra for w in words(phrase)}
     return bool(tokens) and all(token in vocabulary for token in tokens)
 
@@ -42,13 +48,128 @@ def is_meaningful_interruption(text: str, extra_backchannels: frozenset[str] = f
     return content >= 1
 
 
-# More words than a voice says in a second of speech, even a fast one (2.5-4 words a second is usual).
-MAX_WORDS_PER_VOICED_S = 6.0
+# ---- sound over the agent ------------------------------------------------------------------------
+#
+# A caller who makes a sound while the agent speaks does one of three things: acknowledges ("mm-hm",
+# "yeah, go on": the agent plays on), makes a noise that is not speech (a cough, a laugh, a door, line
+# noise: the agent plays on, or picks its sentence up again), or takes the turn (a question, a command,
+# a correction: the agent stops and answers). The sound alone cannot tell the three apart (a cough and
+# "stop" are both 300 ms of energy), so the VAD only ducks and pauses the agent; the words decide.
 
 
-def too_many_words(text: str, voiced_ms: float) -> bool:
-    """More words than the caller's voice could have held: the recogniser made them up. Whisper turns a
-    short sound into a sentence from its training data ("Mm-hm" into "And then make 10.", a breath into
-    "Make sure to hit the bell icon."), which over the agent would cut it off."""
-    count = len(words(text))
-    return count >= 3 and count > MAX_WORDS_PER_VOICED_S * voiced_ms / 1000.0
+class OverlapKind(StrEnum):
+    BACKCHANNEL = "backchannel"
+    NON_SPEECH = "non_speech"
+    INTERRUPTION = "interruption"
+
+
+@dataclass(frozen=True, slots=True)
+class Overlap:
+    kind: OverlapKind
+    reason: str
+
+    @property
+    def takes_turn(self) -> bool:
+        return self.kind is OverlapKind.INTERRUPTION
+
+
+# Less voice than any word takes (a click, a tap on the handset): whatever the recogniser made of it is
+# not the caller's. "Stop" alone holds ~250 ms of voice.
+MIN_WORD_VOICED_MS = 100
+# Whisper's scores for a fragment it made up from a short sound. Its own "no words" rule (no_speech_prob >
+# 0.6 and avg_logprob < -1.0, internal/stt/whisper_decode.py) blanks the worst; what passes it is still
+# unsure of its words. Measured (tiny.en, Piper's voice, 16 kHz): "Mm-hm." heard as "and the make chain."
+# at avg_logprob -0.99, "Mhm, okay." as "And make him okay." at -0.95, "Uh-huh." as "Oh." at -0.96; the
+# real "Sorry, what time is it?", "Wait, how much?", "Yeah, go on." at -0.15, -0.35, -0.21.
+# Through WebRTC's Opus the same "Mm-hm." came back as "And then make some." at -0.75. So a statement is
+# doubted below -0.6; a question or a command, which must never be dropped, only below Whisper's own -1.0.
+LOGPROB_SUSPECT = -0.6
+LOGPROB_SUSPECT_ASKING = -1.0
+NO_SPEECH_SUSPECT = 0.6
+# Only for a short voice: what a breath, a cough or a murmur gives the VAD. Past it the caller surely
+# spoke, and a poor decode of a real sentence over the agent (an 8 kHz line, a fast talker: "That's not my
+# address anymore." came back as "I'm not gonna have to spend more.", avg_logprob -1.39, 1.3 s voiced)
+# still takes the turn.
+DOUBT_MAX_VOICED_MS = 1000
+# More words than even a fast voice says in the voiced time (with the VAD's onset it did not count):
+# only for statements with no question or command in them, so a real question is never dropped by it.
+MAX_WORDS_PER_VOICED_S = 8.0
+UNCOUNTED_ONSET_MS = 60
+# What Whisper says to silence, breath and noise (its subtitle training data), normalised as `words`.
+HALLUCINATIONS = tuple(tuple(phrase.split()) for phrase in (
+    "make sure to hit the bell icon", "hit the bell icon", "thanks for watching", "thank you for watching",
+    "please subscribe", "subscribe to my channel", "like and subscribe", "see you in the next video",
+    "see you next time", "i'll see you next time", "thank you so much for watching", "bye bye",
+    "subtitles by", "transcription by", "thank you", "thanks", "you",
+))
+# Words for a sound, not speech: a laugh as Whisper writes it, a caption of a noise ("(coughs)").
+SOUND_TOKENS = frozenset(
+    "ha haha hahaha hah heh hehe hehehe laughs laughter laughing cough coughs coughing sigh sighs breath "
+    "breathing sniff sniffs music applause noise knocking knock clicking static".split()
+)
+QUESTION_STARTS = frozenset(
+    "what when where which who whom whose why how is are was were do does did can could would will should "
+    "may might shall have has had am isn't aren't wasn't don't doesn't didn't can't couldn't won't "
+    "wouldn't shouldn't".split()
+)
+LEAD_INS = frozenset("sorry excuse me pardon wait so and but um uh oh hey hi hello hang on hold just actually".split())
+
+
+def is_question(text: str) -> bool:
+    """A question mark, or a question word once the lead-ins ("sorry", "excuse me", "wait") are past."""
+    if text.rstrip().endswith("?"):
+        return True
+    tokens = words(text)
+    rest = [token for token in tokens if token not in LEAD_INS]
+    return bool(rest) and rest[0] in QUESTION_STARTS
+
+
+def made_up_phrase(text: str) -> bool:
+    """The text is (or is mostly) one of Whisper's stock phrases for noise."""
+    tokens = tuple(words(text))
+    for phrase in HALLUCINATIONS:
+        if tokens == phrase:
+            return True
+        if len(phrase) >= 3 and any(tokens[i:i + len(phrase)] == phrase for i in range(len(tokens))):
+            return len(phrase) * 2 >= len(tokens)
+    return False
+
+
+def classify_overlap(text: str, voiced_ms: float, *, no_speech_prob: float | None = None,
+                     avg_logprob: float | None = None,
+                     backchannels: frozenset[str] = frozenset()) -> Overlap:
+    """What a sound the caller made over the agent was, from its words and the evidence they were spoken.
+
+    `voiced_ms`: the VAD's voiced time of it; `no_speech_prob`/`avg_logprob`: the recogniser's scores
+    for the decode (None: not given, e.g. a cloud recogniser's partial). Checked in this order: no
+    words, too little voice for a word, a sound's caption or a laugh, a stock phrase, unsure scores over a short voice
+    (non-speech: nothing said); acknowledgement vocabulary only (backchannel); a command, a question, a content word
+    (interruption); filler only ("um", "I": a backchannel). A question or a command is never judged by
+    its word count, so "sorry, what time?" said fast is an interruption.
+    """
+    tokens = words(text)
+    if not tokens:
+        return Overlap(OverlapKind.NON_SPEECH, "nothing recognised")
+    if voiced_ms < MIN_WORD_VOICED_MS:
+        return Overlap(OverlapKind.NON_SPEECH, "too little voice for a word")
+    if all(token in SOUND_TOKENS for token in tokens):
+        return Overlap(OverlapKind.NON_SPEECH, "a sound written as words")
+    if made_up_phrase(text):
+        return Overlap(OverlapKind.NON_SPEECH, "a phrase the recogniser makes up from noise")
+    command = any(token in COMMAND_TOKENS for token in tokens)
+    question = not command and is_question(text)
+    floor = LOGPROB_SUSPECT_ASKING if command or question else LOGPROB_SUSPECT
+    if voiced_ms < DOUBT_MAX_VOICED_MS and ((avg_logprob is not None and avg_logprob < floor) or (
+            no_speech_prob is not None and no_speech_prob > NO_SPEECH_SUSPECT)):
+        return Overlap(OverlapKind.NON_SPEECH, "the recogniser doubts it was speech")
+    if is_backchannel(text, backchannels):
+        return Overlap(OverlapKind.BACKCHANNEL, "acknowledgement words only")
+    if command:
+        return Overlap(OverlapKind.INTERRUPTION, "a command")
+    if question:
+        return Overlap(OverlapKind.INTERRUPTION, "a question")
+    if not is_meaningful_interruption(text, backchannels):
+        return Overlap(OverlapKind.BACKCHANNEL, "no content words")
+    if len(tokens) >= 4 and len(tokens) > MAX_WORDS_PER_VOICED_S * (voiced_ms + UNCOUNTED_ONSET_MS) / 1000.0:
+        return Overlap(OverlapKind.NON_SPEECH, "more words than the voice could hold")
+    return Overlap(OverlapKind.INTERRUPTION, "content words")

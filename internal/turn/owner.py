@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from voicegate.internal.config.sections import PipelineConfig
 from voicegate.internal.llm.base import Turn
 from voicegate.internal.stt.base import Transcript
-from voicegate.internal.turn.bargein import is_backchannel, is_meaningful_interruption, too_many_words
+from voicegate.internal.turn.bargein import Overlap, OverlapKind, classify_overlap, is_backchannel
 from voicegate.internal.turn.fusion import NOT_ASKED, TurnFusion, cleanness
 from voicegate.internal.turn.keypad import Keypad
 from voicegate.internal.turn.pauses import CallerPauses
@@ -72,13 +72,14 @@ class TurnSettings:
     early_verdict: bool = True
     adaptive_hold: bool = True
     head_threshold: float = 0.55
-
+    resume_after_false_interruption_s: float = 0.0
 
     @classmethod
     def from_config(cls, config: PipelineConfig) -> TurnSettings:
         return cls(config.turn_merge_ms, config.user_speech_quiet_ms, config.max_turn_wait_ms,
                    config.end_of_turn_threshold, config.barge_in, config.barge_in_confirm_ms, config.vad_offset_ms,
-                   config.end_of_turn_early, config.adaptive_hold, config.phone_turn_threshold)
+                   config.end_of_turn_early, config.adaptive_hold, config.phone_turn_threshold,
+                   config.resume_after_false_interruption_s)
 
 
 class TurnOwner:
@@ -116,6 +117,9 @@ class TurnOwner:
         # The caller's utterance in progress.
         self._speaking = False
         self._over_agent = False  # began while the agent was audible (a backchannel or a barge-in)
+        # The agent is paused for the caller's sound over it until the words say what it was (bargein.py).
+        self._paused = False
+        self._false_alarm_timer: asyncio.TimerHandle | None = None
         self._speech_frames = 0  # voiced frames of the latest utterance
         self._turn_voiced_frames = 0  # ... of the whole turn
         self._speech_ended_at = 0.0  # monotonic time the caller last stopped speaking (0: not yet)
@@ -139,6 +143,7 @@ class TurnOwner:
     def close(self) -> None:
         self.pending = None
         self._cancel_timer()
+        self._cancel_false_alarm()
         self.keypad.close()
         if self._verdict_task is not None:
             self._verdict_task.cancel()
@@ -154,9 +159,14 @@ class TurnOwner:
         self._speech_frames += 1
         self._turn_voiced_frames += 1
         settings = self.settings
-        if (self._over_agent and settings.barge_in and self.replies.active
+        if (self._over_agent and settings.barge_in and not self._paused and self.replies.active
                 and self._speech_frames * FRAME_MS >= settings.barge_in_confirm_ms):
-            self.replies.interrupt("caller spoke over the agent")
+            if settings.resume_after_false_interruption_s > 0:
+                # Long enough to be a turn, or a coughing fit: silent now, the words decide (_take_final).
+                self._paused = True
+                self.replies.pause()
+            else:
+                self._stop("caller spoke over the agent")
 
     def speech_started(self, preroll_frames: int = 0) -> bool:
         """The caller started speaking; True when this starts a new turn (the recogniser forgets the last)."""
@@ -172,7 +182,10 @@ class TurnOwner:
             self.replies.hold()
         else:
             self.released = None
-        self._over_agent = not self.continuing and self.replies.audible
+        if not self.replies.active:
+            self._paused = False
+        self._cancel_false_alarm()
+        self._over_agent = not self.continuing and (self.replies.audible or self._paused)
         new_turn = self.pending is None and not self._awaiting and not self.continuing
         if new_turn:
             keep = preroll_frames + self.line.profile.onset_frames
@@ -194,9 +207,17 @@ class TurnOwner:
         now = self._clock()
         self._speaking = False
         self._speech_ended_at = now
-        self.replies.duck(False)
         if final_owed:
             self._awaiting += 1
+        window = self.settings.resume_after_false_interruption_s
+        if self._over_agent and self.settings.barge_in and window > 0 and final_owed and self.replies.active:
+            # Ducked (or paused) until the words say what the sound was; no later than the window.
+            self._false_alarm_timer = asyncio.get_running_loop().call_later(
+                window, self._false_alarm, Overlap(OverlapKind.NON_SPEECH, "no words in time"))
+        else:
+            self.replies.duck(False)
+            if self._paused:
+                self._false_alarm(Overlap(OverlapKind.NON_SPEECH, "too short to decode"))
         sound = self.model is not None or self.recogniser_verdicts
         ask = sound and asks_model(self._speech_frames * FRAME_MS, self._over_agent)
         self._silences += 1
@@ -228,9 +249,8 @@ class TurnOwner:
             return  # a later final of this turn holds the same words and more
         text = transcript.text.strip()
         if not transcript.final:
-            meaningful = is_meaningful_interruption(text, self.backchannels)
-            if self.replies.active and self._over_agent and meaningful:
-                self.replies.interrupt("meaningful words over the agent")
+            if self.replies.active and self._over_agent and self._overlap(text, transcript).takes_turn:
+                self._stop("meaningful words over the agent")
             return
         self._final_at = self._clock()
         if self._speech_ended_at:  # this final belongs to the turn about to be answered
@@ -242,6 +262,8 @@ class TurnOwner:
         """Finals the recogniser owed are not coming (it died, or gave nothing in time)."""
         self._awaiting = max(0, self._awaiting - count)
         self._end_continuation()
+        if count > 0 and self._over_agent and not self._awaiting and not self._speaking:
+            self._false_alarm(Overlap(OverlapKind.NON_SPEECH, "no words came"))
         if count > 0 and not self.replies.active and not self._over_agent:
             self.replies.not_understood()
         if self.pending is not None and not self._awaiting:
@@ -253,7 +275,7 @@ class TurnOwner:
     def typed(self, text: str) -> None:
         """A typed turn (the browser's text box): answered at once, like speech without the recogniser."""
         if self.replies.active:
-            self.replies.interrupt("typed input")
+            self._stop("typed input")
         self.released = None
         if self._intercept(text, ""):
             return
@@ -268,21 +290,58 @@ class TurnOwner:
             return
         if not text:
             self._add_final("")
-            if transcript.overloaded and not self.replies.active:
+            if self._over_agent:
+                self._settled_over_agent(Overlap(OverlapKind.NON_SPEECH, "nothing recognised"))
+            elif transcript.overloaded and not self.replies.active:
                 self.replies.too_busy()
             elif (self._speech_frames * FRAME_MS >= NOT_UNDERSTOOD_SPEECH_MS and not self._over_agent
                   and not self.replies.active):
                 self.replies.not_understood()
             return
-        if self._over_agent and (is_backchannel(text, self.backchannels)
-                                 or too_many_words(text, self._turn_voiced_frames * FRAME_MS)):
-            log.info("backchannel ignored", extra={"text": text})
-            self._add_final("")
-            return
+        if self._over_agent:
+            overlap = self._overlap(text, transcript)
+            if not overlap.takes_turn:
+                log.info("sound over the agent ignored", extra={"text": text, "overlap": overlap.kind.value,
+                                                                "reason": overlap.reason})
+                self._add_final("")
+                self._settled_over_agent(overlap)
+                return
         if self.replies.active:
-            self.replies.interrupt("caller turn while the agent was speaking")
+            self._stop("caller turn while the agent was speaking")
         self._add_final(text, transcript.confidence, self._over_agent, replace=transcript.whole_turn)
         self._prefetch()
+
+    # ---- sound over the agent -----------------------------------------------------------------------
+
+    def _overlap(self, text: str, transcript: Transcript) -> Overlap:
+        evidence = transcript.evidence
+        return classify_overlap(text, self._turn_voiced_frames * FRAME_MS,
+                                no_speech_prob=evidence.no_speech_prob if evidence else None,
+                                avg_logprob=evidence.avg_logprob if evidence else None,
+                                backchannels=self.backchannels)
+
+    def _settled_over_agent(self, overlap: Overlap) -> None:
+        """The words of a sound over the agent are in and it was no turn: once nothing more is owed, the
+        agent plays on (picking up the sentence it paused in from its start)."""
+        if not self._awaiting and not self._speaking:
+            self._false_alarm(overlap)
+
+    def _false_alarm(self, overlap: Overlap) -> None:
+        self._cancel_false_alarm()
+        if self._speaking:
+            return  # the caller goes on: the end of this utterance decides
+        self._paused = False
+        self.replies.false_alarm(overlap.kind.value, overlap.reason)
+
+    def _stop(self, reason: str) -> None:
+        self._cancel_false_alarm()
+        self._paused = False
+        self.replies.interrupt(reason)
+
+    def _cancel_false_alarm(self) -> None:
+        if self._false_alarm_timer is not None:
+            self._false_alarm_timer.cancel()
+            self._false_alarm_timer = None
 
     def _add_final(self, text: str, confidence: float | None = None, over_agent: bool = False,
                    replace: bool = False) -> None:
@@ -477,6 +536,6 @@ class TurnOwner:
             return
         self.released = None
         if self.replies.active:
-            self.replies.interrupt("keypad input")
+            self._stop("keypad input")
         times = TurnTimes(released=self._clock())
         self.replies.release(Turn(text="", dtmf=digits), None, times, Release("keypad"))

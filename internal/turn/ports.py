@@ -40,6 +40,13 @@ class Replies(Protocol):
 
     def duck(self, ducked: bool) -> None: ...
 
+    def pause(self) -> None:
+        """Silence the agent now but keep its reply: the caller's sound over it may not be a turn."""
+
+    def false_alarm(self, kind: str, reason: str) -> None:
+        """The caller's sound over the agent was no turn (`kind`: backchannel, non_speech): play on, from
+        the start of the sentence it was paused in if it had paused."""
+
     def not_understood(self) -> None: ...
 
     def too_busy(self) -> None: ...

@@ -131,6 +131,7 @@ class Replies:
         self.event = asyncio.Event()
         self.active = False
         self.audible = False
+        self.paused = False
         self.calls: list[str] = []
 
     def absorbable(self) -> bool:
@@ -158,6 +159,14 @@ class Replies:
 
     def duck(self, ducked: bool) -> None:
         return None
+
+    def pause(self) -> None:
+        self.paused = True
+        self.calls.append("pause")
+
+    def false_alarm(self, kind: str, reason: str) -> None:
+        self.calls.append(f"false_alarm:{kind}:{'resume' if self.paused else 'play_on'}")
+        self.paused = False
 
     def not_understood(self) -> None:
         self.calls.append("not_understood")

@@ -24,7 +24,7 @@ from tests.sip_calls.conftest import (
     sip_calls_config,
     stream,
 )
-from tests.speech import neural, silence
+from tests.speech import cough, neural, silence
 from voicegate.internal.audio.g711 import ulaw_encode
 from voicegate.internal.config import Config
 from voicegate.internal.config.sections import PipelineConfig
@@ -166,3 +166,29 @@ async def test_on_a_phone_line_the_recognisers_head_judges_the_turn_and_smart_tu
     releases = [getattr(r, "detail", {}) for r in caplog.records if r.getMessage() == "sip call release"]
     assert [r["reason"] for r in releases] == ["verdict"], releases  # finished, by the sound and the words
     assert turn_model.inferences == asked_before  # Smart Turn never ran for this call
+
+
+async def test_a_cough_over_the_agent_on_a_phone_call_pauses_it_and_it_resumes_its_sentence(
+        make_server: ServerFactory, capture: RtpCapture, tmp_path: Path, whisper: WhisperSpeechToText,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A coughing fit over the greeting: the agent pauses, Whisper finds no words in it, the greeting
+    picks its sentence up again from the start and plays to its end; the call log and the metrics say so."""
+    caplog.set_level("INFO", logger="voicegate.internal.sip.voice")
+    config = defaults_config(tmp_path)
+    config.pipeline.greeting = ("Thank you for calling the branch office. Our opening hours are nine to six on "
+                                "weekdays and ten to four on Saturdays. How can I help you today?")
+    config.pipeline.vad = "energy"  # the cough surely counts as sound (Silero's verdict on a cough varies)
+    config.pipeline.barge_in_confirm_ms = 200  # ... and pauses the agent
+    model = RecordingModel("It is three o'clock.")
+    server = await make_server(stt=whisper, config=config, model=model)
+    audio = tmp_path / "cough.pcmu"
+    audio.write_bytes(ulaw_encode(silence(3000, 8000) + cough(8000) + silence(3000, 8000)))
+    scenario = render(tmp_path, media=stream(audio), ending=caller_bye(30000), media_port=capture.port)
+    (await run_sipp(tmp_path, scenario, server.target)).check()
+    (session,) = await server.wait_ended()
+    assert turn_outcomes(server).get("resumed", 0) >= 1
+    logged = [getattr(r, "detail", {}) for r in caplog.records if r.getMessage() == "sip call overlap"]
+    assert [d for d in logged if d.get("action") == "resumed" and d.get("kind") == "non_speech"], logged
+    assert not model.requests  # no turn
+    said = [e for e in session.conversation.transcript.entries() if e.role == "agent"]
+    assert [e.text for e in said] == [config.pipeline.greeting] and not said[0].interrupted, said

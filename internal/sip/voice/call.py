@@ -33,6 +33,7 @@ from voicegate.internal.sip.sdes import SrtpKeys, new_key
 from voicegate.internal.sip.sdp import Negotiated
 from voicegate.internal.sip.uri import SipUri
 from voicegate.internal.telephony.events import AmdEvent, DigitsEvent, TransferEvent, VoicemailEvent
+from voicegate.internal.turn.events import OverlapEvent
 
 log = logging.getLogger("voicegate.internal.sip.voice")  # one logger for a call's lines, whichever module writes them
 
@@ -59,6 +60,9 @@ class CallLog:
         elif isinstance(event, (ReleaseEvent, TurnEvent, ThinkingEvent)):  # how the turn was taken: no content
             log.info("sip call %s", event.type, extra={"call_id": self._call_id,
                                                        "detail": event.model_dump(exclude={"type", "ts"})})
+        elif isinstance(event, OverlapEvent):  # a sound over the agent that was no turn: not its sentence
+            log.info("sip call overlap", extra={"call_id": self._call_id,
+                                                "detail": event.model_dump(exclude={"type", "ts", "sentence"})})
         elif isinstance(event, TimingEvent):  # emitted only with pipeline.debug; metrics record them always
             log.info("sip call timing", extra={"call_id": self._call_id, "stage": event.stage, "ms": event.ms,
                                                "turn": event.turn})

@@ -1,0 +1,183 @@
+"""A sound over the agent: backchannel, non-speech or a real interruption (internal/turn/bargein.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.pipeline.test_turn_policy import Line, Replies
+from voicegate.internal.pipeline.playout import Playout
+from voicegate.internal.stt.base import SpeechEvidence, Transcript
+from voicegate.internal.turn.bargein import Overlap, OverlapKind, classify_overlap, is_question, made_up_phrase
+from voicegate.internal.turn.owner import TurnOwner, TurnSettings
+
+BACKCHANNEL, NON_SPEECH, INTERRUPTION = OverlapKind.BACKCHANNEL, OverlapKind.NON_SPEECH, OverlapKind.INTERRUPTION
+CLEAR = {"no_speech_prob": 0.05, "avg_logprob": -0.3}  # Whisper's scores on words it heard clearly
+
+
+@pytest.mark.parametrize(("text", "voiced_ms", "scores", "kind", "reason"), [
+    # Acknowledgements play on, configured phrases included.
+    ("Mm-hm.", 300, CLEAR, BACKCHANNEL, "acknowledgement words only"),
+    ("Yeah, okay.", 500, CLEAR, BACKCHANNEL, "acknowledgement words only"),
+    ("Right, right.", 500, {}, BACKCHANNEL, "acknowledgement words only"),
+    ("All right.", 240, CLEAR, BACKCHANNEL, "acknowledgement words only"),
+    ("Yeah, go on.", 600, CLEAR, BACKCHANNEL, "no content words"),
+    ("Uh.", 200, CLEAR, BACKCHANNEL, "acknowledgement words only"),
+    # Nothing said: no words, a click, Whisper's stock phrases, unsure scores, more words than the voice held.
+    ("", 800, {}, NON_SPEECH, "nothing recognised"),
+    ("Stop.", 60, CLEAR, NON_SPEECH, "too little voice for a word"),
+    ("Make sure to hit the bell icon.", 700, CLEAR, NON_SPEECH, "a phrase the recogniser makes up from noise"),
+    ("And make sure to hit the bell icon.", 700, {}, NON_SPEECH, "a phrase the recogniser makes up from noise"),
+    ("Thanks for watching!", 400, {}, NON_SPEECH, "a phrase the recogniser makes up from noise"),
+    ("Ha ha ha.", 700, CLEAR, NON_SPEECH, "a sound written as words"),
+    ("(coughing)", 500, {}, NON_SPEECH, "a sound written as words"),
+    ("Thank you.", 500, CLEAR, NON_SPEECH, "a phrase the recogniser makes up from noise"),
+    ("and the make chain.", 700, {"no_speech_prob": 0.03, "avg_logprob": -0.99}, NON_SPEECH,
+     "the recogniser doubts it was speech"),  # Whisper on "Mm-hm."
+    ("And then make some.", 620, {"no_speech_prob": 0.02, "avg_logprob": -0.75}, NON_SPEECH,
+     "the recogniser doubts it was speech"),  # ... through WebRTC
+    ("Sorry, what time is it?", 620, {"no_speech_prob": 0.1, "avg_logprob": -0.75}, INTERRUPTION,
+     "a question"),  # the same doubt does not drop a question
+    ("Which branch?", 500, {"no_speech_prob": 0.2, "avg_logprob": -1.1}, NON_SPEECH,
+     "the recogniser doubts it was speech"),  # ... past Whisper's own floor it does
+    ("The car.", 400, {"no_speech_prob": 0.65, "avg_logprob": -0.5}, NON_SPEECH,
+     "the recogniser doubts it was speech"),
+    ("Frozen water.", 400, {"no_speech_prob": 0.1, "avg_logprob": -1.4}, NON_SPEECH,
+     "the recogniser doubts it was speech"),
+    # ... but over a long voice the caller surely spoke: a poor decode of a real sentence still stops it.
+    ("I'm not gonna have to spend more.", 1320, {"no_speech_prob": 0.3, "avg_logprob": -1.39}, INTERRUPTION,
+     "content words"),
+    ("And then make 10.", 400, {}, NON_SPEECH, "more words than the voice could hold"),  # Whisper on "Mm-hm"
+    # Real interruptions: commands, questions (however short and fast), content.
+    ("Stop.", 200, CLEAR, INTERRUPTION, "a command"),
+    ("Wait, wait.", 300, {}, INTERRUPTION, "a command"),
+    ("Sorry, what time?", 350, CLEAR, INTERRUPTION, "a question"),
+    ("Sorry, what time is it?", 450, CLEAR, INTERRUPTION, "a question"),
+    ("Excuse me, how much is that", 500, CLEAR, INTERRUPTION, "a question"),
+    ("Is it open on Sunday?", 400, {"no_speech_prob": 0.3, "avg_logprob": -0.7}, INTERRUPTION, "a question"),
+    ("Sorry, I need to change the date.", 1300, CLEAR, INTERRUPTION, "content words"),
+    ("That's the wrong address.", 900, CLEAR, INTERRUPTION, "content words"),
+])
+def test_a_sound_over_the_agent_is_classified(text: str, voiced_ms: int, scores: dict[str, float],
+                                              kind: OverlapKind, reason: str) -> None:
+    assert classify_overlap(text, voiced_ms, **scores) == Overlap(kind, reason)
+
+
+def test_configured_backchannel_phrases_are_backchannels() -> None:
+    assert classify_overlap("Indeed.", 400).kind is INTERRUPTION
+    assert classify_overlap("Indeed.", 400, backchannels=frozenset({"indeed"})).kind is BACKCHANNEL
+
+
+def test_only_an_interruption_takes_the_turn() -> None:
+    assert Overlap(INTERRUPTION, "a question").takes_turn
+    assert not Overlap(BACKCHANNEL, "").takes_turn and not Overlap(NON_SPEECH, "").takes_turn
+
+
+@pytest.mark.parametrize(("text", "question"), [
+    ("What time is it", True), ("Sorry, what time?", True), ("Excuse me, could you repeat", True),
+    ("it is late?", True), ("I need the date", False), ("Sorry.", False), ("", False),
+])
+def test_questions_are_recognised_past_their_lead_ins(text: str, question: bool) -> None:
+    assert is_question(text) is question
+
+
+@pytest.mark.parametrize(("text", "made_up"), [
+    ("Make sure to hit the bell icon.", True), ("So make sure to hit the bell icon", True),
+    ("you", True), ("Thank you.", True),
+    ("Thank you, but I need to change the date.", False),  # a stock phrase inside real words
+    ("Could you hit the bell icon on the app for me and then check my account balance", False),
+])
+def test_stock_phrases_only_when_they_are_most_of_the_text(text: str, made_up: bool) -> None:
+    assert made_up_phrase(text) is made_up
+
+
+# ---- the turn owner applies the decision: duck, pause, stop, play on, resume -------------------------
+
+def over_agent(window_s: float, voiced_frames: int) -> tuple[TurnOwner, Replies]:
+    """An owner whose agent is audible; the caller makes a sound of `voiced_frames` 20 ms frames over it."""
+    replies = Replies()
+    replies.active = replies.audible = True
+    settings = TurnSettings(350, 5000, 20000, 0.5, True, 700, 120, resume_after_false_interruption_s=window_s)
+    turn = TurnOwner(settings, replies, Line(), 8000)
+    turn.speech_started()
+    for _ in range(voiced_frames):
+        turn.audio(bytes(320), True)
+    turn.speech_ended(final_owed=True)
+    return turn, replies
+
+
+@pytest.mark.parametrize(("window_s", "frames", "text", "scores", "calls", "turn_text"), [
+    # A long sound pauses the agent; its words decide: nothing said resumes, a question stops it.
+    (2.0, 40, "", {}, ["pause", "false_alarm:non_speech:resume"], None),
+    (2.0, 40, "Make sure to hit the bell icon.", {}, ["pause", "false_alarm:non_speech:resume"], None),
+    (2.0, 40, "Uh-huh, yeah.", {}, ["pause", "false_alarm:backchannel:resume"], None),
+    (2.0, 40, "Sorry, what time is it?", {}, ["pause", "interrupt"], "Sorry, what time is it?"),
+    (2.0, 38, "The weather.", {"no_speech_prob": 0.7, "avg_logprob": -0.95},
+     ["pause", "false_alarm:non_speech:resume"], None),
+    # A short one only ducked it: it plays on, or stops for a short question.
+    (2.0, 12, "Mm-hm.", {}, ["false_alarm:backchannel:play_on"], None),
+    (2.0, 12, "Sorry, what time?", {}, ["interrupt"], "Sorry, what time?"),
+    # Off: a long sound stops the agent as before; the words then only decide whether it is a turn.
+    (0.0, 40, "", {}, ["interrupt", "false_alarm:non_speech:play_on"], None),
+])
+async def test_the_owner_pauses_stops_or_resumes_the_agent_as_the_words_say(
+        window_s: float, frames: int, text: str, scores: dict[str, float], calls: list[str],
+        turn_text: str | None) -> None:
+    turn, replies = over_agent(window_s, frames)
+    evidence = SpeechEvidence(**scores) if scores else None
+    turn.transcript(Transcript(text, final=True, evidence=evidence))
+    assert list(dict.fromkeys(replies.calls)) == calls  # (this stand-in stays active after an interrupt)
+    assert (turn.pending.text if turn.pending else None) == turn_text
+    turn.close()
+
+
+async def test_a_paused_agent_resumes_when_no_words_come_in_time() -> None:
+    turn, replies = over_agent(0.05, 40)
+    assert replies.calls == ["pause"]
+    for _ in range(50):
+        if len(replies.calls) > 1:
+            break
+        await asyncio.sleep(0.01)
+    assert replies.calls == ["pause", "false_alarm:non_speech:resume"]
+    # Words that come later and take the turn still stop it.
+    turn.transcript(Transcript("Wait, stop.", final=True))
+    assert replies.calls[-1] == "interrupt"
+    turn.close()
+
+
+async def test_a_paused_agent_resumes_when_the_recogniser_gives_up() -> None:
+    turn, replies = over_agent(2.0, 40)
+    turn.finals_lost(1)
+    assert replies.calls == ["pause", "false_alarm:non_speech:resume"]
+    turn.close()
+
+
+# ---- the playout picks the sentence up again from its start -----------------------------------------
+
+def test_a_sentence_cut_off_by_a_pause_plays_again_from_its_start_and_counts_as_heard_only_then() -> None:
+    playout = Playout(16000)
+    frame = bytes(640)
+    first = playout.begin_segment("One two three four.")
+    for n in range(4):
+        playout.append(first, bytes([n + 1]) * 640)
+    playout.end_segment(first)
+    second = playout.begin_segment("Five six.")
+    playout.append(second, frame * 2)
+    playout.end_segment(second)
+    played = [playout.pull() for _ in range(2)]
+    assert playout.heard_text() == "One two"
+    assert playout.rewind_sentence() == "One two three four."
+    assert playout.heard_text() == ""  # what was played before the pause is not heard twice
+    again = [playout.pull() for _ in range(4)]
+    assert again[:2] == played and playout.heard_text() == "One two three four."
+
+
+def test_a_pause_between_sentences_replays_nothing() -> None:
+    playout = Playout(16000)
+    first = playout.begin_segment("Done.")
+    playout.append(first, bytes(640))
+    playout.end_segment(first)
+    playout.pull()
+    assert playout.rewind_sentence() == ""
+    assert playout.pull() is None and playout.heard_text() == "Done."
