@@ -160,8 +160,8 @@ def follow_the_doctor(installed: Installed, label: str) -> None:
     assert doctor.returncode == 1, doctor.stdout
     site = next((installed.bin.parent / "lib").glob("python3*/site-packages"))
     assert lines_of(doctor.stdout, "ok   package: ") == [
-        f"ok   package: voicegate {label} installed in {site}: {len(discover())} migrations, default config, prompt, "
-        "page"]
+        f"ok   package: voicegate {label} installed in {site / 'voicegate'}: {len(discover())} migrations, "
+        "default config, prompt, page"]
     # A fresh install lacks one thing, the end-of-turn model, and the doctor says how to fetch it with a
     # command that works here (no `make serve`: there is no checkout).
     assert [line.split(":")[0] for line in lines_of(doctor.stdout, "FAIL")] == ["FAIL model smart turn"]
