@@ -64,6 +64,10 @@ greeting = ""
 vad = "energy"
 end_of_turn = "off"
 vad_offset_ms = 500
+# Callers here keep a line open in silence for up to 30 s (the erasure test's wait between two questions):
+# the idle caller's prompt and hang-up (pipeline.idle_prompt_s) would end those calls; its own tests
+# are tests/sip_calls/test_idle_callers.py and tests/webrtc/test_idle_caller.py.
+idle_prompt_s = 0
 [llm]
 provider = "local"
 {SPEECH[self.speech]}[pocketsphinx]
