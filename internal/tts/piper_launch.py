@@ -11,9 +11,10 @@ separate program that starts Piper, so voicegate itself never imports Piper (GPL
 only onnxruntime, changes the options every new session starts from, and hands the process to Piper's
 `__main__` as `-m piper` would.
 
-It also gives each session the intra-op thread count the server asks for (`piper.threads`, default 1):
-with a Piper worker per core, one thread each cost 77-88 ms of CPU per second of speech against 91-112 ms with
-onnxruntime's default of a thread per core, and finished sooner (docs/performance.md, issue 45).
+It also gives each session the intra-op thread count the server asks for (`piper.threads`, default 0:
+onnxruntime's own, a thread per core, the sooner sentence on a quiet node). On a loaded node with a Piper
+worker per core, one thread each cost 77-88 ms of CPU per second of speech against 91-112 ms, and finished
+sooner (docs/performance.md, issue 45).
 """
 
 from __future__ import annotations
