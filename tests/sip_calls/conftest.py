@@ -444,3 +444,24 @@ async def http_server(tmp_path: Path) -> AsyncIterator[Any]:
     for server, client in started:
         await client.aclose()
         await server.gateway.stop()
+
+
+def outbound_cli_config(tmp_path: Path, greeting: str, engines: str) -> Path:
+    """A config file for `voicegate call` run as its own process: loopback SIP on a port of its own, an RTP
+    range of this worker's, no WebRTC, the outgoing greeting, and `engines` (the [stt]/[tts]/... sections)."""
+    low = sip_calls_config(tmp_path).sip.rtp_port_min
+    path = tmp_path / "voicegate.toml"
+    path.write_text(f"""
+[server]
+data_dir = "{tmp_path / 'data'}"
+[sip]
+bind = "127.0.0.1:{free_port()}"
+rtp_port_min = {low}
+rtp_port_max = {low + 199}
+symmetric_rtp = false
+[webrtc]
+enabled = false
+[pipeline]
+greeting_outgoing = "{greeting}"
+{engines}""")
+    return path

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import REPO
-from tests.sip_calls.conftest import free_port, sip_calls_config
+from tests.sip_calls.conftest import outbound_cli_config, sip_calls_config
 from tests.sip_calls.ivr_server import IvrServer, KeyMethod, MenuNode, MenuTree
 from tests.sip_calls.test_outbound import API_KEY, AUTH
 from tests.speech import neural, speak
@@ -134,21 +134,7 @@ async def test_a_menu_with_no_way_to_the_goal_is_a_dead_end_with_its_reason(
 
 
 def cli_config(tmp_path: Path) -> Path:
-    low = sip_calls_config(tmp_path).sip.rtp_port_min
-    path = tmp_path / "voicegate.toml"
-    path.write_text(f"""
-[server]
-data_dir = "{tmp_path / 'data'}"
-[sip]
-bind = "127.0.0.1:{free_port()}"
-rtp_port_min = {low}
-rtp_port_max = {low + 199}
-symmetric_rtp = false
-[webrtc]
-enabled = false
-[pipeline]
-greeting_outgoing = "{GREETING}"
-[stt]
+    return outbound_cli_config(tmp_path, GREETING, """[stt]
 provider = "whisper"
 [whisper]
 workers = 1
@@ -158,7 +144,6 @@ provider = "espeak"
 [llm]
 provider = "local"
 """)
-    return path
 
 
 async def test_voicegate_call_with_a_goal_reaches_billing_through_two_menus_with_rfc4733_keys(

@@ -21,6 +21,7 @@ from tests.sip_calls.conftest import (
     eventually,
     fragment,
     free_port,
+    outbound_cli_config,
     render,
     run_sipp,
     sip_calls_config,
@@ -195,22 +196,8 @@ async def test_full_server_gives_503(http_server: Any, tmp_path: Path) -> None:
 
 
 def cli_config_file(tmp_path: Path) -> Path:
-    low = sip_calls_config(tmp_path).sip.rtp_port_min
     phrases = ", ".join(f'"{p}"' for p in CALLER_PHRASES)
-    path = tmp_path / "voicegate.toml"
-    path.write_text(f"""
-[server]
-data_dir = "{tmp_path / 'data'}"
-[sip]
-bind = "127.0.0.1:{free_port()}"
-rtp_port_min = {low}
-rtp_port_max = {low + 199}
-symmetric_rtp = false
-[webrtc]
-enabled = false
-[pipeline]
-greeting_outgoing = "{GREETING_OUTGOING}"
-[stt]
+    return outbound_cli_config(tmp_path, GREETING_OUTGOING, f"""[stt]
 provider = "pocketsphinx"
 [tts]
 provider = "espeak"
@@ -218,7 +205,6 @@ provider = "espeak"
 phrases = [{phrases}]
 workers = 1
 """)
-    return path
 
 
 async def voicegate_call(tmp_path: Path, *args: str) -> tuple[int, str]:
