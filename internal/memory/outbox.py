@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import time
@@ -155,6 +156,9 @@ class HangupOutbox:
         # one is tried is the outbox's back-off, not the entry's: see _paused_until.
         self._pending: set[str] = set()
         self._not_before: dict[str, float] = {}  # an entry's own back-off (it failed while others may land)
+        # The order entries arrived in, to break ties between names created in the same millisecond.
+        self._arrival: dict[str, int] = {}
+        self._arrivals = itertools.count()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._busy = False
@@ -196,7 +200,8 @@ class HangupOutbox:
     async def start(self) -> None:
         """Pick up what an earlier run left, then work in the background."""
         names = await asyncio.to_thread(self._scan)
-        self._pending.update(names)
+        for name in names:
+            self._arrived(name)
         if names:
             log.info("memory outbox: pending hang-up writes from an earlier run", extra={"pending": len(names)})
         self._task = asyncio.create_task(self._run(), name="memory-outbox")
@@ -211,15 +216,27 @@ class HangupOutbox:
         """Keep `entry` on disk and wake the worker (bounded: the oldest entries go first when full)."""
         name = entry.file_name()
         await asyncio.to_thread(self._store, entry, name)
-        self._pending.add(name)
+        self._arrived(name)
         while len(self._pending) > self._max_entries:
-            oldest = min(self._pending, key=_created)
-            self._pending.discard(oldest)
+            oldest = min(self._pending, key=self._age)
+            self._discard(oldest)
             await asyncio.to_thread(self._remove, oldest)
             self.dropped += 1
             log.warning("memory outbox full; the oldest hang-up write was dropped",
                         extra={"max_entries": self._max_entries})
         self._wake.set()
+
+    def _arrived(self, name: str) -> None:
+        self._pending.add(name)
+        self._arrival.setdefault(name, next(self._arrivals))
+
+    def _discard(self, name: str) -> None:
+        self._pending.discard(name)
+        self._arrival.pop(name, None)
+
+    def _age(self, name: str) -> tuple[str, int]:
+        """Oldest first: the creation millisecond in the name, then the order the entries arrived in."""
+        return _created(name), self._arrival.get(name, 0)
 
     def _store(self, entry: HangupWrite, name: str) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -259,7 +276,7 @@ class HangupOutbox:
         """The oldest entry not waiting out its own back-off, else how long until one is due."""
         due = [name for name in self._pending if self._not_before.get(name, 0.0) <= now]
         if due:
-            return min(due, key=_created), 0.0  # oldest first, whoever the owner
+            return min(due, key=self._age), 0.0  # oldest first, whoever the owner
         return None, min((self._not_before[name] for name in self._pending), default=now) - now
 
     async def _run(self) -> None:
@@ -285,7 +302,7 @@ class HangupOutbox:
                 self._busy = False
 
     def _forget(self, name: str) -> None:
-        self._pending.discard(name)
+        self._discard(name)
         self._not_before.pop(name, None)
         self._remove(name)
 
@@ -294,7 +311,7 @@ class HangupOutbox:
             text = await asyncio.to_thread((self.directory / name).read_text, encoding="utf-8")
             entry = HangupWrite.from_json(text)
         except FileNotFoundError:  # erased by `voicegate memory delete` meanwhile
-            self._pending.discard(name)
+            self._discard(name)
             return
         except (ValueError, TypeError):
             log.warning("memory outbox: an unreadable entry was dropped")

@@ -153,6 +153,24 @@ def test_only_an_unreachable_store_is_worth_another_try() -> None:
         assert not transient(drop), drop
 
 
+async def test_entries_made_in_the_same_millisecond_land_in_the_order_they_were_put(tmp_path: Path) -> None:
+    box = outbox(tmp_path)
+    landed: list[str] = []
+
+    async def digest(item: HangupWrite) -> None:
+        landed.append(item.summary)
+
+    box.add_step("digest", digest)
+    same = time.time()
+    # Owners chosen so that the file names sort the other way round from the order of arrival.
+    for n in range(5):
+        await box.put(entry(owner=f"{9 - n:02d}" * 32, summary=f"caller {n}", created_at=same))
+    await box.start()
+    await wait_until(lambda: len(landed) == 5, timeout=10)
+    assert landed == [f"caller {n}" for n in range(5)]
+    await box.stop(0.2)
+
+
 async def test_an_entry_that_keeps_failing_does_not_hold_up_the_ones_behind_it(tmp_path: Path) -> None:
     box = outbox(tmp_path, retry_max_s=5.0)
     landed: list[str] = []
