@@ -166,7 +166,63 @@ HELDOUT = [
          [("Maple County Library. To renew items, press 1. For events, press 2.", {"1": "closed", "2": "closed"})],
          "Hello, this is Dana. How can I help?", expect="dead_end"),
 ]
-SPLITS = {"dev": DEV, "heldout": HELDOUT}
+
+# Written in the session after `heldout` was run (and after the parser learnt from its three misses, which
+# made `heldout` a development set too), before any change to internal/telephony/menu*.py for it: the measure.
+FRESH = [
+    Case("courier", "reschedule my delivery", "piper-b",
+         [("Thanks for calling Swift Couriers. To track a parcel, press 1. To change your delivery date or "
+           "address, press 2. To arrange a collection, press 3.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Deliveries team, this is Harper. How can I help?"),
+    Case("gym", "freeze my membership", "piper-c",
+         [("Welcome to Peak Fitness. For class times, press 1. For membership changes, including freezes and "
+           "cancellations, press 2. For personal training, press 3.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Memberships, this is Rowan. How can I help you?"),
+    Case("water-board", "report a burst pipe", "espeak-gb",
+         [("Valley Water. If you have a burst pipe or no water, press 1. For your account, press 2. For new "
+           "connections, press 3.", {"1": "person", "2": "closed", "3": "closed"})],
+         "Emergencies, Ellis speaking. How can I help?"),
+    Case("car-rental", "extend my car rental", "piper-b",
+         [("Highway Car Rental. Press 1 to make a new booking. Press 2 to manage an existing rental. Press 3 "
+           "for roadside assistance.", {"1": "closed", "2": "1", "3": "closed"}),
+          ("Manage your rental. To extend your rental, press 1. To return early, press 2.",
+           {"1": "person", "2": "closed"})],
+         "Rentals, this is Blake. How can I help you today?"),
+    Case("tax", "question about my property tax", "piper-c",
+         [("County Treasurer. For property taxes, press 1. For vehicle taxes, press 2. For business licenses, "
+           "press 3.", {"1": "person", "2": "closed", "3": "closed"})],
+         "Property tax, this is Kendall. How can I help?"),
+    Case("hospital", "visiting hours", "piper-b",
+         [("Saint Mary's Hospital. For patient information and visiting hours, press 1. For billing, press 2. "
+           "For medical records, press 3. For all other calls, press 0.",
+           {"1": "person", "2": "closed", "3": "closed", "0": "closed"})],
+         "Patient information, this is Noel. How may I help you?"),
+    Case("broadband", "my wifi keeps dropping", "piper-c",
+         [("Lightwave Broadband. For sales and new orders, press 1. If you are having a problem with your "
+           "service, press 2. For billing, press 3.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Technical help, this is Jordan. How can I help you?"),
+    Case("council", "book a bulky waste collection", "espeak-gb",
+         [("Riverside Council. For bins and waste, press 1. For council tax, press 2. For housing, press 3.",
+           {"1": "1", "2": "closed", "3": "closed"}),
+          ("Bins and waste. To report a missed bin, press 1. To book a bulky item collection, press 2.",
+           {"1": "closed", "2": "person"})],
+         "Waste services, this is Sam. How can I help?"),
+    Case("pet-insurance", "make a claim for my dog", "piper-b",
+         [("Happy Tails Pet Insurance. To get a quote, press 1. To make a claim, press 2. To update your "
+           "policy, press 3.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Claims, this is Frankie. How can I help you?"),
+    Case("theatre", "buy tickets for a show", "piper-c",
+         [("Grand Theatre box office. For tickets, press 1. For group bookings, press 2. For accessibility "
+           "information, press 3.", {"1": "person", "2": "closed", "3": "closed"})],
+         "Box office, this is Ari. How can I help?"),
+    Case("control-nothing", "renew my passport", "piper-b",
+         [("Peak Fitness. For class times, press 1. For membership changes, press 2.", {"1": "closed", "2": "closed"})],
+         "Hello, this is Dana. How can I help?", expect="dead_end"),
+    Case("control-closed", "buy tickets for a show", "piper-c",
+         [("Grand Theatre. For tickets, press 1. For the cafe, press 2.", {"1": "closed", "2": "closed"})],
+         "Hello, this is Dana. How can I help?", expect="dead_end"),
+]
+SPLITS = {"dev": DEV, "heldout": HELDOUT, "fresh": FRESH}
 
 
 def tree_of(case: Case) -> MenuTree:
@@ -253,7 +309,7 @@ async def main(split: str, only: str | None) -> int:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--split", choices=sorted(SPLITS), default="heldout")
+    parser.add_argument("--split", choices=sorted(SPLITS), default="fresh")
     parser.add_argument("--only", help="one case by name")
     arguments = parser.parse_args()
     sys.exit(asyncio.run(main(arguments.split, arguments.only)))
