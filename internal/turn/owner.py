@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from voicegate.internal.audio.syllables import syllable_nuclei
 from voicegate.internal.config.sections import PipelineConfig
 from voicegate.internal.llm.base import Turn
 from voicegate.internal.stt.base import Transcript
@@ -152,7 +153,7 @@ class TurnOwner:
 
     def audio(self, pcm: bytes, voiced: bool) -> None:
         """Every inbound frame (hot path)."""
-        if self.model is not None:
+        if self.model is not None or self._over_agent:  # the model's input; over the agent, its syllables
             self.turn_audio.append((pcm, voiced))
         if not (self._speaking and voiced):
             return
@@ -318,7 +319,9 @@ class TurnOwner:
         return classify_overlap(text, self._turn_voiced_frames * FRAME_MS,
                                 no_speech_prob=evidence.no_speech_prob if evidence else None,
                                 avg_logprob=evidence.avg_logprob if evidence else None,
-                                backchannels=self.backchannels)
+                                backchannels=self.backchannels,
+                                syllables=syllable_nuclei(b"".join(pcm for pcm, _ in self.turn_audio),
+                                                          self.sample_rate))
 
     def _settled_over_agent(self, overlap: Overlap) -> None:
         """The words of a sound over the agent are in and it was no turn: once nothing more is owed, the

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 
 from tests.pipeline.test_turn_policy import Line, Replies
+from tests.speech import telephone
 from voicegate.internal.pipeline.playout import Playout
 from voicegate.internal.stt.base import SpeechEvidence, Transcript
 from voicegate.internal.turn.bargein import Overlap, OverlapKind, classify_overlap, is_question, made_up_phrase
@@ -62,6 +64,24 @@ CLEAR = {"no_speech_prob": 0.05, "avg_logprob": -0.3}  # Whisper's scores on wor
 def test_a_sound_over_the_agent_is_classified(text: str, voiced_ms: int, scores: dict[str, float],
                                               kind: OverlapKind, reason: str) -> None:
     assert classify_overlap(text, voiced_ms, **scores) == Overlap(kind, reason)
+
+
+GARBLED = {"no_speech_prob": 0.26, "avg_logprob": -1.33}  # Whisper tiny.en unsure of espeak-ng through G.711
+
+
+@pytest.mark.parametrize(("text", "syllables", "kind", "reason"), [
+    # What the recogniser doubts but held a sentence's syllables was words it could not make out: the turn.
+    ("Welcome out, Sunday.", 5, INTERRUPTION, "more syllables than an acknowledgement, words unclear"),
+    ("I'll read what was that.", 6, INTERRUPTION, "more syllables than an acknowledgement, words unclear"),
+    # ... an acknowledgement's few syllables stay doubted, and so do acknowledgement words however many.
+    ("Bye.", 4, NON_SPEECH, "the recogniser doubts it was speech"),
+    ("And make sure.", 2, NON_SPEECH, "the recogniser doubts it was speech"),
+    ("Okay, okay, yeah, right.", 6, NON_SPEECH, "the recogniser doubts it was speech"),
+    ("Welcome out, Sunday.", None, NON_SPEECH, "the recogniser doubts it was speech"),  # not counted
+])
+def test_a_doubted_sound_is_a_turn_only_when_it_held_a_sentences_syllables(
+        text: str, syllables: int | None, kind: OverlapKind, reason: str) -> None:
+    assert classify_overlap(text, 840, **GARBLED, syllables=syllables) == Overlap(kind, reason)
 
 
 def test_configured_backchannel_phrases_are_backchannels() -> None:
@@ -129,6 +149,27 @@ async def test_the_owner_pauses_stops_or_resumes_the_agent_as_the_words_say(
     turn.transcript(Transcript(text, final=True, evidence=evidence))
     assert list(dict.fromkeys(replies.calls)) == calls  # (this stand-in stays active after an interrupt)
     assert (turn.pending.text if turn.pending else None) == turn_text
+    turn.close()
+
+
+@pytest.mark.parametrize(("said", "calls"), [
+    ("What about the other option?", ["pause", "interrupt"]),
+    ("Uh-huh, okay.", ["pause", "false_alarm:non_speech:resume"]),
+])
+async def test_the_owner_counts_the_syllables_of_what_it_heard_over_the_agent(said: str, calls: list[str]) -> None:
+    """The same garbled words and doubtful scores: the caller's own sound decides (phone-line espeak-ng)."""
+    replies = Replies()
+    replies.active = replies.audible = True
+    settings = TurnSettings(350, 5000, 20000, 0.5, True, 700, 120, resume_after_false_interruption_s=2.0)
+    turn = TurnOwner(settings, replies, Line(), 8000)
+    turn.speech_started()
+    audio = telephone(said)
+    for at in range(0, len(audio) - 319, 320):
+        frame = np.frombuffer(audio[at:at + 320], dtype=np.int16).astype(np.float64)
+        turn.audio(audio[at:at + 320], bool(np.sqrt(np.mean(frame ** 2)) > 300))  # the VAD: voiced or not
+    turn.speech_ended(final_owed=True)
+    turn.transcript(Transcript("Welcome out, Sunday.", final=True, evidence=SpeechEvidence(**GARBLED)))
+    assert list(dict.fromkeys(replies.calls)) == calls
     turn.close()
 
 
