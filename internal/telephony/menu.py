@@ -24,8 +24,9 @@ KEY_WORDS = {"zero": "0", "oh": "0", "one": "1", "two": "2", "three": "3", "four
 # What the recogniser writes for a spoken key after "press": "press to" is "press two".
 MISHEARD_KEYS = {"to": "2", "too": "2", "won": "1", "ate": "8"}
 _KEY = (r"(?:the\s+)?([0-9*#]|" + "|".join([*KEY_WORDS, *MISHEARD_KEYS]) + r")(?:\s+key)?\b")
-# "Dial2": the recogniser sometimes runs the digit into the verb, or ends a sentence between ("Press. 3.").
-_ACTION = re.compile(r"\b(?:press|dial|enter|push|hit|select|choose)(?:\s+\.)?(?:\s+|(?=[0-9]))" + _KEY
+# "Dial2": the recogniser sometimes runs the digit into the verb, or ends a sentence between ("Press. 3."),
+# or hears "press three" as "pressed three".
+_ACTION = re.compile(r"\b(?:press(?:ed)?|dial|enter|push|hit|select|choose)(?:\s+\.)?(?:\s+|(?=[0-9]))" + _KEY
                      + r"|\bsay\s+([a-z]+)\b")
 # A label before its action ("for billing, press 1") starts with one of these; after it ("press 1 for
 # billing") the label follows "for"/"to".

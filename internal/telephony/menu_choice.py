@@ -83,6 +83,39 @@ def content_words(text: str, filler: frozenset[str]) -> set[str]:
     return {stem(word) for word in normalise(text).replace(".", " ").split() if word not in filler}
 
 
+# Abbreviations callers write in goals and menus spell out, with the word(s) they stand for.
+ABBREVIATIONS = {"tv": "television", "pc": "computer", "id": "identification", "rx": "prescription",
+                 "appt": "appointment", "acct": "account", "info": "information", "dept": "department",
+                 "tech": "technical", "dmv": "motor vehicles", "er": "emergency", "ac": "air conditioning"}
+
+
+def acronyms(goal: str) -> set[str]:
+    """The goal's abbreviations ("TV", "dmv"): known ones, and two to four letters in capitals or with no
+    vowel (which may stand for the initials of the label's words)."""
+    found = set()
+    for token in re.findall(r"[A-Za-z]+", goal):
+        lowered = token.lower()
+        if lowered in ABBREVIATIONS or (2 <= len(token) <= 4 and (
+                token.isupper() or not re.search(r"[aeiouy]", token, re.IGNORECASE))):
+            found.add(lowered)
+    return found
+
+
+def spells_out(acronym: str, label: str) -> bool:
+    """`label` says what `acronym` stands for: its known expansion ("tv": "television"), or the initials of
+    words in a row ("pc": "personal computers"; filler words such as "of" skipped)."""
+    said = normalise(label).replace(".", " ").split()
+    expansion = ABBREVIATIONS.get(acronym)
+    if expansion and {_root(word) for word in expansion.split()} <= {_root(word) for word in said}:
+        return True
+    initials = "".join(word[0] for word in said if word not in _LABEL_FILLER)
+    return len(acronym) >= 2 and acronym in initials
+
+
+def _root(word: str) -> str:
+    return stem(word).removesuffix("e")  # "vehicles" and "vehicle" alike
+
+
 def goal_focus(goal: str) -> str:
     """The goal without its verbs of travel: "reach the billing department" -> "billing"."""
     words = [word for word in normalise(goal).replace(".", " ").split() if word not in _GOAL_FILLER]
@@ -94,6 +127,12 @@ class GoalMatcher:
         self.goal = goal
         self.focus = goal_focus(goal)
         self._goal_words = content_words(self.focus, _GOAL_FILLER)
+        # What the goal asks to do comes first in it ("cancel my appointment", "report a leak"): menus
+        # are often split by what is done with the same thing ("confirm an appointment", "cancel or
+        # reschedule"), so that word counts twice.
+        first = normalise(self.focus).replace(".", " ").split()
+        self._action = stem(first[0]) if first and first[0] not in _GOAL_FILLER else ""
+        self._acronyms = acronyms(goal)
         self._similarity = similarity
 
     def scores(self, options: Sequence[MenuOption]) -> list[tuple[float, str]]:
@@ -102,13 +141,19 @@ class GoalMatcher:
         similar = similarity.similarity(self.focus, labels) if similarity is not None else [0.0] * len(labels)
         scored: list[tuple[float, str]] = []
         for label, near in zip(labels, similar, strict=True):
-            shared = self._goal_words & content_words(label, _LABEL_FILLER)
-            if shared:  # more of the goal's words first; between equals, the nearer meaning
-                share = len(shared) / len(self._goal_words)
+            shared = self._goal_words & self._label_words(label)
+            if shared:  # more of the goal's words first (its action twice); between equals, the nearer meaning
+                weight = 1 if self._action else 0
+                share = (len(shared) + (weight if self._action in shared else 0)) / (len(self._goal_words) + weight)
                 scored.append((WORD_MATCH_FLOOR + WORD_SHARE_WEIGHT * share + SIMILARITY_TIEBREAK * near, "words"))
             else:
                 scored.append((near, "similarity"))
         return scored
+
+    def _label_words(self, label: str) -> set[str]:
+        """The label's content words, and the goal's abbreviations it spells out ("television": "tv")."""
+        return content_words(label, _LABEL_FILLER) | {acronym for acronym in self._acronyms
+                                                      if spells_out(acronym, label)}
 
     def choose(self, options: Sequence[MenuOption]) -> Choice | None:
         """The option toward the goal, or None when none is clearly it."""

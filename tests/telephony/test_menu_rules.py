@@ -9,7 +9,13 @@ import pytest
 
 from voicegate.internal.stt.base import Transcript
 from voicegate.internal.telephony.menu import MenuOption, classify_prompt, parse_menu
-from voicegate.internal.telephony.menu_choice import GoalMatcher, WordLlamaSimilarity, goal_focus
+from voicegate.internal.telephony.menu_choice import (
+    GoalMatcher,
+    WordLlamaSimilarity,
+    acronyms,
+    goal_focus,
+    spells_out,
+)
 from voicegate.internal.telephony.navigation import MenuListener
 from voicegate.internal.telephony.navigator import (
     HandOver,
@@ -53,6 +59,9 @@ def similarity() -> WordLlamaSimilarity:
      [MenuOption("new customer", "1"), MenuOption("account", "2")]),
     ("Press to for billing. Dial3 for sales.", [MenuOption("billing", "2"), MenuOption("sales", "3")]),
     ("Acme. To pay a bill. Press 1. to order. Press. 2.", [MenuOption("pay a bill", "1"), MenuOption("order", "2")]),
+    # "press three" heard as "pressed three": still a key, so the menu still reads label first
+    ("Acme Water. if you see a flood. Press 1 now. to pay. Press 2. for anything else. pressed. 3.",
+     [MenuOption("see a flood", "1"), MenuOption("pay", "2"), MenuOption("anything else", "3")]),
 ])
 def test_a_prompt_reads_as_its_options(prompt: str, options: list[MenuOption]) -> None:
     assert parse_menu(prompt) == options
@@ -97,10 +106,34 @@ def test_the_goal_loses_its_verbs_of_travel(goal: str, focus: str) -> None:
     ("refill a prescription", OPTIONS, None),  # nothing near: no guess
     ("reach billing", [MenuOption("hear your balance", "1"), MenuOption("speak with a billing representative", "2")],
      "2"),
+    # One word in common with two options: what the goal asks to do decides.
+    ("change my booking", [MenuOption("new bookings", "1"), MenuOption("change or cancel a trip", "2")], "2"),
+    ("renew my subscription", [MenuOption("subscription prices", "1"), MenuOption("renew or upgrade", "2")], "2"),
+    # An abbreviation in the goal meets the word it stands for.
+    ("fix my PC", [MenuOption("printers", "1"), MenuOption("personal computers", "2")], "2"),
+    ("question about my TV", [MenuOption("broadband", "1"), MenuOption("television", "2")], "2"),
+    ("dmv appointment", [MenuOption("billing", "1"), MenuOption("department of motor vehicles", "2")], "2"),
 ])
 def test_the_option_toward_the_goal_is_chosen(goal: str, options: list[MenuOption], chosen: str | None) -> None:
     choice = GoalMatcher(goal, similarity()).choose(options)
     assert (choice.option.key if choice else None) == chosen
+
+
+@pytest.mark.parametrize(("goal", "found"), [
+    ("upgrade my TV package", {"tv"}), ("fix my pc", {"pc"}), ("the DMV", {"dmv"}), ("reach billing", set()),
+    ("my ID card", {"id"}), ("an id", {"id"}), ("an ox", set()),  # lower case with a vowel: a word, unless known
+])
+def test_abbreviations_in_a_goal(goal: str, found: set[str]) -> None:
+    assert acronyms(goal) == found
+
+
+@pytest.mark.parametrize(("acronym", "label", "spelt"), [
+    ("tv", "television and streaming", True), ("pc", "pharmacy", False), ("pc", "personal computers", True),
+    ("dmv", "the department of motor vehicles", True), ("dmv", "motor vehicle registration", True),
+    ("tv", "travel", False), ("id", "new identification cards", True),
+])
+def test_an_abbreviation_is_spelt_out_by_its_expansion_or_initials(acronym: str, label: str, spelt: bool) -> None:
+    assert spells_out(acronym, label) is spelt
 
 
 def navigator(goal: str = "reach billing", **settings: int) -> MenuNavigator:
