@@ -13,8 +13,8 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from voicegate.internal.config import Config, load_config
 from voicegate.internal.llm.base import ChatModel
 from voicegate.internal.memory.owner import OwnerKeySecretError
-from voicegate.internal.pipeline.tools import ToolRegistry
 from voicegate.internal.stt.base import SpeechToText
+from voicegate.internal.tools.registry import ToolRegistry
 from voicegate.internal.tts.base import TextToSpeech
 from voicegate.internal.web import STATIC_DIR
 from voicegate.server.errors import install_error_handlers

@@ -23,9 +23,9 @@ from typing import Any
 from voicegate.internal.conversation.slots import Slot
 from voicegate.internal.events import Event
 from voicegate.internal.llm.base import ToolCall
-from voicegate.internal.pipeline.tools import ToolContext
 from voicegate.internal.session import Session
 from voicegate.internal.sip.voice.call import SIP_CALL_ID
+from voicegate.internal.tools.registry import ToolContext
 
 SUBSCRIBER_QUEUE = 2048  # events a subscriber may fall behind by before it loses some
 STARTED_KEY: Slot[bool] = Slot("call_feed.started")  # call.started was published for this session

@@ -10,8 +10,8 @@ import shlex
 from voicegate.internal.config import Config
 from voicegate.internal.config.display import mask_url, masked_args
 from voicegate.internal.config.mcp import ALL_TOOLS, McpServerConfig
-from voicegate.internal.pipeline.tools import ToolRegistry
 from voicegate.internal.tools.mcp import McpConnection, McpToolset
+from voicegate.internal.tools.registry import ToolRegistry
 from voicegate.server.doctor import Check
 
 

@@ -25,12 +25,12 @@ from voicegate.internal.memory.sessions import SESSION_DIGEST_STEP, SessionMemor
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.pipeline.responder import SESSION_SPAN
 from voicegate.internal.pipeline.services import PipelineServices
-from voicegate.internal.pipeline.tools import ToolRegistry
 from voicegate.internal.session import Session, SessionLimitReached, SessionManager, TransportKind
 from voicegate.internal.stt.base import SpeechToText
 from voicegate.internal.telemetry.loop_lag import LoopLag
 from voicegate.internal.telemetry.otel import Telemetry
 from voicegate.internal.telemetry.queues import WorkQueue, overload_reasons, queues_of
+from voicegate.internal.tools.registry import ToolRegistry
 from voicegate.internal.tts.base import TextToSpeech
 from voicegate.internal.tts.phrases import mark_fixed
 from voicegate.server.call_feed import CallFeed

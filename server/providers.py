@@ -11,9 +11,9 @@ from voicegate.internal.conversation.rolling_summary import RollingSummary, Summ
 from voicegate.internal.devices import DeviceUnavailable
 from voicegate.internal.llm.base import ChatModel
 from voicegate.internal.pipeline.services import PipelineServices
-from voicegate.internal.pipeline.tools import ToolRegistry, register_end_call
 from voicegate.internal.session.session import Conversation
 from voicegate.internal.stt.base import SpeechToText
+from voicegate.internal.tools.registry import ToolRegistry, register_end_call
 from voicegate.internal.tts.base import TextToSpeech
 from voicegate.internal.turn.weights import TurnModelError
 

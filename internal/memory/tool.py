@@ -24,8 +24,8 @@ from voicegate.internal.memory.provider import ChangeContext, MemoryDocument, Sc
 from voicegate.internal.memory.runtime import UNKNOWN_EPOCH, FrontendMemoryRuntime, MemoryRuntimeError
 from voicegate.internal.memory.sessions import OWNER, SessionMemory
 from voicegate.internal.memory.tasks import live_actions
-from voicegate.internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
 from voicegate.internal.telemetry.otel import current_trace_id
+from voicegate.internal.tools.registry import ToolContext, ToolError, ToolRegistry
 
 MEMORY_TOOL_DESCRIPTION = (
     "Read or change what you remember about the caller. One operation per call; several calls per turn "

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from voicegate.internal.llm.base import ChatMessage, ChatModel, ChatRequest, ReplyDelta, ToolCall
 from voicegate.internal.llm.sentences import SentenceChunker
 from voicegate.internal.pipeline.playout import Playout
-from voicegate.internal.pipeline.tools import ToolContext, ToolRegistry
+from voicegate.internal.tools.registry import ToolContext, ToolRegistry
 from voicegate.internal.tts.base import TextToSpeech
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from voicegate.internal.llm.base import ChatMessage, ChatRequest, Turn
 from voicegate.internal.pipeline.context import build_system_context
 from voicegate.internal.pipeline.record import INTERRUPTED_TEXT
 from voicegate.internal.pipeline.services import PipelineServices
-from voicegate.internal.pipeline.tools import ToolContext
+from voicegate.internal.tools.registry import ToolContext
 
 
 async def build_request(session: CallContext, services: PipelineServices, turn: Turn, user_text: str,

@@ -35,8 +35,8 @@ from voicegate.internal.pipeline.reply import ReplyRunner, speak_text
 from voicegate.internal.pipeline.request import build_request
 from voicegate.internal.pipeline.services import PipelineServices, misunderstanding_note
 from voicegate.internal.pipeline.thinking import ThinkingCue, ThinkingCues
-from voicegate.internal.pipeline.tools import ToolContext
 from voicegate.internal.pipeline.turn_reply import TurnReply
+from voicegate.internal.tools.registry import ToolContext
 from voicegate.internal.turn.events import OverlapEvent
 from voicegate.internal.turn.pending import Release, TurnTimes
 from voicegate.internal.turn.text_cues import same_turn_text

@@ -17,7 +17,6 @@ from voicegate.internal.devices import onnx_available_providers, onnx_device, on
 from voicegate.internal.events import EventSink
 from voicegate.internal.llm.base import ChatModel
 from voicegate.internal.pipeline.context import BUILTIN_PROMPT, ContextLayers, goal_note, load_text
-from voicegate.internal.pipeline.tools import ToolRegistry
 from voicegate.internal.pipeline.vad import (
     AdaptiveEnergyClassifier,
     FrameClassifier,
@@ -28,6 +27,7 @@ from voicegate.internal.pipeline.vad import (
     WebRtcClassifier,
 )
 from voicegate.internal.stt.base import SpeechToText
+from voicegate.internal.tools.registry import ToolRegistry
 from voicegate.internal.tts.base import TextToSpeech
 from voicegate.internal.turn.weights import TurnModelError
 

@@ -12,9 +12,9 @@ import json
 from typing import Any
 
 from voicegate.internal.conversation.slots import slots_of
-from voicegate.internal.pipeline.tools import ToolContext, ToolRegistry
 from voicegate.internal.recording.call import ConsentedRecording
 from voicegate.internal.recording.service import RECORDING_KEY
+from voicegate.internal.tools.registry import ToolContext, ToolRegistry
 
 
 def _recording(context: ToolContext) -> ConsentedRecording | None:

@@ -16,13 +16,13 @@ import json
 from typing import Any
 
 from voicegate.internal.config.telephony import DigitFormConfig, DigitsConfig
-from voicegate.internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
 from voicegate.internal.recording.call import ConsentedRecording
 from voicegate.internal.recording.service import RECORDING_KEY
 from voicegate.internal.session import Session
 from voicegate.internal.telephony.collection import collect_digits
 from voicegate.internal.telephony.digits import DigitSpec, DigitSpecError
 from voicegate.internal.telephony.form_digits import remember_entry
+from voicegate.internal.tools.registry import ToolContext, ToolError, ToolRegistry
 
 # The turn's timeout is extended by at least this much beyond the form's own worst case (prompts, waits).
 DEADLINE_SLACK_S = 10.0

@@ -13,7 +13,7 @@ to the callers its `require_identity` admits; each call tells the server who is 
 A call runs with the server's `timeout_s`; a tool that does not answer in time is abandoned, the caller
 hears `mcp.timeout_notice` at once and the model is told. Results are bounded and fenced as untrusted
 data (mcp_results.py). A tool the server marks read-only may run in a reply prepared before the caller's
-turn is over; any other waits for the turn (internal/pipeline/tools.py, side effects). Logs name the
+turn is over; any other waits for the turn (internal/tools/registry.py, side effects). Logs name the
 server and the tool, never the arguments or the result.
 """
 
@@ -39,7 +39,6 @@ from mcp.types import CONNECTION_CLOSED, CallToolResult
 from voicegate.internal.config.display import mask_urls_in
 from voicegate.internal.config.mcp import McpConfig, McpServerConfig
 from voicegate.internal.conversation.slots import slots_of
-from voicegate.internal.pipeline.tools import ToolContext, ToolError, ToolRegistry, ToolTimeout
 from voicegate.internal.telephony.form_digits import carries_entry
 from voicegate.internal.tools.mcp_caller import (
     CALLER_HEADERS,
@@ -51,6 +50,7 @@ from voicegate.internal.tools.mcp_caller import (
 )
 from voicegate.internal.tools.mcp_results import fenced, result_text
 from voicegate.internal.tools.mcp_stderr import ServerStderr
+from voicegate.internal.tools.registry import ToolContext, ToolError, ToolRegistry, ToolTimeout
 
 # A task tool (`task_tools`) gets the ledger's task id in this argument, which the model is never shown;
 # its status tool is called with {"task_id": ...} and answers one of TASK_STATUSES.

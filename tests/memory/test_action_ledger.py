@@ -32,7 +32,7 @@ from voicegate.internal.memory.reconcile import SessionDigestRecorder
 from voicegate.internal.memory.runtime import DAY_S, FrontendMemoryRuntime
 from voicegate.internal.memory.sessions import OWNER, SessionMemory
 from voicegate.internal.memory.tool import register_memory_tools
-from voicegate.internal.pipeline.tools import ToolContext, ToolError, ToolRegistry, register_end_call
+from voicegate.internal.tools.registry import ToolContext, ToolError, ToolRegistry, register_end_call
 from voicegate.server.gateway import Gateway
 
 OWNER_KEY = "cd" * 32

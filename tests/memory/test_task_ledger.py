@@ -22,7 +22,7 @@ from voicegate.internal.llm.base import ChatRequest, ReplyDelta, ToolCall
 from voicegate.internal.memory.reconcile import SessionDigestRecorder
 from voicegate.internal.memory.sessions import EPOCH, OWNER
 from voicegate.internal.memory.tasks import TaskEntry
-from voicegate.internal.pipeline.tools import ToolContext, ToolRegistry
+from voicegate.internal.tools.registry import ToolContext, ToolRegistry
 from voicegate.server.gateway import Gateway
 
 SECRET_ARGUMENT = "deliver to 12 Quokka Lane"

@@ -38,7 +38,7 @@ from voicegate.internal.memory.providers.pgvector import CHANGE_CHANNEL
 from voicegate.internal.memory.results import CEILING_FACTOR
 from voicegate.internal.memory.runtime import MemoryUnavailable
 from voicegate.internal.pipeline.localcall import LocalCall
-from voicegate.internal.pipeline.tools import ToolContext
+from voicegate.internal.tools.registry import ToolContext
 from voicegate.server.app import create_gateway_application
 from voicegate.server.gateway import Gateway
 

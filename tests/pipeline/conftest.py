@@ -17,9 +17,9 @@ from voicegate.internal.llm.base import ChatModel
 from voicegate.internal.llm.local import LocalAgent
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.pipeline.services import PipelineServices
-from voicegate.internal.pipeline.tools import ToolRegistry, register_end_call
 from voicegate.internal.session import Conversation, Session
 from voicegate.internal.stt.base import SpeechToText, Transcript
+from voicegate.internal.tools.registry import ToolRegistry, register_end_call
 from voicegate.internal.tts.espeak import EspeakTextToSpeech
 
 

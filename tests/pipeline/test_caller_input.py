@@ -13,10 +13,10 @@ from tests.speech import silence, tone
 from voicegate.internal.pipeline.events import DtmfEvent, ResponseEvent, TranscriptEvent
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.internal.pipeline.pipeline import VoicePipeline
-from voicegate.internal.pipeline.tools import ToolRegistry, register_end_call
 from voicegate.internal.telephony.collection import DigitCollection
 from voicegate.internal.telephony.digit_tool import register_digits_tool
 from voicegate.internal.telephony.events import DigitsEvent
+from voicegate.internal.tools.registry import ToolRegistry, register_end_call
 
 pytestmark = pytest.mark.slow
 

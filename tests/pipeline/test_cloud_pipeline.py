@@ -24,9 +24,9 @@ from voicegate.internal.llm.openai import OpenAIChatModel
 from voicegate.internal.pipeline.events import ResponseEvent, TranscriptEvent
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.internal.pipeline.pipeline import APOLOGY
-from voicegate.internal.pipeline.tools import ToolContext, ToolError, ToolRegistry, register_end_call
 from voicegate.internal.stt.deepgram import DeepgramSpeechToText
 from voicegate.internal.stt.openai import OpenAISpeechToText
+from voicegate.internal.tools.registry import ToolContext, ToolError, ToolRegistry, register_end_call
 from voicegate.internal.tts.openai import OpenAITextToSpeech
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ from tests.speech import active_ms, silence, tone
 from voicegate.internal.llm.base import ChatRequest, ReplyDelta, ToolCall
 from voicegate.internal.pipeline.events import ResponseEvent, TranscriptEvent, TurnEvent
 from voicegate.internal.pipeline.localcall import LocalCall
-from voicegate.internal.pipeline.tools import ToolContext, ToolRegistry
+from voicegate.internal.tools.registry import ToolContext, ToolRegistry
 
 RATE = 16000
 FRAME = RATE // 50 * 2

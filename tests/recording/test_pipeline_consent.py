@@ -16,11 +16,11 @@ from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.pipeline.idle import IdleEvent
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.internal.pipeline.pipeline import VoicePipeline
-from voicegate.internal.pipeline.tools import ToolRegistry
 from voicegate.internal.recording.events import RecordingEvent
 from voicegate.internal.recording.service import RecordingService
 from voicegate.internal.recording.tool import register_recording_tool
 from voicegate.internal.session import Conversation, Session
+from voicegate.internal.tools.registry import ToolRegistry
 
 GREETING = "Hello, how can I help?"
 

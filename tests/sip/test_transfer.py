@@ -17,7 +17,6 @@ from voicegate.internal.conversation.rolling_summary import RollingSummary
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.base import ChatMessage, ChatRequest, ReplyDelta, ToolCall, Turn
 from voicegate.internal.llm.local import LocalAgent
-from voicegate.internal.pipeline.tools import ToolContext, ToolRegistry
 from voicegate.internal.session import Conversation, Session
 from voicegate.internal.sip import SipRequest, parse
 from voicegate.internal.sip.dialog import Dialog
@@ -38,6 +37,7 @@ from voicegate.internal.sip.voice.transfer import (
     register_transfer_tool,
     resolve_target,
 )
+from voicegate.internal.tools.registry import ToolContext, ToolRegistry
 
 TARGETS = {"sales": "sip:sales@pbx.example", "front desk": "tel:+15550001111"}
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from voicegate.internal.config.telephony import DigitFormConfig, DigitsConfig
-from voicegate.internal.pipeline.tools import ToolRegistry
 from voicegate.internal.telephony.digit_tool import form_spec, register_digits_tool, worst_case_s
 from voicegate.internal.telephony.digits import DigitSpecError
+from voicegate.internal.tools.registry import ToolRegistry
 
 SECTION = DigitsConfig(timeout_s=6.0, terminator="#", forms={
     "pin": DigitFormConfig(prompt="Enter your PIN.", min_digits=4, max_digits=4, terminator="", input="keys")})

@@ -92,8 +92,8 @@ def test_config_check_and_doctor_mask_mcp_urls_and_arguments(tmp_path: Path) -> 
 
 async def test_a_stdio_servers_stderr_goes_through_the_log_with_its_secrets_masked(
         tmp_path: Path, fake: FakeOpenAI, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> None:
-    from voicegate.internal.pipeline.tools import ToolRegistry
     from voicegate.internal.tools.mcp import McpToolset
+    from voicegate.internal.tools.registry import ToolRegistry
 
     caplog.set_level(logging.INFO, logger="voicegate.internal.tools.mcp.stderr")
     server = stdio_server(tmp_path / "calls.jsonl", tools=["lookup_order"])

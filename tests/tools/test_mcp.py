@@ -27,9 +27,9 @@ from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.pipeline.context import TOOL_RESULTS_POLICY
 from voicegate.internal.pipeline.events import TranscriptEvent
 from voicegate.internal.pipeline.localcall import LocalCall
-from voicegate.internal.pipeline.tools import ToolError, ToolRegistry
 from voicegate.internal.tools.mcp import McpToolset
 from voicegate.internal.tools.mcp_results import CLOSE, CUT_NOTICE
+from voicegate.internal.tools.registry import ToolError, ToolRegistry
 from voicegate.server.app import create_gateway_application
 from voicegate.server.doctor_mcp import check_mcp
 from voicegate.server.gateway import Gateway

@@ -18,7 +18,7 @@ from voicegate.internal.conversation.slots import Slots
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.base import ToolCall
 from voicegate.internal.memory.sessions import EPOCH, OWNER
-from voicegate.internal.pipeline.tools import ToolContext
+from voicegate.internal.tools.registry import ToolContext
 from voicegate.server.gateway import Gateway
 
 ALICE = CallerIdentity("jwt", "alice")

@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 from voicegate.internal.audio.dtmf import EVENT_DIGITS
 from voicegate.internal.conversation.slots import slots_of
-from voicegate.internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
 from voicegate.internal.session import Session
 from voicegate.internal.sip.voice.call import SIP_CALL_ID, SIP_OUTBOUND
+from voicegate.internal.tools.registry import ToolContext, ToolError, ToolRegistry
 
 DtmfMethod = Literal["rfc4733", "info"]
 MAX_DIGITS = 64

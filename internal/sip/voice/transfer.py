@@ -21,11 +21,11 @@ from typing import Any, Literal, Protocol
 from voicegate.internal.config.sections import SipConfig
 from voicegate.internal.conversation.actions import record_action, settle_transfer, transfer_action
 from voicegate.internal.conversation.slots import Slot
-from voicegate.internal.pipeline.tools import ToolContext, ToolError, ToolRegistry
 from voicegate.internal.session import Session
 from voicegate.internal.sip.dialog import Dialog
 from voicegate.internal.sip.transfer import ReferSubscription, TransferBusy, TransferOutcome, await_outcome, send_refer
 from voicegate.internal.sip.voice.call import SIP_CALL_ID
+from voicegate.internal.tools.registry import ToolContext, ToolError, ToolRegistry
 
 log = logging.getLogger(__name__)
 
