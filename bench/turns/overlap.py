@@ -39,11 +39,19 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-if os.environ.get("VOICEGATE_CODE"):
-    sys.path.insert(0, os.environ["VOICEGATE_CODE"])
 
 from bench.common.figures import machine, machine_busy_seconds, pipeline_settings, progress, table
 from bench.turns.cases import cached, channel, render
+
+if os.environ.get("VOICEGATE_CODE"):
+    # Another checkout's pipeline: its voicegate package from here on (alone on the path: its bench/ may be
+    # laid out otherwise, and worker processes import this module again). cases.py imported this checkout's
+    # audio helpers, so the voicegate modules loaded so far are forgotten.
+    _only = Path(tempfile.mkdtemp(prefix="voicegate-code-"))
+    (_only / "voicegate").symlink_to(Path(os.environ["VOICEGATE_CODE"]).resolve() / "voicegate")
+    sys.path.insert(0, str(_only))
+    for loaded in [name for name in sys.modules if name == "voicegate" or name.startswith("voicegate.")]:
+        del sys.modules[loaded]
 
 RATE = 16000
 BACKCHANNELS = ["Uh-huh.", "Yeah, go on.", "Right, right.", "Okay, yep.", "I see, okay.", "Mhm, yes.",
@@ -68,6 +76,18 @@ INTERRUPTIONS = [
 QUESTIONS = ["Sorry, which day?", "Wait, how much?", "Is that today?", "Sorry, what was that?",
              "When do you open?", "Where's the branch?", "Can I book online?", "What about Sunday?",
              "How long does it take?", "Who do I call?"]
+# A second set (`--phrases heldout`), written after the syllable rule was fitted on the set above, and run
+# once after it: none of these was looked at before.
+HELDOUT_BACKCHANNELS = ["Yes, exactly.", "Mm, okay.", "Right, okay.", "Uh-huh, sure.", "Yeah, I see.",
+                        "Okay, great.", "Oh, I see.", "Got it.", "Right, yes.", "Cool, okay."]
+HELDOUT_INTERRUPTIONS = ["Hang on, that's not right.", "No, I meant next week.", "Stop, please, I understand.",
+                         "Wait, I have a question.", "Actually, make it two tickets.", "Sorry, I'm in the car.",
+                         "No, my account is different.", "Hold on, someone's at the door.",
+                         "Excuse me, that's too expensive.", "Wait, can you slow down?"]
+HELDOUT_QUESTIONS = ["Sorry, how much?", "Which one?", "Is it expensive?", "What do you mean?", "Can I come tomorrow?",
+                     "Where do I park?", "Do you take cards?", "What's the address?", "Is it far?", "How late?"]
+PHRASES = {"bench": (BACKCHANNELS, INTERRUPTIONS, QUESTIONS),
+           "heldout": (HELDOUT_BACKCHANNELS, HELDOUT_INTERRUPTIONS, HELDOUT_QUESTIONS)}
 SOUNDS = ("cough", "laugh", "knock", "door", "breath", "crackle")
 # How long the agent has talked when the caller's sound begins: past `continuation_window_ms` (1.2 s), where
 # speech right after the agent began is heard as the rest of the caller's own turn, not as sound over it.
@@ -170,19 +190,20 @@ class Case:
     after_agent_s: float
 
 
-def cases(only: set[str]) -> list[Case]:
+def cases(only: set[str], phrases: str = "bench") -> list[Case]:
+    backchannels, interruptions, questions = PHRASES[phrases]
     voices = ("piper", "espeak")
-    clips = {voice: dict(zip(BACKCHANNELS + INTERRUPTIONS + QUESTIONS,
-                             render(voice, BACKCHANNELS + INTERRUPTIONS + QUESTIONS), strict=True))
+    clips = {voice: dict(zip(backchannels + interruptions + questions,
+                             render(voice, backchannels + interruptions + questions), strict=True))
              for voice in voices}
     out: list[Case] = []
-    for i, text in enumerate(BACKCHANNELS):
+    for i, text in enumerate(backchannels):
         for j, after in enumerate(AFTER_AGENT_S):
             out.append(Case("backchannel", text, clips[voices[(i + j) % 2]][text], after))
     for i, kind in enumerate(SOUNDS):
         for j, after in enumerate(AFTER_AGENT_S):
             out.append(Case("non_speech", kind, sound(kind, 1000 + 10 * i + j), after))
-    for kind, texts in (("interruption", INTERRUPTIONS), ("question", QUESTIONS)):
+    for kind, texts in (("interruption", interruptions), ("question", questions)):
         for i, text in enumerate(texts):
             for j, after in enumerate(AFTER_AGENT_S[1:4:2]):
                 out.append(Case(kind, text, clips[voices[(i + j) % 2]][text], after))
@@ -315,8 +336,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     from voicegate.server.providers import build_services, build_stt, build_tts
 
     only = set(filter(None, args.only.split(",")))
-    chosen = cached("overlap-cases", (BACKCHANNELS, INTERRUPTIONS, QUESTIONS, SOUNDS, AFTER_AGENT_S, "v1"),
-                    lambda: cases(set()))
+    chosen = cached("overlap-cases", (*PHRASES[args.phrases], SOUNDS, AFTER_AGENT_S, "v1"),
+                    lambda: cases(set(), args.phrases))
     chosen = [c for c in chosen if not only or c.kind in only][:: args.every]
     with tempfile.TemporaryDirectory(prefix="voicegate-bench-overlap-") as work:
         config = load_config(None)
@@ -370,6 +391,8 @@ def main() -> int:
     parser.add_argument("--only", default="", help="backchannel,non_speech,interruption,question")
     parser.add_argument("--every", type=int, default=1, help="every Nth case only (a quick look)")
     parser.add_argument("--set", action="append", default=[], metavar="pipeline.KEY=VALUE")
+    parser.add_argument("--phrases", choices=sorted(PHRASES), default="bench",
+                        help="the phrasings: the bench's own, or the set held out from the syllable rule")
     parser.add_argument("--label", default="overlap")
     args = parser.parse_args()
     result = asyncio.run(run(args))

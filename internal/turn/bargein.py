@@ -91,11 +91,18 @@ NO_SPEECH_SUSPECT = 0.6
 # address anymore." came back as "I'm not gonna have to spend more.", avg_logprob -1.39, 1.3 s voiced)
 # still takes the turn.
 DOUBT_MAX_VOICED_MS = 1000
-# A sound the recogniser doubts but that holds this many syllables (internal/audio/syllables.py) is more
-# than an acknowledgement: the caller said something it could not make out, and the turn is theirs.
-# Acknowledgements counted 1 to 4 ("mm-hm" and "okay, okay" 4, held-out phrases in both voices); espeak-ng's
-# "What about Sunday?" through G.711, 5 syllables, came back as "Welcome out, Sunday." at -1.33.
+# A sound the recogniser doubts (by its words' scores, not by its "no speech" probability) is more than an
+# acknowledgement when it held this many syllables (internal/audio/syllables.py): the caller said something
+# it could not make out, and the turn is theirs. Acknowledgements counted 1 to 4 ("okay, okay", "I see,
+# okay" 4; held-out phrases in Piper and espeak-ng through G.711); espeak-ng's "Sorry, what was that?", 5,
+# came back as "I'll read what was that." at -1.28.
 TURN_SYLLABLES = 5
+# ... or four, said in one stretch of this much voice without a pause: what pauses the agent
+# (`barge_in_confirm_ms`' default). No acknowledgement in the overlap bench held 700 ms in one stretch;
+# espeak-ng's "Is that today?" did (4 syllables, heard as "It's not to me.", -1.06), and so did its "What
+# about Sunday?" ("Welcome out, Sunday.", -1.33). A long hum ("mmm-hm", one or two syllables) does not.
+HELD_SYLLABLES = 4
+FLOOR_HELD_MS = 700
 # More words than even a fast voice says in the voiced time (with the VAD's onset it did not count):
 # only for statements with no question or command in them, so a real question is never dropped by it.
 MAX_WORDS_PER_VOICED_S = 8.0
@@ -140,17 +147,30 @@ def made_up_phrase(text: str) -> bool:
     return False
 
 
+def more_than_an_acknowledgement(text: str, syllables: int | None, longest_ms: float | None,
+                                 no_speech_prob: float | None, backchannels: frozenset[str]) -> bool:
+    """A doubted decode of a sound that held more than an acknowledgement does: TURN_SYLLABLES syllables, or
+    HELD_SYLLABLES in a stretch of FLOOR_HELD_MS; not when the recogniser said there was no speech, nor when
+    its words are acknowledgement words."""
+    if syllables is None or (no_speech_prob is not None and no_speech_prob > NO_SPEECH_SUSPECT):
+        return False
+    held = longest_ms is not None and longest_ms >= FLOOR_HELD_MS and syllables >= HELD_SYLLABLES
+    return (syllables >= TURN_SYLLABLES or held) and not is_backchannel(text, backchannels)
+
+
 def classify_overlap(text: str, voiced_ms: float, *, no_speech_prob: float | None = None,
                      avg_logprob: float | None = None,
-                     backchannels: frozenset[str] = frozenset(), syllables: int | None = None) -> Overlap:
+                     backchannels: frozenset[str] = frozenset(), syllables: int | None = None,
+                     longest_ms: float | None = None) -> Overlap:
     """What a sound the caller made over the agent was, from its words and the evidence they were spoken.
 
     `voiced_ms`: the VAD's voiced time of it; `no_speech_prob`/`avg_logprob`: the recogniser's scores
     for the decode (None: not given, e.g. a cloud recogniser's partial); `syllables`: how many the sound
-    held (None: not counted). Checked in this order: no words, too little voice for a word, a sound's
-    caption or a laugh, a stock phrase (non-speech: nothing said); unsure scores over a short voice
-    (non-speech, unless it held TURN_SYLLABLES and its words are no acknowledgement: then words the
-    recogniser could not make out, an interruption); acknowledgement vocabulary only (backchannel); a
+    held, `longest_ms` the voice of its longest stretch without a pause (None: not counted). Checked in
+    this order: no words, too little voice for a word, a sound's caption or a laugh, a stock phrase
+    (non-speech: nothing said); unsure scores over a short voice (non-speech, unless the sound held more
+    than an acknowledgement, `more_than_an_acknowledgement`: then words the recogniser could not make
+    out, an interruption); acknowledgement vocabulary only (backchannel); a
     command, a question, a content word (interruption); filler only ("um", "I": a backchannel). A
     question or a command is never judged by its word count, so "sorry, what time?" said fast is an
     interruption.
@@ -169,7 +189,7 @@ def classify_overlap(text: str, voiced_ms: float, *, no_speech_prob: float | Non
     floor = LOGPROB_SUSPECT_ASKING if command or question else LOGPROB_SUSPECT
     if voiced_ms < DOUBT_MAX_VOICED_MS and ((avg_logprob is not None and avg_logprob < floor) or (
             no_speech_prob is not None and no_speech_prob > NO_SPEECH_SUSPECT)):
-        if syllables is not None and syllables >= TURN_SYLLABLES and not is_backchannel(text, backchannels):
+        if more_than_an_acknowledgement(text, syllables, longest_ms, no_speech_prob, backchannels):
             return Overlap(OverlapKind.INTERRUPTION, "more syllables than an acknowledgement, words unclear")
         return Overlap(OverlapKind.NON_SPEECH, "the recogniser doubts it was speech")
     if is_backchannel(text, backchannels):

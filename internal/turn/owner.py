@@ -123,6 +123,7 @@ class TurnOwner:
         self._false_alarm_timer: asyncio.TimerHandle | None = None
         self._speech_frames = 0  # voiced frames of the latest utterance
         self._turn_voiced_frames = 0  # ... of the whole turn
+        self._longest_frames = 0  # ... of its longest utterance
         self._speech_ended_at = 0.0  # monotonic time the caller last stopped speaking (0: not yet)
         self._gap_ms = 0.0  # the silence before the latest utterance
         self._final_at = 0.0
@@ -159,6 +160,7 @@ class TurnOwner:
             return
         self._speech_frames += 1
         self._turn_voiced_frames += 1
+        self._longest_frames = max(self._longest_frames, self._speech_frames)
         settings = self.settings
         if (self._over_agent and settings.barge_in and not self._paused and self.replies.active
                 and self._speech_frames * FRAME_MS >= settings.barge_in_confirm_ms):
@@ -192,7 +194,7 @@ class TurnOwner:
             keep = preroll_frames + self.line.profile.onset_frames
             while len(self.turn_audio) > keep:
                 self.turn_audio.popleft()
-            self._turn_voiced_frames = 0
+            self._turn_voiced_frames = self._longest_frames = 0
         elif self.pending is not None:
             self.pauses.went_on_after(self._gap_ms)  # an inner pause of this caller's
         self._asked = None
@@ -316,7 +318,7 @@ class TurnOwner:
 
     def _overlap(self, text: str, transcript: Transcript) -> Overlap:
         evidence = transcript.evidence
-        return classify_overlap(text, self._turn_voiced_frames * FRAME_MS,
+        return classify_overlap(text, self._turn_voiced_frames * FRAME_MS, longest_ms=self._longest_frames * FRAME_MS,
                                 no_speech_prob=evidence.no_speech_prob if evidence else None,
                                 avg_logprob=evidence.avg_logprob if evidence else None,
                                 backchannels=self.backchannels,
