@@ -168,10 +168,12 @@ def classify_overlap(text: str, voiced_ms: float, *, no_speech_prob: float | Non
     for the decode (None: not given, e.g. a cloud recogniser's partial); `syllables`: how many the sound
     held, `longest_ms` the voice of its longest stretch without a pause (None: not counted). Checked in
     this order: no words, too little voice for a word, a sound's caption or a laugh, a stock phrase
-    (non-speech: nothing said); unsure scores over a short voice (non-speech, unless the sound held more
-    than an acknowledgement, `more_than_an_acknowledgement`: then words the recogniser could not make
-    out, an interruption); acknowledgement vocabulary only (backchannel); a
-    command, a question, a content word (interruption); filler only ("um", "I": a backchannel). A
+    (non-speech: nothing said; a stock phrase over DOUBT_MAX_VOICED_MS of voice, or over more than an
+    acknowledgement holds, is real words misheard: an interruption); unsure scores over a short voice
+    (non-speech, unless the sound held more than an acknowledgement, `more_than_an_acknowledgement`: then
+    words the recogniser could not make out, an interruption); acknowledgement vocabulary only
+    (backchannel); a command, a question, a content word (interruption); filler only ("um", "I": a
+    backchannel). A
     question or a command is never judged by its word count, so "sorry, what time?" said fast is an
     interruption.
     """
@@ -183,6 +185,11 @@ def classify_overlap(text: str, voiced_ms: float, *, no_speech_prob: float | Non
     if all(token in SOUND_TOKENS for token in tokens):
         return Overlap(OverlapKind.NON_SPEECH, "a sound written as words")
     if made_up_phrase(text):
+        if voiced_ms >= DOUBT_MAX_VOICED_MS or more_than_an_acknowledgement(text, syllables, longest_ms,
+                                                                           no_speech_prob, backchannels):
+            # Noise does not hold this much voice: the recogniser failed on real words ("Excuse me, that's too
+            # expensive.", 1.6 s of espeak-ng through G.711, came back as "Thank you for watching!").
+            return Overlap(OverlapKind.INTERRUPTION, "more voice than noise gives, words unclear")
         return Overlap(OverlapKind.NON_SPEECH, "a phrase the recogniser makes up from noise")
     command = any(token in COMMAND_TOKENS for token in tokens)
     question = not command and is_question(text)

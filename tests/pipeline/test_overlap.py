@@ -32,6 +32,8 @@ CLEAR = {"no_speech_prob": 0.05, "avg_logprob": -0.3}  # Whisper's scores on wor
     ("Make sure to hit the bell icon.", 700, CLEAR, NON_SPEECH, "a phrase the recogniser makes up from noise"),
     ("And make sure to hit the bell icon.", 700, {}, NON_SPEECH, "a phrase the recogniser makes up from noise"),
     ("Thanks for watching!", 400, {}, NON_SPEECH, "a phrase the recogniser makes up from noise"),
+    ("Thank you for watching!", 1580, {"no_speech_prob": 0.2, "avg_logprob": -1.08}, INTERRUPTION,
+     "more voice than noise gives, words unclear"),  # espeak-ng's "Excuse me, that's too expensive."
     ("Ha ha ha.", 700, CLEAR, NON_SPEECH, "a sound written as words"),
     ("(coughing)", 500, {}, NON_SPEECH, "a sound written as words"),
     ("Thank you.", 500, CLEAR, NON_SPEECH, "a phrase the recogniser makes up from noise"),
