@@ -1,6 +1,6 @@
 """Outbound calls through phone menus: how many generated menus the agent gets through to the right person.
 
-    .venv/bin/python bench/sip/menus.py [--split heldout|dev] [--only NAME]
+    .venv/bin/python -m bench.sip.menus [--split fresh|heldout|dev] [--only NAME]
 
 Each case is a real call on loopback: voicegate (the product's Gateway, Whisper tiny.en, the default
 Silero VAD) dials the test menu server (tests/sip_calls/ivr_server.py) with a goal, the menu speaks its

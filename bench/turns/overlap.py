@@ -77,7 +77,7 @@ QUESTIONS = ["Sorry, which day?", "Wait, how much?", "Is that today?", "Sorry, w
              "When do you open?", "Where's the branch?", "Can I book online?", "What about Sunday?",
              "How long does it take?", "Who do I call?"]
 # A second set (`--phrases heldout`), written after the syllable rule was fitted on the set above, and run
-# once after it: none of these was looked at before.
+# with it: none of these was looked at before. What it showed changed the rule, so it is a development set now.
 HELDOUT_BACKCHANNELS = ["Yes, exactly.", "Mm, okay.", "Right, okay.", "Uh-huh, sure.", "Yeah, I see.",
                         "Okay, great.", "Oh, I see.", "Got it.", "Right, yes.", "Cool, okay."]
 HELDOUT_INTERRUPTIONS = ["Hang on, that's not right.", "No, I meant next week.", "Stop, please, I understand.",
@@ -86,8 +86,20 @@ HELDOUT_INTERRUPTIONS = ["Hang on, that's not right.", "No, I meant next week.",
                          "Excuse me, that's too expensive.", "Wait, can you slow down?"]
 HELDOUT_QUESTIONS = ["Sorry, how much?", "Which one?", "Is it expensive?", "What do you mean?", "Can I come tomorrow?",
                      "Where do I park?", "Do you take cards?", "What's the address?", "Is it far?", "How late?"]
+# A third (`--phrases fresh`), written after the held-out set had shown that the stretch of voice, not
+# its syllables, tells a question the recogniser garbled (and a stock phrase over 1.6 s of voice) from an
+# acknowledgement: the measure of that rule.
+FRESH_BACKCHANNELS = ["Mhm, right.", "Yeah, true.", "Okay then.", "Ah, okay.", "Yep, got it.", "Sure, yeah.",
+                      "Alright, yes.", "Uh-huh, right.", "Oh, okay, sure.", "I see, yes."]
+FRESH_INTERRUPTIONS = ["Wait, that's my old number.", "No, I wanted the blue one.", "Stop there, please.",
+                       "Hold on, let me check.", "Actually, cancel the order.", "Sorry, my phone is dying.",
+                       "No, it was last Friday.", "Excuse me, I'm not the account holder.", "Hang on, I'm confused.",
+                       "Wait, I already did that."]
+FRESH_QUESTIONS = ["Sorry, when?", "How much again?", "Which day is that?", "Is that free?", "What time again?",
+                   "Can I pay later?", "Where is that?", "Who's calling?", "Is it open now?", "What was the name?"]
 PHRASES = {"bench": (BACKCHANNELS, INTERRUPTIONS, QUESTIONS),
-           "heldout": (HELDOUT_BACKCHANNELS, HELDOUT_INTERRUPTIONS, HELDOUT_QUESTIONS)}
+           "heldout": (HELDOUT_BACKCHANNELS, HELDOUT_INTERRUPTIONS, HELDOUT_QUESTIONS),
+           "fresh": (FRESH_BACKCHANNELS, FRESH_INTERRUPTIONS, FRESH_QUESTIONS)}
 SOUNDS = ("cough", "laugh", "knock", "door", "breath", "crackle")
 # How long the agent has talked when the caller's sound begins: past `continuation_window_ms` (1.2 s), where
 # speech right after the agent began is heard as the rest of the caller's own turn, not as sound over it.
@@ -392,7 +404,7 @@ def main() -> int:
     parser.add_argument("--every", type=int, default=1, help="every Nth case only (a quick look)")
     parser.add_argument("--set", action="append", default=[], metavar="pipeline.KEY=VALUE")
     parser.add_argument("--phrases", choices=sorted(PHRASES), default="bench",
-                        help="the phrasings: the bench's own, or the set held out from the syllable rule")
+                        help="the phrasings: the bench's own, or a set written after a rule was fitted")
     parser.add_argument("--label", default="overlap")
     args = parser.parse_args()
     result = asyncio.run(run(args))

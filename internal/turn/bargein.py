@@ -97,11 +97,11 @@ DOUBT_MAX_VOICED_MS = 1000
 # okay" 4; held-out phrases in Piper and espeak-ng through G.711); espeak-ng's "Sorry, what was that?", 5,
 # came back as "I'll read what was that." at -1.28.
 TURN_SYLLABLES = 5
-# ... or four, said in one stretch of this much voice without a pause: what pauses the agent
-# (`barge_in_confirm_ms`' default). No acknowledgement in the overlap bench held 700 ms in one stretch;
-# espeak-ng's "Is that today?" did (4 syllables, heard as "It's not to me.", -1.06), and so did its "What
-# about Sunday?" ("Welcome out, Sunday.", -1.33). A long hum ("mmm-hm", one or two syllables) does not.
-HELD_SYLLABLES = 4
+# ... or when one stretch of it without a pause held this much voice: what pauses the agent
+# (`barge_in_confirm_ms`' default), more than an acknowledgement says in one breath. No acknowledgement in
+# either phrase set of the overlap bench (100, Piper and espeak-ng) held 700 ms in one stretch; espeak-ng's
+# "Is that today?" did (heard as "It's not to me.", -1.06), and so did "What's the address?" ("What the
+# hell?", -1.81), which the syllable count puts at 3 (it undercounts fast speech).
 FLOOR_HELD_MS = 700
 # More words than even a fast voice says in the voiced time (with the VAD's onset it did not count):
 # only for statements with no question or command in them, so a real question is never dropped by it.
@@ -150,12 +150,12 @@ def made_up_phrase(text: str) -> bool:
 def more_than_an_acknowledgement(text: str, syllables: int | None, longest_ms: float | None,
                                  no_speech_prob: float | None, backchannels: frozenset[str]) -> bool:
     """A doubted decode of a sound that held more than an acknowledgement does: TURN_SYLLABLES syllables, or
-    HELD_SYLLABLES in a stretch of FLOOR_HELD_MS; not when the recogniser said there was no speech, nor when
-    its words are acknowledgement words."""
-    if syllables is None or (no_speech_prob is not None and no_speech_prob > NO_SPEECH_SUSPECT):
+    a stretch of FLOOR_HELD_MS; not when the recogniser said there was no speech, nor when its words are
+    acknowledgement words."""
+    if no_speech_prob is not None and no_speech_prob > NO_SPEECH_SUSPECT:
         return False
-    held = longest_ms is not None and longest_ms >= FLOOR_HELD_MS and syllables >= HELD_SYLLABLES
-    return (syllables >= TURN_SYLLABLES or held) and not is_backchannel(text, backchannels)
+    held = longest_ms is not None and longest_ms >= FLOOR_HELD_MS
+    return ((syllables is not None and syllables >= TURN_SYLLABLES) or held) and not is_backchannel(text, backchannels)
 
 
 def classify_overlap(text: str, voiced_ms: float, *, no_speech_prob: float | None = None,
@@ -168,8 +168,8 @@ def classify_overlap(text: str, voiced_ms: float, *, no_speech_prob: float | Non
     for the decode (None: not given, e.g. a cloud recogniser's partial); `syllables`: how many the sound
     held, `longest_ms` the voice of its longest stretch without a pause (None: not counted). Checked in
     this order: no words, too little voice for a word, a sound's caption or a laugh, a stock phrase
-    (non-speech: nothing said; a stock phrase over DOUBT_MAX_VOICED_MS of voice, or over more than an
-    acknowledgement holds, is real words misheard: an interruption); unsure scores over a short voice
+    (non-speech: nothing said; a stock phrase over DOUBT_MAX_VOICED_MS of voice, or TURN_SYLLABLES, is
+    real words misheard: an interruption); unsure scores over a short voice
     (non-speech, unless the sound held more than an acknowledgement, `more_than_an_acknowledgement`: then
     words the recogniser could not make out, an interruption); acknowledgement vocabulary only
     (backchannel); a command, a question, a content word (interruption); filler only ("um", "I": a
@@ -185,10 +185,11 @@ def classify_overlap(text: str, voiced_ms: float, *, no_speech_prob: float | Non
     if all(token in SOUND_TOKENS for token in tokens):
         return Overlap(OverlapKind.NON_SPEECH, "a sound written as words")
     if made_up_phrase(text):
-        if voiced_ms >= DOUBT_MAX_VOICED_MS or more_than_an_acknowledgement(text, syllables, longest_ms,
-                                                                           no_speech_prob, backchannels):
-            # Noise does not hold this much voice: the recogniser failed on real words ("Excuse me, that's too
-            # expensive.", 1.6 s of espeak-ng through G.711, came back as "Thank you for watching!").
+        if voiced_ms >= DOUBT_MAX_VOICED_MS or more_than_an_acknowledgement(text, syllables, None, no_speech_prob,
+                                                                           backchannels):
+            # Noise does not hold this much voice, nor a sentence's syllables: the recogniser failed on real
+            # words ("Excuse me, that's too expensive.", 1.6 s of espeak-ng through G.711, came back as "Thank
+            # you for watching!"). One long stretch alone is not enough here: a coughing fit can be one.
             return Overlap(OverlapKind.INTERRUPTION, "more voice than noise gives, words unclear")
         return Overlap(OverlapKind.NON_SPEECH, "a phrase the recogniser makes up from noise")
     command = any(token in COMMAND_TOKENS for token in tokens)
