@@ -30,12 +30,13 @@ _ACTION = re.compile(r"\b(?:press(?:ed)?|dial|enter|push|hit|select|choose)(?:\s
                      + r"|\bsay\s+([a-z]+)\b")
 # A label before its action ("for billing, press 1") starts with one of these; after it ("press 1 for
 # billing") the label follows "for"/"to".
-_LEAD = re.compile(r"^(?:(?:and|or|otherwise|now|please|if(?:\s+you(?:\s+(?:would|'d))?)?(?:\s+(?:like|want|wish|need|"
-                   r"are(?:\s+calling)?|have))?(?:\s+(?:to|about|a|an))?|for|to)\b\s*)+")
+_LEAD = re.compile(r"^(?:(?:and|or|otherwise|now|please|if(?:\s+you(?:'re|\s+(?:would|'d))?)?(?:\s+(?:like|want|wish|"
+                   r"need|are(?:\s+calling)?|have))?(?:\s+(?:to|about|a|an))?|for|to)\b\s*)+")
 _TAIL = re.compile(r"(?:\s*\b(?:please|now|at\s+any\s+time|or|and)\b)+\s*$")
 _BEFORE_STYLE = re.compile(r"\b(?:for|to|if)\b")
 _STARTS_WITH_LEAD = re.compile(r"^\W*(?:(?:and|or|please)\s+)?(?:for|to|if)\b")
 _SENTENCE = re.compile(r"[.!?;:]")
+_CARRIES_ON = re.compile(r"^\W*(?:or|and|including|plus)\b")
 
 # A menu that gives up on the caller, or tells them the last key was wrong.
 _CLOSED = re.compile(r"\b(?:(?:office|offices|we|lines)\s+(?:is|are)\s+(?:now\s+)?closed|outside\s+(?:of\s+)?"
@@ -140,7 +141,16 @@ def _nearest_piece(segment: str, *, last: bool) -> str:
     pieces = [piece for piece in _SENTENCE.split(segment) if _clean_label(piece)]
     if not pieces:
         return ""
-    return pieces[-1] if last else pieces[0]
+    if not last:
+        return pieces[0]
+    # The recogniser ends sentences inside a phrase ("to change your delivery date. or address. Press 2."):
+    # a last piece that carries on the one before it with "or"/"and" is read together with it.
+    joined = pieces[-1]
+    for earlier in reversed(pieces[:-1]):
+        if not _CARRIES_ON.match(joined):
+            break
+        joined = f"{earlier.strip()} {joined.strip()}"
+    return joined
 
 
 def _joins_previous(said: str, actions: list[re.Match[str]], index: int, label_before: bool) -> bool:

@@ -89,6 +89,19 @@ ABBREVIATIONS = {"tv": "television", "pc": "computer", "id": "identification", "
                  "tech": "technical", "dmv": "motor vehicles", "er": "emergency", "ac": "air conditioning"}
 
 
+# Something is wrong: a caller's words for a fault, and a menu's for the line that deals with one. Neither
+# shares a word with the other ("my wifi keeps dropping" -> "if you're having a problem with your service"),
+# and the embedding does not put them near enough, so both stand for one shared word, FAULT.
+FAULT = "<fault>"
+FAULT_IN_GOAL = re.compile(r"\b(?:not\s+working|(?:is|does|do|are|wo|ca)n'?t\s+(?:working|work|connect|start|"
+                           r"turn\s+on)|"
+                           r"stopped\s+working|broken|broke|keeps?\s+(?:dropping|cutting\s+out|crashing|failing|"
+                           r"freezing)|dropping\s+out|outage|problems?|trouble|faulty|fault|no\s+(?:signal|"
+                           r"connection|dial\s+tone|power|heating|hot\s+water))\b")
+FAULT_IN_LABEL = re.compile(r"\b(?:technical|tech\s+support|repairs?|problems?|trouble\w*|faults?|outages?|"
+                            r"not\s+working|issues?\s+with|broken)\b")
+
+
 def acronyms(goal: str) -> set[str]:
     """The goal's abbreviations ("TV", "dmv"): known ones, and two to four letters in capitals or with no
     vowel (which may stand for the initials of the label's words)."""
@@ -133,6 +146,8 @@ class GoalMatcher:
         first = normalise(self.focus).replace(".", " ").split()
         self._action = stem(first[0]) if first and first[0] not in _GOAL_FILLER else ""
         self._acronyms = acronyms(goal)
+        if FAULT_IN_GOAL.search(normalise(goal)):
+            self._goal_words.add(FAULT)
         self._similarity = similarity
 
     def scores(self, options: Sequence[MenuOption]) -> list[tuple[float, str]]:
@@ -151,9 +166,11 @@ class GoalMatcher:
         return scored
 
     def _label_words(self, label: str) -> set[str]:
-        """The label's content words, and the goal's abbreviations it spells out ("television": "tv")."""
-        return content_words(label, _LABEL_FILLER) | {acronym for acronym in self._acronyms
-                                                      if spells_out(acronym, label)}
+        """The label's content words, the goal's abbreviations it spells out ("television": "tv"), and FAULT
+        when it is the line for something that is wrong."""
+        found = content_words(label, _LABEL_FILLER) | {acronym for acronym in self._acronyms
+                                                       if spells_out(acronym, label)}
+        return found | {FAULT} if FAULT_IN_LABEL.search(normalise(label)) else found
 
     def choose(self, options: Sequence[MenuOption]) -> Choice | None:
         """The option toward the goal, or None when none is clearly it."""

@@ -62,6 +62,9 @@ def similarity() -> WordLlamaSimilarity:
     # "press three" heard as "pressed three": still a key, so the menu still reads label first
     ("Acme Water. if you see a flood. Press 1 now. to pay. Press 2. for anything else. pressed. 3.",
      [MenuOption("see a flood", "1"), MenuOption("pay", "2"), MenuOption("anything else", "3")]),
+    # a sentence end inside a label ("... your order. or a return. Press 2."), and "if you're"
+    ("Acme. to pay. Press 1. to change your order. or a return. Press 2. if you're a new customer. Press 3.",
+     [MenuOption("pay", "1"), MenuOption("change your order or a return", "2"), MenuOption("new customer", "3")]),
 ])
 def test_a_prompt_reads_as_its_options(prompt: str, options: list[MenuOption]) -> None:
     assert parse_menu(prompt) == options
@@ -113,6 +116,11 @@ def test_the_goal_loses_its_verbs_of_travel(goal: str, focus: str) -> None:
     ("fix my PC", [MenuOption("printers", "1"), MenuOption("personal computers", "2")], "2"),
     ("question about my TV", [MenuOption("broadband", "1"), MenuOption("television", "2")], "2"),
     ("dmv appointment", [MenuOption("billing", "1"), MenuOption("department of motor vehicles", "2")], "2"),
+    # Something wrong meets the line for faults, in other words on each side.
+    ("my phone line keeps cutting out", [MenuOption("new orders", "1"), MenuOption("report a problem", "2")], "2"),
+    ("the heating is broken", [MenuOption("repairs", "1"), MenuOption("rent payments", "2")], "1"),
+    ("my router isn't working", [MenuOption("sales", "1"), MenuOption("technical help", "2")], "2"),
+    ("upgrade my plan", [MenuOption("sales", "1"), MenuOption("report a problem", "2")], None),  # no fault: no
 ])
 def test_the_option_toward_the_goal_is_chosen(goal: str, options: list[MenuOption], chosen: str | None) -> None:
     choice = GoalMatcher(goal, similarity()).choose(options)
