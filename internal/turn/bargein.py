@@ -24,7 +24,7 @@ ALL_RIGHT = re.compile(r"\ball right\b", re.IGNORECASE)
 WEAK_TOKENS = frozenset(
     "i im i'm me my you your we it this that the a an and or but so to of for with on in at from about is are "
     "was were be can could would should will do does did need want um uh uhh umm hmm okay ok yeah yes yep "
-    "right sure".split()
+    "right sure then".split()  # "then": "okay then" is an acknowledgement
 )
 
 

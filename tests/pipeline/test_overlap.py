@@ -26,6 +26,7 @@ CLEAR = {"no_speech_prob": 0.05, "avg_logprob": -0.3}  # Whisper's scores on wor
     ("All right.", 240, CLEAR, BACKCHANNEL, "acknowledgement words only"),
     ("Yeah, go on.", 600, CLEAR, BACKCHANNEL, "no content words"),
     ("Uh.", 200, CLEAR, BACKCHANNEL, "acknowledgement words only"),
+    ("Okay then.", 540, {"no_speech_prob": 0.09, "avg_logprob": -0.54}, BACKCHANNEL, "no content words"),
     # Nothing said: no words, a click, Whisper's stock phrases, unsure scores, more words than the voice held.
     ("", 800, {}, NON_SPEECH, "nothing recognised"),
     ("Stop.", 60, CLEAR, NON_SPEECH, "too little voice for a word"),
