@@ -9,6 +9,7 @@ when it carries at least one content word.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -147,20 +148,27 @@ def made_up_phrase(text: str) -> bool:
     return False
 
 
-def more_than_an_acknowledgement(text: str, syllables: int | None, longest_ms: float | None,
+Syllables = int | Callable[[], int] | None  # a count, or how to count them when asked (it costs a little CPU)
+
+
+def more_than_an_acknowledgement(text: str, syllables: Syllables, longest_ms: float | None,
                                  no_speech_prob: float | None, backchannels: frozenset[str]) -> bool:
     """A doubted decode of a sound that held more than an acknowledgement does: TURN_SYLLABLES syllables, or
     a stretch of FLOOR_HELD_MS; not when the recogniser said there was no speech, nor when its words are
     acknowledgement words."""
     if no_speech_prob is not None and no_speech_prob > NO_SPEECH_SUSPECT:
         return False
-    held = longest_ms is not None and longest_ms >= FLOOR_HELD_MS
-    return ((syllables is not None and syllables >= TURN_SYLLABLES) or held) and not is_backchannel(text, backchannels)
+    if is_backchannel(text, backchannels):
+        return False
+    if longest_ms is not None and longest_ms >= FLOOR_HELD_MS:
+        return True
+    count = syllables() if callable(syllables) else syllables
+    return count is not None and count >= TURN_SYLLABLES
 
 
 def classify_overlap(text: str, voiced_ms: float, *, no_speech_prob: float | None = None,
                      avg_logprob: float | None = None,
-                     backchannels: frozenset[str] = frozenset(), syllables: int | None = None,
+                     backchannels: frozenset[str] = frozenset(), syllables: Syllables = None,
                      longest_ms: float | None = None) -> Overlap:
     """What a sound the caller made over the agent was, from its words and the evidence they were spoken.
 

@@ -322,8 +322,8 @@ class TurnOwner:
                                 no_speech_prob=evidence.no_speech_prob if evidence else None,
                                 avg_logprob=evidence.avg_logprob if evidence else None,
                                 backchannels=self.backchannels,
-                                syllables=syllable_nuclei(b"".join(pcm for pcm, _ in self.turn_audio),
-                                                          self.sample_rate))
+                                syllables=lambda: syllable_nuclei(b"".join(pcm for pcm, _ in self.turn_audio),
+                                                                  self.sample_rate))  # only for a doubted decode
 
     def _settled_over_agent(self, overlap: Overlap) -> None:
         """The words of a sound over the agent are in and it was no turn: once nothing more is owed, the

@@ -98,6 +98,19 @@ def test_a_stretch_of_voice_long_enough_to_pause_the_agent_is_a_turn(
     assert classify_overlap("It's not to me.", 900, **scores, syllables=syllables, longest_ms=longest_ms).kind is kind
 
 
+def test_syllables_are_counted_only_for_a_decode_the_recogniser_doubts() -> None:
+    counted: list[int] = []
+
+    def count() -> int:
+        counted.append(1)
+        return 6
+
+    assert classify_overlap("Sorry, what time is it?", 900, **CLEAR, syllables=count).kind is INTERRUPTION
+    assert not counted  # clear words: no counting on the event loop
+    assert classify_overlap("Welcome out, Sunday.", 840, **GARBLED, syllables=count).kind is INTERRUPTION
+    assert counted == [1]
+
+
 def test_configured_backchannel_phrases_are_backchannels() -> None:
     assert classify_overlap("Indeed.", 400).kind is INTERRUPTION
     assert classify_overlap("Indeed.", 400, backchannels=frozenset({"indeed"})).kind is BACKCHANNEL
