@@ -97,7 +97,19 @@ FRESH_INTERRUPTIONS = ["Wait, that's my old number.", "No, I wanted the blue one
                        "Wait, I already did that."]
 FRESH_QUESTIONS = ["Sorry, when?", "How much again?", "Which day is that?", "Is that free?", "What time again?",
                    "Can I pay later?", "Where is that?", "Who's calling?", "Is it open now?", "What was the name?"]
+# A fourth (`--phrases unseen`), written at the start of the session that tried to win back the fresh set's
+# missed questions, before any change: run before and once after them, the measure of that session.
+UNSEEN_BACKCHANNELS = ["Mm-hm, yeah.", "Okay, cool.", "Right, sure.", "Yes, yes.", "Uh-huh, okay.",
+                       "Fine, okay.", "Oh, right.", "Yeah, that's fine.", "Sure thing.", "I get it."]
+UNSEEN_INTERRUPTIONS = ["Wait, that's the wrong name.", "No, I need it by Monday.", "Stop, I want to cancel.",
+                        "Hold on, my card expired.", "Actually, send it by email.", "Sorry, the line is bad.",
+                        "No, that's my work address.", "Excuse me, I didn't agree to that.",
+                        "Hang on, can I ask something?", "Wait, am I still on hold?"]
+UNSEEN_QUESTIONS = ["Sorry, what day?", "How much is it?", "Is that extra?", "Who is this?", "Why not?",
+                    "When does it close?", "Can I change it?", "What's the total?", "Is that right?",
+                    "Where exactly?"]
 PHRASES = {"bench": (BACKCHANNELS, INTERRUPTIONS, QUESTIONS),
+           "unseen": (UNSEEN_BACKCHANNELS, UNSEEN_INTERRUPTIONS, UNSEEN_QUESTIONS),
            "heldout": (HELDOUT_BACKCHANNELS, HELDOUT_INTERRUPTIONS, HELDOUT_QUESTIONS),
            "fresh": (FRESH_BACKCHANNELS, FRESH_INTERRUPTIONS, FRESH_QUESTIONS)}
 SOUNDS = ("cough", "laugh", "knock", "door", "breath", "crackle")
