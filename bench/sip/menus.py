@@ -222,7 +222,63 @@ FRESH = [
          [("Grand Theatre. For tickets, press 1. For the cafe, press 2.", {"1": "closed", "2": "closed"})],
          "Hello, this is Dana. How can I help?", expect="dead_end"),
 ]
-SPLITS = {"dev": DEV, "heldout": HELDOUT, "fresh": FRESH}
+# Written at the start of the session after the fresh split had become a development set, before any
+# change to the parser, the chooser or how a prompt is heard: the measure of that session's changes.
+UNSEEN = [
+    Case("dentist", "book a cleaning appointment", "piper-b",
+         [("Bright Smile Dental. To book or change an appointment, press 1. For emergencies, press 2. For "
+           "billing and insurance, press 3.", {"1": "person", "2": "closed", "3": "closed"})],
+         "Appointments, this is Casey. How can I help?"),
+    Case("energy", "submit a meter reading", "piper-c",
+         [("Northern Energy. To report a power cut, press 1. To give us a meter reading, press 2. To move "
+           "home, press 3.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Meter readings, this is Quinn. How can I help you?"),
+    Case("library", "renew my library books", "espeak-gb",
+         [("City Library. For opening times, press 1. To renew your loans, press 2. For events, press 3.",
+           {"1": "closed", "2": "person", "3": "closed"})],
+         "Loans desk, this is Robin. How can I help?"),
+    Case("airline", "change my flight", "piper-b",
+         [("Skyline Airways. For new bookings, press 1. To manage a booking you already have, press 2. For "
+           "baggage, press 3.", {"1": "closed", "2": "1", "3": "closed"}),
+          ("Manage a booking. To change your flight, press 1. To cancel, press 2. For seats and meals, press 3.",
+           {"1": "person", "2": "closed", "3": "closed"})],
+         "Changes team, this is Morgan. How can I help you?"),
+    Case("mobile", "my phone was stolen", "piper-c",
+         [("Orbit Mobile. To upgrade your phone, press 1. If your phone is lost or stolen, press 2. For "
+           "roaming, press 3.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Security team, this is Avery. How can I help?"),
+    Case("school", "report my child absent", "espeak-f",
+         [("Oakfield Primary School. To report an absence, press 1. For the school office, press 2. For "
+           "lunches, press 3.", {"1": "person", "2": "closed", "3": "closed"})],
+         "Attendance, this is Jamie. How can I help?"),
+    Case("vet", "book a vaccination for my cat", "piper-b",
+         [("Greenfield Vets. For appointments, press 1. For prescriptions, press 2. For an emergency, press 3.",
+           {"1": "1", "2": "closed", "3": "closed"}),
+          ("Appointments. For vaccinations and check-ups, press 1. For surgery, press 2.",
+           {"1": "person", "2": "closed"})],
+         "Vaccinations, this is Drew. How can I help?"),
+    Case("parking", "appeal a parking ticket", "espeak-gb",
+         [("Parking Services. To pay a penalty charge, press 1. To challenge a penalty charge, press 2. For "
+           "permits, press 3.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Appeals, this is Taylor. How can I help?"),
+    Case("insurance", "my car was in an accident", "piper-c",
+         [("Shield Insurance. For a new quote, press 1. To make a claim, press 2. To renew, press 3.",
+           {"1": "closed", "2": "1", "3": "closed"}),
+          ("Claims. For motor claims, press 1. For home claims, press 2. For travel claims, press 3.",
+           {"1": "person", "2": "closed", "3": "closed"})],
+         "Motor claims, this is Reese. How can I help you?"),
+    Case("hotel", "book a room", "espeak-f",
+         [("Harbour Hotel. For reservations, press 1. For the restaurant, press 2. For events and weddings, "
+           "press 3.", {"1": "person", "2": "closed", "3": "closed"})],
+         "Reservations, this is Sky. How can I help?"),
+    Case("control-nothing", "cancel my gym membership", "piper-b",
+         [("City Library. For opening times, press 1. For events, press 2.", {"1": "closed", "2": "closed"})],
+         "Hello, this is Dana. How can I help?", expect="dead_end"),
+    Case("control-closed", "book a room", "piper-c",
+         [("Harbour Hotel. For reservations, press 1. For the restaurant, press 2.", {"1": "closed", "2": "closed"})],
+         "Hello, this is Dana. How can I help?", expect="dead_end"),
+]
+SPLITS = {"dev": DEV, "heldout": HELDOUT, "fresh": FRESH, "unseen": UNSEEN}
 
 
 def tree_of(case: Case) -> MenuTree:
