@@ -104,6 +104,12 @@ TURN_SYLLABLES = 5
 # "Is that today?" did (heard as "It's not to me.", -1.06), and so did "What's the address?" ("What the
 # hell?", -1.81), which the syllable count puts at 3 (it undercounts fast speech).
 FLOOR_HELD_MS = 700
+# ... or when it ended on a rise of the voice's pitch (internal/audio/pitch.py, `end_rise`), this many
+# semitones above its median: a question the recogniser could not make out, where a person stops and
+# listens. espeak-ng's questions that tiny.en garbled at 8 kHz ("Sorry, when?" as "Power me.", "How late?"
+# as "Hallelujah.") ended 1.1 to 2.8 above; its acknowledgements -4.3 to -0.2, Piper's mostly below 0 (two
+# of 30 above 1, both decoded clearly, so never doubted).
+QUESTION_RISE_ST = 1.0
 # More words than even a fast voice says in the voiced time (with the VAD's onset it did not count):
 # only for statements with no question or command in them, so a real question is never dropped by it.
 MAX_WORDS_PER_VOICED_S = 8.0
@@ -149,13 +155,15 @@ def made_up_phrase(text: str) -> bool:
 
 
 Syllables = int | Callable[[], int] | None  # a count, or how to count them when asked (it costs a little CPU)
+Rise = float | Callable[[], float | None] | None  # semitones, or how to measure them when asked; None: unknown
 
 
 def more_than_an_acknowledgement(text: str, syllables: Syllables, longest_ms: float | None,
-                                 no_speech_prob: float | None, backchannels: frozenset[str]) -> bool:
+                                 no_speech_prob: float | None, backchannels: frozenset[str],
+                                 rise: Rise = None) -> bool:
     """A doubted decode of a sound that held more than an acknowledgement does: TURN_SYLLABLES syllables, or
-    a stretch of FLOOR_HELD_MS; not when the recogniser said there was no speech, nor when its words are
-    acknowledgement words."""
+    a stretch of FLOOR_HELD_MS, or that ended like a question (its pitch QUESTION_RISE_ST above its median);
+    not when the recogniser said there was no speech, nor when its words are acknowledgement words."""
     if no_speech_prob is not None and no_speech_prob > NO_SPEECH_SUSPECT:
         return False
     if is_backchannel(text, backchannels):
@@ -163,18 +171,22 @@ def more_than_an_acknowledgement(text: str, syllables: Syllables, longest_ms: fl
     if longest_ms is not None and longest_ms >= FLOOR_HELD_MS:
         return True
     count = syllables() if callable(syllables) else syllables
-    return count is not None and count >= TURN_SYLLABLES
+    if count is not None and count >= TURN_SYLLABLES:
+        return True
+    semitones = rise() if callable(rise) else rise
+    return semitones is not None and semitones >= QUESTION_RISE_ST
 
 
 def classify_overlap(text: str, voiced_ms: float, *, no_speech_prob: float | None = None,
                      avg_logprob: float | None = None,
                      backchannels: frozenset[str] = frozenset(), syllables: Syllables = None,
-                     longest_ms: float | None = None) -> Overlap:
+                     longest_ms: float | None = None, rise: Rise = None) -> Overlap:
     """What a sound the caller made over the agent was, from its words and the evidence they were spoken.
 
     `voiced_ms`: the VAD's voiced time of it; `no_speech_prob`/`avg_logprob`: the recogniser's scores
     for the decode (None: not given, e.g. a cloud recogniser's partial); `syllables`: how many the sound
-    held, `longest_ms` the voice of its longest stretch without a pause (None: not counted). Checked in
+    held, `longest_ms` the voice of its longest stretch without a pause, `rise` how far its end's pitch
+    stood above its median in semitones (None: not counted or measured). Checked in
     this order: no words, too little voice for a word, a sound's caption or a laugh, a stock phrase
     (non-speech: nothing said; a stock phrase over DOUBT_MAX_VOICED_MS of voice, or TURN_SYLLABLES, is
     real words misheard: an interruption); unsure scores over a short voice
@@ -194,7 +206,7 @@ def classify_overlap(text: str, voiced_ms: float, *, no_speech_prob: float | Non
         return Overlap(OverlapKind.NON_SPEECH, "a sound written as words")
     if made_up_phrase(text):
         if voiced_ms >= DOUBT_MAX_VOICED_MS or more_than_an_acknowledgement(text, syllables, None, no_speech_prob,
-                                                                           backchannels):
+                                                                           backchannels, rise):
             # Noise does not hold this much voice, nor a sentence's syllables: the recogniser failed on real
             # words ("Excuse me, that's too expensive.", 1.6 s of espeak-ng through G.711, came back as "Thank
             # you for watching!"). One long stretch alone is not enough here: a coughing fit can be one.
@@ -205,8 +217,8 @@ def classify_overlap(text: str, voiced_ms: float, *, no_speech_prob: float | Non
     floor = LOGPROB_SUSPECT_ASKING if command or question else LOGPROB_SUSPECT
     if voiced_ms < DOUBT_MAX_VOICED_MS and ((avg_logprob is not None and avg_logprob < floor) or (
             no_speech_prob is not None and no_speech_prob > NO_SPEECH_SUSPECT)):
-        if more_than_an_acknowledgement(text, syllables, longest_ms, no_speech_prob, backchannels):
-            return Overlap(OverlapKind.INTERRUPTION, "more syllables than an acknowledgement, words unclear")
+        if more_than_an_acknowledgement(text, syllables, longest_ms, no_speech_prob, backchannels, rise):
+            return Overlap(OverlapKind.INTERRUPTION, "more than an acknowledgement, words unclear")
         return Overlap(OverlapKind.NON_SPEECH, "the recogniser doubts it was speech")
     if is_backchannel(text, backchannels):
         return Overlap(OverlapKind.BACKCHANNEL, "acknowledgement words only")

@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from voicegate.internal.audio.pitch import end_rise
 from voicegate.internal.audio.syllables import syllable_nuclei
 from voicegate.internal.config.sections import PipelineConfig
 from voicegate.internal.llm.base import Turn
@@ -322,8 +323,11 @@ class TurnOwner:
                                 no_speech_prob=evidence.no_speech_prob if evidence else None,
                                 avg_logprob=evidence.avg_logprob if evidence else None,
                                 backchannels=self.backchannels,
-                                syllables=lambda: syllable_nuclei(b"".join(pcm for pcm, _ in self.turn_audio),
-                                                                  self.sample_rate))  # only for a doubted decode
+                                syllables=lambda: syllable_nuclei(self._turn_pcm(), self.sample_rate),
+                                rise=lambda: end_rise(self._turn_pcm(), self.sample_rate))  # only when doubted
+
+    def _turn_pcm(self) -> bytes:
+        return b"".join(pcm for pcm, _ in self.turn_audio)
 
     def _settled_over_agent(self, overlap: Overlap) -> None:
         """The words of a sound over the agent are in and it was no turn: once nothing more is owed, the

@@ -74,8 +74,8 @@ GARBLED = {"no_speech_prob": 0.26, "avg_logprob": -1.33}  # Whisper tiny.en unsu
 
 @pytest.mark.parametrize(("text", "syllables", "kind", "reason"), [
     # What the recogniser doubts but held a sentence's syllables was words it could not make out: the turn.
-    ("Welcome out, Sunday.", 5, INTERRUPTION, "more syllables than an acknowledgement, words unclear"),
-    ("I'll read what was that.", 6, INTERRUPTION, "more syllables than an acknowledgement, words unclear"),
+    ("Welcome out, Sunday.", 5, INTERRUPTION, "more than an acknowledgement, words unclear"),
+    ("I'll read what was that.", 6, INTERRUPTION, "more than an acknowledgement, words unclear"),
     # ... an acknowledgement's few syllables stay doubted, and so do acknowledgement words however many.
     ("Bye.", 4, NON_SPEECH, "the recogniser doubts it was speech"),
     ("And make sure.", 2, NON_SPEECH, "the recogniser doubts it was speech"),
@@ -96,6 +96,43 @@ def test_a_doubted_sound_is_a_turn_only_when_it_held_a_sentences_syllables(
 def test_a_stretch_of_voice_long_enough_to_pause_the_agent_is_a_turn(
         syllables: int | None, longest_ms: int, scores: dict[str, float], kind: OverlapKind) -> None:
     assert classify_overlap("It's not to me.", 900, **scores, syllables=syllables, longest_ms=longest_ms).kind is kind
+
+
+@pytest.mark.parametrize(("text", "rise", "scores", "kind"), [
+    # A garbled short sound that ended on a rise: a question the recogniser could not make out.
+    ("Power me.", 1.3, GARBLED, INTERRUPTION),  # espeak-ng's "Sorry, when?" at 8 kHz
+    ("Hallelujah.", 1.7, {"no_speech_prob": 0.3, "avg_logprob": -0.89}, INTERRUPTION),  # "How late?"
+    ("See you next time, see you next time.", 1.1, {"no_speech_prob": 0.37, "avg_logprob": -0.78},
+     INTERRUPTION),  # "Is it expensive?" as a stock phrase
+    # ... a level or falling end, or none measured, leaves it doubted.
+    ("Power me.", 0.9, GARBLED, NON_SPEECH),
+    ("Power me.", -3.4, GARBLED, NON_SPEECH),
+    ("Power me.", None, GARBLED, NON_SPEECH),
+    # ... and a rise does not make acknowledgement words, or what the recogniser calls no speech, a turn.
+    ("Okay, yeah.", 2.0, GARBLED, NON_SPEECH),
+    ("Power me.", 2.0, {"no_speech_prob": 0.7, "avg_logprob": -1.2}, NON_SPEECH),
+    ("Thank you.", 2.0, {"no_speech_prob": 0.7, "avg_logprob": -1.2}, NON_SPEECH),
+])
+def test_a_doubted_sound_that_ended_like_a_question_is_a_turn(
+        text: str, rise: float | None, scores: dict[str, float], kind: OverlapKind) -> None:
+    assert classify_overlap(text, 580, **scores, syllables=3, longest_ms=400, rise=rise).kind is kind
+
+
+def test_a_clear_acknowledgement_that_rose_is_still_one() -> None:
+    assert classify_overlap("Okay, yep.", 500, **CLEAR, rise=lambda: 1.7).kind is BACKCHANNEL
+
+
+def test_the_pitch_is_measured_only_for_a_decode_the_recogniser_doubts() -> None:
+    measured: list[int] = []
+
+    def rise() -> float:
+        measured.append(1)
+        return 2.0
+
+    assert classify_overlap("Sorry, what time is it?", 900, **CLEAR, rise=rise).kind is INTERRUPTION
+    assert not measured
+    assert classify_overlap("Power me.", 580, **GARBLED, syllables=3, rise=rise).kind is INTERRUPTION
+    assert measured == [1]
 
 
 def test_syllables_are_counted_only_for_a_decode_the_recogniser_doubts() -> None:
