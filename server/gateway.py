@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
@@ -114,6 +115,10 @@ class Gateway:
         self.call_feed: CallFeed | None = CallFeed() if config.server.call_events else None
         if self.call_feed is not None:
             self.tools.observe(self.call_feed.tool_ran)
+
+    def close_at_stop(self, close: Callable[[], Awaitable[None]]) -> None:
+        """Run `close` when the gateway stops (after what was started later: last in, first out)."""
+        self._stack.push_async_callback(close)
 
     async def start(self) -> None:
         try:

@@ -1,4 +1,5 @@
-"""The phone flows on the SIP side, wired at start-up: key presses out, warm transfer, AMD metrics.
+"""The phone flows on the SIP side, wired at start-up: key presses out, warm transfer, AMD metrics, the
+recogniser that hears menu prompts whole.
 
 Digit collection (`collect_digits`) is transport-neutral and registered with the other built-in tools
 (server/providers.py); what is here needs the SIP user agent.
@@ -38,3 +39,10 @@ def install_sip_phone_flows(gateway: Any, config: Config, telemetry: Telemetry) 
             telemetry.amd_decision_ms.record(run.decision.at_ms, {"result": run.decision.result})
 
     gateway.sip_calls.on_amd_decision = count
+    if config.menus.whisper_model:
+        from voicegate.internal.telephony.prompt_hearing import PromptHearing
+
+        ears = PromptHearing(config.menus.whisper_model, config.menus.whisper_beam_size, config.whisper,
+                             config.data_dir / "models")
+        gateway.sip_calls.menu_ears = ears
+        gateway.close_at_stop(ears.aclose)

@@ -99,6 +99,11 @@ class MenusConfig(Section):
     person_wait_ms: int = Field(2500, ge=500, le=20000)
     dead_air_ms: int = Field(20000, ge=1000, le=120000)
     max_steps: int = Field(8, ge=1, le=30)
+    # Each menu prompt, once it ended, is heard again whole by this Whisper model (a name or a CTranslate2
+    # directory, resolved as [whisper] model is) with this beam: a menu can wait for a better decode than a
+    # conversation can. "": only the call's own recogniser, in parts.
+    whisper_model: str = "base"
+    whisper_beam_size: int = Field(5, ge=1, le=10)
 
 
 class WarmTransferConfig(Section):

@@ -1,13 +1,15 @@
 """Menu navigation on a live outbound call: listen to the menu, press keys or say words, hand over.
 
 From the answer on, the `MenuListener` holds the call's input (internal/pipeline/capture.py): the
-recogniser's finals are gathered into prompts (speech up to a pause of `prompt_end_ms`), and each whole
-prompt goes to the navigator (navigator.py), whose step this module carries out: a key through the call's
-keypad (RFC 4733 when the answer took telephone-event, else SIP INFO: internal/sip/voice/dtmf.py), a word
-through the agent's voice, nothing at all otherwise (the agent does not talk to a menu). When a person
-answers, the listener lets go, the call's greeting is said and the conversation goes on with the goal in
-the agent's context (`CALL_GOAL`); at a dead end the reason goes into the call's events (`MenuEvent`),
-`session.slots.get(MENU)` (POST /calls, `voicegate call`) and the log, and the call is hung up.
+recogniser's finals are gathered into prompts (speech up to a pause of `prompt_end_ms`); each prompt's
+audio is heard again whole by the menu's own recogniser when there is one (prompt_hearing.py, [menus]
+whisper_model), and the prompt goes to the navigator (navigator.py), whose step this module carries out:
+a key through the call's keypad (RFC 4733 when the answer took telephone-event, else SIP INFO:
+internal/sip/voice/dtmf.py), a word through the agent's voice, nothing at all otherwise (the agent does
+not talk to a menu). When a person answers, the listener lets go, the call's greeting is said and the
+conversation goes on with the goal in the agent's context (`CALL_GOAL`); at a dead end the reason goes
+into the call's events (`MenuEvent`), `session.slots.get(MENU)` (POST /calls, `voicegate call`) and the
+log, and the call is hung up.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -50,8 +52,20 @@ TICK_S = 0.1
 SOUND_DBFS = -45.0
 # A final the recogniser owes is given up on after this long (it hung): the prompt goes on without it.
 FINAL_WAIT_MS = 15000
+# A prompt's audio is kept from this long before its first voiced frame (the VAD's onset), and a prompt
+# longer than PROMPT_MAX_S is not heard again (Whisper's window): its parts stand.
+PROMPT_PREROLL_S = 0.3
+PROMPT_MAX_S = 29.0
 
 Press_ = Callable[[str], Awaitable[str]]  # sends keys on the call; returns the method ("rfc4733", "info")
+
+
+class PromptEars(Protocol):
+    """Hears a whole menu prompt again (prompt_hearing.py); "" when it cannot."""
+
+    async def warm_up(self) -> None: ...
+
+    async def hear(self, pcm: bytes, sample_rate: int) -> str: ...
 
 
 def menu_plan(config: MenusConfig, goal: str, similarity: SentenceSimilarity | None = None) -> MenuPlan:
@@ -90,6 +104,7 @@ class MenuPlan:
     greeting: str = ""  # said when a person answers
     voicemail_message: str = ""  # left when a machine answers ("" hang up)
     similarity: SentenceSimilarity | None = None
+    ears: PromptEars | None = None  # hears each whole prompt again ([menus] whisper_model); None: the parts
 
 
 @dataclass
@@ -116,9 +131,17 @@ class MenuListener:
 
     private = False  # the menu's words are shown in the call's events
 
-    def __init__(self, settings: NavigationSettings, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, settings: NavigationSettings, clock: Callable[[], float] = time.monotonic,
+                 sample_rate: int = 8000) -> None:
         self._settings = settings
         self._clock = clock
+        self._frames: list[bytes] = []  # the audio since the last prompt or step, from its first voice on
+        self._frame_s = 0.02
+        self._preroll = max(1, round(PROMPT_PREROLL_S / self._frame_s))
+        self._voice_at: int | None = None  # where its first voiced frame is in _frames
+        self._too_long = False
+        self.sample_rate = sample_rate
+        self.prompt_audio = b""  # the last prompt's audio (prompt_ended), "" when it ran past PROMPT_MAX_S
         self.speaking = False
         self.owed = 0  # finals the recogniser still owes
         self.stale = 0  # finals of speech from before our last step, to drop
@@ -135,6 +158,24 @@ class MenuListener:
         samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float32)
         if samples.size and 20 * np.log10(np.sqrt(np.mean(samples * samples)) / 32768 + 1e-9) > SOUND_DBFS:
             self.last_sound = self._clock()
+        self._keep(pcm, voiced)
+
+    def _keep(self, pcm: bytes, voiced: bool) -> None:
+        """The prompt's audio: before its first voice only the preroll, then all of it up to PROMPT_MAX_S."""
+        self._frame_s = len(pcm) / 2 / self.sample_rate or self._frame_s
+        if self._too_long:
+            return
+        self._frames.append(pcm)
+        if self._voice_at is None:
+            if voiced:
+                self._voice_at = len(self._frames) - 1
+            elif len(self._frames) > self._preroll:
+                del self._frames[0]
+        elif len(self._frames) * self._frame_s > PROMPT_MAX_S:
+            self._too_long, self._frames = True, []
+
+    def _forget_audio(self) -> None:
+        self._frames, self._voice_at, self._too_long = [], None, False
 
     def tick(self) -> None:
         self.changed.set()
@@ -176,6 +217,8 @@ class MenuListener:
         if quiet_ms < self._settings.prompt_end_ms or (self.owed and quiet_ms < FINAL_WAIT_MS):
             return None
         text, self.words, self.owed = " ".join(self.words), [], 0
+        self.prompt_audio = b"" if self._too_long else b"".join(self._frames)
+        self._forget_audio()
         self.since = now
         return text
 
@@ -186,6 +229,7 @@ class MenuListener:
         """We pressed or said something: what the menu was saying before it is no longer the prompt."""
         self.stale = self.owed + (1 if self.speaking else 0)
         self.words = []
+        self._forget_audio()
         self.since = self._clock()
 
 
@@ -195,10 +239,12 @@ async def run_navigation(pipeline: VoicePipeline, session: Session, plan: MenuPl
     run = session.slots.setdefault(MENU, MenuRun(plan.goal))
     session.slots.set(CALL_GOAL, plan.goal)
     navigator = MenuNavigator(GoalMatcher(plan.goal, plan.similarity), plan.settings)
-    listener = MenuListener(plan.settings)
+    listener = MenuListener(plan.settings, sample_rate=pipeline.sample_rate)
     previous = pipeline.capture
     pipeline.capture = listener
     ticker = asyncio.get_running_loop().create_task(_ticks(listener), name="menu-ticks")
+    warming = (asyncio.get_running_loop().create_task(plan.ears.warm_up(), name="menu-ears")
+               if plan.ears is not None else None)
     deadline = listener.now() + plan.max_s
     final: HandOver | Stop | None = None
     try:
@@ -212,6 +258,7 @@ async def run_navigation(pipeline: VoicePipeline, session: Session, plan: MenuPl
             step: Step | None
             text = listener.prompt_ended()
             if text is not None:
+                text = await heard_whole(plan.ears, listener, text)
                 run.heard.append(text)
                 step = navigator.heard(text)
                 log.info("menu prompt", extra={"prompt": text, "step": step.kind})
@@ -229,11 +276,24 @@ async def run_navigation(pipeline: VoicePipeline, session: Session, plan: MenuPl
                 final = step
     finally:
         ticker.cancel()
+        if warming is not None:
+            warming.cancel()
         if pipeline.capture is listener:
             pipeline.capture = previous
     await _finish(pipeline, session, plan, run, final)
     on_done(run)
     return run
+
+
+async def heard_whole(ears: PromptEars | None, listener: MenuListener, parts: str) -> str:
+    """The prompt as the menu's recogniser hears it whole, or as the call heard it in parts (no ears, a
+    prompt too long for one window, or nothing heard)."""
+    if ears is None or not listener.prompt_audio:
+        return parts
+    whole = await ears.hear(listener.prompt_audio, listener.sample_rate)
+    if whole:
+        log.debug("menu prompt heard whole", extra={"parts": parts, "whole": whole})
+    return whole or parts
 
 
 async def _take(pipeline: VoicePipeline, step: Press | Say, press: Press_, heard: str, run: MenuRun) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import pytest
 
 from voicegate.internal.stt.base import Transcript
@@ -16,7 +17,7 @@ from voicegate.internal.telephony.menu_choice import (
     goal_focus,
     spells_out,
 )
-from voicegate.internal.telephony.navigation import MenuListener
+from voicegate.internal.telephony.navigation import PROMPT_MAX_S, MenuListener, heard_whole
 from voicegate.internal.telephony.navigator import (
     HandOver,
     MenuNavigator,
@@ -273,6 +274,77 @@ def test_what_the_menu_said_before_our_key_is_not_the_next_prompt() -> None:
     listener.transcript(Transcript("For technical support, press 3.", final=True))
     clock.now += 5.0
     assert listener.prompt_ended() is None and listener.words == []
+
+
+def frame(value: int) -> bytes:
+    """20 ms at 8 kHz, every sample `value` (so the test can tell frames apart)."""
+    return np.full(160, value, dtype=np.int16).tobytes()
+
+
+def test_the_listener_keeps_each_prompts_audio_from_just_before_its_first_voice() -> None:
+    clock = Clock()
+    listener = MenuListener(NavigationSettings(prompt_end_ms=1500), clock, sample_rate=8000)
+    for _ in range(50):  # a second of line noise before the menu speaks: only 300 ms of it is kept
+        listener.audio(frame(1), False)
+    listener.speech_started(0)
+    for _ in range(100):
+        listener.audio(frame(2), True)
+    listener.speech_ended(True)
+    for _ in range(10):
+        listener.audio(frame(3), False)
+    listener.transcript(Transcript("For billing, press 2.", final=True))
+    clock.now += 2.0
+    assert listener.prompt_ended() == "For billing, press 2."
+    assert listener.prompt_audio == frame(1) * 15 + frame(2) * 100 + frame(3) * 10
+    listener.audio(frame(4), True)  # the next prompt starts afresh
+    listener.stepped()  # ... and what came before our key is no part of the prompt after it
+    listener.speech_started(0)
+    listener.audio(frame(5), True)
+    listener.speech_ended(True)
+    listener.transcript(Transcript("Please hold.", final=True))
+    clock.now += 2.0
+    assert listener.prompt_ended() == "Please hold." and listener.prompt_audio == frame(5)
+
+
+def test_a_prompt_longer_than_whispers_window_keeps_no_audio() -> None:
+    clock = Clock()
+    listener = MenuListener(NavigationSettings(prompt_end_ms=1500), clock, sample_rate=8000)
+    listener.speech_started(0)
+    for _ in range(int(PROMPT_MAX_S / 0.02) + 10):
+        listener.audio(frame(2), True)
+    listener.speech_ended(True)
+    listener.transcript(Transcript("A very long prompt.", final=True))
+    clock.now += 2.0
+    assert listener.prompt_ended() == "A very long prompt." and listener.prompt_audio == b""
+
+
+class Ears:
+    """What the menu's recogniser would make of a whole prompt (the real one: tests/sip_calls/test_menus.py)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.heard: list[tuple[int, int]] = []
+
+    async def warm_up(self) -> None:
+        return None
+
+    async def hear(self, pcm: bytes, sample_rate: int) -> str:
+        self.heard.append((len(pcm), sample_rate))
+        return self.text
+
+
+@pytest.mark.parametrize(("ears", "audio", "expected"), [
+    (Ears("If you have a burst pipe, press 1."), frame(2), "If you have a burst pipe, press 1."),
+    (Ears(""), frame(2), "Maddy Walker, press 1."),  # nothing heard whole: the parts stand
+    (Ears("If you have a burst pipe, press 1."), b"", "Maddy Walker, press 1."),  # too long for one window
+    (None, frame(2), "Maddy Walker, press 1."),  # no recogniser for menus ([menus] whisper_model = "")
+])
+async def test_a_prompt_is_read_as_heard_whole_when_it_can_be(ears: Ears | None, audio: bytes, expected: str) -> None:
+    listener = MenuListener(NavigationSettings(), Clock(), sample_rate=8000)
+    listener.prompt_audio = audio
+    assert await heard_whole(ears, listener, "Maddy Walker, press 1.") == expected
+    if ears is not None and audio:
+        assert ears.heard == [(len(audio), 8000)]
 
 
 def test_the_goal_reaches_the_agents_context_once_set() -> None:

@@ -43,7 +43,7 @@ from voicegate.internal.sip.voice.call import (
 from voicegate.internal.sip.voice.dtmf import CallKeypad
 from voicegate.internal.sip.voice.transfer import transfer_under_way
 from voicegate.internal.telephony.answering_machine import AmdPlan, AmdRun, run_in_background
-from voicegate.internal.telephony.navigation import MenuPlan, walk_in_background
+from voicegate.internal.telephony.navigation import MenuPlan, PromptEars, walk_in_background
 
 log = logging.getLogger("voicegate.internal.sip.voice")  # the package's logger, as before the move
 
@@ -77,6 +77,7 @@ class VoiceCallHandler:
         self.ua: Any = None  # set by the composition root once the UserAgent exists
         self.on_media_stats: Callable[[RtpStats], None] | None = None  # each call's RTP figures, at its end
         self.on_amd_decision: Callable[[AmdRun], None] = lambda run: None  # metrics, set by the composition root
+        self.menu_ears: PromptEars | None = None  # hears whole menu prompts again ([menus] whisper_model)
 
     # ---- inbound ---------------------------------------------------------------------------------
 
@@ -247,7 +248,7 @@ class VoiceCallHandler:
                    spoken: str | None) -> None:
         message = amd.voicemail_message if amd is not None and amd.outcomes["machine"] == "leave_message" else ""
         plan = replace(menu, greeting=spoken if spoken is not None else pipeline.services.greeting(session),
-                       voicemail_message=message)
+                       voicemail_message=message, ears=menu.ears if menu.ears is not None else self.menu_ears)
         keypad = CallKeypad(self.ua, self)
 
         async def press(digits: str) -> str:
