@@ -108,8 +108,19 @@ UNSEEN_INTERRUPTIONS = ["Wait, that's the wrong name.", "No, I need it by Monday
 UNSEEN_QUESTIONS = ["Sorry, what day?", "How much is it?", "Is that extra?", "Who is this?", "Why not?",
                     "When does it close?", "Can I change it?", "What's the total?", "Is that right?",
                     "Where exactly?"]
+# A fifth (`--phrases final`), written after the unseen set's run with the code before that session's
+# changes had shown its misses, and before anything was learnt from them: the measure of what was.
+FINAL_BACKCHANNELS = ["Yeah, fair enough.", "Okay, noted.", "Right, makes sense.", "Uh-huh, yep.", "Oh, nice.",
+                      "Sure, no problem.", "Mhm, go ahead.", "Yes, of course.", "Okay, perfect.", "Right, I follow."]
+FINAL_INTERRUPTIONS = ["Wait, that's the old price.", "No, I said the small one.", "Stop, I need to go.",
+                       "Hold on, my boss is calling.", "Actually, make it Friday.", "Sorry, you're breaking up.",
+                       "No, that's wrong.", "Excuse me, I'm still talking.", "Hang on, let me find a pen.",
+                       "Wait, go back."]
+FINAL_QUESTIONS = ["Sorry, what?", "How long?", "Is that included?", "Which store?", "Can I pay by card?",
+                   "What's that?", "When is it?", "Are you sure?", "How many?", "Where do I go?"]
 PHRASES = {"bench": (BACKCHANNELS, INTERRUPTIONS, QUESTIONS),
            "unseen": (UNSEEN_BACKCHANNELS, UNSEEN_INTERRUPTIONS, UNSEEN_QUESTIONS),
+           "final": (FINAL_BACKCHANNELS, FINAL_INTERRUPTIONS, FINAL_QUESTIONS),
            "heldout": (HELDOUT_BACKCHANNELS, HELDOUT_INTERRUPTIONS, HELDOUT_QUESTIONS),
            "fresh": (FRESH_BACKCHANNELS, FRESH_INTERRUPTIONS, FRESH_QUESTIONS)}
 SOUNDS = ("cough", "laugh", "knock", "door", "breath", "crackle")
