@@ -278,7 +278,59 @@ UNSEEN = [
          [("Harbour Hotel. For reservations, press 1. For the restaurant, press 2.", {"1": "closed", "2": "closed"})],
          "Hello, this is Dana. How can I help?", expect="dead_end"),
 ]
-SPLITS = {"dev": DEV, "heldout": HELDOUT, "fresh": FRESH, "unseen": UNSEEN}
+# Written after the unseen split's run with the code before that session's changes (3 of 10: espeak-ng
+# menus misheard, and goals that share no word with their option) and before anything was learnt from it.
+FINAL = [
+    Case("pharmacy", "is my prescription ready", "piper-c",
+         [("Corner Pharmacy. To check on a prescription, press 1. For store hours, press 2. To speak with a "
+           "pharmacist, press 3.", {"1": "person", "2": "closed", "3": "closed"})],
+         "Prescriptions, this is Lee. How can I help?"),
+    Case("bank", "I lost my debit card", "espeak-gb",
+         [("Harbour Bank. For balances and payments, press 1. To report a lost or stolen card, press 2. For "
+           "mortgages, press 3.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Card services, this is Pat. How can I help?"),
+    Case("cinema", "what films are on tonight", "piper-b",
+         [("Starlight Cinema. For today's showtimes, press 1. For gift cards, press 2. For private hire, "
+           "press 3.", {"1": "person", "2": "closed", "3": "closed"})],
+         "Box office, this is Kim. How can I help?"),
+    Case("railway", "get a refund for a cancelled train", "espeak-f",
+         [("Coastline Railway. For journey planning, press 1. For refunds and delay repay, press 2. For lost "
+           "property, press 3.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Refunds, this is Alex. How can I help?"),
+    Case("clinic", "I need to see a doctor today", "piper-c",
+         [("Elm Street Clinic. For prescriptions, press 1. For appointments, press 2. For test results, "
+           "press 3.", {"1": "closed", "2": "1", "3": "closed"}),
+          ("Appointments. For a same-day appointment, press 1. To book ahead, press 2.",
+           {"1": "person", "2": "closed"})],
+         "Same-day appointments, this is Ray. How can I help?"),
+    Case("telecom", "my bill is too high", "piper-b",
+         [("Nova Telecom. For technical support, press 1. For billing questions, press 2. To upgrade, "
+           "press 3.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Billing, this is Sam. How can I help you?"),
+    Case("removals", "get a quote for moving house", "espeak-gb",
+         [("Swift Removals. For a quotation, press 1. To change a booked move, press 2. For storage, press 3.",
+           {"1": "person", "2": "closed", "3": "closed"})],
+         "Quotes, this is Jo. How can I help?"),
+    Case("university", "apply for a course", "piper-c",
+         [("Riverside University. For admissions, press 1. For student finance, press 2. For "
+           "accommodation, press 3.", {"1": "person", "2": "closed", "3": "closed"})],
+         "Admissions, this is Chris. How can I help?"),
+    Case("garage", "my car won't start", "piper-b",
+         [("Main Road Garage. To book a service or MOT, press 1. For breakdowns and recovery, press 2. For "
+           "parts, press 3.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Recovery, this is Dale. How can I help?"),
+    Case("utility", "set up a payment plan", "espeak-f",
+         [("City Gas. To pay your bill, press 1. If you are struggling to pay, press 2. To report a gas "
+           "leak, press 3.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Support team, this is Mel. How can I help?"),
+    Case("control-nothing", "book a table for dinner", "piper-c",
+         [("Harbour Bank. For balances, press 1. For mortgages, press 2.", {"1": "closed", "2": "closed"})],
+         "Hello, this is Dana. How can I help?", expect="dead_end"),
+    Case("control-closed", "get a quote for moving house", "piper-b",
+         [("Swift Removals. For a quotation, press 1. For storage, press 2.", {"1": "closed", "2": "closed"})],
+         "Hello, this is Dana. How can I help?", expect="dead_end"),
+]
+SPLITS = {"dev": DEV, "heldout": HELDOUT, "fresh": FRESH, "unseen": UNSEEN, "final": FINAL}
 
 
 def tree_of(case: Case) -> MenuTree:
