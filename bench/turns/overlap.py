@@ -118,7 +118,49 @@ FINAL_INTERRUPTIONS = ["Wait, that's the old price.", "No, I said the small one.
                        "Wait, go back."]
 FINAL_QUESTIONS = ["Sorry, what?", "How long?", "Is that included?", "Which store?", "Can I pay by card?",
                    "What's that?", "When is it?", "Are you sure?", "How many?", "Where do I go?"]
+# A sixth (`--phrases blind`), written by a helper that saw no classifier code and was told only which
+# phrases the other sets already use, after the acknowledgement vocabulary had been extended: the measure
+# of that vocabulary, which was written by the same person as the final set.
+BLIND_BACKCHANNELS = [
+    "Mm-hmm.",
+    "Yeah.",
+    "Right.",
+    "Lovely.",
+    "Gotcha.",
+    "Okay, understood.",
+    "Yeah, I'm with you.",
+    "Brilliant, cheers.",
+    "Sounds good, carry on.",
+    "Ah, that makes sense.",
+]
+
+BLIND_INTERRUPTIONS = [
+    "Sorry, can I just stop you there?",
+    "No, that's not what I said.",
+    "Wait, I actually need a different date.",
+    "Hold on, that's the wrong address.",
+    "Actually, I'd rather cancel the whole order.",
+    "Hang on, I never agreed to that.",
+    "No no, I meant next Thursday.",
+    "I'd like to speak to a manager, please.",
+    "Stop, you've got my name wrong.",
+    "That's too expensive, forget the upgrade.",
+]
+
+BLIND_QUESTIONS = [
+    "Pardon?",
+    "Sorry, which number?",
+    "Could you repeat that?",
+    "What was the reference?",
+    "Is that including VAT?",
+    "How do you spell that?",
+    "Which branch?",
+    "When does it arrive?",
+    "Is that per month?",
+    "What's the postcode again?",
+]
 PHRASES = {"bench": (BACKCHANNELS, INTERRUPTIONS, QUESTIONS),
+           "blind": (BLIND_BACKCHANNELS, BLIND_INTERRUPTIONS, BLIND_QUESTIONS),
            "unseen": (UNSEEN_BACKCHANNELS, UNSEEN_INTERRUPTIONS, UNSEEN_QUESTIONS),
            "final": (FINAL_BACKCHANNELS, FINAL_INTERRUPTIONS, FINAL_QUESTIONS),
            "heldout": (HELDOUT_BACKCHANNELS, HELDOUT_INTERRUPTIONS, HELDOUT_QUESTIONS),
