@@ -19,6 +19,20 @@ BACKCHANNEL_TOKENS = frozenset(
     "mm mhm mmhm mmhmm mhmm hmm hm uh huh uhhuh um umm yep yup yeah yea yes ya okay ok kay right sure alright "
     "cool nice wow oh ah aha gotcha got it i see true totally exactly thats that's".split()
 )
+# Acknowledgements whose words mean something else alone ("thing", "sense", "problem", "ahead"): only the
+# whole phrase is acknowledgement vocabulary. Common ones in customer-service calls, British and American;
+# the overlap bench's unseen set found "Sure thing.", "I get it." and "Yeah, that's fine." missing.
+ACKNOWLEDGEMENT_PHRASES = tuple(tuple(phrase.split()) for phrase in (
+    "sure thing", "fair enough", "makes sense", "that makes sense", "of course", "no problem", "no worries",
+    "not a problem", "go ahead", "go on", "carry on", "i get it", "i get you", "got you", "i follow",
+    "i understand", "understood", "sounds good", "that's fine", "thats fine", "that's great", "that's right",
+    "all good", "very good", "will do", "i know", "fine by me", "works for me",
+))
+# Single words that acknowledge and nothing more, beside those above.
+ACKNOWLEDGEMENT_WORDS = frozenset(
+    "fine good great perfect lovely brilliant excellent super noted absolutely definitely certainly indeed "
+    "agreed cheers wonderful marvellous grand splendid".split()
+)
 COMMAND_TOKENS = frozenset("stop wait pause cancel actually no hang hold repeat transfer operator human help".split())
 # Whisper's spelling of "alright" ("all" alone is no backchannel).
 ALL_RIGHT = re.compile(r"\ball right\b", re.IGNORECASE)
@@ -30,10 +44,26 @@ WEAK_TOKENS = frozenset(
 
 
 def is_backchannel(text: str, extra: frozenset[str] = frozenset()) -> bool:
-    """Every word is acknowledgement vocabulary (configured phrases included)."""
-    tokens = words(ALL_RIGHT.sub("alright", text))
-    vocabulary = BACKCHANNEL_TOKENS | {w for phrase in extra for w in words(phrase)}
-    return bool(tokens) and all(token in vocabulary for token in tokens)
+    """Every word is acknowledgement vocabulary: a word of it, or part of an acknowledgement phrase
+    ("sure thing", "makes sense"); configured phrases included, word by word."""
+    tokens = _without_phrases(words(ALL_RIGHT.sub("alright", text)))
+    vocabulary = BACKCHANNEL_TOKENS | ACKNOWLEDGEMENT_WORDS | {w for phrase in extra for w in words(phrase)}
+    return bool(words(text)) and all(token in vocabulary for token in tokens)
+
+
+def _without_phrases(tokens: list[str]) -> list[str]:
+    """`tokens` less every acknowledgement phrase in them (longest first at each place)."""
+    out: list[str] = []
+    i = 0
+    while i < len(tokens):
+        found = max((len(phrase) for phrase in ACKNOWLEDGEMENT_PHRASES
+                     if tuple(tokens[i:i + len(phrase)]) == phrase), default=0)
+        if found:
+            i += found
+        else:
+            out.append(tokens[i])
+            i += 1
+    return out
 
 
 def is_meaningful_interruption(text: str, extra_backchannels: frozenset[str] = frozenset()) -> bool:
@@ -41,10 +71,10 @@ def is_meaningful_interruption(text: str, extra_backchannels: frozenset[str] = f
     tokens = words(text)
     if not tokens:
         return False
+    if is_backchannel(text, extra_backchannels):  # before the commands: "no problem" is no "no"
+        return False
     if any(token in COMMAND_TOKENS for token in tokens):
         return True
-    if is_backchannel(text, extra_backchannels):
-        return False
     content = sum(1 for token in tokens if len(token) >= 3 and token not in WEAK_TOKENS)
     return content >= 1
 

@@ -42,9 +42,23 @@ def test_commands_and_content_interrupt(text: str) -> None:
     assert not is_backchannel(text)
 
 
+@pytest.mark.parametrize("text", ["Sure thing.", "Fair enough.", "Makes sense.", "No problem.", "Yeah, that's fine.",
+                                  "I get it.", "Perfect.", "Okay, understood.", "Mhm, go ahead.", "No worries."])
+def test_acknowledgement_phrases_are_backchannels(text: str) -> None:
+    assert is_backchannel(text)
+    assert not is_meaningful_interruption(text)
+
+
+@pytest.mark.parametrize("text", ["No, that's wrong.", "Go back.", "I get it, but I want Monday.",
+                                  "The thing is broken.", "No, the other problem.", "That's not fine."])
+def test_a_phrases_words_alone_or_with_content_are_no_acknowledgement(text: str) -> None:
+    assert not is_backchannel(text)
+    assert is_meaningful_interruption(text)
+
+
 def test_configured_backchannel_phrases_extend_the_vocabulary() -> None:
-    assert not is_backchannel("indeed")
-    assert is_backchannel("indeed", frozenset({"indeed"}))
+    assert not is_backchannel("righto")
+    assert is_backchannel("righto", frozenset({"righto"}))
 
 
 def test_turn_shape_predicates() -> None:
