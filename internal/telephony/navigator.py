@@ -15,8 +15,9 @@ The rules, in the order a call meets them:
 - "that is not a valid option" twice, "we are closed", "goodbye": a dead end, with the menu's words;
 - a voicemail greeting (amd.py's phrases): stop, it is a machine, not a menu;
 - hold messages and music: wait (navigation.py bounds the whole walk by time);
-- a person ("Billing, this is Dana, how can I help?"), or anyone who says something that is not a menu
-  and then waits `person_wait_ms` in silence: hand over.
+- a person ("Billing, this is Dana, how can I help?"), anyone who says something that is not a menu
+  right after a hold message, or anyone who says something that is not a menu and then waits
+  `person_wait_ms` in silence: hand over.
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ class MenuNavigator:
     def heard(self, text: str) -> Step:
         """A whole prompt (speech up to a pause) and what to do about it."""
         kind = classify_prompt(text)
+        held = self.last_kind == "hold"
         self.last_kind, self._last_text = kind, text.strip()
         quoted = f"'{self._last_text}'"
         if kind in ("menu", "garbled_menu"):
@@ -124,6 +126,10 @@ class MenuNavigator:
             return HandOver("a person answered", self._last_text)
         if kind == "hold":
             return Wait("on hold")
+        if kind == "unclear" and held:
+            # Whoever speaks right after the queue's message is the person it queued us for, though their
+            # greeting came through garbled ("How can I tell?"): they will not wait for our silence.
+            return HandOver("someone spoke after the hold", self._last_text)
         if kind == "unclear":
             return Wait("not a menu: waiting to see whether someone waits for us")
         return Wait("no speech")

@@ -222,6 +222,21 @@ def test_someone_who_speaks_and_waits_is_a_person() -> None:
     assert nav.quiet(2600) == HandOver("someone spoke and waited for an answer", "Billing department.")
 
 
+def test_whoever_speaks_right_after_the_hold_is_the_person_even_garbled() -> None:
+    nav = navigator(person_wait_ms=2500)
+    assert nav.heard(MAIN) == Press("2", "billing")
+    assert nav.heard("Please stay on the line. Your call will be answered by the next available agent.") == \
+        Wait("on hold")
+    assert nav.heard("Concerned within, within past, how can I tell?") == \
+        HandOver("someone spoke after the hold", "Concerned within, within past, how can I tell?")
+
+
+def test_without_a_hold_before_it_a_garbled_speaker_is_waited_for() -> None:
+    nav = navigator(person_wait_ms=2500)
+    assert nav.heard("Concerned within, within past, how can I tell?") == \
+        Wait("not a menu: waiting to see whether someone waits for us")
+
+
 def test_a_dead_line_is_a_dead_end() -> None:
     step = navigator(dead_air_ms=20000).quiet(20000)
     assert isinstance(step, Stop) and step.result == "dead_end" and "nothing on the line" in step.reason
