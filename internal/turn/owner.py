@@ -22,6 +22,7 @@ protocol): a digit form or an answering-machine listener takes the input instead
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import deque
@@ -319,12 +320,13 @@ class TurnOwner:
 
     def _overlap(self, text: str, transcript: Transcript) -> Overlap:
         evidence = transcript.evidence
+        pcm = functools.cache(self._turn_pcm)  # the sound's audio, joined once and only when it is measured
         return classify_overlap(text, self._turn_voiced_frames * FRAME_MS, longest_ms=self._longest_frames * FRAME_MS,
                                 no_speech_prob=evidence.no_speech_prob if evidence else None,
                                 avg_logprob=evidence.avg_logprob if evidence else None,
                                 backchannels=self.backchannels,
-                                syllables=lambda: syllable_nuclei(self._turn_pcm(), self.sample_rate),
-                                rise=lambda: end_rise(self._turn_pcm(), self.sample_rate))  # only when doubted
+                                syllables=lambda: syllable_nuclei(pcm(), self.sample_rate),
+                                rise=lambda: end_rise(pcm(), self.sample_rate))  # only when doubted
 
     def _turn_pcm(self) -> bytes:
         return b"".join(pcm for pcm, _ in self.turn_audio)

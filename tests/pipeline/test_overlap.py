@@ -122,30 +122,23 @@ def test_a_clear_acknowledgement_that_rose_is_still_one() -> None:
     assert classify_overlap("Okay, yep.", 500, **CLEAR, rise=lambda: 1.7).kind is BACKCHANNEL
 
 
-def test_the_pitch_is_measured_only_for_a_decode_the_recogniser_doubts() -> None:
-    measured: list[int] = []
+@pytest.mark.parametrize(("evidence", "value", "doubted_text"), [
+    ("syllables", 6, "Welcome out, Sunday."),
+    ("rise", 2.0, "Power me."),
+])
+def test_the_sound_is_measured_only_for_a_decode_the_recogniser_doubts(
+        evidence: str, value: float, doubted_text: str) -> None:
+    """Syllables and pitch cost CPU on the event loop: clear words never pay it."""
+    asked: list[int] = []
 
-    def rise() -> float:
-        measured.append(1)
-        return 2.0
+    def measure() -> float:
+        asked.append(1)
+        return value
 
-    assert classify_overlap("Sorry, what time is it?", 900, **CLEAR, rise=rise).kind is INTERRUPTION
-    assert not measured
-    assert classify_overlap("Power me.", 580, **GARBLED, syllables=3, rise=rise).kind is INTERRUPTION
-    assert measured == [1]
-
-
-def test_syllables_are_counted_only_for_a_decode_the_recogniser_doubts() -> None:
-    counted: list[int] = []
-
-    def count() -> int:
-        counted.append(1)
-        return 6
-
-    assert classify_overlap("Sorry, what time is it?", 900, **CLEAR, syllables=count).kind is INTERRUPTION
-    assert not counted  # clear words: no counting on the event loop
-    assert classify_overlap("Welcome out, Sunday.", 840, **GARBLED, syllables=count).kind is INTERRUPTION
-    assert counted == [1]
+    assert classify_overlap("Sorry, what time is it?", 900, **CLEAR, **{evidence: measure}).kind is INTERRUPTION
+    assert not asked
+    assert classify_overlap(doubted_text, 580, **GARBLED, **{evidence: measure}).kind is INTERRUPTION
+    assert asked == [1]
 
 
 def test_configured_backchannel_phrases_are_backchannels() -> None:
