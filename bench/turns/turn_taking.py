@@ -56,6 +56,7 @@ from bench.turns.cases import (
     complete_dialogues,
     paused_dialogues,
 )
+from bench.turns.human import SPLITS, human_dialogues
 from bench.turns.signals import DecisionPoint, DialogueSignals, extract_all
 from bench.turns.sweep import (
     EOT_BENCH_HEADER,
@@ -92,6 +93,8 @@ def eval_sets(sentences: int = 0) -> tuple[list[str], list[str]]:
 
 
 def eval_dialogues(voice: str, barge: bool = False, sentences: int = 0) -> list[Dialogue]:
+    if voice in SPLITS:  # real people (bench/turns/human.py): their own turns, pauses and interruptions
+        return cached("turns-human", (voice, barge, "v2"), lambda: human_dialogues(voice, barge))
     paused, complete = eval_sets(sentences)
 
     def build() -> list[Dialogue]:
@@ -276,6 +279,10 @@ async def run_dialogue(services: Any, model: Any, dialogue: Dialogue, pcm: bytes
         barge = started + dialogue.barge_s
         outcome["agent_speaking"] = bool(sink.speaking) and sink.speaking[0] < barge
         outcome["interrupted"] = any(barge - 1.0 < t < barge + BARGE_WINDOW_S for t in sink.interrupted)
+        # An interruption is a turn: how long after the caller stopped speaking the agent answered it.
+        later = [t for t in sink.speaking if t > barge + 0.2]
+        end = started + dialogue.speech_end_s
+        outcome["answer_after_s"] = later[0] - end if later and outcome["interrupted"] else math.nan
     return outcome
 
 
@@ -290,6 +297,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     backchannels = [r for r in rows if r["kind"] == "backchannel" and r["agent_speaking"]]
     interruptions = [r for r in rows if r["kind"] == "interruption" and r["agent_speaking"]]
     prepared = sum(r["prepared_used"] + r["prepared_discarded"] for r in rows)
+    answered = [r["answer_after_s"] * 1000 for r in interruptions if not math.isnan(r["answer_after_s"])]
     return {
         "paused": len(paused), "complete": len(complete),
         "premature_release_pct": round(100 * sum(r["premature_release"] for r in paused) / n, 1),
@@ -304,6 +312,9 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "missed_barge_in_pct": round(100 * sum(not r["interrupted"] for r in interruptions)
                                      / max(1, len(interruptions)), 1),
         "barge_cases": [len(backchannels), len(interruptions)],
+        "interruption_answered_ms": {k: round(v) for k, v in percentiles(answered, (50, 95, 100)).items()}
+        if answered else {},
+        "interruptions_unanswered": sum(math.isnan(r["answer_after_s"]) for r in interruptions),
         "dialogues": rows,
     }
 
@@ -403,6 +414,8 @@ async def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
                          f"{r['prepared_discarded_pct']} % of {r['prepared_replies']}",
                          f"{r['false_barge_in_pct']} %" if args.barge else "-",
                          f"{r['missed_barge_in_pct']} %" if args.barge else "-",
+                         ("{p50} / {p95} / {p100}".format(**r["interruption_answered_ms"])
+                          if args.barge and r["interruption_answered_ms"] else "-"),
                          f"{r['cpu_s']['turn_models_vs_recogniser_pct']} %"])
         eot = pipeline_eot(runs)
         report.setdefault("eot_bench", {})[line] = eot
@@ -410,7 +423,7 @@ async def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
                          *eot_bench_cells(eot["eot_bench_heard"])[2:]])
     print(table(rows, ["line", "premature release", "premature heard", "one whole answer", "finished split",
                        "released p50/p95 ms", "first audio p50/p95 ms", "prepared thrown away",
-                       "false barge-in", "missed barge-in", "turn models / recogniser CPU"]))
+                       "false barge-in", "missed barge-in", "interruption answered p50/p95/max ms", "turn models / recogniser CPU"]))
     print("\neot-bench's numbers per line over the runs above (a curve of one point without --sweep: a number "
           "is '-' when that run is not within the bound)")
     print(table(eot_rows, ["line", "runs", *EOT_BENCH_HEADER,

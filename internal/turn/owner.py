@@ -43,14 +43,16 @@ from voicegate.internal.turn.policy import (
     NOT_UNDERSTOOD_SPEECH_MS,
     VERDICT_WAIT_MS,
     asks_model,
+    asks_model_early,
     fused_decision,
+    head_threshold_applies,
     text_rule_wait_ms,
     verdict_threshold,
     worth_preparing,
 )
 from voicegate.internal.turn.ports import EndOfTurnModel, Line, Replies
 from voicegate.internal.turn.smart_turn import without_long_pauses
-from voicegate.internal.turn.text_cues import added_words, says_it_goes_on
+from voicegate.internal.turn.text_cues import added_words, opens_lead_in, says_it_goes_on
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +226,7 @@ class TurnOwner:
             if self._paused:
                 self._false_alarm(Overlap(OverlapKind.NON_SPEECH, "too short to decode"))
         sound = self.model is not None or self.recogniser_verdicts
-        ask = sound and asks_model(self._speech_frames * FRAME_MS, self._over_agent)
+        ask = sound and asks_model(self._speech_frames * FRAME_MS)
         self._silences += 1
         self._verdict_pending = ask
         self._head_verdict = False
@@ -233,7 +235,7 @@ class TurnOwner:
             self._arm()
         if ask:
             self._asked = self._silences
-            if self.settings.early_verdict and not self.recogniser_verdicts:
+            if self.settings.early_verdict and asks_model_early(self._over_agent, self.recogniser_verdicts):
                 self._ask_model(self._silences)  # beside the decode, not after it
         if not final_owed:
             self._words_in()
@@ -447,8 +449,9 @@ class TurnOwner:
         self.probability = self.fusion.probability(sound, pending.text, self.line.snr_db, sound_trained_on_noise=head)
         ceiling = (self.pauses.ceiling_ms(settings.max_turn_wait_ms) if settings.adaptive_hold
                    else float(settings.max_turn_wait_ms))
+        lower = head and head_threshold_applies(opens_lead_in(pending.text))
         threshold = (verdict_threshold(settings.threshold, settings.head_threshold, cleanness(self.line.snr_db))
-                     if head else settings.threshold)
+                     if lower else settings.threshold)
         return fused_decision(self.probability, threshold=threshold, max_wait_ms=settings.max_turn_wait_ms,
                               caller_ceiling_ms=ceiling, since_silence_ms=quiet or 0.0)
 

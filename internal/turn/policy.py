@@ -54,6 +54,18 @@ def verdict_threshold(threshold: float, head_threshold: float, clean: float) -> 
     return head_threshold + (threshold - head_threshold) * (1.0 - min(1.0, max(0.0, clean)))
 
 
+def head_threshold_applies(lead_in: bool) -> bool:
+    """Is a turn the phone-band head judged answered at the head's lower threshold (verdict_threshold)?
+
+    (Words that say more is coming set the head's verdict aside altogether: text_cues.says_it_goes_on.) Not
+    for a lead-in ("Before anything else, | the part that matters": the head heard 0.63 at the comma and the
+    caller heard the agent while still speaking; a person interrupting the agent with "Unless to be rather |
+    cold-hearted ..." reached 0.57 at its first break). A lead-in keeps the usual threshold with the head's
+    sound: a sure finish still goes at once, an unsure one waits for the part that matters.
+    """
+    return not lead_in
+
+
 def hold_ms(probability: float, *, threshold: float, max_wait_ms: float, caller_ceiling_ms: float,
             since_silence_ms: float) -> float:
     """How much longer a turn whose fused P(finished) is `probability` is held (0 = answer now).
@@ -75,10 +87,19 @@ def fused_wait_ms(probability: float, *, threshold: float, max_wait_ms: float, s
     return max(0.0, max_wait_ms - since_silence_ms)
 
 
-def asks_model(speech_ms: float, over_agent: bool) -> bool:
-    """Is this utterance's end worth the end-of-turn model? Long enough to hold words, and not spoken over
-    the agent (a backchannel or a barge-in is not the end of the caller's turn)."""
-    return speech_ms >= MIN_ASKED_SPEECH_MS and not over_agent
+def asks_model(speech_ms: float) -> bool:
+    """Is this utterance's end worth an end-of-turn verdict? Long enough to hold words. Speech over the agent
+    is asked too: once its words make it the caller's turn (an interruption, a question), it is a turn like
+    any other and is answered through the same verdict (without one it waited the longest hold: 2 s after a
+    caller who interrupted stopped speaking, against ~0.4 s for the same question asked in silence)."""
+    return speech_ms >= MIN_ASKED_SPEECH_MS
+
+
+def asks_model_early(over_agent: bool, recogniser_verdicts: bool) -> bool:
+    """Ask the end-of-turn model beside the decode, before the words are in? Not for speech over the agent:
+    most of it is a backchannel, which is no turn, so the model is asked for it only once its words make it
+    one (the recogniser's own head costs nothing extra and always comes with the words)."""
+    return not over_agent and not recogniser_verdicts
 
 
 def worth_preparing(probability: float | None, text: str) -> bool:

@@ -194,6 +194,26 @@ def says_it_goes_on(text: str) -> bool:
     return ends_unfinished(text) or trails_off(text) or text_cues(text).dictation
 
 
+# Words that open a lead-in: a clause or phrase that sets up the part that matters ("Unless you can, ...",
+# "Before anything else, ...", "If it's possible, ..."). Until a second clause follows, the turn has only
+# begun, however finished its last word sounds.
+LEAD_IN_OPENERS = frozenset("if unless when whenever before after although though while since once until as "
+                            "besides regarding concerning apart".split())
+
+
+def opens_lead_in(text: str) -> bool:
+    """The turn so far is a lead-in: it ends on a comma (Whisper writes one where the voice held on), or it
+    opens with a lead-in word and no clause has followed one yet (no comma inside). A question ("When does
+    it open?") is no lead-in."""
+    trimmed = text.strip().rstrip("'\")]}")
+    if trimmed.endswith(","):
+        return True
+    tokens = words(trimmed)
+    if not tokens or ends_question(trimmed):
+        return False
+    return tokens[0] in LEAD_IN_OPENERS and "," not in trimmed and len(tokens) <= 8
+
+
 def trails_off(text: str) -> bool:
     """Whisper writes an ellipsis where speech trails off, and a hyphen after a word cut short ("the s-")."""
     trimmed = text.strip().rstrip("'\")]}")
