@@ -118,7 +118,7 @@ def speak_as(voice: str, text: str) -> bytes:
     return resample(wav[44:], parse_wav_header(wav[:44]), 16000)
 
 
-def test_voices_behind_the_caller_are_heard_as_voices_and_get_the_plain_gate() -> None:
+def test_voices_behind_the_caller_are_heard_as_voices_and_do_not_hold_the_turn_open() -> None:
     from bench.common.noises import active_level_db
 
     pcm = neural([SENTENCE])[0]
@@ -132,9 +132,62 @@ def test_voices_behind_the_caller_are_heard_as_voices_and_get_the_plain_gate() -
     events(line[: lead], 8000, gate)  # the babble alone, before the caller speaks (8 kHz: half the bytes)
     assert gate.voices_behind, gate.background_voice  # Silero hears voices in the background
     assert gate.hold_db == 9.0  # ...so the gate is the plain one: every frame 9 dB over the floor
-    # ...and the caller's turn ends where the plain gate ends it (bridging gaps would let the babble hold it)
+    # ...and the caller's turn ends where their words end: the voices behind, 15 dB under the caller, neither
+    # bridge the gaps nor open a new utterance once the caller has been heard (the plain gate lets them in).
+    speech_end = LEAD_MS / 1000 + last_speech_end(pcm, 16000)
     noise_aware = events(line, 8000, NoiseAwareGate(AdaptiveEnergyClassifier(9.0)))
-    assert noise_aware == events(line, 8000, AdaptiveEnergyClassifier(9.0))
+    after = [(t, e) for t, e in noise_aware if t > speech_end - 0.5]
+    assert [e for _, e in after] == [VadEvent.SPEECH_END] and after[0][0] <= speech_end + 0.6, noise_aware
+    plain = events(line, 8000, AdaptiveEnergyClassifier(9.0))
+    assert [t for t, e in plain if e is VadEvent.SPEECH_START and t > speech_end], plain  # the babble reopens it
     white = NoiseAwareGate(AdaptiveEnergyClassifier(9.0))
     events(channel(add_noise(silence(LEAD_MS, 16000) + pcm, "white10", 1, "tuning"), 8000)[: lead], 8000, white)
     assert not white.voices_behind, white.background_voice  # steady hiss: no voices, the bridge is used
+
+
+def steady(level_dbfs: float, frames: int, rate: int = 8000) -> list[bytes]:
+    """`frames` 20 ms frames of a tone at `level_dbfs`, every fifth one near silence (the gaps between
+    syllables, which keep the line's floor where it is)."""
+    from tests.speech import tone
+
+    size = frame_bytes(rate)
+    loud, quiet = tone(20, rate, level_dbfs)[:size], tone(20, rate, -70.0)[:size]
+    return [quiet if i % 5 == 4 else loud for i in range(frames)]
+
+
+def fed(gate: NoiseAwareGate, frames: list[bytes]) -> list[bool]:
+    """The gate's verdict on each tone frame (the near-silent ones left out)."""
+    verdicts = [gate.is_speech(frame) for frame in frames]
+    return [verdict for i, verdict in enumerate(verdicts) if i % 5 != 4]
+
+
+def test_with_voices_behind_a_stretch_well_under_the_callers_level_is_not_the_caller() -> None:
+    """The gate alone, on steady tones: the caller at -15 dBFS, then a stretch 20 dB under them stands over the
+    floor like a voice but is turned away; the same stretch within 15 dB of the caller is let through."""
+    gate = NoiseAwareGate(AdaptiveEnergyClassifier(9.0))
+    fed(gate, steady(-70.0, 20))  # the line's floor
+    assert gate.voices_behind  # nothing heard yet says otherwise
+    assert all(fed(gate, steady(-15.0, 50))[1:])  # the caller
+    behind = fed(gate, steady(-35.0, 60))
+    assert not any(behind[15:]), behind  # after the bridge, the voices behind do not hold it open
+    near = NoiseAwareGate(AdaptiveEnergyClassifier(9.0))
+    fed(near, steady(-70.0, 20))
+    fed(near, steady(-15.0, 50))
+    assert all(fed(near, steady(-25.0, 60))), "a caller's quieter stretch is still the caller"
+
+
+def test_a_caller_who_goes_quieter_is_heard_again_as_their_level_eases_down() -> None:
+    gate = NoiseAwareGate(AdaptiveEnergyClassifier(9.0))
+    fed(gate, steady(-70.0, 20))
+    fed(gate, steady(-15.0, 50))
+    assert not fed(gate, steady(-32.0, 30))[-1]  # 17 dB under: turned away at first
+    heard = fed(gate, steady(-32.0, 600))  # 12 s: the caller's level eases 0.25 dB a second
+    assert heard[-1], "never shut out for good"
+
+
+def test_without_voices_behind_nothing_is_turned_away_by_level() -> None:
+    gate = NoiseAwareGate(AdaptiveEnergyClassifier(9.0))
+    gate.background_voice = 0.0  # the line's background has been heard: no voices in it
+    fed(gate, steady(-70.0, 20))
+    fed(gate, steady(-15.0, 50))
+    assert all(fed(gate, steady(-35.0, 60))[15:])

@@ -19,12 +19,15 @@ from voicegate.internal.turn.policy import (
     TURN_MERGE_INCOMPLETE_MS,
     TURN_MERGE_MAX_MS,
     VERDICT_WAIT_MS,
+    asks_model,
+    asks_model_early,
     fused_wait_ms,
+    head_threshold_applies,
     hold_ms,
     text_rule_wait_ms,
     verdict_threshold,
 )
-from voicegate.internal.turn.text_cues import text_cues
+from voicegate.internal.turn.text_cues import opens_lead_in, text_cues
 
 
 @pytest.mark.parametrize(("text", "cue"), [
@@ -419,3 +422,94 @@ async def test_a_number_being_read_out_is_held_however_finished_the_head_hears_i
     await asyncio.wait_for(replies.event.wait(), 2.0)
     why = replies.released[0][1]
     assert why is not None and why.reason == "hold"  # held (here the 600 ms longest hold), not at once
+
+
+# ---- real callers: an interruption is a turn like any other; a lead-in waits for what it leads to ------
+
+
+@pytest.mark.parametrize(("speech_ms", "asked"), [(100, False), (239, False), (240, True), (3000, True)])
+def test_every_utterance_long_enough_to_hold_words_is_asked_for_a_verdict(speech_ms: float, asked: bool) -> None:
+    assert asks_model(speech_ms) is asked
+
+
+@pytest.mark.parametrize(("over_agent", "recogniser", "early"), [
+    (False, False, True),  # in silence, Smart Turn hears the end beside the decode
+    (True, False, False),  # over the agent, only once the words make it a turn (most are backchannels)
+    (False, True, False),  # the recogniser's head comes with the words anyway
+    (True, True, False),
+])
+def test_the_model_is_asked_beside_the_decode_only_in_silence(over_agent: bool, recogniser: bool, early: bool) -> None:
+    assert asks_model_early(over_agent, recogniser) is early
+
+
+@pytest.mark.parametrize(("text", "lead_in"), [
+    ("Before anything else,", True),
+    ("He turned sharply,", True),
+    ("Unless to be rather.", True),  # a subordinate clause with no main clause yet
+    ("If possible.", True),
+    ("When I called yesterday", True),
+    ("When does it open?", False),  # a question
+    ("If you could send me the bill, that would help.", False),  # the main clause came
+    ("Because I was away.", False),  # an answer to "why", not a lead-in
+    ("Ten of clubs.", False),
+    ("He was not an ill-disposed young man.", False),
+    ("", False),
+])
+def test_a_lead_in_is_told_by_its_comma_or_its_opening_word(text: str, lead_in: bool) -> None:
+    assert opens_lead_in(text) is lead_in
+
+
+@pytest.mark.parametrize(("lead_in", "applies"), [(False, True), (True, False)])
+def test_a_lead_in_is_never_answered_at_the_heads_lower_threshold(lead_in: bool, applies: bool) -> None:
+    assert head_threshold_applies(lead_in) is applies
+
+
+async def test_a_lead_in_that_sounds_finished_to_the_head_waits_for_the_rest() -> None:
+    """The issue's case: "<instruction>, <the part that matters>" released at the comma with the head at 0.63
+    over its 0.55 line. A lead-in keeps the usual threshold, so the comma is no end of turn."""
+    replies = Replies()
+    settings = TurnSettings(350, 5000, 600, 0.75, True, 700, 120, head_threshold=0.55)
+    turn = TurnOwner(settings, replies, Line(), 8000, fusion=stub_fusion(), recogniser_verdicts=True)
+    say(turn)
+    turn.transcript(Transcript("Before you book anything,", final=True, whole_turn=True, end_of_turn=0.63))
+    await asyncio.wait_for(replies.event.wait(), 2.0)
+    why = replies.released[0][1]
+    assert why is not None and why.reason == "hold"  # held the longest hold (600 ms here), not at the comma
+
+
+async def test_the_same_words_without_a_lead_in_go_at_the_heads_threshold() -> None:
+    replies = Replies()
+    settings = TurnSettings(350, 5000, 20000, 0.75, True, 700, 120, head_threshold=0.55)
+    turn = TurnOwner(settings, replies, Line(), 8000, fusion=stub_fusion(), recogniser_verdicts=True)
+    say(turn)
+    turn.transcript(Transcript("You booked it.", final=True, whole_turn=True, end_of_turn=0.63))
+    await asyncio.wait_for(replies.event.wait(), 1.0)  # not the 20 s hold
+    why = replies.released[0][1]
+    assert why is not None and why.reason == "verdict"
+
+
+async def test_an_interruption_over_the_agent_is_answered_through_the_verdict_not_the_hold() -> None:
+    """A caller who talks over the agent with a real question: the agent stops, and their turn is judged by
+    the recogniser's verdict like a turn in silence (it waited the whole 2 s hold before)."""
+    replies = Replies()
+    replies.active = replies.audible = True  # the agent is speaking
+    settings = TurnSettings(350, 5000, 20000, 0.75, True, 700, 120, head_threshold=0.55)
+    turn = TurnOwner(settings, replies, Line(), 8000, fusion=stub_fusion(), recogniser_verdicts=True)
+    say(turn, frames=60)
+    turn.transcript(Transcript("Which store is closest to me?", final=True, whole_turn=True, end_of_turn=0.9))
+    await asyncio.wait_for(replies.event.wait(), 1.0)  # not the 20 s hold
+    assert "interrupt" in replies.calls
+    why = replies.released[0][1]
+    assert replies.texts == ["Which store is closest to me?"]
+    assert why is not None and why.reason == "verdict"
+
+
+async def test_a_backchannel_over_the_agent_is_still_no_turn_with_a_verdict_asked() -> None:
+    replies = Replies()
+    replies.active = replies.audible = True
+    settings = TurnSettings(350, 5000, 600, 0.75, True, 700, 120, head_threshold=0.55)
+    turn = TurnOwner(settings, replies, Line(), 8000, fusion=stub_fusion(), recogniser_verdicts=True)
+    say(turn, frames=20)
+    turn.transcript(Transcript("Mm-hm.", final=True, whole_turn=True, end_of_turn=0.95))
+    await asyncio.sleep(0.8)  # past the longest hold
+    assert not replies.released and "interrupt" not in replies.calls
