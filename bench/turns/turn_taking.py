@@ -423,7 +423,8 @@ async def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
                          *eot_bench_cells(eot["eot_bench_heard"])[2:]])
     print(table(rows, ["line", "premature release", "premature heard", "one whole answer", "finished split",
                        "released p50/p95 ms", "first audio p50/p95 ms", "prepared thrown away",
-                       "false barge-in", "missed barge-in", "interruption answered p50/p95/max ms", "turn models / recogniser CPU"]))
+                       "false barge-in", "missed barge-in", "interruption answered p50/p95/max ms",
+                       "turn models / recogniser CPU"]))
     print("\neot-bench's numbers per line over the runs above (a curve of one point without --sweep: a number "
           "is '-' when that run is not within the bound)")
     print(table(eot_rows, ["line", "runs", *EOT_BENCH_HEADER,

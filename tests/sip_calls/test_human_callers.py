@@ -97,7 +97,7 @@ async def test_a_person_talking_over_the_agent_is_answered_through_the_verdict(
     (session,) = await server.wait_ended()
     users = [m.content.lower() for m in session.conversation.history if m.role == "user"]
     assert len(users) == 1 and "forward" in users[0], users
-    greeting = [e for e in session.conversation.transcript.entries() if e.role == "agent"][0]
+    greeting = next(e for e in session.conversation.transcript.entries() if e.role == "agent")
     assert greeting.interrupted  # the agent stopped for them
     assert [r["reason"] for r in releases(caplog)] == ["verdict"], releases(caplog)
 
