@@ -356,3 +356,23 @@ def test_the_early_cut_goes_at_the_quietest_frame_and_a_carried_full_stop_is_dro
     assert joined == "I need to cancel my order and get a refund."
     assert join_words("I need to cancel my order.", "Thanks.") == "I need to cancel my order. Thanks."
     assert join_words("", "Hello.") == "Hello."
+
+
+@pytest.mark.parametrize(("earlier", "later", "joined"), [
+    # Whisper wrote its prompt out again before the new words (noise): the copy goes.
+    ("I'd like to move my appointment.", "I'd like to move my appointment to Friday.",
+     "I'd like to move my appointment to Friday."),
+    ("The parcel arrived broken and the box was wet.", "The box was wet, so I need a new one.",
+     "The parcel arrived broken and the box was wet so I need a new one."),
+    ("Please call me back.", "Please call me back.", "Please call me back."),
+    # Not an echo: fewer than three words again, or a group of a number read twice.
+    ("Yes.", "Yes, please.", "Yes. Yes, please."),
+    ("My number is five five five.", "five five five one two three.",
+     "My number is five five five five five five one two three."),
+    ("I need to cancel my order.", "and get a refund.", "I need to cancel my order and get a refund."),
+])
+def test_a_later_part_that_echoes_the_earlier_parts_words_loses_the_echo(earlier: str, later: str,
+                                                                        joined: str) -> None:
+    from voicegate.internal.stt.workers import join_words
+
+    assert join_words(earlier, later) == joined
