@@ -45,7 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common.figures import percentiles, pipeline_settings, progress, save, table
+from bench.common.figures import percentiles, pipeline_settings, progress, save, table, word_errors
 from bench.turns.cases import (
     EVAL_COMPLETE,
     EVAL_PAUSED,
@@ -204,7 +204,7 @@ def run_curve(args: argparse.Namespace) -> dict[str, Any]:
                             f"{op['release_p95_ms']:.0f}", f"{c['turn_models_vs_recogniser_pct']} %"])
     print(f"operating point: {args.policy}, threshold {args.threshold}, max_turn_wait_ms {args.max_wait}")
     print(table(op_rows, ["line", "premature", "heard", "finished split", "release p50", "p95",
-                          "turn models / recogniser CPU"]))
+                          "turn models / recogniser CPU", "words wrong"]))
     return report
 
 
@@ -298,7 +298,10 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     interruptions = [r for r in rows if r["kind"] == "interruption" and r["agent_speaking"]]
     prepared = sum(r["prepared_used"] + r["prepared_discarded"] for r in rows)
     answered = [r["answer_after_s"] * 1000 for r in interruptions if not math.isnan(r["answer_after_s"])]
+    # Words wrong over the caller's whole sentences: what the agent was asked, all turns of a dialogue joined.
+    errors = [word_errors(r["text"], " ".join(r["turns"])) for r in paused + complete]
     return {
+        "words_wrong_pct": round(100 * sum(e for e, _ in errors) / max(1, sum(n for _, n in errors)), 1),
         "paused": len(paused), "complete": len(complete),
         "premature_release_pct": round(100 * sum(r["premature_release"] for r in paused) / n, 1),
         "premature_heard_pct": round(100 * sum(r["premature_heard"] for r in paused) / n, 1),
@@ -416,7 +419,7 @@ async def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
                          f"{r['missed_barge_in_pct']} %" if args.barge else "-",
                          ("{p50} / {p95} / {p100}".format(**r["interruption_answered_ms"])
                           if args.barge and r["interruption_answered_ms"] else "-"),
-                         f"{r['cpu_s']['turn_models_vs_recogniser_pct']} %"])
+                         f"{r['cpu_s']['turn_models_vs_recogniser_pct']} %", f"{r['words_wrong_pct']} %"])
         eot = pipeline_eot(runs)
         report.setdefault("eot_bench", {})[line] = eot
         eot_rows.append([line, str(eot["points"]), *eot_bench_cells(eot["eot_bench"]),
@@ -424,7 +427,7 @@ async def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     print(table(rows, ["line", "premature release", "premature heard", "one whole answer", "finished split",
                        "released p50/p95 ms", "first audio p50/p95 ms", "prepared thrown away",
                        "false barge-in", "missed barge-in", "interruption answered p50/p95/max ms",
-                       "turn models / recogniser CPU"]))
+                       "turn models / recogniser CPU", "words wrong"]))
     print("\neot-bench's numbers per line over the runs above (a curve of one point without --sweep: a number "
           "is '-' when that run is not within the bound)")
     print(table(eot_rows, ["line", "runs", *EOT_BENCH_HEADER,
