@@ -465,7 +465,7 @@ def test_a_lead_in_is_never_answered_at_the_heads_lower_threshold(lead_in: bool,
 
 
 async def test_a_lead_in_that_sounds_finished_to_the_head_waits_for_the_rest() -> None:
-    """The issue's case: "<instruction>, <the part that matters>" released at the comma with the head at 0.63
+    """A held-out call's case: "<instruction>, <the part that matters>" released at the comma with the head at 0.63
     over its 0.55 line. A lead-in keeps the usual threshold, so the comma is no end of turn."""
     replies = Replies()
     settings = TurnSettings(350, 5000, 600, 0.75, True, 700, 120, head_threshold=0.55)
