@@ -427,6 +427,14 @@ async def test_a_number_being_read_out_is_held_however_finished_the_head_hears_i
 # ---- real callers: an interruption is a turn like any other; a lead-in waits for what it leads to ------
 
 
+def judged_by_the_head(max_wait_ms: int, *, agent_speaking: bool = False) -> tuple[TurnOwner, Replies]:
+    """An owner whose turns the recogniser's head judges (head threshold 0.55, usual 0.75)."""
+    replies = Replies()
+    replies.active = replies.audible = agent_speaking
+    settings = TurnSettings(350, 5000, max_wait_ms, 0.75, True, 700, 120, head_threshold=0.55)
+    return TurnOwner(settings, replies, Line(), 8000, fusion=stub_fusion(), recogniser_verdicts=True), replies
+
+
 @pytest.mark.parametrize(("speech_ms", "asked"), [(100, False), (239, False), (240, True), (3000, True)])
 def test_every_utterance_long_enough_to_hold_words_is_asked_for_a_verdict(speech_ms: float, asked: bool) -> None:
     assert asks_model(speech_ms) is asked
@@ -467,9 +475,7 @@ def test_a_lead_in_is_never_answered_at_the_heads_lower_threshold(lead_in: bool,
 async def test_a_lead_in_that_sounds_finished_to_the_head_waits_for_the_rest() -> None:
     """A held-out call's case: "<instruction>, <the part that matters>" released at the comma with the head at 0.63
     over its 0.55 line. A lead-in keeps the usual threshold, so the comma is no end of turn."""
-    replies = Replies()
-    settings = TurnSettings(350, 5000, 600, 0.75, True, 700, 120, head_threshold=0.55)
-    turn = TurnOwner(settings, replies, Line(), 8000, fusion=stub_fusion(), recogniser_verdicts=True)
+    turn, replies = judged_by_the_head(600)
     say(turn)
     turn.transcript(Transcript("Before you book anything,", final=True, whole_turn=True, end_of_turn=0.63))
     await asyncio.wait_for(replies.event.wait(), 2.0)
@@ -478,9 +484,7 @@ async def test_a_lead_in_that_sounds_finished_to_the_head_waits_for_the_rest() -
 
 
 async def test_the_same_words_without_a_lead_in_go_at_the_heads_threshold() -> None:
-    replies = Replies()
-    settings = TurnSettings(350, 5000, 20000, 0.75, True, 700, 120, head_threshold=0.55)
-    turn = TurnOwner(settings, replies, Line(), 8000, fusion=stub_fusion(), recogniser_verdicts=True)
+    turn, replies = judged_by_the_head(20000)
     say(turn)
     turn.transcript(Transcript("You booked it.", final=True, whole_turn=True, end_of_turn=0.63))
     await asyncio.wait_for(replies.event.wait(), 1.0)  # not the 20 s hold
@@ -491,10 +495,7 @@ async def test_the_same_words_without_a_lead_in_go_at_the_heads_threshold() -> N
 async def test_an_interruption_over_the_agent_is_answered_through_the_verdict_not_the_hold() -> None:
     """A caller who talks over the agent with a real question: the agent stops, and their turn is judged by
     the recogniser's verdict like a turn in silence (it waited the whole 2 s hold before)."""
-    replies = Replies()
-    replies.active = replies.audible = True  # the agent is speaking
-    settings = TurnSettings(350, 5000, 20000, 0.75, True, 700, 120, head_threshold=0.55)
-    turn = TurnOwner(settings, replies, Line(), 8000, fusion=stub_fusion(), recogniser_verdicts=True)
+    turn, replies = judged_by_the_head(20000, agent_speaking=True)
     say(turn, frames=60)
     turn.transcript(Transcript("Which store is closest to me?", final=True, whole_turn=True, end_of_turn=0.9))
     await asyncio.wait_for(replies.event.wait(), 1.0)  # not the 20 s hold
@@ -505,10 +506,7 @@ async def test_an_interruption_over_the_agent_is_answered_through_the_verdict_no
 
 
 async def test_a_backchannel_over_the_agent_is_still_no_turn_with_a_verdict_asked() -> None:
-    replies = Replies()
-    replies.active = replies.audible = True
-    settings = TurnSettings(350, 5000, 600, 0.75, True, 700, 120, head_threshold=0.55)
-    turn = TurnOwner(settings, replies, Line(), 8000, fusion=stub_fusion(), recogniser_verdicts=True)
+    turn, replies = judged_by_the_head(600, agent_speaking=True)
     say(turn, frames=20)
     turn.transcript(Transcript("Mm-hm.", final=True, whole_turn=True, end_of_turn=0.95))
     await asyncio.sleep(0.8)  # past the longest hold
