@@ -71,3 +71,17 @@ def test_a_worker_calls_own_time_is_reported_apart_from_the_wait() -> None:
     clock.now += 0.3
     queue.served(started)
     assert seen == [("piper", 300)] and queue.taken == 0  # serving is not waiting
+
+
+def test_a_shed_item_leaves_its_wait_in_the_pressure_but_is_not_counted_as_taken() -> None:
+    """An item shed for waiting too long is the strongest sign of a queue too long: the node keeps refusing
+    new calls for the pressure window after it, not only while the next item happens to be waiting."""
+    clock = Clock()
+    queue = WorkQueue("whisper", clock)
+    token = queue.enter()
+    clock.now += 0.8
+    queue.shed(token)
+    assert queue.waiting == 0 and queue.taken == 0
+    assert round(queue.pressure_ms()) == 800
+    clock.now += PRESSURE_WINDOW_S + 0.1
+    assert queue.pressure_ms() == 0.0

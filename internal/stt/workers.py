@@ -253,7 +253,7 @@ class DecoderPool:
             self.queue.drop(job.token)
             return None
         if self._max_wait_ms and self.queue.age_ms(job.token) > self._max_wait_ms:
-            self.queue.drop(job.token)
+            self.queue.shed(job.token)
             self.shed += 1
             self._settle(job, error=SttOverloaded(
                 f"{self.name}: an utterance waited over {self._max_wait_ms:.0f} ms for a worker"))

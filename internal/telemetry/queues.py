@@ -66,8 +66,18 @@ class WorkQueue:
             self.service_observer(self.pool, (self._clock() - started) * 1000.0)
 
     def drop(self, token: int) -> None:
-        """The item left without a worker (its caller gave up, or it was shed)."""
+        """The item left without a worker (its caller gave up)."""
         self._entered.pop(token, None)
+
+    def shed(self, token: int) -> None:
+        """The item waited too long and was shed: it leaves without a worker, and its wait still counts
+        towards the pressure (the strongest sign of a queue too long; forgotten, the node looked idle between
+        two long decodes and took new calls it could not serve)."""
+        entered = self._entered.pop(token, None)
+        if entered is not None:
+            now = self._clock()
+            self._recent.append((now, (now - entered) * 1000.0))
+            self._forget(now)
 
     def age_ms(self, token: int) -> float:
         entered = self._entered.get(token)
