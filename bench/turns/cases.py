@@ -340,15 +340,23 @@ class Dialogue:
         return channel(add_noise(self.pcm16k, noise, seed, "evaluation"), rate)
 
 
-def last_speech_end(pcm: bytes, rate: int, floor_dbfs: float = -45.0) -> float:
-    samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float32)
+def levels_10ms(pcm: bytes, rate: int) -> np.ndarray:
+    """The level (dBFS) of each 10 ms of PCM16."""
+    samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float64)
     window = rate // 100
-    frames = len(samples) // window
-    if not frames:
-        return 0.0
+    frames = samples.size // window
     energy = (samples[: frames * window].reshape(frames, window) ** 2).mean(axis=1) / 32768**2
-    loud = np.nonzero(10 * np.log10(energy + 1e-12) > floor_dbfs)[0]
-    return float((loud[-1] + 1) * window / rate) if loud.size else 0.0
+    return np.asarray(10 * np.log10(energy + 1e-12))
+
+
+def last_loud_end(levels: np.ndarray, floor_dbfs: float) -> float:
+    """The end (s) of the last 10 ms over `floor_dbfs`; 0 when none is."""
+    loud = np.nonzero(levels > floor_dbfs)[0]
+    return float((loud[-1] + 1) / 100) if loud.size else 0.0
+
+
+def last_speech_end(pcm: bytes, rate: int, floor_dbfs: float = -45.0) -> float:
+    return last_loud_end(levels_10ms(pcm, rate), floor_dbfs)
 
 
 def paused_dialogues(marked: Iterable[str], voice: str, pauses: tuple[float, ...], aligner: Aligner,

@@ -20,7 +20,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.turns.cases import BARGE_AT_S, LEAD_S, TAIL_S, Aligner, Dialogue, cut_at, quietest_near
+from bench.turns.cases import (
+    BARGE_AT_S,
+    LEAD_S,
+    TAIL_S,
+    Aligner,
+    Dialogue,
+    cut_at,
+    last_loud_end,
+    levels_10ms,
+    quietest_near,
+)
 
 PAUSES_S = (0.5, 1.0, 1.5)
 SPLITS = {"human": "dev", "human-heldout": "heldout"}
@@ -43,15 +53,10 @@ def room_tone(pcm: bytes, seconds: float, rate: int = 16000) -> bytes:
 def speech_end(pcm: bytes, rate: int = 16000) -> float:
     """Where the person's last word ends: the last 10 ms louder than their recording's floor by 15 dB (and
     within 45 dB of its peak). A fixed -45 dBFS line reads a recording's breath and room noise as speech."""
-    samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float64)
-    window = rate // 100
-    frames = samples.size // window
-    if not frames:
+    levels = levels_10ms(pcm, rate)
+    if not levels.size:
         return 0.0
-    level = 10 * np.log10((samples[:frames * window].reshape(frames, window) ** 2).mean(axis=1) / 32768**2 + 1e-12)
-    line = max(float(np.percentile(level, 10)) + 15.0, float(level.max()) - 45.0)
-    loud = np.nonzero(level > line)[0]
-    return float((loud[-1] + 1) * window / rate) if loud.size else 0.0
+    return last_loud_end(levels, max(float(np.percentile(levels, 10)) + 15.0, float(levels.max()) - 45.0))
 
 
 def human_dialogues(voice: str, barge: bool = False) -> list[Dialogue]:
