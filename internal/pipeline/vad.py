@@ -242,7 +242,8 @@ class NoiseAwareGate:
         return 10.0 * math.log10(sum(self._recent) / len(self._recent))
 
     def _behind_caller(self, loud: bool, level: float) -> bool:
-        """Is this loud frame one of the voices behind the caller rather than the caller (voices_behind only)?
+        """Is this loud frame one of the voices behind the caller rather than the caller (with voices behind, or
+        on a noisy line)?
         A frame counts as the caller's while the short-term level is within VOICES_RANGE_DB of the caller's
         peak, and for BRIDGE_FRAMES after (the gaps inside a word); past that, loud frames are the others."""
         short = self.short_term_db(level)

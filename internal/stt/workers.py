@@ -418,8 +418,8 @@ def without_echo(earlier: str, later: str) -> str:
 
     The later part of a turn is decoded with the earlier part's words as Whisper's prompt. In noise Whisper
     sometimes writes the prompt out again before the new words ("I'd like to move my appointment." + "I'd like
-    to move my appointment to Friday"), and the turn read "<first half>. <first half again> <the rest>" (words
-    wrong at 15 dB rose from 17 to 22 %). The audio decoded holds none of the earlier words (it starts where
+    to move my appointment to Friday"), and the turn read "<first half>. <first half again> <the rest>".
+    The audio decoded holds none of the earlier words (it starts where
     the earlier decode ended), so a later part that opens with the earlier part's closing words (three or
     more, not only numbers) is that echo, and it goes."""
     before, after = _word_list(earlier), _word_list(later)

@@ -54,18 +54,6 @@ def verdict_threshold(threshold: float, head_threshold: float, clean: float) -> 
     return head_threshold + (threshold - head_threshold) * (1.0 - min(1.0, max(0.0, clean)))
 
 
-def head_threshold_applies(lead_in: bool) -> bool:
-    """Is a turn the phone-band head judged answered at the head's lower threshold (verdict_threshold)?
-
-    (Words that say more is coming set the head's verdict aside altogether: text_cues.says_it_goes_on.) Not
-    for a lead-in ("Before anything else, | the part that matters": the head heard 0.63 at the comma and the
-    caller heard the agent while still speaking; a person interrupting the agent with "Unless to be rather |
-    cold-hearted ..." reached 0.57 at its first break). A lead-in keeps the usual threshold with the head's
-    sound: a sure finish still goes at once, an unsure one waits for the part that matters.
-    """
-    return not lead_in
-
-
 def hold_ms(probability: float, *, threshold: float, max_wait_ms: float, caller_ceiling_ms: float,
             since_silence_ms: float) -> float:
     """How much longer a turn whose fused P(finished) is `probability` is held (0 = answer now).

@@ -22,7 +22,6 @@ from voicegate.internal.turn.policy import (
     asks_model,
     asks_model_early,
     fused_wait_ms,
-    head_threshold_applies,
     hold_ms,
     text_rule_wait_ms,
     verdict_threshold,
@@ -465,11 +464,6 @@ def test_the_model_is_asked_beside_the_decode_only_in_silence(over_agent: bool, 
 ])
 def test_a_lead_in_is_told_by_its_comma_or_its_opening_word(text: str, lead_in: bool) -> None:
     assert opens_lead_in(text) is lead_in
-
-
-@pytest.mark.parametrize(("lead_in", "applies"), [(False, True), (True, False)])
-def test_a_lead_in_is_never_answered_at_the_heads_lower_threshold(lead_in: bool, applies: bool) -> None:
-    assert head_threshold_applies(lead_in) is applies
 
 
 async def test_a_lead_in_that_sounds_finished_to_the_head_waits_for_the_rest() -> None:
