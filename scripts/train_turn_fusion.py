@@ -127,9 +127,11 @@ def main() -> int:
     signals: list[DialogueSignals] = []
     for rate in RATES:
         for noise in TRAIN_NOISES:
-            signals += cached("fusion-train-signals", (recipe, rate, noise), lambda r=rate, n=noise: extract_all(
-                dialogues, r, n, args.offset_ms, args.workers,
-                lambda done, total, r=r, n=n: progress(f"signals {r} Hz / {n}", done, total)))
+            def record(r: int = rate, n: str = noise) -> list[DialogueSignals]:
+                return extract_all(dialogues, r, n, args.offset_ms, args.workers,
+                                   progress=lambda done, total: progress(f"signals {r} Hz / {n}", done, total))
+
+            signals += cached("fusion-train-signals", (recipe, rate, noise), record)
     x, y = examples(signals)
     print(f"{len(y)} examples ({int(y.sum())} finished, {int(len(y) - y.sum())} going on) from {len(signals)} turns")
     with_audio = fit_logistic(x, y)
