@@ -22,6 +22,9 @@ _SECRET_MAPPINGS = ("users", "headers", "env")
 _URL_KEYS = ("url", "base_url")
 _ARGS_KEYS = ("args",)
 _PLAIN_ARG = re.compile(r"[a-z][a-z0-9_.-]{0,15}")  # a subcommand ("stdio", "serve"), not a token
+# A flag named like one of these takes a credential: the argument after it is one, however plain it looks
+# (`--password hunter2`). Over-matching (`--keyboard us`) only masks an argument that was harmless.
+_SECRET_FLAG_WORDS = ("token", "key", "secret", "password", "passwd", "pwd", "auth", "credential", "bearer")
 _URL_IN_TEXT = re.compile(r"https?://[^\s\"'<>]+")
 
 
@@ -62,8 +65,28 @@ def mask_arg(arg: str) -> str:
     return MASK
 
 
+def is_secret_flag(arg: str) -> bool:
+    """A flag whose value is a credential, given alone (`--token`) so that the next argument is the value."""
+    return arg.startswith("-") and "=" not in arg and any(word in arg.lower() for word in _SECRET_FLAG_WORDS)
+
+
 def masked_args(args: list[str]) -> list[str]:
-    return [mask_arg(arg) for arg in args]
+    return [MASK if index and is_secret_flag(args[index - 1]) else mask_arg(arg) for index, arg in enumerate(args)]
+
+
+def arg_secrets(args: list[str]) -> list[str]:
+    """What the log must redact of a program's arguments: every argument the operator is not shown, and
+    the value alone too (`--api-key=VALUE`, a URL's token), since the program may print it without its flag."""
+    found: list[str] = []
+    for arg, shown in zip(args, masked_args(args), strict=True):
+        if shown == arg:
+            continue
+        found.append(arg)
+        if arg.startswith("-") and "=" in arg:
+            found.append(arg.partition("=")[2])
+        elif _URL_IN_TEXT.fullmatch(arg):
+            found.extend(url_secrets(arg))
+    return found
 
 
 def masked(config: Config) -> dict[str, Any]:
@@ -99,7 +122,7 @@ def secret_values(config: Config) -> list[str]:
                 elif key in _URL_KEYS and isinstance(item, str):
                     found.extend(url_secrets(item))
                 elif key in _ARGS_KEYS and isinstance(item, list):
-                    found.extend(str(arg) for arg in item if mask_arg(str(arg)) != str(arg))
+                    found.extend(arg_secrets([str(arg) for arg in item]))
                 else:
                     walk(item, key)
         elif isinstance(value, list):

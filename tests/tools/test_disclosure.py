@@ -26,6 +26,7 @@ pytestmark = pytest.mark.slow
 API_KEY = "disclosure-api-key-0123456789"
 URL_PASSWORD, URL_TOKEN = "u5er-pa55word", "qu3ry-t0ken-value"
 ARG_TOKEN, ARG_KEY = "argv-t0ken-123456789", "s3cret-flag"
+ARG_PASSWORD = "hunter2"  # a plain word, a secret only by the flag before it
 
 
 @pytest.fixture
@@ -73,7 +74,8 @@ def secret_config(tmp_path: Path) -> Path:
         f"[[mcp.servers]]\nname = 'remote'\nurl = 'http://svc:{URL_PASSWORD}@127.0.0.1:{port}/mcp?key={URL_TOKEN}'\n"
         f"tools = ['*']\nconnect_timeout_s = 3\n"
         f"[[mcp.servers]]\nname = 'local'\ncommand = '{sys.executable}'\n"
-        f"args = ['{SERVER}', 'stdio', '--token', '{ARG_TOKEN}', '--api-key={ARG_KEY}']\ntools = ['lookup_order']\n")
+        f"args = ['{SERVER}', 'stdio', '--token', '{ARG_TOKEN}', '--api-key={ARG_KEY}',\n"
+        f" '--password', '{ARG_PASSWORD}']\ntools = ['lookup_order']\n")
     return path
 
 
@@ -83,7 +85,7 @@ def test_config_check_and_doctor_mask_mcp_urls_and_arguments(tmp_path: Path) -> 
     assert checked.returncode == 0, checked.stderr
     doctor = run_cli("--config", str(config), "doctor", timeout=180)
     for output in (checked.stdout + checked.stderr, doctor.stdout + doctor.stderr):
-        for secret in (URL_PASSWORD, URL_TOKEN, ARG_TOKEN, ARG_KEY):
+        for secret in (URL_PASSWORD, URL_TOKEN, ARG_TOKEN, ARG_KEY, ARG_PASSWORD):
             assert secret not in output, (secret, output)
     assert "http://********@127.0.0.1:" in checked.stdout and "?key=********" in checked.stdout
     assert "'stdio', '--token', '********', '--api-key=********'" in checked.stdout.replace('"', "'")

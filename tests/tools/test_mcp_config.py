@@ -62,6 +62,22 @@ def test_headers_from_the_environment_and_every_header_and_env_value_masked(
     assert config.mcp.servers[1].allows("lookup") and not config.mcp.servers[1].allows("delete")
 
 
+def test_a_program_arguments_secret_is_redacted_alone_and_after_a_secret_named_flag(tmp_path: Path) -> None:
+    from voicegate.internal.telemetry.logs import REDACTED, Redactor
+
+    config = load_config(write(tmp_path, SERVER + "command = 'tool-server'\ntools = ['*']\n"
+                                         "args = ['stdio', '--api-key=flag-s3cret-42', '--password', 'hunter2',"
+                                         " '--auth', '-not-a-flag-s3cret', '--verbose']\n"))
+    text = render_toml(masked(config))
+    assert "'stdio', '--api-key=********', '--password', '********', '--auth', '********', '--verbose'" in \
+        text.replace('"', "'")
+    redact = Redactor(secret_values(config))
+    for secret in ("flag-s3cret-42", "hunter2", "-not-a-flag-s3cret"):
+        assert secret not in text
+        assert redact(f"tool-server: cannot log in with {secret}") == f"tool-server: cannot log in with {REDACTED}"
+    assert redact("tool-server: stdio --verbose") == "tool-server: stdio --verbose"
+
+
 def test_tool_names_the_model_sees_are_safe_and_schemas_are_objects() -> None:
     assert registered_name("orders", "look up/v2") == "orders__look_up_v2"
     assert len(registered_name("s", "x" * 100)) == 64
