@@ -23,7 +23,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def add_rag_commands(commands: Any) -> None:
-    rag = commands.add_parser("rag", help="ingest, list and delete the documents knowledge retrieval searches")
+    about = "manage the documents that knowledge retrieval (RAG) searches: ingest, list, delete"
+    rag = commands.add_parser("rag", help=about, description=about[0].upper() + about[1:] + ".")
     actions = rag.add_subparsers(dest="rag_command", metavar="ACTION", required=True)
     ingest = actions.add_parser("ingest", help="chunk, embed and store files (.txt, .md, .csv; .pdf with pypdf)")
     ingest.add_argument("files", nargs="+", metavar="FILE")

@@ -107,3 +107,14 @@ def test_ingest_and_list_against_supabase(tmp_path: Path, corpus: dict[str, Path
         listed = run_cli("rag", "list", env=env, timeout=TIMEOUT_S)
         assert "(4 source(s), 4 chunk(s))" in listed.stdout, listed.stderr
         assert "sb-key" not in first.stderr + second.stderr + listed.stderr
+
+
+def test_help_says_what_the_rag_command_manages() -> None:
+    about = "manage the documents that knowledge retrieval (RAG) searches: ingest, list, delete"
+    top = run_cli("--help", timeout=TIMEOUT_S)
+    assert top.returncode == 0, top.stderr
+    assert about in " ".join(top.stdout.split())
+    rag = run_cli("rag", "--help", timeout=TIMEOUT_S)
+    assert rag.returncode == 0, rag.stderr
+    assert "Manage the documents that knowledge retrieval (RAG) searches: ingest, list, delete." in \
+        " ".join(rag.stdout.split())
