@@ -180,6 +180,21 @@ def test_config_check_warns_about_keys_and_tools_opened_to_callers(tmp_path: Pat
     assert any("warm_transfer.relay_caller_keys is on" in line for line in warnings)
 
 
+def test_config_check_warns_that_opaque_mcp_caller_ids_differ_per_node_without_a_shared_secret(
+        tmp_path: Path) -> None:
+    server = "[[mcp.servers]]\nname = 'orders'\nurl = 'http://127.0.0.1:9/mcp'\ntools = ['*']\n"
+    result = run_cli("--config", str(write(tmp_path, server)), "config", "check")
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("voicegate: warning: ")]
+    (warning,) = [line for line in warnings if "owner_key_secret" in line]
+    assert "memory is off and memory.owner_key_secret is not set" in warning
+    assert "mcp server 'orders' with a different opaque id from each node" in warning
+    for quiet in ("[memory]\nowner_key_secret = 'shared-s3cret-0123'\n" + server,
+                  server.replace("tools = ['*']", "tools = ['*']\ncaller_id = 'raw'")):
+        result = run_cli("--config", str(write(tmp_path, quiet)), "config", "check")
+        assert result.returncode == 0 and "owner_key_secret is not set" not in result.stderr, result.stderr
+
+
 def test_config_check_on_a_broken_config_names_the_key_and_exits_one(tmp_path: Path) -> None:
     path = write(tmp_path, "[memory]\nmax_chars = -5\n")
     result = run_cli("config", "check", env={"VOICEGATE_CONFIG": str(path)})

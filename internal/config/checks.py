@@ -49,6 +49,14 @@ def security_warnings(config: Config) -> list[str]:
             found.append(f'mcp server {mcp_server.name!r} has require_identity = "none": anonymous callers are '
                          "offered its tools. Only for tools that hold nothing personal; its server must not answer "
                          "about one customer to another.")
+    opaque = [mcp_server.name for mcp_server in config.mcp.servers if mcp_server.caller_id == "opaque"]
+    if opaque and not config.memory.enabled and not config.memory.owner_key_secret:
+        # With memory on, the store records the secret's fingerprint and, once it holds callers, refuses a
+        # node whose secret differs (internal/memory/owner.py); with memory off nothing compares them.
+        found.append(f"memory is off and memory.owner_key_secret is not set: each node makes its own owner-key "
+                     f"secret (data_dir/owner-key.secret), so on a cluster the same caller reaches mcp server "
+                     f"{opaque[0]!r} with a different opaque id from each node. Set memory.owner_key_secret to "
+                     "the same value on every node (a single node needs nothing).")
     if config.sip.send_dtmf_inbound:
         found.append("sip.send_dtmf_inbound is on: the agent may press keys on calls a PBX handed it, and a caller "
                      "could have it key PBX feature codes (a transfer to any number). Keep DTMF feature codes off "
