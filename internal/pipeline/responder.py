@@ -103,7 +103,9 @@ class Responder:
     def absorbable(self) -> bool:
         """Could the caller's next words still join the turn just answered?"""
         reply = self._reply
-        return reply is not None and reply.absorbable(self._clock(), self.config.continuation_window_ms)
+        # Barge-in off: the caller's speech never stops an agent they can hear, so only a reply not yet heard.
+        window = self.config.continuation_window_ms if self.config.barge_in else 0
+        return reply is not None and reply.absorbable(self._clock(), window)
 
     # ---- running replies -------------------------------------------------------------------------
 

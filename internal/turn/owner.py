@@ -255,7 +255,8 @@ class TurnOwner:
             return  # a later final of this turn holds the same words and more
         text = transcript.text.strip()
         if not transcript.final:
-            if self.replies.active and self._over_agent and self._overlap(text, transcript).takes_turn:
+            if (self.settings.barge_in and self.replies.active and self._over_agent
+                    and self._overlap(text, transcript).takes_turn):
                 self._stop("meaningful words over the agent")
             return
         self._final_at = self._clock()
@@ -312,7 +313,7 @@ class TurnOwner:
                 self._add_final("")
                 self._settled_over_agent(overlap)
                 return
-        if self.replies.active:
+        if self.replies.active and self.settings.barge_in:
             self._stop("caller turn while the agent was speaking")
         self._add_final(text, transcript.confidence, self._over_agent, replace=transcript.whole_turn)
         self._prefetch()
@@ -480,7 +481,12 @@ class TurnOwner:
             self._timer.cancel()
             self._timer = None
 
-    def _release(self, decision: Decision) -> None:
+    def _release(self, decision: Decision, waited: bool = False) -> None:
+        if not self.settings.barge_in and self.replies.active and self.pending is not None:
+            # Barge-in off: what the caller said over the agent is their next turn, answered once the agent
+            # has finished (a release now would cancel its reply). Looked at again each frame.
+            self._timer = asyncio.get_running_loop().call_later(FRAME_MS / 1000.0, self._release, decision, True)
+            return
         pending, self.pending = self.pending, None
         self._cancel_timer()
         if pending is None:
@@ -491,7 +497,8 @@ class TurnOwner:
         if self._speech_ended_at:
             # From the caller's last sound (the VAD's offset before its decision) to the release.
             silence_ms = (now - self._speech_ended_at) * 1000.0 + self.settings.vad_offset_ms
-            self.replies.stage("end_of_turn", silence_ms)
+            if not waited:  # the agent's speech it waited out is no end-of-turn latency
+                self.replies.stage("end_of_turn", silence_ms)
         if self._intercept(pending.text, ""):
             self.released = None
             return

@@ -230,6 +230,31 @@ async def test_the_owner_counts_the_syllables_of_what_it_heard_over_the_agent(sa
     turn.close()
 
 
+@pytest.mark.parametrize(("barge_in", "calls_while_speaking"), [
+    (True, ["pause", "interrupt"]),  # the default: a long sound pauses the agent, the words stop it
+    (False, []),  # off: nothing the caller says touches the agent while it speaks
+])
+async def test_words_over_the_agent_stop_it_only_with_barge_in_and_are_answered_after_it_without(
+        barge_in: bool, calls_while_speaking: list[str]) -> None:
+    replies = Replies()
+    replies.active = replies.audible = True
+    settings = TurnSettings(100, 100, 20000, 0.5, barge_in, 700, 120, resume_after_false_interruption_s=2.0)
+    turn = TurnOwner(settings, replies, Line(), 8000)
+    turn.speech_started()
+    for _ in range(60):  # 1.2 s of voice over the agent
+        turn.audio(bytes(320), True)
+    turn.speech_ended(final_owed=True)
+    turn.transcript(Transcript("Wait, what about Tuesday?", final=True, evidence=SpeechEvidence(**CLEAR)))
+    await asyncio.sleep(0.3)  # past the hold: the turn is decided
+    assert replies.calls == calls_while_speaking
+    if not barge_in:
+        assert replies.texts == []  # not answered over the agent (a release would cancel its reply)
+        replies.active = replies.audible = False  # the agent finished its reply
+    await asyncio.wait_for(replies.event.wait(), 1.0)
+    assert replies.texts == ["Wait, what about Tuesday?"]
+    turn.close()
+
+
 async def test_a_paused_agent_resumes_when_no_words_come_in_time() -> None:
     turn, replies = over_agent(0.05, 40)
     assert replies.calls == ["pause"]

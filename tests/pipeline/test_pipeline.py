@@ -262,6 +262,29 @@ async def test_a_backchannel_ducks_but_does_not_interrupt(make_pipeline: Pipelin
     assert agent_texts(sink.events) == [model.reply]
 
 
+async def test_with_barge_in_off_words_over_the_agent_are_answered_after_it_finishes(
+        make_pipeline: PipelineFactory) -> None:
+    model = RecordingModel("Here is a reasonably long answer that takes a few seconds to say out loud to you.")
+    stt = ScriptedStt(["tell me something", "wait what about tuesday"], partials={1: "wait what"})
+    pipeline, sink = make_pipeline(stt=stt, model=model, barge_in=False, barge_in_confirm_ms=300)
+    async with LocalCall(pipeline) as call:
+        call.say(silence(200) + tone(400) + silence(100))
+        while not any(isinstance(e, StateEvent) and e.state == "speaking" for e in sink.events):
+            await call.ticks_later(1)
+        await call.ticks_later(40)  # heard for 0.8 s: inside continuation_window_ms, still not to be stopped
+        call.say(tone(1200, level_dbfs=-15))  # long enough to stop it, were barge-in on
+        await call.wait_caller_done()
+        for _ in range(500):  # the first reply plays to its end, then the second is asked for
+            if len(model.requests) == 2:
+                break
+            await call.ticks_later(1)
+        await call.wait_agent_quiet(600)
+    assert not [e for e in sink.events if isinstance(e, ResponseEvent) and e.interrupted]
+    assert agent_texts(sink.events) == [model.reply, model.reply]  # the first reply played to its end
+    assert [r.turn.text for r in model.requests] == ["tell me something", "wait what about tuesday"]
+    assert not model.requests[1].turn.interrupted_text
+
+
 async def test_meaningful_partial_words_interrupt_before_confirmation(make_pipeline: PipelineFactory) -> None:
     model = RecordingModel("Here is a reasonably long answer that takes a few seconds to say out loud to you.")
     stt = ScriptedStt(["tell me something", "wait what about tuesday"], partials={1: "wait what"},
