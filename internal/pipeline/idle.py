@@ -70,7 +70,7 @@ class IdleCaller:
             responder.aside(self._goodbye)
 
     def caller_active(self) -> None:
-        """The caller began to speak (the VAD's onset) or pressed a key."""
+        """The caller began to speak (the VAD's onset), pressed a key or typed a turn."""
         self.watch.caller_active()
 
     async def _goodbye(self) -> None:

@@ -314,6 +314,7 @@ class VoicePipeline:
         if not text or self._closed:
             return
         self.sink.emit(TranscriptEvent(role="user", text=text, final=True))
+        self.idle_caller.caller_active()  # a typed answer to "are you still there?" is an answer
         self.turn.typed(text)
 
     def push_dtmf(self, digit: str) -> None:

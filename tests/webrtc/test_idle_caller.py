@@ -34,3 +34,22 @@ async def test_a_silent_caller_is_prompted_then_the_session_is_ended(config: Con
         assert session is not None and session.ended and session.conversation.history == []
         await wait_until(lambda: client.pc.connectionState == "closed", what="the hang-up to reach the client")
         await client.close()
+
+
+async def test_a_caller_who_answers_the_prompt_by_typing_is_asked_again_not_hung_up(config: Config) -> None:
+    config.pipeline.idle_prompt_s = 1.0
+    config.pipeline.idle_hangup_s = 1.0
+    async with live_server(config, stt=ScriptedStt([])) as server, server.http() as http:
+        client = WhipClient()
+        assert (await client.dial(http)).status_code == 201
+        await client.wait_channel_open()
+        await client.wait_for(lambda e: e["type"] == "idle" and e["step"] == "prompt")
+        client.send({"type": "text", "text": "say hello world"})
+        await client.wait_said("Hello world.")
+        answered = len(client.events)
+        # Typing was an answer: the count starts over, so the next silence is asked about again.
+        following = await client.wait_for(lambda e: e["type"] == "idle" and client.events.index(e) >= answered)
+        assert following["step"] == "prompt", client.events
+        session = server.session_at(client.location)
+        assert session is not None and not session.ended
+        await client.close()
