@@ -24,10 +24,10 @@ printed). The penalty is chosen on real people: each penalty's head, and the hea
 tests/human_speech.py's DEV split (finished turns and turns paused at a comma, a list item or a group of a
 number; bench/turns/human.py) at 8 kHz G.711, clean and with white, street and babble noise at 15 dB
 (TUNING set), and the best by dev_score wins; each fit alone and each fit blended with the first head
-(scripts/phone_turn_weights_first.json, the mean of their logits) are candidates. If the shipped head wins,
-nothing is written. Otherwise it writes the candidate's weights with the recipe and its fit to --out (not
-the shipped file) and prints its SHA-256. The HELD-OUT human split is never heard here: a candidate is
-measured by the pipeline benchmark (bench/turns/turn_taking.py pipeline --lines human-heldout/...,
+(the shipped weights file, pinned by FIRST_HEAD_SHA256; the mean of their logits) are candidates. If the
+shipped head wins, nothing is written. Otherwise it writes the candidate's weights with the recipe and
+its fit to --out (not the shipped file) and prints its SHA-256. The HELD-OUT human split is never heard
+here: a candidate is measured by the pipeline benchmark (bench/turns/turn_taking.py pipeline --lines human-heldout/...,
 piper/..., espeak/... --barge) against the shipped head, and only replaces internal/turn/
 phone_turn_weights.json (with WEIGHTS_SHA256 pinned in internal/turn/phone_turn.py) when no caller-facing
 figure gets worse. docs/performance.md, "Real callers", has the last candidates' figures.
@@ -658,9 +658,10 @@ def human_dev_states(noise: str, models: dict[str, Any]) -> list[Recorded]:
     return result
 
 
-# The first head (issue 40: Piper and espeak-ng, clean and white noise only), kept as a training input: a
-# candidate is each new fit blended with it (the mean of their logits).
-FIRST_HEAD = Path(__file__).with_name("phone_turn_weights_first.json")
+# The first head (issue 40: Piper and espeak-ng, clean and white noise only): a candidate is each new fit
+# blended with it (the mean of their logits). It is the shipped file today; the day another head replaces
+# it, move this file aside first (this pin refuses any other).
+FIRST_HEAD = weights_path()
 FIRST_HEAD_SHA256 = "4f1bdf594dbb9b708a09190c41c1a8320686cb0e7147242525556c0c2b443b06"
 
 
