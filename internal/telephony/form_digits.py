@@ -1,11 +1,18 @@
 """Digits a caller entered in a digit form never leave for a tool server.
 
-`collect_digits` returns the entry to the model, which needs it (to read it back, or for a built-in or
-bring-your-own-agent tool that checks it). A tool from an MCP server is somebody else's program: a PIN or
-a card number must not reach it, whether the model means to send it or was talked into it. So every
-entry a form took is kept with the call (the session's slots, never logged or stored), and a call of an MCP
-tool whose arguments carry one, among whatever separators (spaces, dashes, dots), is refused before it
+`collect_digits` returns the entry to the model (masked for a sensitive form: digit_tool.py). A tool from
+an MCP server is somebody else's program: a PIN or a card number must not reach it, whether the model
+means to send it or was talked into it. So every entry a form took is kept with the call (the session's
+slots, never logged or stored), and a call of an MCP tool whose arguments carry one is refused before it
 is sent (internal/tools/mcp.py).
+
+A model that was talked into sending it need not write it as the caller keyed it, so the arguments are
+read as a person would read them out (`digits_in`): digit words are digits ("four one one one", "forty
+one eleven", "double five", and "to"/"for"/"won" read as digits too), separators and other words are
+dropped ("4111 1111", "41-11-11", "card: 4111"), and the digits of every argument string are joined, in
+the order written and in the reverse order, so an entry split across arguments is found too. The entry
+is looked for forwards and backwards in each of these. The price is an occasional refusal of arguments
+that hold the entry's digits by chance; the model is told why and can ask the caller another way.
 
 Entries shorter than MIN_GUARDED_DIGITS (a menu choice, "press 1") are not guarded: they are no secret,
 and one digit would match almost any argument.
@@ -14,14 +21,18 @@ and one digit would match almost any argument.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterator
 from typing import Any
 
 from voicegate.internal.conversation.slots import Slot, Slots
+from voicegate.internal.telephony.spoken_digits import spoken_digits
 
 FORM_DIGITS: Slot[list[str]] = Slot("digits.entered")  # the entries this call's digit forms took
 MIN_GUARDED_DIGITS = 3  # a card's security code
-_NOT_DIGIT = re.compile(r"\D+")
+_NOT_DIGIT = re.compile(r"[^0-9]+")
+# spoken_digits stops at a terminator ("hash", "pound", "#"): here one is only a separator.
+_TERMINATOR_WORDS = re.compile(r"#|\b(?:hash|pound|hashtag|octothorpe)\b", re.IGNORECASE)
 
 
 def remember_entry(slots: Slots, digits: str) -> None:
@@ -43,10 +54,27 @@ def _texts(value: Any) -> Iterator[str]:
         yield str(value)
 
 
+def digits_in(text: str, *, homophones: bool = False) -> str:
+    """The digits `text` holds, read out: numerals of any script (full-width too) and digit words, in
+    order, with everything else (separators, other words, "*") dropped."""
+    text = _TERMINATOR_WORDS.sub(" ", unicodedata.normalize("NFKC", text))
+    return _NOT_DIGIT.sub("", spoken_digits(text, homophones=homophones).digits)
+
+
+def _readings(texts: list[str]) -> Iterator[str]:
+    """Every digit run to look for an entry in: the arguments' digits joined in order and in reverse
+    order of the strings, with and without homophones as digits."""
+    for homophones in (False, True):
+        digits = [digits_in(text, homophones=homophones) for text in texts]
+        yield "".join(digits)
+        yield "".join(reversed(digits))
+
+
 def carries_entry(arguments: dict[str, Any], slots: Slots | None) -> bool:
-    """Do these tool arguments carry a digit form's entry of this call (`slots`: the call's)?"""
+    """Do these tool arguments carry a digit form's entry of this call (`slots`: the call's), forwards or
+    backwards, however written?"""
     entries = slots.get(FORM_DIGITS) if slots is not None else None
     if not entries:
         return False
-    digits = [_NOT_DIGIT.sub("", text) for text in _texts(arguments)]
-    return any(entry in text for entry in entries for text in digits)
+    readings = list(_readings(list(_texts(arguments))))
+    return any(entry in reading or entry[::-1] in reading for entry in entries for reading in readings)
