@@ -84,6 +84,10 @@ class OpenAIEmbedder:
             raise EmbeddingError(f"the embedding endpoint did not return {self.dims}-dimensional vectors")
         return vectors
 
+    async def aclose(self) -> None:
+        """Release the HTTP connection pool (its owner calls this once, at shutdown)."""
+        await self._client.close()
+
 
 def embedder_identity(embedder: Embedder) -> str:
     """Which model made a vector ("wordllama/l2_supercat", "openai/text-embedding-3-small"): vectors

@@ -378,4 +378,8 @@ class PgvectorProvider:
         return Health(True, "pgvector")
 
     async def close(self) -> None:
-        return None
+        """Release what this provider owns: its embedder (setup.build_provider makes one for it; an HTTP
+        embedder holds a connection pool). The database is the gateway's, shared, and closed by it."""
+        aclose = getattr(self._embedder, "aclose", None)
+        if aclose is not None:
+            await aclose()
