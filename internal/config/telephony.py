@@ -32,7 +32,7 @@ class DigitFormConfig(Section):
     input: InputMode | None = None
     max_attempts: int | None = Field(None, ge=1, le=10)
     retry_prompt: str | None = Field(None, max_length=500)
-    sensitive: bool | None = None  # a card number, a PIN: the call's recording pauses while it collects
+    sensitive: bool | None = None  # a card, a PIN: the recording pauses while it collects; the model gets it masked
 
     @model_validator(mode="after")
     def _bounds(self) -> DigitFormConfig:

@@ -3,10 +3,13 @@
 The model either names a form the deployer configured ([digits.forms]: "account", "pin", with their
 prompts and lengths) or describes one itself (a prompt and the digit counts). The tool speaks the prompt,
 runs the form (collection.py) and returns the digits, how they came and in how many attempts, or why it
-failed, so the model can say "thanks" or offer another way. Digits go to the model (it needs them, e.g.
-for a built-in lookup tool), never into events or logs, nor into the arguments of a tool from an MCP
-server (form_digits.py). With `digits.forms_only` the model may only name a configured form, never write
-a prompt of its own; a sensitive form (`sensitive`) pauses the call's recording while it collects.
+failed, so the model can say "thanks" or offer another way. Digits go to the model (it may need them to
+confirm them), never into events or logs, nor into the arguments of a tool from an MCP server
+(form_digits.py). A sensitive form (`sensitive`) pauses the call's recording while it collects, and its
+entry reaches the model masked (`result_for_model`): what the model knows it may read back, into the
+recording, the transcript and memory; a built-in tool that needs the digits reads them from the call
+(form_digits.form_entry). With `digits.forms_only` the model may only name a configured form, never
+write a prompt of its own.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from voicegate.internal.recording.service import RECORDING_KEY
 from voicegate.internal.session import Session
 from voicegate.internal.telephony.collection import collect_digits
 from voicegate.internal.telephony.digits import DigitSpec, DigitSpecError
-from voicegate.internal.telephony.form_digits import remember_entry
+from voicegate.internal.telephony.form_digits import masked, remember_entry
 from voicegate.internal.tools.registry import ToolContext, ToolError, ToolRegistry
 
 # The turn's timeout is extended by at least this much beyond the form's own worst case (prompts, waits).
@@ -70,6 +73,19 @@ def recording_paused(session: Session, paused: bool) -> contextlib.AbstractConte
     return recording.pause() if paused and isinstance(recording, ConsentedRecording) else contextlib.nullcontext()
 
 
+SENSITIVE_NOTE = ("The entry is sensitive, so you only see it masked; you never learn the digits. Do not ask the "
+                  "caller to say them again or read them out. Tools that need the entry get it from the call.")
+
+
+def result_for_model(digits: str, via: str, attempts: int, sensitive: bool) -> dict[str, Any]:
+    """What a completed form tells the model: the digits, or for a sensitive form only their mask (the
+    model reads back what it knows, and that is spoken, recorded, shown and remembered)."""
+    if not sensitive:
+        return {"ok": True, "digits": digits, "via": via, "attempts": attempts}
+    return {"ok": True, "digits": masked(digits), "masked": True, "length": len(digits), "via": via,
+            "attempts": attempts, "note": SENSITIVE_NOTE}
+
+
 def worst_case_s(spec: DigitSpec) -> float:
     """How long a form can take: every attempt's prompt, its first wait and its digits' gaps."""
     per_attempt = (PROMPT_SECONDS + spec.timeout_ms / 1000
@@ -110,11 +126,12 @@ def register_digits_tool(registry: ToolRegistry, config: DigitsConfig) -> None:
         except DigitSpecError as exc:
             raise ToolError(f"cannot collect digits: {exc}") from None
         context.extend_deadline(worst_case_s(spec))
-        with recording_paused(session, sensitive(config, form)):
+        private = sensitive(config, form)
+        with recording_paused(session, private):
             result = await collect_digits(pipeline, spec, context.speak, form=name)
         if result.ok:
-            remember_entry(session.slots, result.digits)  # never to a tool server (form_digits.py)
-            return json.dumps({"ok": True, "digits": result.digits, "via": result.via, "attempts": result.attempts})
+            remember_entry(session.slots, result.digits, name)  # never to a tool server (form_digits.py)
+            return json.dumps(result_for_model(result.digits, result.via, result.attempts, private), ensure_ascii=False)
         return json.dumps({"ok": False, "reason": result.status, "attempts": result.attempts,
                            "note": "The caller did not give a valid entry. Do not ask again right away; offer "
                                    "another way or ask if they want to try once more."})

@@ -1,6 +1,10 @@
-"""Digits a caller entered in a digit form never leave for a tool server.
+"""Digits a caller entered in a digit form: kept with the call, masked for the model, never sent to a tool server.
 
-`collect_digits` returns the entry to the model (masked for a sensitive form: digit_tool.py). A tool from
+`collect_digits` returns the entry to the model, which may need it (to confirm it, or for a tool that
+checks it). A sensitive form's entry (a card, a PIN) is the exception: whatever the model is told it may
+say aloud, and what it says is spoken, recorded, shown in the call's events and remembered. So the model
+gets it `masked` ("••••••••••••1111"), never the digits, and a tool in this process that needs them
+reads them from the call (`form_entry`). A tool from
 an MCP server is somebody else's program: a PIN or a card number must not reach it, whether the model
 means to send it or was talked into it. So every entry a form took is kept with the call (the session's
 slots, never logged or stored), and a call of an MCP tool whose arguments carry one is refused before it
@@ -29,17 +33,37 @@ from voicegate.internal.conversation.slots import Slot, Slots
 from voicegate.internal.telephony.spoken_digits import spoken_digits
 
 FORM_DIGITS: Slot[list[str]] = Slot("digits.entered")  # the entries this call's digit forms took
+# The latest entry of each form ("" for one the model described), for a tool in this process that needs
+# the value itself: the model of a sensitive form only ever sees it masked (`masked`).
+FORM_VALUES: Slot[dict[str, str]] = Slot("digits.values")
 MIN_GUARDED_DIGITS = 3  # a card's security code
+# A sensitive entry this long (a card, an account number) is shown by its last SHOWN_DIGITS ("ending
+# 1111"), as receipts do; a shorter one (a PIN, a security code, a date) would be given away by them.
+SHOWN_FROM_DIGITS = 10
+SHOWN_DIGITS = 4
+MASK = "\u2022"  # •
 _NOT_DIGIT = re.compile(r"[^0-9]+")
 # spoken_digits stops at a terminator ("hash", "pound", "#"): here one is only a separator.
 _TERMINATOR_WORDS = re.compile(r"#|\b(?:hash|pound|hashtag|octothorpe)\b", re.IGNORECASE)
 
 
-def remember_entry(slots: Slots, digits: str) -> None:
+def remember_entry(slots: Slots, digits: str, form: str = "") -> None:
+    slots.setdefault(FORM_VALUES, {})[form] = digits
     if len(digits) >= MIN_GUARDED_DIGITS:
         entries = slots.setdefault(FORM_DIGITS, [])
         if digits not in entries:
             entries.append(digits)
+
+
+def form_entry(slots: Slots, form: str = "") -> str | None:
+    """The digits the form named `form` last took on this call (for a built-in tool that checks them)."""
+    return slots.get(FORM_VALUES, {}).get(form)
+
+
+def masked(digits: str) -> str:
+    """A sensitive entry as the model may see it: "••••••••••••1111" for a card, "••••" for a PIN."""
+    shown = SHOWN_DIGITS if len(digits) >= SHOWN_FROM_DIGITS else 0
+    return MASK * (len(digits) - shown) + digits[len(digits) - shown:]
 
 
 def _texts(value: Any) -> Iterator[str]:

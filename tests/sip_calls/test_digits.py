@@ -217,7 +217,9 @@ async def test_keys_typed_into_a_form_are_masked_in_the_call_events_and_a_sensit
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             await press(sock, port, "55512#", 0x5EED, {"seq": 100, "ts": 8000})
         await agent_said(session, "Thank you.")
-        assert tool_result(session) == {"ok": True, "digits": "55512", "via": "keys", "attempts": 1}
+        result = tool_result(session)  # a sensitive form: the model gets the entry masked, never the digits
+        assert (result["ok"], result["digits"], result["masked"], result["via"]) == (True, "\u2022" * 5, True, "keys")
+        assert "55512" not in json.dumps([m.content for m in session.conversation.history])
         await asyncio.sleep(0.5)
         await server.hang_up(session)
         (await caller).check()
