@@ -6,22 +6,40 @@ allows it (at the opening for `announce` and `none`, at the caller's yes for `as
 deletes what was recorded: the caller said not to record *this call*. A sensitive digit form pauses it
 (`pause`: silence on both channels while the caller keys or says a card number or a PIN). Every change of consent is a
 `recording` event (internal/recording/events.py), which a SIP call's log and a browser's DataChannel carry.
+
+The agent's `stop_recording` tool stops it only when the caller's own recent words ask for that
+(`stop_requested`): every caller turn in words passes through `caller_said`, so the last few are kept
+here, and nothing else (the agent's text, a tool's result) ever is.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Callable, Iterator
+from typing import Literal
 
 from voicegate.internal.events import EventSink, NullSink
-from voicegate.internal.recording.consent import ConsentState, Decision
+from voicegate.internal.recording.consent import ConsentState, Decision, opts_out
 from voicegate.internal.recording.events import RecordingEvent
+from voicegate.internal.recording.objection import asks_to_stop_recording
 from voicegate.internal.recording.recorder import CallRecorder
 
 log = logging.getLogger(__name__)
 
 StartRecorder = Callable[[int, str], CallRecorder]  # (sample rate, consent) -> a recorder that has begun
+StopOutcome = Literal["stopped", "not_recording", "not_asked"]
+# The caller's turns in words that may carry the request the agent's `stop_recording` acts on: the turn
+# the model is answering and the one before it ("can you get rid of the recording?" "... yes, all of it").
+# Any further back and a model steered by someone else's text could act on an old, answered remark.
+REQUEST_TURNS = 2
+
+
+def caller_asked_to_stop(turns: list[str], consent: ConsentState) -> bool:
+    """Did the caller, in any of these turns of theirs, ask about stopping or deleting the recording (an
+    opt-out phrase, an objection, or looser words only the model can weigh: objection.py)?"""
+    return any(opts_out(text, consent.config) or asks_to_stop_recording(text) for text in turns)
 
 
 class ConsentedRecording:
@@ -35,6 +53,7 @@ class ConsentedRecording:
         self.recorder: CallRecorder | None = None
         self.discarded = False
         self._pauses = 0  # sensitive digit forms under way: both channels are written as silence
+        self._caller_turns: deque[str] = deque(maxlen=REQUEST_TURNS)  # the caller's latest words, theirs only
 
     def attach(self, sink: EventSink, sample_rate: int) -> ConsentedRecording:
         """A pipeline (the first, or one after a resume) takes over the call's audio and events."""
@@ -62,17 +81,25 @@ class ConsentedRecording:
         return self.consent.pending
 
     def caller_said(self, text: str) -> str | None:
+        self._caller_turns.append(text)
         return self._apply(self.consent.spoken(text, self._take_greeting()))
 
     def caller_pressed(self, digits: str) -> str | None:
         return self._apply(self.consent.keys(digits, self._take_greeting()))
 
-    def stop_requested(self) -> bool:
-        """The agent's `stop_recording` tool: stop and delete, as an opt-out does; False when the call was
-        not being recorded (nothing changed)."""
-        decision = self.consent.stop_requested()
-        self._apply(decision)
-        return decision.changed
+    def stop_requested(self) -> StopOutcome:
+        """The agent's `stop_recording` tool: stop and delete, as an opt-out does, when the caller's latest
+        turns ask for it. The model alone is not enough: text that is not the caller's (a tool result, a
+        retrieved page) can tell it to call the tool, and deleting a recording nobody asked to delete
+        destroys the call's evidence. Refused, the recording goes on and the refusal is logged."""
+        if not self.consent.recording:
+            return "not_recording"
+        if not caller_asked_to_stop(list(self._caller_turns), self.consent):
+            log.warning("stop_recording refused: the caller has not asked to stop the recording",
+                        extra={"session_id": self._session_id, "consent": self.consent.outcome})
+            return "not_asked"
+        self._apply(self.consent.stop_requested())
+        return "stopped"
 
     def heard(self, pcm: bytes) -> None:
         if self.recorder is not None and not self._pauses:  # paused: the recorder fills the tick with silence

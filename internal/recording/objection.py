@@ -10,6 +10,12 @@ taping...) with, in the same stretch of speech, one of:
   acceptance ("I don't mind being recorded", "no problem", "not a problem").
 A question about recording ("is this call recorded?") is neither. Where the rules err, they err on the
 side of stopping: an objection that is not one costs a recording, a missed one costs the caller's wish.
+
+`asks_to_stop_recording` is looser, and gates the agent's `stop_recording` tool rather than stopping
+anything itself: the model understands phrasings no rule catches ("could you get rid of the
+recording?"), but a model can also be talked into calling the tool by text that is not the caller's (a
+tool result, a retrieved document). So the tool acts only when the caller's own recent words mention
+recording together with any word a request to stop or delete it would carry, in any order.
 """
 
 from __future__ import annotations
@@ -33,6 +39,13 @@ ACCEPTANCES = (("don't", "mind"), ("do", "not", "mind"), ("dont", "mind"), ("no"
 # Words before a recording word that may carry the objection ("I do not consent to this call being recorded").
 BEFORE = 8
 AFTER = 4  # ... and after it ("turn the recording off", "recording, please stop it")
+
+
+# Words a request to stop, delete or opt out of a recording carries besides the recording word: the
+# objection rules' words, and a few more that only the model can weigh ("get rid of", "wipe", "opt out").
+REQUEST_WORDS = STOPPING_WORDS | OFF_VERBS | NEGATIONS | frozenset({
+    "off", "rid", "wipe", "wiped", "discard", "destroy", "scrap", "lose", "drop", "deleted", "erased", "removed",
+    "stopping", "ending", "opt", "opting", "none", "nothing", "rather", "prefer", "private", "uncomfortable"})
 
 
 def words(text: str) -> list[str]:
@@ -68,3 +81,16 @@ def objects_to_recording(text: str) -> bool:
             if index < at and word in NEGATIONS and (word != "do" or tokens[index + 1:index + 2] == ["not"]):
                 return True
     return False
+
+
+def asks_to_stop_recording(text: str) -> bool:
+    """Could these words be the caller asking to stop or delete the recording? A recording word and a
+    request word anywhere in the turn, an acceptance's words ("don't mind") not counting. A question
+    ("is this recorded?") or an acceptance is no such request, so the tool refuses; where a request
+    is missed, the refusal tells the model how the caller can stop it themselves."""
+    if objects_to_recording(text):
+        return True
+    tokens = words(text)
+    accepted = _accepted(tokens)
+    return (any(token in RECORDING_WORDS for token in tokens)
+            and any(token in REQUEST_WORDS for at, token in enumerate(tokens) if at not in accepted))

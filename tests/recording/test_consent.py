@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from voicegate.internal.config.recording import RecordingConfig
+from voicegate.internal.recording.call import ConsentedRecording
 from voicegate.internal.recording.consent import ConsentState, keyed_answer, opts_out, spoken_answer
+from voicegate.internal.recording.objection import asks_to_stop_recording
+from voicegate.internal.recording.recorder import CallRecorder
 
 
 @pytest.mark.parametrize(("text", "answer"), [
@@ -62,6 +65,37 @@ def test_objections_in_words_of_the_callers_own_stop_the_recording(text: str) ->
 @pytest.mark.parametrize("text", NOT_OBJECTIONS)
 def test_questions_and_acceptances_about_recording_are_not_objections(text: str) -> None:
     assert not opts_out(text, RecordingConfig())
+
+
+# Requests the objection rules leave to the model: enough for its `stop_recording` tool to act on.
+REQUESTS = ["Could you get rid of the recording of this call?", "Can the recording be wiped afterwards?",
+            "I would prefer you lose the recording.", "Please opt me out of the recording."]
+
+
+@pytest.mark.parametrize("text", REQUESTS + OBJECTIONS)
+def test_requests_about_stopping_the_recording_let_the_tool_act(text: str) -> None:
+    assert asks_to_stop_recording(text)
+
+
+@pytest.mark.parametrize("text", [*NOT_OBJECTIONS, "What are your opening hours?", "Please stop, that's wrong.",
+                                  "Don't do that."])
+def test_words_that_do_not_ask_about_stopping_the_recording_do_not_let_the_tool_act(text: str) -> None:
+    assert not asks_to_stop_recording(text)
+
+
+def test_the_tool_acts_on_the_callers_last_two_turns_only() -> None:
+    def no_recorder(rate: int, consent: str) -> CallRecorder:
+        raise AssertionError("never attached to a pipeline: no recorder starts")
+
+    recording = ConsentedRecording(ConsentState(RecordingConfig(consent="announce")), no_recorder, "s1")
+    assert recording.stop_requested() == "not_asked"  # nothing said yet
+    for text in ["Could you get rid of the recording?", "Thanks.", "What time is it?"]:
+        assert recording.caller_said(text) is None
+    assert recording.stop_requested() == "not_asked" and recording.consent.recording  # asked three turns ago
+    recording.caller_said("Yes, get rid of the recording.")
+    recording.caller_said("All of it.")
+    assert recording.stop_requested() == "stopped" and recording.consent.outcome == "opted_out"
+    assert recording.stop_requested() == "not_recording"
 
 
 def test_after_a_yes_an_objection_still_stops_it() -> None:
