@@ -178,9 +178,14 @@ class Gateway:
             self.recording_retention = start_retention(config)
             self._stack.push_async_callback(self.recording_retention.stop)
         if self.mcp is not None and any(server.caller_id == "opaque" for server in config.mcp.servers):
-            from voicegate.server.call_recording import owner_key_function
+            from voicegate.internal.memory.owner import keep, read_secret
+            from voicegate.internal.tools.mcp_caller import CallerIds
 
-            self.mcp.owner_key = owner_key_function(config, self.memory)  # each caller's opaque id for tools
+            # Each caller's opaque id for tools, from the owner-key secret (made and kept like memory makes
+            # it, when memory and recording are off): never from the owner key, which exports hold.
+            secret = read_secret(config.memory.owner_key_secret, config.data_dir)
+            keep(secret)
+            self.mcp.caller_ids = CallerIds(secret.value)
         self.sessions.add_end_hook(self._session_ended)
         if self.call_feed is not None:
             self.sessions.add_end_hook(self.call_feed.ended)

@@ -16,6 +16,7 @@ question, or "dispatched" when the ledger no longer knows it (internal/memory/ta
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
 from voicegate.internal.conversation.actions import call_actions
@@ -133,7 +134,8 @@ def register_memory_tools(registry: ToolRegistry, runtime: FrontendMemoryRuntime
             # Status is read from the task ledger now, never the digest's copy (seed 004).
             calls = [{"date": time.strftime("%Y-%m-%d", time.localtime(d.created_at)), "topics": d.topics,
                       "gist": d.gist, "actions": await live_actions(runtime, owner, call_actions(d.actions),
-                                                                    registry.task_status, _epoch(context, sessions))}
+                                                                    partial(registry.task_status, context=context),
+                                                                    _epoch(context, sessions))}
                      for d in items]
         except MemoryRuntimeError as exc:
             raise ToolError(exc.message) from None

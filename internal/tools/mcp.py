@@ -43,7 +43,7 @@ from voicegate.internal.telephony.form_digits import carries_entry
 from voicegate.internal.tools.mcp_caller import (
     CALLER_HEADERS,
     CALLER_META,
-    OwnerKeyOf,
+    CallerIds,
     admits,
     caller_headers,
     caller_meta,
@@ -273,11 +273,11 @@ def describe_failure(exc: BaseException) -> str:
 class McpToolset:
     """Every configured MCP server, and their allowed tools in the registry."""
 
-    def __init__(self, config: McpConfig, registry: ToolRegistry, owner_key: OwnerKeyOf | None = None) -> None:
+    def __init__(self, config: McpConfig, registry: ToolRegistry, caller_ids: CallerIds | None = None) -> None:
         self.config = config
         self.registry = registry
-        # How a caller's opaque id is made (their memory owner key: mcp_caller.py); set by the gateway.
-        self.owner_key = owner_key
+        # How a caller's opaque id is made (from the owner-key secret: mcp_caller.py); set by the gateway.
+        self.caller_ids = caller_ids
         self.connections = [McpConnection(server, self) for server in config.servers]
 
     async def start(self) -> None:
@@ -317,7 +317,7 @@ class McpToolset:
             if carries_entry(arguments, slots_of(context.extras.get("session"))):
                 raise ToolError("digits the caller entered in a digit form (collect_digits) are never sent to tools "
                                 "from other servers; they may be a PIN or a card number. Do not retry with them.")
-            caller = caller_meta(server, getattr(context.extras.get("session"), "identity", None), self.owner_key)
+            caller = self._caller(server, context)
             if task_tool:  # the server keys its work on the ledger's task id, so it can answer for it later
                 arguments = {**arguments, TASK_ARGUMENT: str(context.extras.get("task_id", ""))}
             try:
@@ -334,9 +334,12 @@ class McpToolset:
 
         status_tool = server.task_tools.get(tool.name, "")
 
-        async def status(task_id: str) -> str | None:
-            """The work's status as the server's status tool says it: one word of the ledger's, else no news."""
-            result = await connection.call(status_tool, {"task_id": task_id})
+        async def status(task_id: str, context: ToolContext) -> str | None:
+            """The work's status as the server's status tool says it: one word of the ledger's, else no news.
+            Asked on behalf of the caller whose recall it is (the caller the work was started for: the
+            ledger is theirs), told to the server like the call that started it, so a server that
+            authorises every call on who is asking answers this one too."""
+            result = await connection.call(status_tool, {"task_id": task_id}, self._caller(server, context))
             word = result_text(result).strip().strip(".").lower()
             return word if not result.is_error and word in TASK_STATUSES else None
 
@@ -344,8 +347,12 @@ class McpToolset:
                                without_task_argument(tool.parameters) if task_tool else tool.parameters, run,
                                available=available, side_effects=not tool.read_only or task_tool,
                                source=f"mcp:{server.name}", untrusted=True, starts_work=task_tool,
-                               status=status if task_tool and status_tool else None,
+                               caller_status=status if task_tool and status_tool else None,
                                slow=tool.name in server.slow_tools)
+
+    def _caller(self, server: McpServerConfig, context: ToolContext) -> dict[str, Any]:
+        """What `server` is told of the caller of the call `context` runs in (mcp_caller.py)."""
+        return caller_meta(server, getattr(context.extras.get("session"), "identity", None), self.caller_ids)
 
     def describe(self) -> dict[str, Any]:
         """For /health and GET /api/agent: each server's state and the tools it offers (names only)."""

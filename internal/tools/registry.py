@@ -13,7 +13,9 @@ its arguments or result), unless the tool keeps its own record (`ledger=False`).
 work elsewhere (`starts_work=True`: a ticket, a delivery) is recorded as "started" under a task id it
 gets in `context.extras["task_id"]`, with the call's `context.extras["tasks"]` (internal/memory/tasks.py
 CallTasks, when the caller has memory) to report how the work goes, during the call or after it; its
-optional `status(task_id)` is asked when the caller's `recall` finds the task still open.
+optional `status(task_id)` is asked when the caller's `recall` finds the task still open (or
+`caller_status(task_id, context)`, told the context of the recall, for work the tool's back end answers
+about to its caller only).
 
 Every run is timed and counted by tool, source (`builtin`, or `mcp:<server>` for a tool from an MCP
 server: internal/tools/mcp.py) and outcome (`ok`, `error`, `timeout`, `cancelled`), and is a `tool` span under the
@@ -83,6 +85,12 @@ class ToolTimeout(ToolError):
 ToolMetrics = Callable[[str, str, str, float], None]
 
 
+# The status of the work a tool started, by its task id (None: no news).
+StatusFunction = Callable[[str], Awaitable[str | None]]
+# The same, told the context of the run that asks (the caller's `recall`): for a back end that answers each
+# caller about their own work only, and so must be told who asks (an MCP server: internal/tools/mcp.py).
+CallerStatusFunction = Callable[[str, ToolContext], Awaitable[str | None]]
+
 Availability = Callable[[ToolContext], bool]
 # Told of every tool call run: the call, its context, and its error ("" when it worked).
 ToolObserver = Callable[[ToolCall, ToolContext, str], None]
@@ -100,8 +108,17 @@ class _Tool:
     source: str = "builtin"
     untrusted: bool = False
     starts_work: bool = False
-    status: Callable[[str], Awaitable[str | None]] | None = None
+    status: CallerStatusFunction | None = None
     slow: bool = False
+
+
+def _ignoring_context(status: StatusFunction | None) -> CallerStatusFunction | None:
+    if status is None:
+        return None
+
+    async def asked(task_id: str, context: ToolContext) -> str | None:
+        return await status(task_id)
+    return asked
 
 
 class ToolRegistry:
@@ -114,30 +131,40 @@ class ToolRegistry:
     def register(self, name: str, description: str, parameters: dict[str, Any], handler: ToolHandler,
                  available: Availability | None = None, side_effects: SideEffects = True,
                  ledger: bool = True, *, source: str = "builtin", untrusted: bool = False,
-                 starts_work: bool = False, status: Callable[[str], Awaitable[str | None]] | None = None,
-                 slow: bool = False) -> None:
+                 starts_work: bool = False, status: StatusFunction | None = None,
+                 caller_status: CallerStatusFunction | None = None, slow: bool = False) -> None:
         """Add a tool; `available(context)` decides per call whether the model is offered it at all.
         `ledger=False`: its runs are not the call's actions to recall (memory writes are audited, a
         transfer records its own outcome, ending the call does nothing for the caller). `source` names
         where it comes from in metrics and traces; `untrusted`: its results are data from outside.
         `starts_work`: a run starts work that goes on elsewhere (its status moves in the caller's task
         ledger); `status(task_id)`: that work's status now ("running", "succeeded", "failed",
-        "cancelled"; None: no news), asked when `recall` finds the task open. `slow`: a run usually takes
+        "cancelled"; None: no news), asked when `recall` finds the task open; `caller_status(task_id,
+        context)` instead: told the recall's context too (who is asking). `slow`: a run usually takes
         seconds, so the caller hears the thinking cue as soon as the model calls it (internal/pipeline/thinking.py)."""
         if name in self._tools:
             raise ValueError(f"a tool named {name!r} is already registered")
+        if status is not None and caller_status is not None:
+            raise ValueError(f"tool {name!r}: give status or caller_status, not both")
         self._tools[name] = _Tool(ToolSpec(name, description, parameters), handler, available, side_effects, ledger,
-                                  source, untrusted, starts_work, status, slow)
+                                  source, untrusted, starts_work, caller_status or _ignoring_context(status), slow)
 
     def is_slow(self, call: ToolCall) -> bool:
         """Was this tool registered as one that takes seconds?"""
         tool = self._tools.get(call.name)
         return tool is not None and tool.slow
 
-    def task_status(self, name: str) -> Callable[[str], Awaitable[str | None]] | None:
-        """The status function of a tool that starts work (None: it has none, or no such tool)."""
+    def task_status(self, name: str, context: ToolContext) -> StatusFunction | None:
+        """The status function of a tool that starts work, asked from the run of `context` (the caller's
+        recall); None: it has none, or no such tool."""
         tool = self._tools.get(name)
-        return tool.status if tool is not None and tool.starts_work else None
+        status = tool.status if tool is not None and tool.starts_work else None
+        if status is None:
+            return None
+
+        async def asked(task_id: str) -> str | None:
+            return await status(task_id, context)
+        return asked
 
     def sources(self) -> dict[str, str]:
         """Every registered tool's name and source, in registration order."""

@@ -4,7 +4,8 @@
     python tests/tools/mcp_server.py http PORT        # streamable HTTP at http://127.0.0.1:PORT/mcp
 
 Every call's arguments are appended as a JSON line to $MCP_TEST_CALLS (when set), so a test can see what
-reached the server; `lookup_order` also notes who voicegate said was asking to $MCP_TEST_CALLERS.
+reached the server; `lookup_order` and the ticket tools also note who voicegate said was asking to
+$MCP_TEST_CALLERS (and with $MCP_TEST_REQUIRE_CALLER set, the ticket tools refuse a call without a caller id).
 The tools: an order lookup whose answer tries to break out of its fence and is too
 long to pass whole, a lookup that never answers in time, one that answers in 3 s, a failing tool, one that
 kills the server, a ticket tool that starts work and its status tool, and a dangerous tool that no
@@ -82,21 +83,37 @@ def crash_server() -> str:
     os._exit(1)
 
 
-OPENED: set[str] = set()  # tickets opened by this process, by voicegate's task id
+OPENED: dict[str, str] = {}  # tickets opened by this process: voicegate's task id -> the opener's caller id
+
+
+def caller_id(ctx: Context) -> str:
+    """The caller id voicegate sent; with $MCP_TEST_REQUIRE_CALLER set, a call without one is refused (a
+    server that authorises every call on who is asking)."""
+    caller = dict(ctx.request_context.meta or {}).get("voicegate/caller")
+    found = str(caller.get("id", "")) if isinstance(caller, dict) else ""
+    if not found and os.environ.get("MCP_TEST_REQUIRE_CALLER"):
+        raise PermissionError("who is asking? this server answers identified callers only")
+    return found
 
 
 @server.tool()
-def open_ticket(subject: str, voicegate_task_id: str = "") -> str:
+def open_ticket(subject: str, ctx: Context, voicegate_task_id: str = "") -> str:
     """Open a support ticket; the work goes on after the call (a task tool: voicegate's task id comes along)."""
     note("open_ticket", {"subject": subject, "voicegate_task_id": voicegate_task_id})
-    OPENED.add(voicegate_task_id)
+    note_caller(ctx)
+    OPENED[voicegate_task_id] = caller_id(ctx)
     return "Ticket T-1001 opened."
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
-def ticket_status(task_id: str) -> str:
-    """The status of the ticket opened under voicegate's task id."""
+def ticket_status(task_id: str, ctx: Context) -> str:
+    """The status of the ticket opened under voicegate's task id (for its opener only, when callers are
+    required)."""
     note("ticket_status", {"task_id": task_id})
+    note_caller(ctx)
+    asking = caller_id(ctx)
+    if os.environ.get("MCP_TEST_REQUIRE_CALLER") and OPENED.get(task_id) != asking:
+        raise PermissionError("that ticket is not yours")
     return "succeeded" if task_id in OPENED else "no such ticket"
 
 
