@@ -8,21 +8,20 @@ to every render (`noise_scale`, `noise_w`), so two renders of one text differ sl
 the first and says it again, the way a recorded prompt would be.
 
 Only texts marked fixed are kept: a reply is said once, and a cache of replies would hold callers' words.
+
+On disk (internal/tts/phrase_files.py) each render carries a SHA-256 check and the files together stay
+within the same byte bound as memory, least recently used out first.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
-import logging
-import os
-import tempfile
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
-log = logging.getLogger(__name__)
+from voicegate.internal.tts.phrase_files import PhraseFiles
 
 OUTPUT_CHUNK = 3200  # bytes yielded at a time from a cached phrase (100 ms at 16 kHz, 200 ms at 8 kHz)
 
@@ -35,13 +34,16 @@ def phrase_text(text: str) -> str:
 class FixedPhrases:
     """Renders of fixed phrases, least recently used first out past `max_bytes`.
 
-    `directory`, when given, keeps each render as `<key>.pcm` too, so a restarted node does not render
-    its greeting again; a file that cannot be read or written is skipped, never an error for the call.
+    `directory`, when given, keeps each render as `<key>.phrase` too, so a restarted node does not render
+    its greeting again. The files are bounded by `max_bytes` as well (pruned to it at once: 0 keeps none),
+    and one that fails its check is deleted and rendered again; a file that cannot be read or written is
+    skipped, never an error for the call.
     """
 
     def __init__(self, max_bytes: int, directory: Path | None = None) -> None:
         self.max_bytes = max_bytes
         self.directory = directory
+        self.files = PhraseFiles(directory, max_bytes) if directory is not None else None
         self._marked: set[str] = set()
         self._renders: OrderedDict[str, bytes] = OrderedDict()
         self._bytes = 0
@@ -62,16 +64,20 @@ class FixedPhrases:
 
     @staticmethod
     def key(voice_identity: str, sample_rate: int, text: str) -> str:
+        """The render's name. It ends with the rate, which its file on disk must be at (phrase_files)."""
         parts = (voice_identity, str(sample_rate), phrase_text(text))
-        return hashlib.sha256("\x00".join(parts).encode("utf-8")).hexdigest()
+        digest = hashlib.sha256("\x00".join(parts).encode("utf-8")).hexdigest()
+        return f"{digest}-{sample_rate}"
 
     def get(self, key: str) -> bytes | None:
         pcm = self._renders.get(key)
         if pcm is not None:
             self._renders.move_to_end(key)
+            if self.files is not None:
+                self.files.touch(key)  # in use here: not the file another node sharing the directory prunes
             self.hits += 1
             return pcm
-        pcm = self._read(key)
+        pcm = self.files.read(key) if self.files is not None else None
         if pcm is not None:
             self._keep(key, pcm)
             self.hits += 1
@@ -83,7 +89,8 @@ class FixedPhrases:
         if not pcm or len(pcm) > self.max_bytes:
             return
         self._keep(key, pcm)
-        self._write(key, pcm)
+        if self.files is not None:
+            self.files.write(key, pcm)
 
     async def said(self, key: str, render: Callable[[], Awaitable[bytes]]) -> bytes:
         """The phrase kept under `key`, else what `render()` makes, then kept. Callers asking for one key at
@@ -126,29 +133,6 @@ class FixedPhrases:
         while self._bytes > self.max_bytes and self._renders:
             _, dropped = self._renders.popitem(last=False)
             self._bytes -= len(dropped)
-
-    def _read(self, key: str) -> bytes | None:
-        if self.directory is None:
-            return None
-        try:
-            return (self.directory / f"{key}.pcm").read_bytes() or None
-        except OSError:
-            return None
-
-    def _write(self, key: str, pcm: bytes) -> None:
-        if self.directory is None:
-            return
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            # Written whole, then renamed: a reader never sees half a phrase.
-            handle, temporary = tempfile.mkstemp(dir=self.directory, suffix=".part")
-            with os.fdopen(handle, "wb") as file:
-                file.write(pcm)
-            os.replace(temporary, self.directory / f"{key}.pcm")
-        except OSError as exc:
-            log.warning("phrase cache: cannot keep a render in %s: %s", self.directory, exc.strerror or exc)
-            with contextlib.suppress(OSError, UnboundLocalError):
-                os.unlink(temporary)
 
 
 def mark_fixed(tts: object, *texts: str) -> bool:

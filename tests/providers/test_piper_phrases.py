@@ -13,6 +13,7 @@ import pytest
 import pytest_asyncio
 
 from voicegate.internal.config.providers import PiperConfig
+from voicegate.internal.tts.phrase_files import HEADER, unpack
 from voicegate.internal.tts.phrases import FixedPhrases
 from voicegate.internal.tts.piper import PiperTextToSpeech, resolve_voice
 from voicegate.internal.tts.piper_voice import voice_config_path
@@ -145,7 +146,7 @@ async def test_phrases_kept_on_disk_survive_a_restart_and_prepare_renders_each_o
         kept = await say(tts, "One moment.", 16000)
     finally:
         await tts.aclose()
-    assert len(list((tmp_path / "phrase-cache").glob("*.pcm"))) == 4
+    assert len(list((tmp_path / "phrase-cache").glob("*.phrase"))) == 4
     restarted = FixedPhrases(1 << 20, tmp_path / "phrase-cache")
     restarted.mark("One moment.")
     tts = engine(voice, restarted)
@@ -154,6 +155,72 @@ async def test_phrases_kept_on_disk_survive_a_restart_and_prepare_renders_each_o
         assert tts.queue.taken == 0
     finally:
         await tts.aclose()
+
+
+@pytest.mark.parametrize("damage", ["tampered", "truncated"])
+async def test_a_damaged_file_on_disk_is_never_said_but_rendered_again(voices: Path, tmp_path: Path,
+                                                                       damage: str) -> None:
+    voice = quiet_voice(voices / f"e-{damage}")
+    first = FixedPhrases(1 << 20, tmp_path)
+    first.mark(GREETING)
+    tts = engine(voice, first)
+    try:
+        kept = await say(tts, GREETING)
+    finally:
+        await tts.aclose()
+    [path] = tmp_path.glob("*.phrase")
+    data = path.read_bytes()
+    # Tampered: the audio replaced by as much silence. Truncated: the second half lost, as in a disk full.
+    path.write_bytes(data[: len(data) - len(kept)] + bytes(len(kept)) if damage == "tampered"
+                     else data[: len(data) // 2])
+    restarted = FixedPhrases(1 << 20, tmp_path)
+    restarted.mark(GREETING)
+    tts = engine(voice, restarted)
+    try:
+        said = await say(tts, GREETING)
+        assert tts.queue.taken == 1  # rendered again, not read from the damaged file
+    finally:
+        await tts.aclose()
+    assert said == kept
+    again = FixedPhrases(1 << 20, tmp_path)  # and the file written anew passes its check
+    assert again.get(next(iter(tmp_path.glob("*.phrase"))).stem) == kept
+
+
+async def node(directory: Path, voice: Path, max_bytes: int, out: Path, *texts: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.providers.phrase_cache_node", str(directory), str(voice), str(max_bytes),
+        str(out), *texts, cwd=Path(__file__).resolve().parents[2])
+
+
+def node_said(out: Path) -> tuple[int, list[bytes]]:
+    taken, *said = out.read_text().splitlines()
+    return int(taken), [bytes.fromhex(line) for line in said]
+
+
+async def test_processes_sharing_the_directory_read_what_each_other_wrote_within_one_bound(
+        voices: Path, tmp_path: Path) -> None:
+    voice = quiet_voice(voices / "f")
+    shared = tmp_path / "phrase-cache"
+    texts = [GREETING, "One moment.", "Thanks for calling."]
+    # Two nodes at once, each saying all three: they write the same files and prune one directory.
+    nodes = [await node(shared, voice, 1 << 20, tmp_path / f"out-{n}", *texts) for n in range(2)]
+    assert [await asyncio.wait_for(process.wait(), 240) for process in nodes] == [0, 0]
+    said = [node_said(tmp_path / f"out-{n}")[1] for n in range(2)]
+    assert said[0] == said[1] and all(len(pcm) > 4000 for pcm in said[0])
+    # A third, started after them, renders nothing: everything it says comes from their files.
+    third = await node(shared, voice, 1 << 20, tmp_path / "out-third", *texts)
+    assert await asyncio.wait_for(third.wait(), 240) == 0
+    assert node_said(tmp_path / "out-third") == (0, said[0])
+    # One with room for the greeting alone: as it opens it prunes the directory to that bound, the
+    # greeting going first (the third node used it longest ago) and the last phrase used staying; the
+    # greeting, rendered again, then fits only once the others have gone.
+    bound = HEADER.size + len(said[0][0])
+    small = await node(shared, voice, bound, tmp_path / "out-small", "Thanks for calling.", GREETING)
+    assert await asyncio.wait_for(small.wait(), 240) == 0
+    assert node_said(tmp_path / "out-small") == (1, [said[0][2], said[0][0]])  # from the file, then a render
+    files = {path.name: path.read_bytes() for path in shared.iterdir()}
+    assert sum(len(data) for data in files.values()) <= bound
+    assert [unpack(Path(name).stem, data) for name, data in files.items()] == [said[0][0]]
 
 
 async def test_onnxruntime_threads_per_worker_come_from_the_config() -> None:
