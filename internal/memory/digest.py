@@ -35,11 +35,24 @@ def bounded_line(text: str) -> str:
     return text
 
 
+# A speaker's label at the start of a line or sentence ("Agent: Hello", "... plan. Caller: I'm"): text
+# with one is the call's script, not a summary of it.
+_SPEAKER_LABEL = re.compile(r"(?:^|[\s.;,\"\u201c(])(?:caller|agent|assistant|user|customer)\s*:", re.IGNORECASE)
+
+
+def usable_summary(text: str) -> bool:
+    """Whether a model's text can be a call's digest line. A model that echoes the script back ("The
+    caller said: Agent: Hello, ... Caller: ...") wrote no summary, and filing it would put the agent's
+    words in the caller's mouth: the caller's own quoted lines stand in for it."""
+    return bool(text.strip()) and not _SPEAKER_LABEL.search(text)
+
+
 def call_summary(entries: list[TranscriptEntry], rolling_summary: str) -> str:
-    """What one call was about: the rolling summary when the call had one, else the caller's own words,
-    quoted (a model's summary, when one is configured, replaces this at hang-up)."""
+    """What one call was about: the rolling summary when the call had one (and it is a summary, not the
+    script echoed), else the caller's own words, quoted and labelled "the caller said", never the
+    agent's (a model's summary, when one is configured, replaces this at hang-up)."""
     text = rolling_summary.strip()
-    if text:
+    if usable_summary(text):
         return bounded_line(text)
     lines = extractive_summary(entries, max_chars=CALL_LINE_CHARS * 2)
     said = [line for line in re.sub(r"^- Caller said: ", "", lines, flags=re.MULTILINE).splitlines() if line.strip()]
@@ -187,21 +200,44 @@ def fact_lines(content: str, fmt: DocumentFormat = "markdown") -> list[str]:
     return [line.strip() for line in split_document(content, fmt)[0].splitlines() if line.strip()]
 
 
+def stated_lines(content: str, fmt: DocumentFormat = "markdown") -> list[str]:
+    """Every line of a `memory` document that states something about the caller: its facts and its
+    call lines. A call must honour the removal of either (an operator removing the "Recent calls" line
+    that mentions the caller's plan means the plan, as much as removing a fact does)."""
+    return fact_lines(content, fmt) + split_document(content, fmt)[1]
+
+
+_CALL_DATE = re.compile(r"^-\s*\d{4}-\d{2}-\d{2}:\s*")
+
+
+def statement_words(line: str) -> set[str]:
+    """fact_words of a fact or a call line; a call line's date is when, not what it is about."""
+    return fact_words(_CALL_DATE.sub("", line))
+
+
 def no_longer_stated(seen: Iterable[str], current: str, fmt: DocumentFormat = "markdown") -> set[str]:
-    """What a call must not restate at hang-up although nobody told it: the distinctive words of the fact
-    lines it saw (`seen`) that the `memory` document no longer holds, less the words its facts still
-    state. However a fact went (the API, the page, the CLI, another call, another node, before or after
-    the hang-up), the call's digest line, session digest and reconciliation leave it out."""
-    now = fact_lines(current, fmt)
-    gone = set(seen) - set(now)
+    """What a call must not restate at hang-up although nobody told it: the distinctive words of the
+    lines it saw (`seen`: facts and call lines) that the `memory` document no longer holds, less the
+    words its facts still state. However a line went (the API, the page, the CLI, another call, another
+    node, before or after the hang-up), the call's digest line, session digest and reconciliation leave
+    it out. A call line that aged out of the bounded digest section reads as removed too (forgetting
+    more, never less); the digest step stops counting the ones its own line pushed out
+    (`still_seen`)."""
+    gone = set(seen) - set(stated_lines(current, fmt))
     if not gone:
         return set()
     removed: set[str] = set()
     for line in gone:
-        removed |= fact_words(line)
-    for line in now:
+        removed |= statement_words(line)
+    for line in fact_lines(current, fmt):
         removed -= fact_words(line)
     return removed
+
+
+def still_seen(seen: Iterable[str], current: str, fmt: DocumentFormat = "markdown") -> list[str]:
+    """The lines of `seen` the document `current` still states, in order."""
+    now = set(stated_lines(current, fmt))
+    return [line for line in seen if line in now]
 
 
 def without_mentions(text: str, words: Collection[str]) -> str:

@@ -26,6 +26,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable, Collection
+from dataclasses import replace
 from typing import Any
 
 from voicegate.internal.conversation.actions import ACTIONS, CALL_TASKS, ON_CHANGE, call_actions, objective
@@ -36,9 +37,11 @@ from voicegate.internal.memory.call_access import CallMemoryAccess
 from voicegate.internal.memory.digest import (
     bounded_line,
     call_summary,
-    fact_lines,
     merge_digest,
     scrub_summary,
+    stated_lines,
+    still_seen,
+    usable_summary,
     without_mentions,
 )
 from voicegate.internal.memory.events import MemoryChangedEvent
@@ -75,7 +78,7 @@ EPOCH: Slot[int] = Slot("memory.epoch")  # the owner's erasure epoch when the ca
 DIRTY: Slot[bool] = Slot("memory.dirty")  # memory changed since the call's snapshot: refresh between turns
 UNSUBSCRIBE: Slot[Callable[[], None]] = Slot("memory.unsubscribe")
 FORGOTTEN: Slot[set[str]] = Slot("memory.forgotten")  # words of facts the caller had removed during this call
-SEEN: Slot[list[str]] = Slot("memory.seen")  # the fact lines of `memory` this call saw, however they changed
+SEEN: Slot[list[str]] = Slot("memory.seen")  # the lines of `memory` (facts, call lines) this call saw
 SEEN_BUDGET = 4  # ... at most this many times memory.max_chars of them (a call that saw many edits)
 LEDGER: Slot[LedgerWriter] = Slot("memory.ledger")  # its actions' status, live, in the caller's task ledger
 LEDGER_SETTLE_S = 5.0  # how long a hang-up waits for the call's last ledger writes (in the background)
@@ -198,14 +201,14 @@ class SessionMemory:
         self._saw(session, owner)
 
     def _saw(self, session: Session, owner: str) -> None:
-        """Add the facts the snapshot holds now to what this call has seen (nothing when the snapshot
-        is not known: an empty one would not mean that every fact went)."""
+        """Add the lines the snapshot states now (facts and call lines) to what this call has seen
+        (nothing when the snapshot is not known: an empty one would not mean that every line went)."""
         if not self.runtime.snapshot_known(owner):
             return
         document = self.runtime.documents(owner)["memory"]
         seen: list[str] = session.slots.setdefault(SEEN, [])
         budget = SEEN_BUDGET * self.runtime.config.max_chars - sum(len(line) for line in seen)
-        for line in fact_lines(document.content, document.format):
+        for line in stated_lines(document.content, document.format):
             if line not in seen and len(line) <= budget:
                 seen.append(line)
                 budget -= len(line)
@@ -369,18 +372,31 @@ class SessionMemory:
             try:
                 written = bounded_line(self.runtime.sensitive.redact(
                     await self.summarise(without_mentions(entry.transcript, forgotten))))
+                if written and not usable_summary(written):
+                    log.info("the call summary model echoed the script; the digest keeps the caller's quoted lines")
+                    written = ""
                 summary = scrub_summary(written, forgotten) if written else summary
             except Exception as exc:  # the quoted lines stand in; never retry a model for a digest
                 log.info("the call summary model failed; the digest keeps the caller's quoted lines: %s",
                          type(exc).__name__)
+        judged: set[str] = set()
+        stored: list[MemoryDocument] = []
 
         def merged(current: MemoryDocument) -> str:
-            # Judged against the document this write replaces, under the owner's lock: a fact removed
+            # Judged against the document this write replaces, under the owner's lock: a line removed
             # anywhere before this lands is not quoted again.
-            line = scrub_summary(summary, entry.forgotten_against(current))
-            return merge_digest(current.content, line, max_chars, fmt=current.format)
+            nonlocal judged
+            judged = entry.forgotten_against(current)
+            content = merge_digest(current.content, scrub_summary(summary, judged), max_chars, fmt=current.format)
+            stored[:] = [replace(current, content=content)]
+            return content
 
         await landing(self.runtime.set_document(entry.owner, "memory", "", context, transform=merged))
+        # The steps after this one (reconciliation, the session digest) keep what this one judged removed,
+        # and stop counting the old call lines its own line pushed out of the bounded section as removed.
+        entry.forgotten = sorted(set(entry.forgotten) | judged)
+        if entry.seen and stored:
+            entry.seen = still_seen(entry.seen, stored[0].content, stored[0].format)
 
     async def _land_flush(self, entry: HangupWrite) -> None:
         await landing(self.runtime.flush(entry.owner, SessionContext(entry.session_id, entry.transport)))

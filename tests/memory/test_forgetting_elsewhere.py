@@ -18,10 +18,11 @@ from tests.fakes.openai_fake import FakeOpenAI
 from tests.memory.conftest import RETENTION_S, base_config, make_runtime
 from tests.pipeline.conftest import ScriptedStt
 from voicegate.internal.config import load_config
+from voicegate.internal.conversation.transcript import TranscriptEntry
 from voicegate.internal.events import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.openai import OpenAIChatModel
-from voicegate.internal.memory.digest import no_longer_stated
+from voicegate.internal.memory.digest import call_summary, no_longer_stated, still_seen, usable_summary
 from voicegate.internal.memory.outbox import HangupWrite
 from voicegate.internal.memory.provider import ChangeContext, MemoryDocument
 from voicegate.internal.memory.providers.inmemory import InMemoryProvider
@@ -48,6 +49,31 @@ def test_a_fact_the_call_saw_that_is_gone_is_not_to_be_restated() -> None:
     old = HangupWrite.from_json(json.dumps({"owner": "o", "session_id": "s", "transport": "talk", "epoch": 0,
                                             "steps": ["digest"], "forgotten": ["pizza"]}))
     assert old.forgotten_against(MemoryDocument("memory", now)) == {"pizza"}
+
+
+def test_a_call_line_the_call_saw_that_is_gone_is_not_to_be_restated_either() -> None:
+    """Issue 51: an operator removes the "Recent calls" line that mentions the caller's plan; the call's
+    hang-up must not say it again. Its date is when, not what: other dates are not forgotten."""
+    gold = "- 2026-12-01: the caller said \u201cI'm on the gold plan\u201d"
+    seen = ["- The caller's name is Alice.", gold, "- 2026-11-20: the caller asked about opening hours"]
+    now = "- The caller's name is Alice.\n\n## Recent calls\n- 2026-11-20: the caller asked about opening hours\n"
+    assert no_longer_stated(seen, now) == {"gold"}
+    # What the call's own digest line pushed out of the bounded section is not counted once judged.
+    assert still_seen(seen, now) == [seen[0], seen[2]]
+
+
+def test_a_summary_that_echoes_the_script_is_no_digest_line() -> None:
+    """Issue 51: a model that echoes "Agent: ... Caller: ..." wrote no summary; the caller's own words,
+    quoted and labelled, stand in for it, never the agent's."""
+    assert not usable_summary("The caller said: Agent: Hello, this is your assistant. Caller: I'm on the gold plan.")
+    assert not usable_summary("Caller: hi\nAgent: hello")
+    assert not usable_summary("   ")
+    assert usable_summary("The caller, on the gold plan, asked to move their delivery to Friday.")
+    assert usable_summary("The caller said they would call back.")
+    entries = [TranscriptEntry("assistant", "Hello, this is your assistant.", 0.0),
+               TranscriptEntry("user", "I'm on the gold plan.", 1.0)]
+    line = call_summary(entries, "Agent: Hello, this is your assistant. Caller: I'm on the gold plan.")
+    assert line == "the caller said \u201cI'm on the gold plan.\u201d"
 
 
 def gateway_config(tmp_path: Path, request: pytest.FixtureRequest, store: str) -> Any:

@@ -7,7 +7,7 @@ again); afterwards the fact is nowhere in the database's dump nor in either node
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -97,3 +97,91 @@ async def test_a_fact_deleted_through_node_b_while_the_call_is_live_on_node_a_st
 async def _no_calls(node: VoicegateNode) -> bool:
     return await node.live_calls() == 0
 
+
+
+# ---- issue 51, item 1: a call line removed with the CLI during a call -------------------------------
+
+PLAN = "gold"  # what the caller's earlier call said, and says again
+
+
+async def typed_call(node: VoicegateNode, subject: str, lines: tuple[str, ...],
+                     during: Callable[[], Awaitable[None]] | None = None) -> None:
+    """One WebRTC call on `node` whose caller types `lines`, one turn each; `during` runs before the hang-up."""
+    caller = WhipClient()
+    try:
+        async with node.http() as http:
+            token = node.auth(subject)["Authorization"].removeprefix("Bearer ")
+            answer = await caller.dial(http, token=token)
+            assert answer.status_code == 201, answer.text
+            await caller.wait_channel_open()
+            for said in lines:
+                before = len(node.model.turns)
+                caller.send({"type": "text", "text": said})
+                await wait_until(lambda n=before: len(node.model.turns) > n, 60, "the typed turn to reach the model",
+                                 node.tails)
+                await caller.wait_for(lambda e: e.get("type") == "transcript" and e.get("role") == "agent"
+                                      and bool(e.get("final")), 60)
+                caller.events.clear()
+            if during is not None:
+                await during()
+            hung_up = await caller.hang_up(http, headers=node.auth(subject))
+            assert hung_up.status_code in (200, 204), hung_up.text
+    finally:
+        await caller.close()
+    await wait_until(lambda: _no_calls(node), 30, "the call to end", node.tails)
+
+
+def call_lines(document: str) -> list[str]:
+    return [line for line in document.partition("## Recent calls")[2].splitlines() if line.startswith("- ")]
+
+
+async def test_a_call_line_removed_with_the_cli_during_a_call_is_not_restated_at_its_hang_up(
+        cluster: Cluster) -> None:
+    """The issue's reproduction: an earlier call's "Recent calls" line mentions the caller's plan; they
+    call again and say it again; mid-call the operator removes every line that mentions it with
+    `voicegate memory edit --replace LINE --with ""` (a process of its own); at hang-up no writer (the
+    digest line, reconciliation, the session digest) states it again. The summary model echoes the
+    call's script back, which is no summary: the digest line quotes the caller's own words, labelled,
+    never the agent's."""
+    a = await cluster.node("a", webrtc=WEBRTC, memory={"auto": True, "session_digests": True})
+    echo = "The caller said: Agent: Hello, this is your assistant. Caller: I'm on the {} plan. Agent: Okay."
+    a.model.summary_reply = echo.format(PLAN)
+
+    await typed_call(a, WEB, (f"I'm on the {PLAN} plan",))
+    await wait_until(lambda: a.hangup_writes_done(1), 60, "the first call's hang-up writes", a.tails)
+    first = (await a.get_memory(WEB)).json()["documents"]["memory"]["content"]
+    lines = [line for line in call_lines(first) if PLAN in line]
+    assert lines, f"the first call left no line that mentions the plan:\n{first}"
+    assert all("Agent" not in line and "your assistant" not in line for line in call_lines(first)), (
+        f"a call line quotes the agent as the caller:\n{first}")
+    assert any("the caller said \u201cI'm on the gold plan\u201d" in line for line in lines), first
+
+    models_that_would_say_it_again(a)
+    a.model.summary_reply = echo.format(PLAN)
+    a.model.reconcile_reply = json.dumps({"edits": [
+        {"document": "memory", "action": "append", "content": f"- The caller is on the {PLAN} plan."},
+        {"document": "memory", "action": "append", "content": "- The caller likes green tea."}]})
+    a.model.digest_reply = json.dumps({"topics": [f"{PLAN} plan", "green tea"], "gist": "green tea"})
+
+    async def operator_removes_every_line_that_mentions_it() -> None:
+        content = (await a.get_memory(WEB)).json()["documents"]["memory"]["content"]
+        mentioning = [line for line in content.splitlines() if PLAN in line.lower()]
+        assert mentioning, content
+        for line in mentioning:
+            done = await a.cli("edit", "--caller", f"jwt:{WEB}", "--document", "memory",
+                               "--replace", line, "--with", "")
+            assert done.returncode == 0, str(done)
+        assert PLAN not in (await a.get_memory(WEB)).text.lower()
+
+    await typed_call(a, WEB, (f"I'm on the {PLAN} plan", "I want green tea next time"),
+                     during=operator_removes_every_line_that_mentions_it)
+    await wait_until(lambda: a.hangup_writes_done(2), 60, "the second call's hang-up writes", a.tails)
+    dump = await settle(cluster.db_uri, quiet_s=4, timeout_s=60)
+    rows = lines_containing(dump, PLAN)
+    assert not rows, "the removed line came back at the hang-up:\n" + "\n".join(rows)
+    assert "likes green tea" in dump, "the second call's reconciliation never landed"
+    assert lines_containing(dump, "{\"green tea\"}"), "the second call's session digest never landed"
+    second = (await a.get_memory(WEB)).json()["documents"]["memory"]["content"]
+    assert any("the caller said \u201cI want green tea next time\u201d" in line for line in call_lines(second)), second
+    assert "Agent" not in second, second
+    assert await a.stop() == 0, a.tails()
