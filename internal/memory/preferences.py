@@ -9,7 +9,12 @@ may recover it, and only with its evidence: the model quotes the caller, and the
 - the quote is a directive about address or reply style ("call me", "call yourself", "keep your
   answers short", "from now on", "I prefer"), not a fact or a mood ("I'm in a hurry" infers nothing);
 - the quote does not limit itself to now ("just this once", "for this answer"): that was for the turn;
-- the edit is one short list line.
+- the quote was not cut out of a larger sentence that says the opposite ("call me Bob" out of "please
+  don't call me Bob"), and is not a request that only sounds like one ("call me back tomorrow" is a
+  callback, "I prefer tea" a taste, "I want you to book a table" a task);
+- the edit is one short list line that says what the quote says and no more: the same polarity ("don't
+  call me Bob" is not saved as "Call the caller Bob"), the same name, and no words of its own beyond
+  the few any preference line is written with ("call", "the caller", "keep", "answers").
 
 Everything else proposed for `user` is dropped (logged without its text). The assistant profile
 (ASSISTANT.md, the deployer's) is never a document reconciliation can name.
@@ -29,8 +34,23 @@ _DIRECTIVE = re.compile(
     r"(keep|make) (your |the )?(answers|replies|responses|it|them) |"
     r"(answer|reply|respond|speak|talk) (to me )?(more )?(briefly|shortly|slowly|faster|quickly|formally|"
     r"informally|in)|"
-    r"i (would |'d )?prefer|i'd like you to|i would like you to|i want you to|please (always|don't|do not))",
+    r"i (would |'d )?prefer (to be (called|addressed|known)|being (called|addressed)|you |"
+    r"(short|shorter|brief|briefer|long|longer|detailed|concise|simple|plain|formal|informal|slow|slower)\b|"
+    r"(answers|replies|responses)\b|it (short|brief))|"
+    r"(i'd like|i would like|i want) you to (call|address|answer|reply|respond|speak|talk|keep|be|use|refer|"
+    r"introduce|stop|always|never)\b|please (always|don't|do not))",
     re.IGNORECASE)
+# "call me" about when, not what: a callback request ("call me back tomorrow", "call me after five").
+_CALLBACK = re.compile(r"\bcall me (back|later|again|tomorrow|tonight|today|at|on|in|when|after|before|"
+                       r"anytime|any time|if|around|between|this|next|first|up|soon|whenever)\b", re.IGNORECASE)
+_NEGATION = re.compile(r"\b(don't|dont|do not|never|no longer|not|stop|rather not|avoid|won't|wouldn't)\b")
+# Words any preference line is written with, whatever the caller said ("- Call the caller Sam.").
+_LINE_WORDS = set("""a an the as to be by in of for and is it its call calls called calling caller caller's
+callers them they their him her his address addressed refer referred name named yourself your you assistant
+agent always never not don't do keep make use reply replies answer answers respond response responses speak
+talk say prefer prefers preferred wants want please from now on going forward future""".split())
+_NAME_TARGET = re.compile(r"\b(?:call me|called|i go by|address me as|refer to me as|call yourself|name yourself|"
+                          r"introduce yourself as|your name (?:is|should be|will be))\s+([a-z][\w'-]*)")
 # Requests limited to now: they apply to the current turn only and are never saved.
 _TEMPORARY = re.compile(r"\b(just )?(this once|for now|right now|for this (answer|question|call|one)|"
                         r"this time|today only|just today)\b", re.IGNORECASE)
@@ -48,11 +68,45 @@ def caller_lines(transcript: str) -> list[str]:
 
 def is_stated_preference(quote: str, transcript: str) -> bool:
     """Whether `quote` is the caller's own, lasting directive about address or reply style, found in
-    their lines of `transcript`."""
+    their lines of `transcript` as they meant it."""
     said = _normal(quote)
-    if len(said) < 4 or not _DIRECTIVE.search(said) or _TEMPORARY.search(said):
+    if len(said) < 4 or not _DIRECTIVE.search(said) or _TEMPORARY.search(said) or _CALLBACK.search(said):
         return False
-    return any(said in _normal(line) for line in caller_lines(transcript))
+    return any(_said_as_meant(said, _normal(line)) for line in caller_lines(transcript))
+
+
+def _said_as_meant(said: str, line: str) -> bool:
+    """`said` is in `line`, and the few words before it do not turn it round ("please don't" before
+    "call me Bob")."""
+    start = line.find(said)
+    while start >= 0:
+        before = line[:start].rsplit(".", 1)[-1].split()[-3:]
+        if not _NEGATION.search(" ".join(before)) or _NEGATION.search(said):
+            return True
+        start = line.find(said, start + 1)
+    return False
+
+
+def _words(text: str) -> set[str]:
+    return {word.strip("'").removesuffix("'s") for word in re.findall(r"[\w']+", text.casefold())}
+
+
+def _stem(word: str) -> str:
+    return word.removesuffix("s").removesuffix("er")
+
+
+def says_what_was_said(line: str, quote: str) -> bool:
+    """Whether a preference line states what the caller's quote states and no more: the same polarity,
+    the name the caller gave (when they gave one), and no word of its own beyond _LINE_WORDS."""
+    line_text, said = _normal(line).lstrip("- "), _normal(quote)
+    if bool(_NEGATION.search(line_text)) != bool(_NEGATION.search(said)):
+        return False
+    target = _NAME_TARGET.search(said)
+    if target and target.group(1) not in _words(line_text):
+        return False
+    quoted = {_stem(word) for word in _words(said)}
+    extra = {word for word in _words(line_text) - _LINE_WORDS if _stem(word) not in quoted}
+    return not extra and bool({_stem(word) for word in _words(line_text) - _LINE_WORDS} or target)
 
 
 def preference_edit(edit: dict[str, object], transcript: str) -> dict[str, str] | None:
@@ -63,11 +117,12 @@ def preference_edit(edit: dict[str, object], transcript: str) -> dict[str, str] 
         return None
     if edit.get("action") == "append":
         content = edit.get("content")
-        if isinstance(content, str) and _one_short_line(content):
+        if isinstance(content, str) and _one_short_line(content) and says_what_was_said(content, quote):
             return {"document": "user", "action": "append", "content": content.strip()}
     elif edit.get("action") == "replace":
         old, new = edit.get("old_text"), edit.get("new_text")
-        if isinstance(old, str) and old and isinstance(new, str) and new.strip() and _one_short_line(new):
+        if isinstance(old, str) and old and isinstance(new, str) and new.strip() and _one_short_line(new) \
+                and says_what_was_said(new, quote):
             return {"document": "user", "action": "replace", "old_text": old, "new_text": new.strip()}
     return None
 

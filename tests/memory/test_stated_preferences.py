@@ -55,6 +55,45 @@ def test_a_user_edit_needs_its_quote_and_one_short_line() -> None:
     assert valid_edits(proposal) == [proposal["edits"][2]]  # no transcript, no evidence: no preference
 
 
+# Issue 51: what reconciliation accepted as a stated preference and must not.
+MIXED = ("Caller: please don't call me Bob, it's Robert\n"
+         "Agent: Sorry Robert.\n"
+         "Caller: and call me back tomorrow about the order\n"
+         "Caller: I prefer tea, by the way\n"
+         "Caller: I want you to book a table for two\n"
+         "Caller: I prefer short answers\n"
+         "Caller: I'd prefer to be called Robert from now on\n")
+
+
+@pytest.mark.parametrize(("quote", "kept"), [
+    ("call me Bob", False),  # cut out of "please don't call me Bob": the opposite of what was said
+    ("please don't call me Bob", True),  # the whole directive: a lasting "not Bob"
+    ("call me back tomorrow", False),  # a callback request, not a form of address
+    ("call me back", False),
+    ("I prefer tea", False),  # a taste, not how to address or answer the caller
+    ("I want you to book a table for two", False),  # a task for now, not a preference
+    ("I prefer short answers", True),
+    ("I'd prefer to be called Robert from now on", True),
+])
+def test_reconciliation_never_infers_a_preference_from_words_that_are_not_one(quote: str, kept: bool) -> None:
+    assert is_stated_preference(quote, MIXED) is kept
+
+
+@pytest.mark.parametrize(("content", "quote", "kept"), [
+    ("- Call the caller Robert.", "I'd prefer to be called Robert from now on", True),
+    ("- Call the caller Bob.", "please don't call me Bob", False),  # says the opposite of the quote
+    ("- Never call the caller Bob.", "please don't call me Bob", True),
+    ("- Call the caller Roberto.", "I'd prefer to be called Robert from now on", False),  # not the name said
+    ("- Keep answers short.", "I prefer short answers", True),
+    ("- Answer in French.", "I prefer short answers", False),  # nothing of the quote in it
+    ("- Call the caller Sam and answer in French.", "call me Sam", False),  # more than the quote says
+])
+def test_the_stored_line_must_say_what_the_quote_says(content: str, quote: str, kept: bool) -> None:
+    edit = {"document": "user", "action": "append", "content": content, "quote": quote}
+    script = MIXED + "Caller: call me Sam\n"
+    assert (preference_edit(edit, script) is not None) is kept
+
+
 def test_the_tool_says_where_a_stated_preference_goes() -> None:
     text = MEMORY_TOOL_DESCRIPTION.lower()
     assert "call yourself" in text and "'user'" in text and "never a change to your profile" in text
