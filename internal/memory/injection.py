@@ -19,6 +19,13 @@ something was left out; a section that cannot show one whole line is left out an
 the other. The same bounded bodies are what a bring-your-own agent gets as its `memory` field
 (`memory_text`).
 
+Observed preferences rank below stated ones (seed 000 keeps an "observed-preference priority notice" in
+the model's view). voicegate itself never infers a preference (seed 004: reconciliation keeps only what
+the caller stated, quoted), but a provider that learns on its own, or a USER.md carried over from the
+seeds' assistant, may keep a section headed "Observed preferences". Its heading line gets the notice
+(`OBSERVED_NOTICE`) on the same line, so the two are kept or left out together; and when that line cannot
+be shown, nothing after it is (an observed preference never appears without the notice that ranks it).
+
 Stored text can never forge a fence: every angle bracket in it becomes a single guillemet (`<` -> `‹`,
 `>` -> `›`), so nothing inside a section can close it or open another; whatever it says (a heading, a
 role marker, "ignore previous instructions") stays inside, as data the policy says is not to be
@@ -36,6 +43,10 @@ OMITTED_NOTICE = "[more not shown]"  # a section that could not show all its lin
 FENCES = {"user": ("<caller_preferences>", "</caller_preferences>"), "memory": ("<caller_memory>", "</caller_memory>")}
 HEADINGS = {"user": PREFERENCES_HEADING, "memory": MEMORY_HEADING}
 SEPARATOR = "\n\n"
+# The priority notice added to an "Observed preferences" heading (Markdown `## ...` or a plain `...:` line).
+OBSERVED_NOTICE = ("(observed from past conversations, not stated by the caller: the caller's stated "
+                   "preferences and current request take priority over them)")
+_OBSERVED_HEADING = re.compile(r"^\s*(?:#{1,6}\s*)?observed preferences\b[^\n]{0,60}$", re.IGNORECASE)
 # Anything shaped like one of our fences, or the older `<memory>` tag, in any case and spacing.
 _FENCE_LIKE = re.compile(r"<\s*/?\s*(?:caller[_\s-]*(?:preferences|memory)|memory|system|policy)\b[^<>]{0,40}>",
                          re.IGNORECASE)
@@ -50,6 +61,17 @@ def neutralise_for_storage(text: str) -> str:
     """What a write stores: fence-shaped tags defused (the rest of the text is kept as written, so exact
     edits can still quote it)."""
     return _FENCE_LIKE.sub(lambda m: m.group().replace("<", "\u2039").replace(">", "\u203a"), text)
+
+
+def with_priority_notice(preferences: str) -> str:
+    """`preferences` with OBSERVED_NOTICE on every "Observed preferences" heading line (once)."""
+    return "\n".join(f"{line.rstrip()} {OBSERVED_NOTICE}"
+                     if _OBSERVED_HEADING.match(line) and OBSERVED_NOTICE not in line else line
+                     for line in preferences.splitlines())
+
+
+def _observed_heading(line: str) -> bool:
+    return OBSERVED_NOTICE in line and _OBSERVED_HEADING.match(line.replace(OBSERVED_NOTICE, "")) is not None
 
 
 def _section(scope: str, body: str) -> str:
@@ -70,6 +92,8 @@ def _fit(body: str, budget: int) -> str:
         if line.strip() and used + len(line) + (1 if kept else 0) <= room:
             used += len(line) + (1 if kept else 0)
             kept.append(line)
+        elif _observed_heading(line):
+            break  # what follows it would read as stated preferences without it
     return "\n".join([*kept, OMITTED_NOTICE]) if kept else ""
 
 
@@ -94,7 +118,8 @@ def _shares(needs: dict[str, int], available: int) -> dict[str, int]:
 def bounded_bodies(preferences: str, memory: str, max_chars: int) -> dict[str, str]:
     """The preferences and memory that fit in `max_chars` with their headings and fences, neutralised,
     as whole lines: {"user": ..., "memory": ...}, a section left out when not one line of it fits."""
-    bodies = {scope: neutralise(text.strip()) for scope, text in (("user", preferences), ("memory", memory))}
+    bodies = {scope: neutralise(text.strip())
+              for scope, text in (("user", with_priority_notice(preferences)), ("memory", memory))}
     sections = [scope for scope, body in bodies.items() if body]
     while sections:
         overhead = sum(len(_section(scope, "")) for scope in sections) + len(SEPARATOR) * (len(sections) - 1)
