@@ -6,6 +6,14 @@ the reply that asked for the digits. A key or the first words during the prompt 
 once (a caller who knows the number need not hear the instructions out). Each attempt follows the
 rules in digits.py; a failed one is followed by the retry prompt and the prompt again, up to
 `max_attempts`.
+
+A form can end while the recogniser still owes it words: the caller read the number out and keyed it too,
+and the keys finished first; or was still talking when the last digit came. Those words are the form's
+(a PIN, a card), so they must not come out as the next turn, shown in clear, answered by the model. Until
+they are in, a `Leftovers` holds the call's input: it takes the words owed, masked like the form's own,
+and passes everything the caller does afterwards on to the input the form took over. The first utterance
+after the form starts a new turn for the recogniser, so a whole-turn decode (Whisper) never hears it
+together with the form's words.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from voicegate.internal.events import EventSink
+from voicegate.internal.pipeline.capture import CallerInput
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.stt.base import Transcript
 from voicegate.internal.telephony.digits import AttemptResult, DigitEntry, DigitSpec, Via, next_prompt
@@ -50,6 +59,8 @@ class DigitCollection:
         self._epoch = clock()
         self.entry: DigitEntry | None = None
         self.changed = asyncio.Event()
+        self.speaking = False  # the caller is saying something the form heard begin
+        self.owed = 0  # finals the recogniser owes for utterances the form heard end
 
     def now_ms(self) -> int:
         return int((self._clock() - self._epoch) * 1000)
@@ -58,22 +69,28 @@ class DigitCollection:
         return None
 
     def speech_started(self, preroll_frames: int) -> bool:
+        self.speaking = True
         if self.entry is not None:
             self.entry.speech_started(self.now_ms())
             self.changed.set()
         return True  # each utterance is heard on its own
 
     def speech_ended(self, final_owed: bool) -> None:
-        return None
+        self.speaking = False
+        self.owed += final_owed
 
     def transcript(self, transcript: Transcript) -> None:
+        if transcript.final:
+            self.owed = max(0, self.owed - 1)
         if transcript.final and not transcript.superseded and self.entry is not None:
             self.entry.speech(transcript.text.strip(), self.now_ms())
             self.changed.set()
 
     def finals_lost(self, count: int) -> None:
-        if count:  # the words will not come: the attempt stops waiting for them
-            self.transcript(Transcript("", final=True))
+        self.owed = max(0, self.owed - count)
+        if count and self.entry is not None:  # the words will not come: the attempt stops waiting for them
+            self.entry.speech("", self.now_ms())
+            self.changed.set()
 
     def digit(self, digit: str) -> None:
         if self.entry is not None:
@@ -98,6 +115,8 @@ async def collect_digits(pipeline: VoicePipeline, spec: DigitSpec, speak: Speak,
     finally:
         if pipeline.capture is capture:
             pipeline.capture = previous
+            if capture.speaking or capture.owed:  # words of the form's are still to come (module doc)
+                pipeline.capture = Leftovers(pipeline, previous, capture.speaking, capture.owed)
     assert last is not None
     result = DigitsResult(last.status, last.digits if last.status == "complete" else "", last.via, attempt)
     (sink or pipeline.sink).emit(DigitsEvent(form=form, status=result.status, via=result.via,
@@ -137,3 +156,61 @@ async def _attempt(pipeline: VoicePipeline, capture: DigitCollection, spec: Digi
 
 async def _changed(capture: DigitCollection) -> None:
     await capture.changed.wait()
+
+
+class Leftovers:
+    """The CallerInput between a form's end and the last words the recogniser owed it (module doc): those
+    are taken and dropped, masked in the call's events (`private`); the rest goes to `previous` (the input
+    the form took over, the TurnOwner when none). Finals come in the order the caller spoke, so the first
+    `owed` are the form's; an utterance under way when the form ended is the form's too."""
+
+    private = True
+
+    def __init__(self, pipeline: VoicePipeline, previous: CallerInput | None, speaking: bool, owed: int) -> None:
+        self._pipeline = pipeline
+        self._previous = previous
+        self.speaking = speaking  # the caller is still saying what the form heard begin
+        self.owed = owed
+
+    @property
+    def previous(self) -> CallerInput:
+        return self._previous if self._previous is not None else self._pipeline.turn
+
+    def _done(self) -> None:
+        if not self.speaking and not self.owed and self._pipeline.capture is self:
+            self._pipeline.capture = self._previous
+
+    def audio(self, pcm: bytes, voiced: bool) -> None:
+        if not self.speaking:
+            self.previous.audio(pcm, voiced)
+
+    def speech_started(self, preroll_frames: int) -> bool:
+        self.speaking = False
+        self.previous.speech_started(preroll_frames)
+        return True  # never heard together with the form's words, whatever the turn it belongs to
+
+    def speech_ended(self, final_owed: bool) -> None:
+        if self.speaking:  # the form's utterance: its words are owed here
+            self.speaking = False
+            self.owed += final_owed
+            self._done()
+        else:
+            self.previous.speech_ended(final_owed)
+
+    def transcript(self, transcript: Transcript) -> None:
+        if self.owed and transcript.final:
+            self.owed -= 1
+            self._done()
+        elif not self.owed and not self.speaking:
+            self.previous.transcript(transcript)
+        # else a partial of the form's words: dropped
+
+    def finals_lost(self, count: int) -> None:
+        mine = min(count, self.owed)
+        self.owed -= mine
+        if count > mine:
+            self.previous.finals_lost(count - mine)
+        self._done()
+
+    def digit(self, digit: str) -> None:
+        self.previous.digit(digit)
