@@ -1,6 +1,6 @@
 """Outbound calls through phone menus: how many generated menus the agent gets through to the right person.
 
-    .venv/bin/python -m bench.sip.menus [--split fresh|heldout|dev] [--only NAME]
+    .venv/bin/python -m bench.sip.menus [--split fresh|heldout|dev|unseen|final|meaning] [--only NAME]
 
 Each case is a real call on loopback: voicegate (the product's Gateway, Whisper tiny.en, the default
 Silero VAD) dials the test menu server (tests/sip_calls/ivr_server.py) with a goal, the menu speaks its
@@ -330,7 +330,65 @@ FINAL = [
          [("Swift Removals. For a quotation, press 1. For storage, press 2.", {"1": "closed", "2": "closed"})],
          "Hello, this is Dana. How can I help?", expect="dead_end"),
 ]
-SPLITS = {"dev": DEV, "heldout": HELDOUT, "fresh": FRESH, "unseen": UNSEEN, "final": FINAL}
+# Written before any change for issue 52 (choosing by meaning), from other domains and sentences than every
+# split above: goals typed the way a user would, six of ten sharing no word with the right option (the
+# pharmacy, airline, utility, insurer, internet and hotel cases), and menus that offer a trade's "agent"
+# (an insurance agent, a travel agent) that is no way to a person.
+MEANING = [
+    Case("pharmacy", "I ran out of my blood pressure pills", "piper-c",
+         [("Hillside Pharmacy. For opening hours, press 1. To order a repeat prescription, press 2. For "
+           "vaccinations and travel health, press 3.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Repeat prescriptions, this is Nat. How can I help?"),
+    Case("airline", "my suitcase never showed up", "piper-b",
+         [("Bluebird Air. For new reservations, press 1. For flight status, press 2. For delayed or missing "
+           "bags, press 3.", {"1": "closed", "2": "closed", "3": "person"})],
+         "Baggage services, this is Toni. How can I help?"),
+    Case("bank", "I want to open a savings account", "espeak-gb",
+         [("Granite Bank. To open a new account, press 1. For lost or stolen cards, press 2. For mortgages and "
+           "loans, press 3.", {"1": "person", "2": "closed", "3": "closed"})],
+         "New accounts, this is Billie. How can I help?"),
+    Case("utility", "there is no hot water in my flat", "piper-c",
+         [("Homewarm Energy. To report a boiler breakdown, press 1. To submit a meter reading, press 2. For "
+           "billing, press 3.", {"1": "person", "2": "closed", "3": "closed"})],
+         "Breakdowns, this is Kit. How can I help?"),
+    Case("clinic", "I need my blood test results", "piper-b",
+         [("Westside Medical Centre. To book an appointment, press 1. For test results, press 2. For repeat "
+           "prescriptions, press 3.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Results line, this is Dev. How can I help?"),
+    Case("insurer", "a tree fell on my house in the storm", "espeak-f",
+         [("Anchor Insurance. For car insurance, press 1. For home insurance, press 2. For travel insurance, "
+           "press 3. To find an insurance agent near you, press 4.",
+           {"1": "closed", "2": "1", "3": "closed", "4": "closed"}),
+          ("Home insurance. To make a claim, press 1. To change your policy, press 2.",
+           {"1": "person", "2": "closed"})],
+         "Home claims, this is Jude. How can I help?"),
+    Case("internet", "my connection keeps cutting out", "piper-b",
+         [("Nimbus Broadband. To upgrade your package, press 1. If your service is down or running slowly, "
+           "press 2. To move house, press 3.", {"1": "closed", "2": "person", "3": "closed"})],
+         "Service desk, this is Ali. How can I help?"),
+    Case("hotel", "I left my phone in my room", "espeak-f",
+         [("Grandview Hotel. For reservations, press 1. For housekeeping, press 2. For lost property, press 3.",
+           {"1": "closed", "2": "closed", "3": "person"})],
+         "Lost property, this is Remy. How can I help?"),
+    Case("city", "apply for a residents parking permit", "piper-c",
+         [("Eastfield City Council. For roads and parking, press 1. For housing, press 2. For council tax, "
+           "press 3.", {"1": "1", "2": "closed", "3": "closed"}),
+          ("Roads and parking. To report a pothole, press 1. For residents' permits, press 2.",
+           {"1": "closed", "2": "person"})],
+         "Permits, this is Lou. How can I help?"),
+    Case("parcel", "I want to send a parcel abroad", "espeak-gb",
+         [("Rapid Parcel. To track a parcel, press 1. To send a parcel, press 2. To book a collection, press 3.",
+           {"1": "closed", "2": "person", "3": "closed"})],
+         "Sending, this is Max. How can I help?"),
+    Case("control-nothing", "book a table for two tonight", "piper-b",
+         [("Sunway Travel. For holiday packages, press 1. To speak with a travel agent, press 2. For visas, "
+           "press 3.", {"1": "closed", "2": "closed", "3": "closed"})],
+         "Hello, this is Dana. How can I help?", expect="dead_end"),
+    Case("control-closed", "where is my package", "piper-c",
+         [("Rapid Parcel. To track a parcel, press 1. For returns, press 2.", {"1": "closed", "2": "closed"})],
+         "Hello, this is Dana. How can I help?", expect="dead_end"),
+]
+SPLITS = {"dev": DEV, "heldout": HELDOUT, "fresh": FRESH, "unseen": UNSEEN, "final": FINAL, "meaning": MEANING}
 
 
 def tree_of(case: Case) -> MenuTree:
@@ -368,9 +426,11 @@ async def run_case(gateway: Gateway, case: Case, keys: KeyMethod) -> dict[str, o
             await session.hangup()
         at_person = "node person" in ivr.log
         ok = (run.result == "reached" and at_person) if case.expect == "reached" else run.result != "reached"
+        # A department that does not serve the goal entered (control-closed's only right one is closed).
+        wrong_door = "node closed" in ivr.log and case.name != "control-closed"
         return {"case": case.name, "goal": case.goal, "keys": keys, "voice": case.voice, "expect": case.expect,
-                "result": run.result, "ok": ok, "reason": run.reason, "path": run.path, "heard": run.heard,
-                "menu_log": ivr.log, "seconds": round(time.monotonic() - started, 1)}
+                "result": run.result, "ok": ok, "wrong_door": wrong_door, "reason": run.reason, "path": run.path,
+                "heard": run.heard, "menu_log": ivr.log, "seconds": round(time.monotonic() - started, 1)}
     finally:
         await ivr.stop()
 
@@ -409,8 +469,10 @@ async def main(split: str, only: str | None) -> int:
     print(f"\nmenus reached: {reached} of {len(menus)}; dead ends reported: "
           f"{sum(1 for r in controls if r['ok'])} of {len(controls)}")
     controls_ok = sum(1 for r in controls if r["ok"])
+    wrong = sum(1 for r in rows if r["wrong_door"])
+    print(f"wrong departments entered: {wrong}")
     path = save(f"menus-{split}", {"split": split, "reached": reached, "menus": len(menus), "controls_ok": controls_ok,
-                          "controls": len(controls), "cases": rows})
+                          "controls": len(controls), "wrong_doors": wrong, "cases": rows})
     print(f"saved {path}")
     return 0 if reached * 10 >= 9 * len(menus) else 1
 
