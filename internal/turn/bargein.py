@@ -43,12 +43,37 @@ WEAK_TOKENS = frozenset(
 )
 
 
+# A hum as the recogniser spells it when it is drawn out or said again: "Mmm", "Hmmm", "Mm-hmm-mm-hmm",
+# "Mm-mm-mm-mm-mm-mm-mm." (Whisper's decodes of "Mm-hm, mm-hm." over the agent; `words` drops the hyphens,
+# so these are one token such as "mmmmmmmmmmmmmm"). Only the letters m and h, at least one m: no English
+# word is spelled so, so such a token is a sound, never content. "Mm-mm" can be a "no" said with the voice's
+# tune, which the words cannot tell; over the agent the hums that came back were "mm-hm"s said again.
+HUM = re.compile(r"h*m[mh]*")
+
+
 def is_backchannel(text: str, extra: frozenset[str] = frozenset()) -> bool:
     """Every word is acknowledgement vocabulary: a word of it, or part of an acknowledgement phrase
-    ("sure thing", "makes sense"); configured phrases included, word by word."""
+    ("sure thing", "makes sense"); configured phrases included, word by word. Said more than once is the same
+    acknowledgement: separate words already are ("Yeah, yeah.", "Okay, okay, okay.", and a mix, "Yeah,
+    okay."); so is one word the recogniser wrote joined to itself ("Yeah-yeah.", "Uh-huh-uh-huh.", any
+    number of times) and any hum ("Mmm, mmm.", "Mm-mm-mm-mm.")."""
     tokens = _without_phrases(words(ALL_RIGHT.sub("alright", text)))
     vocabulary = BACKCHANNEL_TOKENS | ACKNOWLEDGEMENT_WORDS | {w for phrase in extra for w in words(phrase)}
-    return bool(words(text)) and all(token in vocabulary for token in tokens)
+    return bool(words(text)) and all(_acknowledges(token, vocabulary) for token in tokens)
+
+
+# The shortest word whose joined repetition is still that word said again. Two-letter ones are not: "uh-uh"
+# ("uhuh") is a "no", "oh-oh" and "uh-oh" an alarm, not "uh" or "oh" twice.
+MIN_REPEATED_WORD = 3
+
+
+def _acknowledges(token: str, vocabulary: frozenset[str] | set[str]) -> bool:
+    """A word of `vocabulary`, a hum, or one vocabulary word repeated without a break ("yeahyeah")."""
+    if token in vocabulary or HUM.fullmatch(token):
+        return True
+    return any(len(token) % times == 0 and token[:len(token) // times] * times == token
+               and token[:len(token) // times] in vocabulary
+               for times in range(2, len(token) // MIN_REPEATED_WORD + 1))
 
 
 def _without_phrases(tokens: list[str]) -> list[str]:
@@ -75,7 +100,8 @@ def is_meaningful_interruption(text: str, extra_backchannels: frozenset[str] = f
         return False
     if any(token in COMMAND_TOKENS for token in tokens):
         return True
-    content = sum(1 for token in tokens if len(token) >= 3 and token not in WEAK_TOKENS)
+    # A hum is no content, however Whisper spells it ("And mmmmmmmmmmmmmmm" for "Mm-hmm, mm-hmm.").
+    content = sum(1 for token in tokens if len(token) >= 3 and token not in WEAK_TOKENS and not HUM.fullmatch(token))
     return content >= 1
 
 

@@ -61,6 +61,36 @@ def test_configured_backchannel_phrases_extend_the_vocabulary() -> None:
     assert is_backchannel("righto", frozenset({"righto"}))
 
 
+# Issue 51 item 3: an acknowledgement said again, as the recogniser spells it over the agent. The first four
+# are Whisper's own decodes of "Mm-hm, mm-hm." and "Mm-hmm, mm-hmm." (Piper and espeak-ng through G.711),
+# which were a content word and stopped the agent.
+@pytest.mark.parametrize("text", ["Mm-mm-mm-mm-mm-mm-mm.", "Mmm, Mmm, Mmm.", "Mm-m-m-m-m-m-m-", "Mm hm Mm hm",
+                                  "Yeah, yeah.", "Okay okay.", "Right, right, right.", "Mm-hmm, mm-hmm.",
+                                  "Yeah-yeah.", "Uh-huh-uh-huh.", "Mm-hmm-mm-hmm", "Okay-okay-okay.", "Hmmm.",
+                                  "Yeah, okay, yeah."])
+def test_a_repeated_acknowledgement_is_a_backchannel(text: str) -> None:
+    assert is_backchannel(text)
+    assert not is_meaningful_interruption(text)
+
+
+@pytest.mark.parametrize("text", ["Yeah, yeah, but wait.", "Yeah-yeah, the bill is wrong.", "Okay okay, what time?",
+                                  "Mm-hmm, mm-hmm, Tuesday.", "Mama.", "Hi-hi.",
+                                  "Uh-uh.", "Uh-oh."])
+def test_a_repeated_acknowledgement_with_more_words_is_no_backchannel(text: str) -> None:
+    assert not is_backchannel(text)
+    assert is_meaningful_interruption(text)
+
+
+def test_a_hum_with_filler_is_no_interruption() -> None:
+    assert not is_meaningful_interruption("And mmmmmmmmmmmmmmm")  # Whisper on "Mm-hmm, mm-hmm." (espeak-ng, G.711)
+
+
+def test_a_configured_phrase_repeated_is_a_backchannel() -> None:
+    assert not is_backchannel("Righto-righto.")
+    assert is_backchannel("Righto-righto.", frozenset({"righto"}))
+    assert is_backchannel("Righto, righto, righto.", frozenset({"righto"}))
+
+
 def test_turn_shape_predicates() -> None:
     assert ends_terminal("Book a table.") and ends_terminal('He said "yes!"')
     assert not ends_terminal("book a table")

@@ -126,6 +126,51 @@ async def test_a_real_interruption_in_the_same_noise_does(
     assert any(isinstance(e, ResponseEvent) and e.interrupted for e in events)
 
 
+async def said_over_the_agent(make_pipeline: PipelineFactory, whisper: WhisperSpeechToText,
+                              caller_line: str) -> tuple[Sequence[object], RecordingModel]:
+    """Ask a question; once three seconds of the long reply have played (past `continuation_window_ms`, so
+    the line is said over the agent, not taken as the rest of the question), say `caller_line`."""
+    model = RecordingModel(LONG_REPLY)
+    pipeline, sink = make_pipeline(stt=whisper, model=model, rate=RATE, **DEFAULTS)
+    async with LocalCall(pipeline) as call:
+        call.say(silence(300, RATE) + neural_telephone("Can you tell me about your opening hours?"))
+        waited = 0
+        while call.agent_frames < 150:
+            if waited > 60 * 50:
+                raise TimeoutError("the agent did not answer the question")
+            if call.queued_ms < 60:
+                call.say(silence(100, RATE))
+            await call.ticks_later(1)
+            waited += 1
+        call.say(neural_telephone(caller_line) + silence(4000, RATE))
+        await call.wait_caller_done()
+        await call.wait_agent_quiet(300, timeout_s=40)
+    return sink.events, model
+
+
+# Issue 51 item 3. Whisper wrote Piper's "Mm-hmm, mm-hmm." here as "Mm-m-m-m-m-m-m" and "Mmm, mmm." as
+# "MMMMMMM": a content word and "more than an acknowledgement", which stopped the agent and, 2.3 s later,
+# released the hum as the caller's turn (`hold`) and answered it. "Yeah, yeah." came back as written.
+@pytest.mark.parametrize("line", ["Mm-hmm, mm-hmm.", "Mmm, mmm.", "Yeah, yeah."])
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_repeated_acknowledgement_over_the_agent_is_no_turn(
+        make_pipeline: PipelineFactory, whisper: WhisperSpeechToText, line: str) -> None:
+    events, model = await said_over_the_agent(make_pipeline, whisper, line)
+    replies = [(e.text, e.interrupted) for e in events if isinstance(e, ResponseEvent)]
+    assert replies == [(LONG_REPLY, False)], replies  # the agent played on to its end
+    assert len(user_finals(events)) >= 2, user_finals(events)  # the acknowledgement was heard ...
+    assert len(model.requests) == 1  # ... and not answered
+    assert len([e for e in events if isinstance(e, ReleaseEvent)]) == 1, user_finals(events)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_repeated_acknowledgement_with_more_words_still_takes_the_turn(
+        make_pipeline: PipelineFactory, whisper: WhisperSpeechToText) -> None:
+    events, model = await said_over_the_agent(make_pipeline, whisper, "Yeah, yeah, but wait, are you open on Sunday?")
+    assert any(isinstance(e, ResponseEvent) and e.interrupted for e in events)
+    assert len(model.requests) == 2, user_finals(events)  # answered
+
+
 def test_fragment_helper_cuts_before_the_first_pause(tmp_path: Path) -> None:
     (number,) = neural(["My phone number is five five five, one two three."])
     first = fragment_before_comma(number)
