@@ -32,7 +32,9 @@ from voicegate.internal.pipeline.events import Event
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.session import Session
 from voicegate.internal.stt.base import Transcript
+from voicegate.internal.telephony.key_policy import KeysRefused
 from voicegate.internal.telephony.menu_choice import GoalMatcher, SentenceSimilarity, WordLlamaSimilarity
+from voicegate.internal.telephony.menu_model import Completion, ModelGoalMatcher
 from voicegate.internal.telephony.navigator import (
     HandOver,
     MenuNavigator,
@@ -68,12 +70,16 @@ class PromptEars(Protocol):
     async def hear(self, pcm: bytes, sample_rate: int) -> str: ...
 
 
-def menu_plan(config: MenusConfig, goal: str, similarity: SentenceSimilarity | None = None) -> MenuPlan:
-    """A call's plan from the [menus] section. The embedding is wordllama unless one is given."""
+def menu_plan(config: MenusConfig, goal: str, similarity: SentenceSimilarity | None = None, *,
+              model: Completion | None = None) -> MenuPlan:
+    """A call's plan from the [menus] section. The embedding is wordllama unless one is given; `model`
+    (menu_model.menu_completion) chooses when given, the offline matcher behind it."""
     settings = NavigationSettings(prompt_end_ms=config.prompt_end_ms, person_wait_ms=config.person_wait_ms,
                                   dead_air_ms=config.dead_air_ms, max_steps=config.max_steps)
     return MenuPlan(goal.strip(), settings, config.max_s,
-                    similarity=similarity if similarity is not None else shared_similarity())
+                    similarity=similarity if similarity is not None else shared_similarity(),
+                    model=model, model_timeout_s=config.model_timeout_ms / 1000,
+                    synonyms=dict(config.synonyms))
 
 
 @functools.cache
@@ -105,6 +111,16 @@ class MenuPlan:
     voicemail_message: str = ""  # left when a machine answers ("" hang up)
     similarity: SentenceSimilarity | None = None
     ears: PromptEars | None = None  # hears each whole prompt again ([menus] whisper_model); None: the parts
+    model: Completion | None = None  # chooses the option (menu_model.py); None: the offline matcher alone
+    model_timeout_s: float = 4.0
+    synonyms: dict[str, list[str]] = field(default_factory=dict)  # [menus] synonyms
+
+
+def goal_matcher(plan: MenuPlan) -> GoalMatcher:
+    """The plan's chooser: the model's, with the offline matcher behind it, or the offline matcher."""
+    if plan.model is not None:
+        return ModelGoalMatcher(plan.goal, plan.model, plan.model_timeout_s, plan.similarity, synonyms=plan.synonyms)
+    return GoalMatcher(plan.goal, plan.similarity, synonyms=plan.synonyms)
 
 
 @dataclass
@@ -238,7 +254,8 @@ async def run_navigation(pipeline: VoicePipeline, session: Session, plan: MenuPl
     """Walk the menu until a person answers, a dead end, or the call ends; returns the run."""
     run = session.slots.setdefault(MENU, MenuRun(plan.goal))
     session.slots.set(CALL_GOAL, plan.goal)
-    navigator = MenuNavigator(GoalMatcher(plan.goal, plan.similarity), plan.settings)
+    matcher = goal_matcher(plan)
+    navigator = MenuNavigator(matcher, plan.settings)
     listener = MenuListener(plan.settings, sample_rate=pipeline.sample_rate)
     previous = pipeline.capture
     pipeline.capture = listener
@@ -260,6 +277,8 @@ async def run_navigation(pipeline: VoicePipeline, session: Session, plan: MenuPl
             if text is not None:
                 text = await heard_whole(plan.ears, listener, text)
                 run.heard.append(text)
+                if isinstance(matcher, ModelGoalMatcher):  # the model's answer first, for choose() to read
+                    await matcher.consider(text, navigator.path())
                 step = navigator.heard(text)
                 log.info("menu prompt", extra={"prompt": text, "step": step.kind})
             elif not listener.speaking and not listener.words and not listener.owed:
@@ -269,7 +288,11 @@ async def run_navigation(pipeline: VoicePipeline, session: Session, plan: MenuPl
             if (step is None or isinstance(step, Wait)) and listener.now() >= deadline:
                 step = Stop("dead_end", f"still in the menu after {plan.max_s:.0f} s")
             if isinstance(step, Press | Say):
-                await _take(pipeline, step, press, text or "", run)
+                try:
+                    await _take(pipeline, step, press, text or "", run)
+                except KeysRefused as exc:  # the far end steers toward a feature code: go no further
+                    final = Stop("dead_end", f"the menu's {step.label!r} option: {exc}")
+                    break
                 run.path = navigator.path()
                 listener.stepped()
             elif isinstance(step, HandOver | Stop):
