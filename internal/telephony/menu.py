@@ -7,17 +7,26 @@
 amd.py `words_say`), or a person ("Billing, this is Dana, how can I help?"). Everything here is a pure
 function of the transcript text, so a table test pins it; the recogniser's punctuation is not relied on
 (Whisper gives it, a streaming engine does not).
+
+A slip in one clause costs that clause's option, not the menu: each key takes its label from its own
+clause (the side of the key its words are on, in the same sentence), and only a key whose clause does
+not say (a sentence of its own: "For sales. Press 1.") follows the rest of the menu. A key the recogniser
+lost ("presto", "oprima tres") ends a clause as a sentence end does. A prompt in another language is no
+menu (`other_language`); two hearings of one menu are read together (`merge_hearings`).
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from voicegate.internal.telephony.amd import words_say
 
-PromptKind = Literal["menu", "garbled_menu", "invalid", "closed", "hold", "voicemail", "person", "unclear", "silence"]
+PromptKind = Literal["menu", "garbled_menu", "invalid", "closed", "hold", "voicemail", "person", "unclear", "silence",
+                     "foreign"]
 
 KEY_WORDS = {"zero": "0", "oh": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
              "seven": "7", "eight": "8", "nine": "9", "star": "*", "pound": "#", "hash": "#", "hashtag": "#"}
@@ -37,6 +46,12 @@ _BEFORE_STYLE = re.compile(r"\b(?:for|to|if)\b")
 _STARTS_WITH_LEAD = re.compile(r"^\W*(?:(?:and|or|please)\s+)?(?:for|to|if)\b")
 _SENTENCE = re.compile(r"[.!?;:]")
 _CARRIES_ON = re.compile(r"^\W*(?:or|and|including|plus)\b")
+# A key verb whose key the recogniser lost or misheard ("presto", "press tree"), or another language's
+# ("oprima", "appuyez"): its clause ends there, so its label is not read into the next option's.
+# Only a verb its clause ends soon after (two words at most) is one: "for the press office, press 4" keeps its label.
+_NOUN_BEFORE = frozenset({"the", "a", "an", "our", "your", "for", "to", "of", "direct", "speed"})
+_LOST_ACTION = re.compile(r"\b(?:press(?:ed)?|prez|presto|preston|dial|oprima|marque|presione|appuyez|tapez)\b"
+                          r"(?=(?:\s+[a-z0-9*#']+){0,2}\s*(?:\.|$|\b(?:for|to|if)\b))")
 
 # A menu that gives up on the caller, or tells them the last key was wrong.
 _CLOSED = re.compile(r"\b(?:(?:office|offices|we|lines)\s+(?:is|are)\s+(?:now\s+)?closed|outside\s+(?:of\s+)?"
@@ -87,23 +102,22 @@ def normalise(text: str) -> str:
 
 def parse_menu(text: str) -> list[MenuOption]:
     """The options a prompt offers, in the order it says them (the same key twice: the first wins)."""
+    if other_language(text):
+        return []
     said = normalise(text)
     actions = list(_ACTION.finditer(said))
     if not actions:
         return []
-    label_before = _labels_come_first(said, actions)
+    gaps = _gaps(said, actions)
+    sides, default = _label_sides(gaps)
+    labels = _labels(gaps, sides, default)
     options: list[MenuOption] = []
     for index, action in enumerate(actions):
-        if label_before:
-            start = actions[index - 1].end() if index else 0
-            label = _clean_label(_from_lead(_nearest_piece(said[start:action.start()], last=True)))
-        else:
-            end = actions[index + 1].start() if index + 1 < len(actions) else len(said)
-            label = _clean_label(_nearest_piece(said[action.end():end], last=False))
+        label = labels[index]
         spoken = action.group(1) or ""
         key = KEY_WORDS.get(spoken) or MISHEARD_KEYS.get(spoken) or spoken
         word = action.group(2) or ""
-        if not label and options and _joins_previous(said, actions, index, label_before):
+        if not label and options and _joins_previous(gaps[index], sides[index]):
             previous = options[-1]  # "press 1 or say billing": one option, two ways to choose it
             options[-1] = MenuOption(previous.label, previous.key or key, previous.word or word)
             continue
@@ -118,16 +132,95 @@ def parse_menu(text: str) -> list[MenuOption]:
     return unique
 
 
-def _labels_come_first(said: str, actions: list[re.Match[str]]) -> bool:
+def _gaps(said: str, actions: list[re.Match[str]]) -> list[str]:
+    """The words around the keys: before the first, between each two, after the last; a lost key in them
+    is a clause end."""
+    marked = said
+    for lost in _LOST_ACTION.finditer(said):
+        before = said[:lost.start()].split()
+        if before and before[-1] in _NOUN_BEFORE:  # "the press office", "for press enquiries"
+            continue
+        if not any(action.start() <= lost.start() < action.end() for action in actions):
+            marked = marked[:lost.start()] + "." + " " * (lost.end() - lost.start() - 1) + marked[lost.end():]
+    bounds = [0, *(edge for action in actions for edge in (action.start(), action.end())), len(said)]
+    return [marked[bounds[i]:bounds[i + 1]] for i in range(0, len(bounds), 2)]
+
+
+def _label_sides(gaps: list[str]) -> tuple[list[bool], bool]:
+    """For each key, whether its label comes before it, and the menu's way for keys that do not say. A
+    key says so itself when words sit on one side of it in its sentence and not on the other ("For sales,
+    press 1." / "Press 1 for sales."), or when it opens or closes the prompt with words only on the other
+    side. A key that does not say (its own sentence, or words on both sides with no sentence ends) goes
+    the way most keys that say go, and when none does, the way the menu's ends say (`_labels_come_first`)."""
+    count = len(gaps) - 1
+    said: list[bool | None] = []
+    for index in range(count):
+        before, after = gaps[index], gaps[index + 1]
+        joined_before, joined_after = _attached(before, last=True), _attached(after, last=False)
+        if joined_before != joined_after:
+            said.append(joined_before)
+        elif index == 0 and not _pieces(before) and _pieces(after):
+            said.append(False)
+        elif index == count - 1 and not _pieces(after) and _pieces(before):
+            said.append(True)
+        else:
+            said.append(None)
+    votes = [side for side in said if side is not None]
+    if 2 * votes.count(True) == len(votes):
+        default = _labels_come_first(gaps)
+    else:
+        default = 2 * votes.count(True) > len(votes)
+    return [default if side is None else side for side in said], default
+
+
+def _labels(gaps: list[str], sides: list[bool], default: bool) -> list[str]:
+    """Each key's label from its side. A gap of one clause between a key that reads after it and one that
+    reads before it is one option's label: the key in whose sentence it is gets it; in both keys'
+    sentences, the earlier key when it ends in "or" ("Say agent to speak to someone, or press 9"), else
+    the key the menu's way gives it to."""
+    labels = []
+    for index, before in enumerate(sides):
+        gap = gaps[index] if before else gaps[index + 1]
+        shared = (index > 0 and not sides[index - 1]) if before else (index + 1 < len(sides) and sides[index + 1])
+        if shared and len(_pieces(gap)) == 1 and _gap_owner(gap, default) != before:
+            labels.append("")
+        elif before:
+            labels.append(_clean_label(_from_lead(_nearest_piece(gap, last=True))))
+        else:
+            labels.append(_clean_label(_nearest_piece(gap, last=False)))
+    return labels
+
+
+def _gap_owner(gap: str, default: bool) -> bool:
+    """Whether a one-clause gap between two keys is the later key's label (True) or the earlier's."""
+    later, earlier = _attached(gap, last=True), _attached(gap, last=False)
+    if later != earlier:
+        return later
+    if re.search(r"\bor\W*$", gap):
+        return False
+    return default
+
+
+def _pieces(segment: str) -> list[str]:
+    return [piece for piece in _SENTENCE.split(segment) if _clean_label(piece)]
+
+
+def _attached(segment: str, *, last: bool) -> bool:
+    """Whether words of a label sit in the key's own sentence on this side (no sentence end between)."""
+    pieces = _SENTENCE.split(segment)
+    return bool(_clean_label(pieces[-1] if last else pieces[0]))
+
+
+def _labels_come_first(gaps: list[str]) -> bool:
     """Which way a menu puts its labels, from its ends: a label after the last key ("... press 3 for
     billing") says key first; otherwise words before the first key ("For sales, press 1", or a welcome
     whose "to" the recogniser lost: "Acme, report an outage. Press 1.") say label first; a menu that
     starts with its first key ("Say agent to ..., or press 9") is key first. The recogniser's sentence
     ends fall anywhere (it may write "For sales. Press 1."), so only pieces with words count."""
-    after_last = _nearest_piece(said[actions[-1].end():], last=False)
+    after_last = _nearest_piece(gaps[-1], last=False)
     if _STARTS_WITH_LEAD.match(after_last):
         return False
-    return bool(_nearest_piece(said[:actions[0].start()], last=True))
+    return bool(_nearest_piece(gaps[0], last=True))
 
 
 def _from_lead(piece: str) -> str:
@@ -153,8 +246,8 @@ def _nearest_piece(segment: str, *, last: bool) -> str:
     return joined
 
 
-def _joins_previous(said: str, actions: list[re.Match[str]], index: int, label_before: bool) -> bool:
-    between = said[actions[index - 1].end():actions[index].start()].strip()
+def _joins_previous(between: str, label_before: bool) -> bool:
+    between = between.strip()
     return between in ("or", "", ", or") or (not label_before and between.startswith("or"))
 
 
@@ -164,14 +257,84 @@ def _clean_label(segment: str) -> str:
     return label.strip(" ,.")
 
 
+# Words a phone menu says in each language that English does not use (words both use, "a", "no", "me",
+# "si", are left out). A prompt in which these outnumber English's own is in that language: Whisper's
+# English models write such a prompt as broken English, or keep a word like "press 2" from it, and its
+# options would be read as English ones with labels that are no labels.
+_OTHER_LANGUAGES = {
+    "spanish": frozenset({"para", "por", "que", "el", "la", "los", "las", "de", "del", "y", "en", "con", "su",
+                          "sus", "usted", "oprima", "marque", "presione", "pulse", "diga", "desea", "gracias",
+                          "llamar", "un", "una", "es", "al", "uno", "dos", "tres", "cuatro", "cinco", "nueve",
+                          "cero", "hablar", "servicio", "opciones", "ventas", "favor", "espere", "numero"}),
+    "french": frozenset({"pour", "le", "la", "les", "de", "des", "du", "et", "vous", "votre", "vos", "appuyez",
+                         "tapez", "sur", "merci", "d", "avoir", "un", "une", "au", "aux", "est", "nous", "avec",
+                         "parler", "conseiller", "restez", "ligne", "touche", "ou", "l", "en", "service", "dites"}),
+}
+_ENGLISH = frozenset({"the", "to", "for", "and", "of", "you", "your", "press", "is", "please", "if", "or", "with",
+                      "in", "on", "our", "we", "are", "this", "that", "say", "thank", "calling", "option", "options",
+                      "menu", "dial", "would", "like", "have", "be", "an", "at", "it", "my", "from", "will", "can",
+                      "all", "any", "about", "hold", "line", "call"})
+# Fewer words than this of another language: a line for its speakers in an English menu ("Para español,
+# oprima dos"), read as English (at most one option).
+OTHER_LANGUAGE_MIN_WORDS = 4
+
+
+def other_language(text: str) -> str:
+    """The language a prompt is in when it is not English ("spanish", "french"), else ""."""
+    plain = unicodedata.normalize("NFKD", text.lower()).encode("ascii", "ignore").decode()
+    words = re.findall(r"[a-z]+", plain)
+    english = sum(word in _ENGLISH for word in words)
+    counts = {language: sum(word in known for word in words) for language, known in _OTHER_LANGUAGES.items()}
+    language, count = max(counts.items(), key=lambda item: item[1])
+    return language if count >= OTHER_LANGUAGE_MIN_WORDS and count > english else ""
+
+
+def merge_hearings(earlier: Sequence[MenuOption], later: Sequence[MenuOption]) -> list[MenuOption]:
+    """One menu heard twice, read from both hearings: an option one of them lost comes from the other (in
+    its place), a label missing from one is the other's, a label cut short in one is the longer one, and
+    two different readings of a label are both kept ("feeling / billing") for the chooser to weigh: which
+    one the recogniser got right is not known here."""
+    merged = {_ident(option): option for option in earlier}
+    order = [_ident(option) for option in earlier]
+    for position, option in enumerate(later):
+        ident = _ident(option)
+        if ident not in merged:
+            follows = [_ident(before) for before in later[:position] if _ident(before) in merged]
+            order.insert(order.index(follows[-1]) + 1 if follows else 0, ident)
+            merged[ident] = option
+            continue
+        known = merged[ident]
+        merged[ident] = MenuOption(_merged_label(known.label, option.label), known.key or option.key,
+                                   known.word or option.word)
+    return [merged[ident] for ident in order]
+
+
+def _ident(option: MenuOption) -> str:
+    return option.key or "say:" + option.word
+
+
+def _merged_label(one: str, other: str) -> str:
+    readings = [reading for part in (one, other) for reading in part.split(" / ") if reading]
+    kept: list[str] = []
+    for reading in readings:
+        words = set(reading.split())
+        if any(words <= set(known.split()) for known in kept):
+            continue
+        kept = [known for known in kept if not set(known.split()) <= words] + [reading]
+    return " / ".join(kept)
+
+
 def classify_prompt(text: str) -> PromptKind:
-    """What a whole prompt (one stretch of speech up to a pause) is. Options make a menu even when the
+    """What a whole prompt (one stretch of speech up to a pause) is. A prompt in another language is that,
+    whatever it says (its words are not read as English). Options make a menu even when the
     prompt also complains ("invalid entry. for billing press 1"); a menu-less prompt is checked from
     the most to the least decisive: gave up, complained, voicemail, queue, person; what is left is a menu
     whose options were misheard when it speaks of keys or runs long, else unclear (maybe a person)."""
     said = normalise(text)
     if not said or _NON_SPEECH.match(said):
         return "silence"
+    if other_language(text):
+        return "foreign"
     if parse_menu(said):
         return "menu"
     if _CLOSED.search(said):

@@ -15,6 +15,10 @@ The rules, in the order a call meets them:
 - "that is not a valid option" twice, "we are closed", "goodbye": a dead end, with the menu's words;
 - a voicemail greeting (amd.py's phrases): stop, it is a machine, not a menu;
 - hold messages and music: wait (navigation.py bounds the whole walk by time);
+- a prompt in another language ("Para ventas, oprima uno ..."): wait, saying so; it is not read as the
+  menu's English options, nor counted as a hearing of the menu before it;
+- a menu heard again with no choice of ours between: read from both hearings (menu.py `merge_hearings`),
+  so an option or label one hearing lost is still there for the choice and the way to a person;
 - a person ("Billing, this is Dana, how can I help?"), anyone who says something that is not a menu
   right after a hold message, or anyone who says something that is not a menu and then waits
   `person_wait_ms` in silence: hand over.
@@ -26,7 +30,15 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Literal
 
-from voicegate.internal.telephony.menu import PromptKind, classify_prompt, menu_signature, parse_menu
+from voicegate.internal.telephony.menu import (
+    MenuOption,
+    PromptKind,
+    classify_prompt,
+    menu_signature,
+    merge_hearings,
+    other_language,
+    parse_menu,
+)
 from voicegate.internal.telephony.menu_choice import FALLBACK_KEY, FALLBACK_WORD, GoalMatcher, operator_option
 
 # Two hearings whose keys overlap this much (shared / all) are one menu: the recogniser drops or garbles an
@@ -104,6 +116,7 @@ class MenuNavigator:
         self._invalid = 0
         self._fallback_used = False
         self._last_menu: frozenset[str] | None = None
+        self._last_options: list[MenuOption] = []  # the last menu's, from all its hearings since our last choice
 
     def heard(self, text: str) -> Step:
         """A whole prompt (speech up to a pause) and what to do about it."""
@@ -113,6 +126,8 @@ class MenuNavigator:
         quoted = f"'{self._last_text}'"
         if kind in ("menu", "garbled_menu"):
             return self._menu(text)
+        if kind == "foreign":
+            return Wait(f"a prompt in another language ({other_language(text)}): not read as a menu")
         if kind == "closed":
             return Stop("dead_end", f"the menu ended: {quoted}")
         if kind == "invalid":
@@ -146,8 +161,10 @@ class MenuNavigator:
     def _menu(self, text: str) -> Step:
         options = parse_menu(text)
         signature = self._known(menu_signature(options))
+        if signature == self._last_menu:  # the same menu again, nothing chosen since: one menu, two hearings
+            options = merge_hearings(self._last_options, options)
         self._hearings[signature] += 1
-        self._last_menu = signature
+        self._last_menu, self._last_options = signature, options
         choice = self.matcher.choose(options)
         if choice is not None:
             if self._chosen_in[signature] >= self.settings.max_choices_per_menu:
