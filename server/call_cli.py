@@ -72,6 +72,7 @@ async def place_and_follow(config: Config, target: str, greeting: str | None, ou
     """Place the call and print what happens until it ends; returns the exit code."""
     from voicegate.internal.sip.handler import CallFailed
     from voicegate.internal.telephony.answering_machine import AMD, plan_from_config
+    from voicegate.internal.telephony.menu_model import menu_completion
     from voicegate.internal.telephony.navigation import menu_plan
     from voicegate.server.gateway import Gateway
 
@@ -98,7 +99,7 @@ async def place_and_follow(config: Config, target: str, greeting: str | None, ou
         local = gateway.sip.local_address()
         say(f"dialling {target} from {local.host}:{local.port} ...")
         plan = plan_from_config(config.amd, voicemail_message=voicemail_message) if amd else None
-        menu = menu_plan(config.menus, goal) if goal else None
+        menu = menu_plan(config.menus, goal, model=menu_completion(config)) if goal else None
         try:
             session = await gateway.sip_calls.place_call(target, greeting=greeting, amd=plan, menu=menu)
         except ValueError as exc:

@@ -42,6 +42,7 @@ from voicegate.internal.sip.handler import CallFailed
 from voicegate.internal.sip.voice import AT_CAPACITY
 from voicegate.internal.sip.voice.call import SIP_CALL_ID
 from voicegate.internal.telephony.answering_machine import AMD, AmdRun, plan_from_config
+from voicegate.internal.telephony.menu_model import menu_completion
 from voicegate.internal.telephony.navigation import MENU, MenuRun, menu_plan
 from voicegate.server.errors import ApiError, error_body
 from voicegate.server.gateway import Gateway
@@ -178,7 +179,8 @@ def install_call_routes(app: FastAPI, gateway: Gateway) -> None:
                 if (call.amd if call.amd is not None else amd_config.enabled) else None)
         try:
             # The first goal loads the embedding (a second): off the event loop.
-            menu = await asyncio.to_thread(menu_plan, gateway.config.menus, call.goal) if call.goal else None
+            menu = (await asyncio.to_thread(menu_plan, gateway.config.menus, call.goal,
+                                             model=menu_completion(gateway.config)) if call.goal else None)
             session = await handler.place_call(call.to, greeting=call.greeting, amd=plan, menu=menu)
         except ValueError as exc:
             raise ApiError(422, "invalid_target", str(exc)) from None

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import re
 import sys
 import tempfile
 import time
@@ -37,7 +39,10 @@ from voicegate.internal.audio.resample import resample
 from voicegate.internal.config import load_config
 from voicegate.internal.config.providers import WhisperConfig
 from voicegate.internal.stt.whisper import WhisperSpeechToText
-from voicegate.internal.telephony.navigation import MENU, menu_plan
+from voicegate.internal.telephony.menu import parse_menu
+from voicegate.internal.telephony.menu_choice import GoalMatcher
+from voicegate.internal.telephony.menu_model import menu_completion
+from voicegate.internal.telephony.navigation import MENU, menu_plan, shared_similarity
 from voicegate.server.gateway import Gateway
 
 HOLD_VOICE = "espeak-gb"
@@ -415,7 +420,8 @@ async def run_case(gateway: Gateway, case: Case, keys: KeyMethod) -> dict[str, o
     started = time.monotonic()
     try:
         assert gateway.sip_calls is not None
-        session = await gateway.sip_calls.place_call(ivr.target, menu=menu_plan(gateway.config.menus, case.goal))
+        plan = menu_plan(gateway.config.menus, case.goal, model=menu_completion(gateway.config))
+        session = await gateway.sip_calls.place_call(ivr.target, menu=plan)
         run = session.slots.get(MENU)
         assert run is not None
         try:
@@ -435,7 +441,44 @@ async def run_case(gateway: Gateway, case: Case, keys: KeyMethod) -> dict[str, o
         await ivr.stop()
 
 
-async def main(split: str, only: str | None) -> int:
+def fake_model_answer(body: dict[str, object]) -> str:
+    """The bench's stand-in model (--fake-model), a rule and no oracle: it reads the goal and the options
+    from the prompt voicegate sent (menu_model.menu_question's lines), and answers the option whose label
+    is nearest the whole goal in wordllama (cosine, the highest wins, no margin), or "dead_end" when no label
+    reaches 0.1. It knows nothing of the split's answers; it is weaker than a real model's judgement, so
+    what it measures is the plumbing (prompt, answer, key refused or pressed) with a plain judge."""
+    messages = body.get("messages")
+    user = messages[-1]["content"] if isinstance(messages, list) and messages else ""
+    goal = next((line[6:] for line in str(user).splitlines() if line.startswith("Goal: ")), "")
+    options = [(m.group(1), m.group(2)) for m in re.finditer(r"^- (?:key|say) (\S+): (.*)$", str(user), re.M)]
+    if not options:
+        return '{"choice": "wait"}'
+    near = shared_similarity().similarity(goal, [label for _, label in options])
+    best = max(range(len(options)), key=lambda i: near[i])
+    return json.dumps({"choice": options[best][0] if near[best] >= 0.1 else "dead_end"})
+
+
+def text_walk(split: str, paraphrases: bool) -> int:
+    """Without calls: the written menus, read by the parser and chosen in by the offline matcher, level by
+    level (a quick measure of matchers; the calls are the measure of the product)."""
+    reached = 0
+    menus = [case for case in SPLITS[split] if case.expect == "reached"]
+    for case in menus:
+        matcher = GoalMatcher(case.goal, shared_similarity(), paraphrases=paraphrases)
+        node, path = "0", []
+        while node.isdigit():
+            prompt, keys = case.menus[int(node)]
+            choice = matcher.choose(parse_menu(prompt))
+            key = choice.option.key if choice is not None else ""
+            path.append(key or "-")
+            node = keys.get(key, "none")
+        reached += node == "person"
+        print(f"{case.name}: {'reached' if node == 'person' else 'MISSED'} ({' > '.join(path)}) {case.goal}")
+    print(f"{split}: {reached} of {len(menus)} (paraphrases {'on' if paraphrases else 'off'})")
+    return reached
+
+
+async def main(split: str, only: str | None, fake_model: bool) -> int:
     config = load_config(None)
     work = Path(tempfile.mkdtemp(prefix="voicegate-bench-menus-"))
     config.server.data_dir = str(work / "data")
@@ -448,6 +491,16 @@ async def main(split: str, only: str | None) -> int:
     config.tts.provider = "espeak"
     config.llm.provider = "local"
     config.pipeline.greeting_outgoing = "Hello, I am calling on behalf of a customer."
+    fake = None
+    if fake_model:
+        from tests.fakes.openai_fake import FakeOpenAI
+
+        fake = FakeOpenAI()
+        fake.default_reply = fake_model_answer
+        await asyncio.to_thread(fake.start)
+        config.llm.provider = "openai"
+        config.openai.base_url, config.openai.api_key = fake.url + "/v1", "bench"
+        config.menus.chooser = "model"
     stt = WhisperSpeechToText(WhisperConfig(workers=1, shed_after_ms=0), work / "models")
     gateway = Gateway(config, stt=stt)
     await gateway.start()
@@ -461,6 +514,8 @@ async def main(split: str, only: str | None) -> int:
     finally:
         await gateway.stop()
         await stt.aclose()
+        if fake is not None:
+            fake.stop()
     menus = [r for r in rows if r["expect"] == "reached"]
     controls = [r for r in rows if r["expect"] != "reached"]
     reached = sum(1 for r in menus if r["ok"])
@@ -471,8 +526,10 @@ async def main(split: str, only: str | None) -> int:
     controls_ok = sum(1 for r in controls if r["ok"])
     wrong = sum(1 for r in rows if r["wrong_door"])
     print(f"wrong departments entered: {wrong}")
-    path = save(f"menus-{split}", {"split": split, "reached": reached, "menus": len(menus), "controls_ok": controls_ok,
-                          "controls": len(controls), "wrong_doors": wrong, "cases": rows})
+    name = f"menus-{split}" + ("-fake-model" if fake_model else "")
+    chooser = "fake model" if fake_model else config.menus.chooser
+    path = save(name, {"split": split, "chooser": chooser, "reached": reached, "menus": len(menus),
+                       "controls_ok": controls_ok, "controls": len(controls), "wrong_doors": wrong, "cases": rows})
     print(f"saved {path}")
     return 0 if reached * 10 >= 9 * len(menus) else 1
 
@@ -481,5 +538,11 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--split", choices=sorted(SPLITS), default="fresh")
     parser.add_argument("--only", help="one case by name")
+    parser.add_argument("--fake-model", action="store_true",
+                        help="choose with a local OpenAI-compatible fake (fake_model_answer's rule)")
+    parser.add_argument("--text", action="store_true", help="no calls: the offline matcher on the written menus")
+    parser.add_argument("--no-paraphrases", action="store_true", help="--text without the shipped paraphrases")
     arguments = parser.parse_args()
-    sys.exit(asyncio.run(main(arguments.split, arguments.only)))
+    if arguments.text:
+        sys.exit(0 if text_walk(arguments.split, not arguments.no_paraphrases) >= 0 else 1)
+    sys.exit(asyncio.run(main(arguments.split, arguments.only, arguments.fake_model)))

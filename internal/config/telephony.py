@@ -104,6 +104,14 @@ class MenusConfig(Section):
     # conversation can. "": only the call's own recogniser, in parts.
     whisper_model: str = "base"
     whisper_beam_size: int = Field(5, ge=1, le=10)
+    # Who chooses the option toward the goal: "model" asks the configured [llm] provider (openai or ollama)
+    # with the offline matcher behind it for timeouts and bad answers; "offline" the matcher alone
+    # (words, shipped paraphrases, wordllama); "auto" the model when the provider is openai or ollama.
+    chooser: Literal["auto", "model", "offline"] = "auto"
+    model_timeout_ms: int = Field(4000, ge=100, le=30000)  # a menu waits some seconds for a key, no longer
+    model_max_tokens: int = Field(40, ge=8, le=400)  # the answer is one short JSON object
+    # The deployer's paraphrases: a phrase in a goal -> the words its menus use ("called off" = ["cancel"]).
+    synonyms: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class WarmTransferConfig(Section):
