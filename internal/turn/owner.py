@@ -182,8 +182,11 @@ class TurnOwner:
         self._gap_ms = ((now - self._speech_ended_at) * 1000.0 + self.settings.vad_offset_ms
                         if self._speech_ended_at else 0.0)
         # Speech soon after a release may be the rest of that turn: its reply is held, within this frame,
-        # until the words tell (nothing of it plays over the caller meanwhile).
-        self.continuing = self.released is not None and self.replies.absorbable()
+        # until the words tell (nothing of it plays over the caller meanwhile). Speech that follows such
+        # speech before its words are in belongs to the same question, even once the window has passed
+        # ("Yes, | yes." begun 1 s into the reply): judged apart, as words over a held (so silent) agent,
+        # the second half was a turn of its own.
+        self.continuing = self.released is not None and (self.continuing or self.replies.absorbable())
         if self.continuing:
             self.replies.hold()
         else:
@@ -534,6 +537,12 @@ class TurnOwner:
             return False
         added = added_words(released.text, text) if transcript.whole_turn else text.split()
         if not added or is_backchannel(" ".join(added), self.backchannels):
+            if self._speaking or self._awaiting:
+                # More of the caller's words are coming ("Yes, | yes." or "Yes, | and on Sunday?"): they
+                # decide, and the reply stays held until they do (resumed now, the rest would be judged
+                # as a turn of its own).
+                self.continuing, self.released = True, released
+                return True
             self.replies.resume()
             self._add_final("")
             return True

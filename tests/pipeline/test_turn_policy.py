@@ -321,6 +321,68 @@ async def test_a_released_turn_taken_back_gathers_what_the_caller_adds() -> None
     assert replies.texts == ["Can you send it", "Can you send it to my office instead?"]
 
 
+async def released_then_heard() -> tuple[TurnOwner, Replies]:
+    """A turn released and its reply playing (heard: active and audible)."""
+    turn, replies = owner(fusion=stub_fusion())
+    turn.speech_started(0)
+    turn.speech_ended(final_owed=True)
+    final(turn, "Can you tell me about your opening hours?")
+    await asyncio.wait_for(replies.event.wait(), 2.0)
+    replies.event.clear()
+    replies.active = replies.audible = True
+    return turn, replies
+
+
+# Issue 51 item 3: "Yes, | yes." said as the reply begins. The first "yes" holds the reply (the caller may be
+# going on with the question); the second was judged apart, as words over an agent it could not hear, so a
+# turn: the agent stopped and the question was answered again with "yes, yes" on it.
+async def test_a_repeated_acknowledgement_right_after_a_release_plays_the_reply_on_when_the_window_closes_between(
+        ) -> None:
+    turn, replies = await released_then_heard()
+    say(turn, 10)  # "Yes," inside the continuation window: the reply is held
+    assert turn.continuing and replies.calls[-1] == "hold"
+    replies.audible = False  # held: silent
+    replies.absorbable = lambda: False  # type: ignore[method-assign]  # the window closes before "yes."
+    say(turn, 10)
+    turn.transcript(Transcript("", final=True, whole_turn=True, superseded=True))  # "Yes,": in the next decode
+    final(turn, "Can you tell me about your opening hours? Yes, yes.")  # the whole turn's
+    await asyncio.sleep(0.3)
+    assert replies.calls[-1] == "resume" and "interrupt" not in replies.calls and "absorb" not in replies.calls
+    assert replies.texts == ["Can you tell me about your opening hours?"]  # nothing more released
+
+
+async def test_a_repeated_acknowledgement_right_after_a_release_plays_the_reply_on_when_a_half_is_decoded_early(
+        ) -> None:
+    turn, replies = await released_then_heard()
+    say(turn, 10)
+    replies.audible = False
+    turn.speech_started(0)  # "yes." begun before the decode of "Yes," is in
+    final(turn, "Can you tell me about your opening hours? Yes.")
+    assert "resume" not in replies.calls  # still held: what is being said decides
+    for _ in range(10):
+        turn.audio(b"\0" * 320, True)
+    turn.speech_ended(final_owed=True)
+    final(turn, "Can you tell me about your opening hours? Yes, yes.")
+    await asyncio.sleep(0.3)
+    assert replies.calls[-1] == "resume" and "interrupt" not in replies.calls and "absorb" not in replies.calls
+    assert replies.texts == ["Can you tell me about your opening hours?"]
+
+
+async def test_an_acknowledgement_and_more_right_after_a_release_is_the_rest_of_the_turn() -> None:
+    turn, replies = await released_then_heard()
+    say(turn, 10)
+    replies.audible = False
+    turn.speech_started(0)
+    final(turn, "Can you tell me about your opening hours? Yes.")
+    for _ in range(30):
+        turn.audio(b"\0" * 320, True)
+    turn.speech_ended(final_owed=True)
+    final(turn, "Can you tell me about your opening hours? Yes, and on Sunday?")
+    assert "absorb" in replies.calls
+    await asyncio.wait_for(replies.event.wait(), 2.0)
+    assert replies.texts[-1] == "Can you tell me about your opening hours? Yes, and on Sunday?"
+
+
 async def test_a_turn_waits_for_the_words_the_caller_already_said_however_late_they_come() -> None:
     # On a loaded machine recognition runs seconds behind: the first half's text is in, the second
     # half is still being decoded. Answering now would answer half the phone number.

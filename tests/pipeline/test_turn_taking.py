@@ -7,7 +7,7 @@ real interruption in the same noise does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +16,7 @@ import pytest
 from tests.fakes.models import RecordingModel
 from tests.pipeline.conftest import PipelineFactory
 from tests.pipeline.test_turn_models import fragment_before_comma, phone
-from tests.speech import neural, neural_telephone, silence
+from tests.speech import neural, neural_telephone, silence, telephone
 from voicegate.internal.pipeline.events import ReleaseEvent, ResponseEvent, TimingEvent, TranscriptEvent
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.internal.stt.whisper import WhisperSpeechToText
@@ -126,23 +126,25 @@ async def test_a_real_interruption_in_the_same_noise_does(
     assert any(isinstance(e, ResponseEvent) and e.interrupted for e in events)
 
 
-async def said_over_the_agent(make_pipeline: PipelineFactory, whisper: WhisperSpeechToText,
-                              caller_line: str) -> tuple[Sequence[object], RecordingModel]:
-    """Ask a question; once three seconds of the long reply have played (past `continuation_window_ms`, so
-    the line is said over the agent, not taken as the rest of the question), say `caller_line`."""
+async def said_over_the_agent(make_pipeline: PipelineFactory, whisper: WhisperSpeechToText, caller_line: str,
+                              after_ms: int = 3000, voice: Callable[[str], bytes] = neural_telephone,
+                              ) -> tuple[Sequence[object], RecordingModel]:
+    """Ask a question; once `after_ms` of the long reply have played (by default past
+    `continuation_window_ms`, so the line is said over the agent, not taken as the rest of the question),
+    say `caller_line` in `voice`."""
     model = RecordingModel(LONG_REPLY)
     pipeline, sink = make_pipeline(stt=whisper, model=model, rate=RATE, **DEFAULTS)
     async with LocalCall(pipeline) as call:
         call.say(silence(300, RATE) + neural_telephone("Can you tell me about your opening hours?"))
         waited = 0
-        while call.agent_frames < 150:
+        while call.agent_frames < after_ms // 20:
             if waited > 60 * 50:
                 raise TimeoutError("the agent did not answer the question")
             if call.queued_ms < 60:
                 call.say(silence(100, RATE))
             await call.ticks_later(1)
             waited += 1
-        call.say(neural_telephone(caller_line) + silence(4000, RATE))
+        call.say(voice(caller_line) + silence(4000, RATE))
         await call.wait_caller_done()
         await call.wait_agent_quiet(300, timeout_s=40)
     return sink.events, model
@@ -161,6 +163,18 @@ async def test_a_repeated_acknowledgement_over_the_agent_is_no_turn(
     assert len(user_finals(events)) >= 2, user_finals(events)  # the acknowledgement was heard ...
     assert len(model.requests) == 1  # ... and not answered
     assert len([e for e in events if isinstance(e, ReleaseEvent)]) == 1, user_finals(events)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_repeated_acknowledgement_as_the_reply_begins_is_no_turn(
+        make_pipeline: PipelineFactory, whisper: WhisperSpeechToText) -> None:
+    """espeak-ng's "Yes, yes." one second into the reply: "Yes," holds the reply (the caller may be going on
+    with the question), "yes." begins after `continuation_window_ms` and was judged apart, as words over a
+    silent agent: the reply stopped and the question was answered again, "yes, yes" and all."""
+    events, model = await said_over_the_agent(make_pipeline, whisper, "Yes, yes.", after_ms=1000, voice=telephone)
+    replies = [(e.text, e.interrupted) for e in events if isinstance(e, ResponseEvent)]
+    assert replies == [(LONG_REPLY, False)], replies
+    assert len(model.requests) == 1, user_finals(events)
 
 
 @pytest.mark.asyncio(loop_scope="module")
