@@ -50,32 +50,14 @@ async def test_a_fact_deleted_through_node_b_while_the_call_is_live_on_node_a_st
     added = await b.patch_memory(WEB, document="memory", action="append", content=LINE)
     assert added.status_code == 200, added.text
 
-    caller = WhipClient()
-    try:
-        async with a.http() as http:
-            token = a.auth(WEB)["Authorization"].removeprefix("Bearer ")
-            answer = await caller.dial(http, token=token)
-            assert answer.status_code == 201, answer.text
-            await caller.wait_channel_open()
-            for said in ("my locker code word zanzibar still works", "I also like green tea"):
-                before = len(a.model.turns)
-                caller.send({"type": "text", "text": said})
-                await wait_until(lambda n=before: len(a.model.turns) > n, 60, "the typed turn to reach A's model",
-                                 a.tails)
-                await caller.wait_for(lambda e: e.get("type") == "transcript" and e.get("role") == "agent"
-                                      and bool(e.get("final")), 60)
-                caller.events.clear()
-            assert MARKER in a.model.turns[-1].prompt, "A's call never had the fact in its memory"
-            assert await a.live_calls() == 1
+    async def node_b_deletes_it() -> None:
+        assert MARKER in a.model.turns[-1].prompt, "A's call never had the fact in its memory"
+        assert await a.live_calls() == 1
+        removed = await b.patch_memory(WEB, document="memory", action="replace", old_text=LINE, new_text="")
+        assert removed.status_code == 200 and removed.json()["changed"] is True, removed.text
 
-            removed = await b.patch_memory(WEB, document="memory", action="replace", old_text=LINE, new_text="")
-            assert removed.status_code == 200 and removed.json()["changed"] is True, removed.text
-            hung_up = await caller.hang_up(http, headers=a.auth(WEB))
-            assert hung_up.status_code in (200, 204), hung_up.text
-    finally:
-        await caller.close()
-
-    await wait_until(lambda: _no_calls(a), 30, "the call to end on A", a.tails)
+    await typed_call(a, WEB, ("my locker code word zanzibar still works", "I also like green tea"),
+                     during=node_b_deletes_it)
     # Every hang-up step has run (the call's outbox entry is done with), then the database is quiet; what
     # they stored is the positive control.
     await wait_until(a.hangup_writes_done, 60, "the call's hang-up writes to be done with", a.tails)
