@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from voicegate.internal.session import Session
 from voicegate.internal.sip.voice.call import SIP_CALL_ID
-from voicegate.internal.sip.voice.dtmf import DtmfError, InvalidDigits, NotSendable, check_digits
+from voicegate.internal.sip.voice.dtmf import DtmfError, InvalidDigits, KeysRefused, NotSendable, check_digits
 from voicegate.internal.sip.voice.transfer import (
     NotTransferable,
     TargetNotAllowed,
@@ -122,9 +122,11 @@ def install_transfer_routes(app: FastAPI, gateway: Gateway) -> None:
             raise ApiError(404, "sip_disabled", "SIP is off on this server ([sip] enabled = false)")
         try:
             digits = check_digits(body.digits)
-            method = await keypad.send(session, digits)
+            method = await keypad.send(session, digits, source="api")
         except InvalidDigits as exc:
             raise ApiError(422, exc.code, exc.message) from None
+        except KeysRefused as exc:  # the per-call cap on a call we placed (internal/telephony/key_policy.py)
+            raise ApiError(403, exc.code, exc.message) from None
         except NotSendable as exc:
             raise ApiError(409, exc.code, exc.message) from None
         except DtmfError as exc:

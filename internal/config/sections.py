@@ -217,6 +217,13 @@ class SipConfig(Section):
     # send_dtmf on calls voicegate did not place: a caller could have the agent key PBX feature codes
     # (a blind transfer to any number) on the line the PBX handed it. Off: only calls we dialled.
     send_dtmf_inbound: bool = False
+    # Keys on calls voicegate placed, whoever keys them (navigator, send_dtmf; the API only the cap): the
+    # far end names them, and a PBX on the route may read "##..." / "*2..." as a transfer at our cost.
+    # internal/telephony/key_policy.py. `outbound_keys` go freely; `outbound_asked_keys` only where the
+    # other side named that key, never two in a row ("" = never); at most `outbound_max_keys` per call.
+    outbound_keys: str = "0123456789"
+    outbound_asked_keys: str = "*#"
+    outbound_max_keys: int = Field(16, ge=1, le=1000)
     # TLS (internal/sip/tls.py) and SRTP with SDES keys (internal/sip/sdes.py); docs/sip.md "TLS", "SRTP".
     tls_bind: str = ""  # "" = the host of `bind`, port 5061 (a free port when bind's port is 0)
     tls_cert: str = ""
@@ -229,9 +236,19 @@ class SipConfig(Section):
 
     _cidrs = field_validator("trusted_peers")(_check_cidrs)
 
+    @field_validator("outbound_keys", "outbound_asked_keys")
+    @classmethod
+    def _keypad_keys(cls, keys: str) -> str:
+        keys = "".join(dict.fromkeys(keys.replace(" ", "").upper()))
+        if any(key not in "0123456789*#ABCD" for key in keys):
+            raise ValueError(f"{keys!r}: keypad keys only (0-9, *, #, A-D), written one after another")
+        return keys
+
     @model_validator(mode="after")
     def _registration_transports_enabled(self) -> SipConfig:
         check_registration_transports(self.registrations, self.transports)
+        if set(self.outbound_keys) & set(self.outbound_asked_keys):
+            raise ValueError("outbound_keys and outbound_asked_keys share a key: each key is one or the other")
         return self
 
     @field_validator("bind", "tls_bind")

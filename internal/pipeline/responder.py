@@ -381,7 +381,8 @@ class Responder:
                                                   conversation.misunderstanding_streak)
         slots = self.session.slots
         tool_context = ToolContext(self.session.id, self.session.resource_id, number, self._request_hangup,
-                                   extras={"session": self.session},
+                                   # heard: the other side's words this turn (send_dtmf is offered if they ask for keys)
+                                   extras={"session": self.session, "heard": turn.text},
                                    record_tool=lambda name, ok: record_action(slots, tool_action(name, ok)))
         request = await build_request(self.session, self.services, turn, user_text, tool_context)
 

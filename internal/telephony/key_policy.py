@@ -10,7 +10,12 @@ place the navigator, `send_dtmf` and `POST /calls/{id}/dtmf` all send through):
 - `free` keys (default the digits 0-9) go whenever asked;
 - `asked_only` keys (default `*` and `#`) go only where the other side's last prompt named that very
   key ("press pound", "followed by the hash key"), and never right after another of them: no `##`,
-  `**`, `*#` however often they are asked for, which is how the common feature codes start;
+  `**`, `*#` however often they are asked for, which is how the common feature codes start. In an entry
+  of several keys one goes last only (the terminator of "your account number followed by pound"): what
+  follows a `#` in one go ("#9011", "*2...") is the target of a feature code (a PBX whose code is one
+  key, Asterisk's built-in `#` blind transfer, starts collecting there). The navigator presses one key
+  per prompt, and a PBX that took its `#` as a feature code puts the menu on hold: it is not there to
+  name the target;
 - at most `max_per_call` keys in all on the call (default 16: a deep menu and an account number);
 - any other key (A-D) never.
 
@@ -30,7 +35,7 @@ from typing import Literal
 from voicegate.internal.conversation.slots import Slot
 
 KeySource = Literal["menu", "agent", "api"]
-Rule = Literal["not_allowed", "not_asked", "in_a_row", "cap"]
+Rule = Literal["not_allowed", "not_asked", "in_a_row", "not_last", "cap"]
 
 # Words a recogniser writes for the keys the other side names.
 _KEY_WORDS = {"zero": "0", "oh": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
@@ -104,6 +109,8 @@ def screen(policy: KeyPolicy, ledger: KeyLedger, digits: str, source: KeySource,
                 refusals.append(Refusal(index, key, "not_asked"))
             elif previous and previous in policy.asked_only:
                 refusals.append(Refusal(index, key, "in_a_row"))
+            elif index < len(digits) - 1:
+                refusals.append(Refusal(index, key, "not_last"))
         elif key not in policy.free:
             refusals.append(Refusal(index, key, "not_allowed"))
         previous = key
@@ -127,6 +134,8 @@ def explain(verdict: Verdict, policy: KeyPolicy) -> str:
         parts.append(f"{_keys(policy.asked_only)} may only be pressed where the other side asked for that key")
     if "in_a_row" in rules:
         parts.append(f"{_keys(policy.asked_only)} are never pressed twice in a row (feature codes start so)")
+    if "not_last" in rules:
+        parts.append(f"{_keys(policy.asked_only)} may only end an entry (as in 'followed by pound')")
     if "not_allowed" in rules:
         parts.append(f"only {_keys(policy.free + policy.asked_only)} may be pressed on this call")
     return "key presses refused, nothing was sent: " + "; ".join(parts)

@@ -164,3 +164,66 @@ async def test_send_dtmf_on_an_answered_call_needs_the_explicit_switch(
     (await caller).check()
     receiver = DtmfReceiver()
     assert [d for p in capture.packets((101,)) for d in receiver.feed(p)] == ["2"]
+
+
+# Issue 52 item 4: the far end of a call voicegate placed is untrusted too (internal/telephony/key_policy.py).
+REFUSED = "I cannot press those keys."
+
+
+async def test_the_agent_cannot_key_a_feature_code_the_far_end_asks_for(http_server: Any, tmp_path: Path) -> None:
+    # Whoever answered says "press pound"; the model, talked into it, keys ##900123 (a PBX on our route
+    # with feature codes on would transfer the call to 900123 at our cost). It gets a refusal it can read;
+    # not one key reaches the line.
+    config = outbound_config(tmp_path)
+    config.pipeline.greeting_outgoing = "Hello."
+    said = "for billing press pound then press nine zero zero one two three"
+    model = ToolCallingModel([("send_dtmf", {"digits": "##900123"})],
+                             lambda r: "Billing, please." if r.get("ok") else REFUSED)
+    server, client = await http_server(config, [said], model)
+    home, sip_port, console_port = ivr_home(tmp_path, said)
+    async with running_baresip(home), console(console_port) as ivr:
+        placed = await answered_call(client, sip_port)
+        session = server.sessions.get(placed["session_id"])
+        await agent_said(session, REFUSED)
+        (result,) = model.results
+        assert "nothing was sent" in result["error"] and "twice in a row" in result["error"], result
+        assert "send_dtmf" in {tool.name for tool in model.requests[0].tools}  # offered: keys were asked for
+        await server.hang_up(session)
+    assert not [e for e in ivr.events if e.get("type") == "CALL_DTMF_START"], ivr.events
+
+
+async def test_send_dtmf_is_not_offered_while_a_person_talks(http_server: Any, tmp_path: Path) -> None:
+    config = outbound_config(tmp_path)
+    config.pipeline.greeting_outgoing = "Hello."
+    said = "this is Dana in billing how can I help you"
+    model = pressing("##900123")
+    server, client = await http_server(config, [said], model)
+    home, sip_port, console_port = ivr_home(tmp_path, said)
+    async with running_baresip(home), console(console_port) as ivr:
+        placed = await answered_call(client, sip_port)
+        session = server.sessions.get(placed["session_id"])
+        await agent_said(session, "I cannot press keys on this call.")
+        assert model.results == [{"error": "unknown tool 'send_dtmf'"}]
+        assert all("send_dtmf" not in {tool.name for tool in request.tools} for request in model.requests)
+        await server.hang_up(session)
+    assert not [e for e in ivr.events if e.get("type") == "CALL_DTMF_START"], ivr.events
+
+
+async def test_post_dtmf_may_key_pound_but_not_past_the_calls_cap(
+        http_server: Any, capture: RtpCapture, tmp_path: Path) -> None:
+    config = outbound_config(tmp_path)
+    config.sip.outbound_max_keys = 4
+    server, client = await http_server(config)
+    scenario = render(tmp_path, "uas_answer.xml", ending=WAIT_FOR_BYE, media_port=capture.port, OFFER_REGEXP=OUR_OFFER)
+    callee, port = await start_callee(tmp_path, scenario)
+    placed = await answered_call(client, port)
+    path = f"/calls/{placed['call_id']}/dtmf"
+    sent = await client.post(path, json={"digits": "1##"}, headers=AUTH)  # the deployer's own keys: no key rules
+    assert sent.status_code == 200, sent.text
+    over = await client.post(path, json={"digits": "23"}, headers=AUTH)
+    assert over.status_code == 403, over.text
+    assert over.json()["error"]["code"] == "keys_refused" and "at most 4 keys" in over.json()["error"]["message"]
+    await server.hang_up(server.sessions.get(placed["session_id"]))
+    (await callee).check()
+    receiver = DtmfReceiver()
+    assert [d for p in capture.packets((101,)) for d in receiver.feed(p)] == ["1", "#", "#"]

@@ -251,8 +251,8 @@ class VoiceCallHandler:
                        voicemail_message=message, ears=menu.ears if menu.ears is not None else self.menu_ears)
         keypad = CallKeypad(self.ua, self)
 
-        async def press(digits: str) -> str:
-            return await keypad.send(session, digits)
+        async def press(digits: str) -> str:  # the key of the option chosen: the menu named it
+            return await keypad.send(session, digits, source="menu", asked=frozenset(digits))
 
         walk_in_background(pipeline, session, plan, press, spawn=self.ua.calls.spawn)
 
