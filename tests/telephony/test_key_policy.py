@@ -138,3 +138,17 @@ def test_a_person_talking_asks_for_no_keys(said: str) -> None:
 def test_a_digit_form_asks_for_keys() -> None:
     assert asks_for_keys("Please enter your eight digit account number.")
     assert asks_for_keys("Using your keypad, key in your date of birth.")
+
+
+def test_the_deployer_sets_the_policy_in_sip() -> None:
+    from pydantic import ValidationError
+
+    from voicegate.internal.config.sections import SipConfig
+    from voicegate.internal.sip.voice.dtmf import policy_of
+
+    assert policy_of(SipConfig()) == POLICY
+    config = SipConfig(outbound_keys="0 1 2 3", outbound_asked_keys="", outbound_max_keys=6)
+    assert policy_of(config) == KeyPolicy("0123", "", 6)
+    for wrong in ({"outbound_keys": "12x"}, {"outbound_keys": "0123#"}):  # not a key; '#' both free and asked
+        with pytest.raises(ValidationError):
+            SipConfig(**wrong)
