@@ -127,7 +127,6 @@ class CallKeypad:
                                 f"{response.reason}) and did not negotiate telephone-event", response.status)
         return "info"
 
-
     def _screen(self, session: Session, digits: str, source: KeySource,
                 asked: frozenset[str]) -> KeyLedger | None:
         """The call's ledger once the policy let `digits` through (None: a call that is not held to it,
