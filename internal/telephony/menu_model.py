@@ -118,6 +118,7 @@ class ModelGoalMatcher(GoalMatcher):
         self._complete = complete
         self._timeout_s = timeout_s
         self._answers: dict[tuple[MenuOption, ...], ModelAnswer] = {}
+        self._latest: ModelAnswer | None = None  # the answer on the last prompt considered
         self.asked = 0
 
     async def consider(self, prompt: str, pressed: Sequence[str]) -> None:
@@ -125,17 +126,23 @@ class ModelGoalMatcher(GoalMatcher):
         if classify_prompt(prompt) not in ("menu", "garbled_menu"):
             return
         options = tuple(parse_menu(prompt))
-        if not options or options in self._answers:
+        if not options:
+            self._latest = None
             return
-        self.asked += 1
-        self._answers[options] = await ask(self._complete, self.goal, options, pressed, self._timeout_s)
+        if options not in self._answers:
+            self.asked += 1
+            self._answers[options] = await ask(self._complete, self.goal, options, pressed, self._timeout_s)
+        self._latest = self._answers[options]
 
     def choose(self, options: Sequence[MenuOption]) -> Choice | None:
-        answer = self._answers.get(tuple(options))
+        # The navigator may choose among a menu's two hearings merged (navigator.merge_hearings): the
+        # answer on the prompt just considered stands for it, its option looked up among these.
+        answer = self._answers.get(tuple(options), self._latest)
         if answer is None or answer.verdict == "invalid":
             return super().choose(options)
         if answer.verdict == "option" and answer.option is not None:
-            return Choice(answer.option, 1.0, "model")
+            offered = offered_as(answer.option, options)
+            return Choice(offered, 1.0, "model") if offered is not None else super().choose(options)
         if answer.verdict == "operator":
             # Only a way out the menu names as a person; else the navigator's own fallback, in its time.
             way_out = operator_option(options)
@@ -146,6 +153,14 @@ class ModelGoalMatcher(GoalMatcher):
 def menu_completion(config: Config) -> Completion | None:
     """The model a call's menu walk asks ([menus] chooser with [llm] provider), None: offline."""
     return model_completion(config.menus, config.effective_llm_provider, config.openai, config.ollama)
+
+
+def offered_as(chosen: MenuOption, options: Sequence[MenuOption]) -> MenuOption | None:
+    """The option among `options` with the chosen one's key (or word): never one the menu did not offer."""
+    for option in options:
+        if (chosen.key and option.key == chosen.key) or (not chosen.key and chosen.word and option.word == chosen.word):
+            return option
+    return None
 
 
 def model_completion(config: MenusConfig, provider: str, openai: OpenAIConfig,

@@ -21,6 +21,7 @@ from voicegate.internal.telephony.menu_model import (
 )
 
 BAGS = "Bluebird Air. For new reservations, press 1. For flight status, press 2. For delayed or missing bags, press 3."
+SUITCASE = "my suitcase never showed up"
 BAG_OPTIONS = [MenuOption("new reservations", "1"), MenuOption("flight status", "2"),
                MenuOption("delayed or missing bags", "3")]
 
@@ -175,3 +176,14 @@ def test_who_chooses(chooser: str, provider: str, asks: bool) -> None:
     completion = model_completion(config, provider, OpenAIConfig(base_url="http://127.0.0.1:9/v1"),
                                   OllamaConfig(base_url="http://127.0.0.1:9"))
     assert (completion is not None) is asks
+
+
+async def test_the_answer_stands_for_the_menus_two_hearings_merged_but_only_for_a_key_they_offer() -> None:
+    from voicegate.internal.telephony.menu import parse_menu
+
+    matcher = ModelGoalMatcher(SUITCASE, answering('{"choice": "3"}'), 1.0, similarity())
+    await matcher.consider(BAGS, [])
+    merged = [*parse_menu(BAGS)[:2], MenuOption("delayed or missing bags and claims", "3")]
+    choice = matcher.choose(merged)
+    assert choice is not None and choice.option is merged[2] and choice.why == "model"
+    assert matcher.choose(merged[:2]) is None  # key 3 not among them: the offline matcher finds nothing
