@@ -143,6 +143,11 @@ class ModelGoalMatcher(GoalMatcher):
         if answer.verdict == "option" and answer.option is not None:
             offered = offered_as(answer.option, options)
             return Choice(offered, 1.0, "model") if offered is not None else super().choose(options)
+        # The model sees nothing toward the goal, but an option shares the goal's words, a shipped concept
+        # or the deployer's [menus] synonyms: that is the deployer's and the words' say, and it stands.
+        offline = super().choose(options)
+        if offline is not None and offline.why == "words":
+            return offline
         if answer.verdict == "operator":
             # Only a way out the menu names as a person; else the navigator's own fallback, in its time.
             way_out = operator_option(options)

@@ -136,6 +136,9 @@ async def chosen(goal: str, prompt: str, complete, timeout_s: float = 2.0) -> st
     ("my suitcase never showed up", '{"choice": "3"}', 0.0, "model 3"),
     ("my suitcase never showed up", '{"choice": "dead_end"}', 0.0, "none"),
     ("my suitcase never showed up", '{"choice": "wait"}', 0.0, "none"),
+    # the model sees nothing, but an option shares the goal's words: they stand
+    ("check my flight status", '{"choice": "dead_end"}', 0.0, "words 2"),
+    ("check my flight status", '{"choice": "wait"}', 0.0, "words 2"),
     # refused or late: the offline matcher chooses ("flight status" shares "flight")
     ("check my flight status", '{"choice": "9"}', 0.0, "words 2"),
     ("check my flight status", "I think you should press three", 0.0, "words 2"),
