@@ -35,7 +35,7 @@ MISHEARD_KEYS = {"to": "2", "too": "2", "won": "1", "ate": "8"}
 _KEY = (r"(?:the\s+)?([0-9*#]|" + "|".join([*KEY_WORDS, *MISHEARD_KEYS]) + r")(?:\s+key)?\b")
 # "Dial2": the recogniser sometimes runs the digit into the verb, or ends a sentence between ("Press. 3."),
 # or hears "press three" as "pressed three".
-_ACTION = re.compile(r"\b(?:press(?:ed)?|dial|enter|push|hit|select|choose)(?:\s+\.)?(?:\s+|(?=[0-9]))" + _KEY
+_ACTION = re.compile(r"\b(?:press(?:ed)?|dial|enter|push|hit|select|choose)(?:\s+[.,])?(?:\s+|(?=[0-9]))" + _KEY
                      + r"|\bsay\s+([a-z]+)\b")
 # A label before its action ("for billing, press 1") starts with one of these; after it ("press 1 for
 # billing") the label follows "for"/"to".
@@ -51,7 +51,7 @@ _CARRIES_ON = re.compile(r"^\W*(?:or|and|including|plus)\b")
 # Only a verb its clause ends soon after (two words at most) is one: "for the press office, press 4" keeps its label.
 _NOUN_BEFORE = frozenset({"the", "a", "an", "our", "your", "for", "to", "of", "direct", "speed"})
 _LOST_ACTION = re.compile(r"\b(?:press(?:ed)?|prez|presto|preston|dial|oprima|marque|presione|appuyez|tapez)\b"
-                          r"(?=(?:\s+[a-z0-9*#']+){0,2}\s*(?:\.|$|\b(?:for|to|if)\b))")
+                          r"(?=(?:\s+[a-z0-9*#']+){0,2}\s*(?:[.,]|$|\b(?:for|to|if)\b))")
 
 # A menu that gives up on the caller, or tells them the last key was wrong.
 _CLOSED = re.compile(r"\b(?:(?:office|offices|we|lines)\s+(?:is|are)\s+(?:now\s+)?closed|outside\s+(?:of\s+)?"
@@ -91,12 +91,15 @@ class MenuOption:
         return f"key {self.key}" if self.key else f"say '{self.word}'"
 
 
-def normalise(text: str) -> str:
-    """Lower case, quotes and filler punctuation gone, sentence ends kept as ".", one space between words."""
+def normalise(text: str, *, commas: bool = False) -> str:
+    """Lower case, quotes and filler punctuation gone, sentence ends kept as ".", one space between words
+    (and, with `commas`, the recogniser's commas kept as ",")."""
     lowered = text.lower().replace("\u2019", "'")
     lowered = re.sub(r"[\"\u201c\u201d]|(?<!\w)'|'(?!\w)", " ", lowered)
     lowered = re.sub(r"[.!?;:]+", " . ", lowered)
-    lowered = re.sub(r"[^a-z0-9*#'. ]+", " ", lowered)
+    if commas:
+        lowered = re.sub(r"(?:,(?!\d))+", " , ", lowered)  # "1,000" is no clause end
+    lowered = re.sub(r"[^a-z0-9*#'., ]+" if commas else r"[^a-z0-9*#'. ]+", " ", lowered)
     return " ".join(lowered.split())
 
 
@@ -104,7 +107,7 @@ def parse_menu(text: str) -> list[MenuOption]:
     """The options a prompt offers, in the order it says them (the same key twice: the first wins)."""
     if other_language(text):
         return []
-    said = normalise(text)
+    said = normalise(text, commas=True)
     actions = list(_ACTION.finditer(said))
     if not actions:
         return []
@@ -146,31 +149,54 @@ def _gaps(said: str, actions: list[re.Match[str]]) -> list[str]:
     return [marked[bounds[i]:bounds[i + 1]] for i in range(0, len(bounds), 2)]
 
 
+# How sure a key is of its side: its own words ("For sales, press 1."; a key that opens or closes the
+# prompt with words on one side only) are sure; words after a key that starts a sentence ("Press 1 for
+# sales.") are a hint only, as Whisper also starts sentences at the key in a label-first menu
+# ("Department to hear your balance. Press one to speak with a billing representative. Press two.").
+_SURE, _HINT = 2, 1
+
+
 def _label_sides(gaps: list[str]) -> tuple[list[bool], bool]:
-    """For each key, whether its label comes before it, and the menu's way for keys that do not say. A
-    key says so itself when words sit on one side of it in its sentence and not on the other ("For sales,
-    press 1." / "Press 1 for sales."), or when it opens or closes the prompt with words only on the other
-    side. A key that does not say (its own sentence, or words on both sides with no sentence ends) goes
-    the way most keys that say go, and when none does, the way the menu's ends say (`_labels_come_first`)."""
+    """For each key, whether its label comes before it, and the menu's way for keys that do not say.
+    Each key's side comes from its own clause (`_own_side`); a clause between two keys that is the only
+    one there can be only one key's label, so a key next to a surer one that takes it reads the same way
+    (the one before a key that reads before, the one after a key that reads after). A key that still does
+    not say goes the way most keys go, and when none says, the way the menu's ends say
+    (`_labels_come_first`)."""
     count = len(gaps) - 1
-    said: list[bool | None] = []
-    for index in range(count):
-        before, after = gaps[index], gaps[index + 1]
-        joined_before, joined_after = _attached(before, last=True), _attached(after, last=False)
-        if joined_before != joined_after:
-            said.append(joined_before)
-        elif index == 0 and not _pieces(before) and _pieces(after):
-            said.append(False)
-        elif index == count - 1 and not _pieces(after) and _pieces(before):
-            said.append(True)
-        else:
-            said.append(None)
-    votes = [side for side in said if side is not None]
+    sides = [_own_side(gaps, index) for index in range(count)]
+    changed = True
+    while changed:
+        changed = False
+        for index in range(count - 1):
+            if len(_pieces(gaps[index + 1])) != 1:
+                continue
+            (early, early_rank), (late, late_rank) = sides[index], sides[index + 1]
+            if late is True and late_rank > early_rank:
+                sides[index], changed = (True, late_rank), True
+            elif early is False and early_rank > late_rank:
+                sides[index + 1], changed = (False, early_rank), True
+    votes = [side for side, _ in sides if side is not None]
     if 2 * votes.count(True) == len(votes):
         default = _labels_come_first(gaps)
     else:
         default = 2 * votes.count(True) > len(votes)
-    return [default if side is None else side for side in said], default
+    return [default if side is None else side for side, _ in sides], default
+
+
+def _own_side(gaps: list[str], index: int) -> tuple[bool | None, int]:
+    """The side a key's own clause puts its label on, and how sure that is (0: it does not say)."""
+    before, after = gaps[index], gaps[index + 1]
+    joined_before, joined_after = _attached(before, last=True), _attached(after, last=False)
+    if joined_before and not joined_after:
+        return True, _SURE
+    if index == 0 and not _pieces(before) and _pieces(after):
+        return False, _SURE
+    if index == len(gaps) - 2 and not _pieces(after) and _pieces(before):
+        return True, _SURE
+    if joined_after and not joined_before:
+        return False, _HINT
+    return None, 0
 
 
 def _labels(gaps: list[str], sides: list[bool], default: bool) -> list[str]:
@@ -218,9 +244,13 @@ def _labels_come_first(gaps: list[str]) -> bool:
     starts with its first key ("Say agent to ..., or press 9") is key first. The recogniser's sentence
     ends fall anywhere (it may write "For sales. Press 1."), so only pieces with words count."""
     after_last = _nearest_piece(gaps[-1], last=False)
+    before_first = _nearest_piece(gaps[0], last=True)
     if _STARTS_WITH_LEAD.match(after_last):
-        return False
-    return bool(_nearest_piece(gaps[0], last=True))
+        # Both ends lead ("For sales, press one, for billing, press two, for technical support, upper
+        # mattress"): the words after the last key in a clause of their own (a comma or sentence end
+        # between) are an option whose key was lost, and the menu reads label first.
+        return bool(_STARTS_WITH_LEAD.match(before_first)) and bool(re.match(r"\s*[.,]", gaps[-1]))
+    return bool(before_first)
 
 
 def _from_lead(piece: str) -> str:
@@ -247,14 +277,14 @@ def _nearest_piece(segment: str, *, last: bool) -> str:
 
 
 def _joins_previous(between: str, label_before: bool) -> bool:
-    between = between.strip()
-    return between in ("or", "", ", or") or (not label_before and between.startswith("or"))
+    between = between.strip(" ,")
+    return between in ("or", "") or (not label_before and between.startswith("or"))
 
 
 def _clean_label(segment: str) -> str:
-    label = _LEAD.sub("", segment.strip(" ,."))
+    label = _LEAD.sub("", segment.replace(",", " ").strip(" ."))
     label = _TAIL.sub("", label)
-    return label.strip(" ,.")
+    return " ".join(label.strip(" .").split())
 
 
 # Words a phone menu says in each language that English does not use (words both use, "a", "no", "me",

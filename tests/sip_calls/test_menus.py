@@ -24,6 +24,7 @@ from voicegate.internal.config import Config
 from voicegate.internal.config.providers import WhisperConfig
 from voicegate.internal.config.sections import PipelineConfig
 from voicegate.internal.stt.whisper import WhisperSpeechToText
+from voicegate.internal.telephony.menu import parse_menu
 from voicegate.server.app import create_gateway_application
 
 pytestmark = pytest.mark.slow
@@ -171,5 +172,33 @@ async def test_voicegate_call_with_a_goal_reaches_billing_through_two_menus_with
         assert [line for line in ivr.log if line.startswith("key")] == ["key 2 rfc4733", "key 2 rfc4733"]
         assert ivr.log.index("node queue") < ivr.log.index("node person")
         assert len(ivr.heard) > 0  # the person heard the agent
+    finally:
+        await ivr.stop()
+
+
+# Issue 52: the last option's key in another language, which Whisper writes as no key. Read as one menu
+# ("labels after the keys", from the "For technical support ..." after the last key) every label moved onto
+# the key before it, and "billing" was pressed as 1.
+SLIPPED_MAIN = ("Thank you for calling Northwind Energy. For sales, press 1. For billing, press 2. "
+                "For technical support, oprima tres.")
+
+
+async def test_a_menu_with_one_unreadable_clause_still_reaches_billing(
+        whisper_server: Callable[[Config], Any], tmp_path: Path) -> None:
+    tree = northwind()
+    tree.nodes["main"] = MenuNode(SLIPPED_MAIN, keys={"1": "sales", "2": "billing", "3": "support"})
+    ivr = await started(tree, "rfc4733")
+    try:
+        _, client = await whisper_server(menu_config(tmp_path))
+        response = await client.post("/calls", json={"to": ivr.target, "goal": "reach billing",
+                                                     "wait_for_menu": True}, headers=AUTH)
+        assert response.status_code == 201, response.text
+        menu = response.json()["menu"]
+        # the clause was heard as no key (else this call tests nothing)
+        assert "3" not in {option.key for option in parse_menu(menu["heard"][0])}, menu["heard"]
+        assert menu["result"] == "reached", (menu["heard"], menu, ivr.log)
+        assert [step.split(" ", 1)[0] for step in menu["path"]] == ["2", "2"], menu
+        assert [line for line in ivr.log if line.startswith("key")] == ["key 2 rfc4733", "key 2 rfc4733"]
+        assert "node person" in ivr.log
     finally:
         await ivr.stop()

@@ -27,6 +27,15 @@ def similarity() -> WordLlamaSimilarity:
     # label first: a line in Spanish in the middle, and a keyless last line that starts with "for"
     ("For sales, press 1. Para facturación, oprima dos. For support, press 3. For anything else, stay on the line.",
      [MenuOption("sales", "1"), MenuOption("support", "3")]),
+    # ... as Whisper wrote it from the menu server's call (tests/sip_calls/test_menus.py): commas only
+    ("Thank you for calling Northwest Energy. For sales, press one, for billing, press two, for technical support, "
+     "upper mattress.", [MenuOption("sales", "1"), MenuOption("billing", "2")]),
+    ("For sales, press, 1. For billing, press. 2.", [MenuOption("sales", "1"), MenuOption("billing", "2")]),
+    # Whisper starts sentences at the key in a label-first menu: the key that ends the prompt says which way
+    ("Department to hear your balance. Press one to speak with a billing representative. Press two.",
+     [MenuOption("hear your balance", "1"), MenuOption("speak with a billing representative", "2")]),
+    ("Press 1 for sales. Press 2 for billing. Press 3.",
+     [MenuOption("sales", "1"), MenuOption("billing", "2"), MenuOption("", "3")]),
     # label first, no punctuation (a streaming recogniser): the lost key ends its clause
     ("for sales press 1 for billing presto for technical support press 3 for returns press 4",
      [MenuOption("sales", "1"), MenuOption("technical support", "3"), MenuOption("returns", "4")]),
