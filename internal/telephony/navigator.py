@@ -158,11 +158,18 @@ class MenuNavigator:
             return Stop("dead_end", f"nothing on the line for {silent_ms // 1000} s")
         return None
 
-    def _menu(self, text: str) -> Step:
+    def options_for(self, text: str) -> tuple[frozenset[str], list[MenuOption]]:
+        """The menu a prompt is (its signature) and the options to choose among: the prompt's own, merged
+        with the hearings before it when it is the same menu again with nothing chosen since. Changes
+        nothing (a chooser that asks about a prompt before `heard` may ask about these)."""
         options = parse_menu(text)
         signature = self._known(menu_signature(options))
         if signature == self._last_menu:  # the same menu again, nothing chosen since: one menu, two hearings
             options = merge_hearings(self._last_options, options)
+        return signature, options
+
+    def _menu(self, text: str) -> Step:
+        signature, options = self.options_for(text)
         self._hearings[signature] += 1
         self._last_menu, self._last_options = signature, options
         choice = self.matcher.choose(options)

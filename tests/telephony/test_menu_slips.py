@@ -117,6 +117,8 @@ def test_a_repeated_menu_is_chosen_in_with_what_both_hearings_heard() -> None:
     first = "For sales, press 1. For billing, press 2. For all other questions, press 9."
     assert nav.heard(first) == Wait("no option toward the goal yet")
     # the second hearing lost "press 9": the menu's own way to a person is still known from the first
+    _, options = nav.options_for("For sales, press 1. For billing, press 2. For all other questions, presto.")
+    assert options[-1] == MenuOption("all other questions", "9")
     assert nav.heard("For sales, press 1. For billing, press 2. For all other questions, presto.") == \
         Press("9", "all other questions")
 
