@@ -10,9 +10,10 @@ function of the transcript text, so a table test pins it; the recogniser's punct
 
 A slip in one clause costs that clause's option, not the menu: each key takes its label from its own
 clause (the side of the key its words are on, in the same sentence), and only a key whose clause does
-not say (a sentence of its own: "For sales. Press 1.") follows the rest of the menu. A key the recogniser
-lost ("presto", "oprima tres") ends a clause as a sentence end does. A prompt in another language is no
-menu (`other_language`); two hearings of one menu are read together (`merge_hearings`).
+not say (a sentence of its own: "For sales. Press 1.") follows its neighbours or the rest of the menu.
+A key the recogniser lost ("presto", "oprima tres") ends a clause as a sentence end does. A prompt in
+another language is no menu (`other_language`); two hearings of one menu are read together
+(`merge_hearings`).
 """
 
 from __future__ import annotations
