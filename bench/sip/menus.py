@@ -16,7 +16,15 @@ working" -> "technical support"). The voices are other Piper seeds than the test
 and espeak-ng's en-gb for the queue's messages. Two splits: `dev` was run first and showed how Whisper
 writes menus (sentence ends between a label and its key, "press to", "Dial2", "Press. 3."), which the
 parser then learnt (docs/performance.md tells the runs); `heldout` (the default) was written after
-those fixes and is the measure: nothing in internal/telephony/menu*.py was changed for it.
+those fixes and is the measure: nothing in internal/telephony/menu*.py was changed for it. Later splits
+(fresh, unseen, final, meaning) were each written before the change they measure (docs/performance.md).
+
+    .venv/bin/python -m bench.sip.menus --split meaning --fake-model  # choose with a stand-in model
+    .venv/bin/python -m bench.sip.menus --split unseen --text         # no calls: the written menus
+
+`--fake-model` points `[llm]` at a local OpenAI-compatible fake whose rule is `fake_model_answer`'s (it
+knows nothing of the splits); `--text` walks the written menus with the offline matcher alone (with or
+without the shipped paraphrases), a quick measure of matchers, not of the product.
 """
 
 from __future__ import annotations
