@@ -190,3 +190,24 @@ async def test_the_answer_stands_for_the_menus_two_hearings_merged_but_only_for_
     choice = matcher.choose(merged)
     assert choice is not None and choice.option is merged[2] and choice.why == "model"
     assert matcher.choose(merged[:2]) is None  # key 3 not among them: the offline matcher finds nothing
+
+
+async def test_the_configured_providers_are_asked_with_bounded_answers() -> None:
+    from tests.fakes.ollama_fake import FakeOllama
+    from tests.fakes.openai_fake import FakeOpenAI
+
+    config = MenusConfig(model_max_tokens=32)
+    async with FakeOpenAI() as openai_fake, FakeOllama() as ollama_fake:
+        openai_fake.script_reply('{"choice": "3"}')
+        ollama_fake.script_reply('{"choice": "3"}')
+        for provider in ("openai", "ollama"):
+            complete = model_completion(config, provider, OpenAIConfig(base_url=openai_fake.url + "/v1"),
+                                        OllamaConfig(base_url=ollama_fake.url))
+            assert complete is not None
+            assert await chosen(SUITCASE, BAGS, complete) == "model 3"
+        asked = openai_fake.requests[0]
+        assert asked["max_tokens"] == 32 and asked["temperature"] == 0 and not asked.get("stream")
+        assert f"Goal: {SUITCASE}" in asked["messages"][-1]["content"]
+        native = ollama_fake.requests[0]
+        assert native["options"] == {"temperature": 0, "num_predict": 32} and native["format"] == "json"
+        assert native["stream"] is False
