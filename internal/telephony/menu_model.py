@@ -121,11 +121,13 @@ class ModelGoalMatcher(GoalMatcher):
         self._latest: ModelAnswer | None = None  # the answer on the last prompt considered
         self.asked = 0
 
-    async def consider(self, prompt: str, pressed: Sequence[str]) -> None:
-        """Ask the model about the menu in `prompt` (nothing for a prompt that is no menu)."""
+    async def consider(self, prompt: str, pressed: Sequence[str],
+                       heard: Sequence[MenuOption] | None = None) -> None:
+        """Ask the model about the menu in `prompt` (nothing for a prompt that is no menu): about `heard`,
+        the options the navigator will choose among (MenuNavigator.options_for), else the prompt's own."""
         if classify_prompt(prompt) not in ("menu", "garbled_menu"):
             return
-        options = tuple(parse_menu(prompt))
+        options = tuple(heard if heard is not None else parse_menu(prompt))
         if not options:
             self._latest = None
             return

@@ -278,7 +278,7 @@ async def run_navigation(pipeline: VoicePipeline, session: Session, plan: MenuPl
                 text = await heard_whole(plan.ears, listener, text)
                 run.heard.append(text)
                 if isinstance(matcher, ModelGoalMatcher):  # the model's answer first, for choose() to read
-                    await matcher.consider(text, navigator.path())
+                    await matcher.consider(text, navigator.path(), navigator.options_for(text)[1])
                 step = navigator.heard(text)
                 log.info("menu prompt", extra={"prompt": text, "step": step.kind})
             elif not listener.speaking and not listener.words and not listener.owed:

@@ -211,3 +211,22 @@ async def test_the_configured_providers_are_asked_with_bounded_answers() -> None
         native = ollama_fake.requests[0]
         assert native["options"] == {"temperature": 0, "num_predict": 32} and native["format"] == "json"
         assert native["stream"] is False
+
+
+async def test_the_model_is_asked_about_the_options_the_navigator_will_choose_among() -> None:
+    from voicegate.internal.telephony.navigator import MenuNavigator
+
+    asked: list[str] = []
+
+    async def complete(system: str, user: str) -> str:
+        asked.append(user)
+        return '{"choice": "wait"}' if len(asked) == 1 else '{"choice": "3"}'
+
+    matcher = ModelGoalMatcher(SUITCASE, complete, 1.0, similarity())
+    navigator = MenuNavigator(matcher)
+    first = "Bluebird Air. For new reservations, press 1. For flight status, press 2."
+    for prompt in (first, BAGS):  # the same menu heard again, longer: one menu, two hearings merged
+        await matcher.consider(prompt, navigator.path(), navigator.options_for(prompt)[1])
+        step = navigator.heard(prompt)
+    assert "- key 3: delayed or missing bags" in asked[-1]
+    assert navigator.path() == ["3 delayed or missing bags"], step
