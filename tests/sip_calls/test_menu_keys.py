@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from tests.sip_calls.ivr_server import MenuNode, MenuTree
-from tests.sip_calls.test_menus import PERSON, menu_config, started, whisper_server
-from tests.sip_calls.test_outbound import AUTH
+from tests.sip_calls.test_menus import PERSON, menu_config, started, walk_menu, whisper_server
 from voicegate.internal.config import Config
 
 pytestmark = pytest.mark.slow
@@ -44,10 +43,7 @@ async def test_a_menu_steering_toward_a_feature_code_gets_one_pound_and_no_more(
     ivr = await started(feature_code_menu(), "rfc4733")
     try:
         _, client = await whisper_server(menu_config(tmp_path))
-        response = await client.post("/calls", json={"to": ivr.target, "goal": "reach billing",
-                                                     "wait_for_menu": True}, headers=AUTH)
-        assert response.status_code == 201, response.text
-        menu = response.json()["menu"]
+        menu = await walk_menu(client, ivr.target, "reach billing")
         keys = [line.split(" ")[1] for line in ivr.log if line.startswith("key")]
         assert keys == ["#"], (keys, menu, ivr.log)  # the menu asked for it; the second '#' never went out
         assert menu["result"] == "dead_end", menu

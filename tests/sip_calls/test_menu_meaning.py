@@ -18,8 +18,7 @@ import pytest
 from tests.fakes.openai_fake import FakeOpenAI
 from tests.sip_calls import test_menus
 from tests.sip_calls.ivr_server import MenuNode, MenuTree
-from tests.sip_calls.test_menus import HOLD, PERSON, menu_config, northwind, started
-from tests.sip_calls.test_outbound import AUTH
+from tests.sip_calls.test_menus import HOLD, PERSON, menu_config, northwind, started, walk_menu
 from voicegate.internal.config import Config
 
 pytestmark = pytest.mark.slow
@@ -63,13 +62,6 @@ def with_model(config: Config, fake: FakeOpenAI) -> Config:
     return config
 
 
-async def call(client: Any, target: str, goal: str) -> dict[str, Any]:
-    response = await client.post("/calls", json={"to": target, "goal": goal, "wait_for_menu": True}, headers=AUTH)
-    assert response.status_code == 201, response.text
-    menu: dict[str, Any] = response.json()["menu"]
-    return menu
-
-
 def keys_sent(log: list[str]) -> list[str]:
     return [line.split()[1] for line in log if line.startswith("key")]
 
@@ -81,7 +73,7 @@ async def test_a_goal_sharing_no_word_with_its_option_is_reached_with_the_model(
         async with FakeOpenAI() as fake:
             fake.default_reply = bags_rule
             _, client = await whisper_server(with_model(menu_config(tmp_path), fake))
-            menu = await call(client, ivr.target, SUITCASE)
+            menu = await walk_menu(client, ivr.target, SUITCASE)
         assert menu["result"] == "reached", (menu, ivr.log)
         assert keys_sent(ivr.log) == ["3"] and "node person" in ivr.log
         asked = fake.requests[0]
@@ -99,7 +91,7 @@ async def test_the_same_goal_is_reached_offline_through_the_deployers_synonyms(
         config = menu_config(tmp_path)
         config.menus.synonyms = {"suitcase": ["bags", "luggage"]}
         _, client = await whisper_server(config)
-        menu = await call(client, ivr.target, SUITCASE)
+        menu = await walk_menu(client, ivr.target, SUITCASE)
         assert menu["result"] == "reached", (menu, ivr.log)
         assert keys_sent(ivr.log) == ["3"]
     finally:
@@ -115,7 +107,7 @@ async def test_a_travel_agent_is_not_taken_for_a_person(
     ivr = await started(tree, "rfc4733")
     try:
         _, client = await whisper_server(menu_config(tmp_path))
-        menu = await call(client, ivr.target, "order a pizza")
+        menu = await walk_menu(client, ivr.target, "order a pizza")
         assert menu["result"] == "dead_end", (menu, ivr.log)
         # nothing fits: the way to a person tried is key 0, never the travel agents' line
         assert keys_sent(ivr.log) == ["0"], (menu, ivr.log)
@@ -139,7 +131,7 @@ async def test_a_key_the_menu_did_not_offer_is_refused_and_a_late_model_leaves_t
             config = with_model(menu_config(tmp_path), fake)
             config.menus.model_timeout_ms = 1000
             _, client = await whisper_server(config)
-            menu = await call(client, ivr.target, "reach billing")
+            menu = await walk_menu(client, ivr.target, "reach billing")
         assert menu["result"] == "reached", (menu, ivr.log)
         assert keys_sent(ivr.log) == ["2", "2"], ivr.log  # the offline matcher's billing, twice
         assert len(fake.requests) >= 2  # both menus were put to the model

@@ -63,6 +63,14 @@ async def started(tree: MenuTree, keys: KeyMethod) -> IvrServer:
     return ivr
 
 
+async def walk_menu(client: Any, target: str, goal: str) -> dict[str, Any]:
+    """POST /calls with `goal`, waiting for the menu walk: the call's `menu` report."""
+    response = await client.post("/calls", json={"to": target, "goal": goal, "wait_for_menu": True}, headers=AUTH)
+    assert response.status_code == 201, response.text
+    menu: dict[str, Any] = response.json()["menu"]
+    return menu
+
+
 def menu_config(tmp_path: Path) -> Config:
     config = sip_calls_config(tmp_path, symmetric_rtp=False)
     config.pipeline.vad = "silero"  # the product's defaults: hold music is no voice to Silero
@@ -99,10 +107,7 @@ async def test_post_calls_with_a_goal_reaches_billing_pressing_keys_as_sip_info(
     ivr = await started(northwind(), "info")
     try:
         _, client = await whisper_server(menu_config(tmp_path))
-        response = await client.post("/calls", json={"to": ivr.target, "goal": "reach billing",
-                                                     "wait_for_menu": True}, headers=AUTH)
-        assert response.status_code == 201, response.text
-        menu = response.json()["menu"]
+        menu = await walk_menu(client, ivr.target, "reach billing")
         assert menu["result"] == "reached", (menu["heard"], menu, ivr.log)
         # the keys; the labels are as Whisper heard them
         assert [step.split(" ", 1)[0] for step in menu["path"]] == ["2", "2"], menu
@@ -121,10 +126,7 @@ async def test_a_menu_with_no_way_to_the_goal_is_a_dead_end_with_its_reason(
     ivr = await started(northwind(), "rfc4733")
     try:
         _, client = await whisper_server(menu_config(tmp_path))
-        response = await client.post("/calls", json={"to": ivr.target, "goal": "refill a prescription at the pharmacy",
-                                                     "wait_for_menu": True}, headers=AUTH)
-        assert response.status_code == 201, response.text
-        menu = response.json()["menu"]
+        menu = await walk_menu(client, ivr.target, "refill a prescription at the pharmacy")
         assert menu["result"] == "dead_end", (menu["heard"], menu, ivr.log)
         assert "no option toward" in menu["reason"] and "billing" in menu["reason"], menu
         assert menu["path"] == ["0 operator"]  # the way to a person, tried once
@@ -190,10 +192,7 @@ async def test_a_menu_with_one_unreadable_clause_still_reaches_billing(
     ivr = await started(tree, "rfc4733")
     try:
         _, client = await whisper_server(menu_config(tmp_path))
-        response = await client.post("/calls", json={"to": ivr.target, "goal": "reach billing",
-                                                     "wait_for_menu": True}, headers=AUTH)
-        assert response.status_code == 201, response.text
-        menu = response.json()["menu"]
+        menu = await walk_menu(client, ivr.target, "reach billing")
         # the clause was heard as no key (else this call tests nothing)
         assert "3" not in {option.key for option in parse_menu(menu["heard"][0])}, menu["heard"]
         assert menu["result"] == "reached", (menu["heard"], menu, ivr.log)
