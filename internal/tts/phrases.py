@@ -48,6 +48,7 @@ class FixedPhrases:
         self._renders: OrderedDict[str, bytes] = OrderedDict()
         self._bytes = 0
         self._rendering: dict[str, asyncio.Task[bytes]] = {}
+        self._writes: set[asyncio.Future[None]] = set()  # renders being written to disk (in a thread)
         self.hits = 0
         self.misses = 0
 
@@ -70,12 +71,9 @@ class FixedPhrases:
         return f"{digest}-{sample_rate}"
 
     def get(self, key: str) -> bytes | None:
-        pcm = self._renders.get(key)
+        """The phrase kept under `key`, from memory or disk (at start-up; calls use `said`)."""
+        pcm = self._remembered(key)
         if pcm is not None:
-            self._renders.move_to_end(key)
-            if self.files is not None:
-                self.files.touch(key)  # in use here: not the file another node sharing the directory prunes
-            self.hits += 1
             return pcm
         pcm = self.files.read(key) if self.files is not None else None
         if pcm is not None:
@@ -84,6 +82,15 @@ class FixedPhrases:
             return pcm
         self.misses += 1
         return None
+
+    def _remembered(self, key: str) -> bytes | None:
+        pcm = self._renders.get(key)
+        if pcm is not None:
+            self._renders.move_to_end(key)
+            if self.files is not None:
+                self.files.touch(key)  # in use here: not the file another node sharing the directory prunes
+            self.hits += 1
+        return pcm
 
     def put(self, key: str, pcm: bytes) -> None:
         if not pcm or len(pcm) > self.max_bytes:
@@ -95,12 +102,21 @@ class FixedPhrases:
     async def said(self, key: str, render: Callable[[], Awaitable[bytes]]) -> bytes:
         """The phrase kept under `key`, else what `render()` makes, then kept. Callers asking for one key at
         once (calls answered together, each opening with the greeting) share one render, and a caller that
-        hangs up does not stop it for the others."""
-        pcm = self.get(key)
-        if pcm is not None:
-            return pcm
+        hangs up does not stop it for the others. The disk is read and written in a thread: a file's read,
+        its SHA-256 check, a write and the directory's pruning never run on the calls' event loop."""
         task = self._rendering.get(key)
         if task is None:
+            pcm = self._remembered(key)
+            if pcm is None and self.files is not None:
+                pcm = await asyncio.to_thread(self.files.read, key)
+                if pcm is not None:
+                    self._keep(key, pcm)
+                    self.hits += 1
+            if pcm is not None:
+                return pcm
+            task = self._rendering.get(key)  # another caller may have begun it while the disk was read
+        if task is None:
+            self.misses += 1
             task = asyncio.ensure_future(render())
             self._rendering[key] = task
             task.add_done_callback(lambda done: self._rendered(key, done))
@@ -115,7 +131,13 @@ class FixedPhrases:
         self._rendering.pop(key, None)
         if task.cancelled() or task.exception() is not None:  # retrieved: each waiting caller got it
             return
-        self.put(key, task.result())
+        pcm = task.result()
+        if not pcm or len(pcm) > self.max_bytes:
+            return
+        self._keep(key, pcm)
+        if self.files is not None:  # PhraseFiles.write logs and swallows its own failures
+            self._writes.add(write := asyncio.ensure_future(asyncio.to_thread(self.files.write, key, pcm)))
+            write.add_done_callback(self._writes.discard)
 
     def __len__(self) -> int:
         return len(self._renders)
