@@ -242,6 +242,17 @@ class HangupOutbox:
         self.directory.mkdir(parents=True, exist_ok=True)
         write_atomically(self.directory / name, json.dumps(asdict(entry), ensure_ascii=False))
 
+    async def _keep(self, entry: HangupWrite, name: str) -> bool:
+        """Write the worker's progress back, unless `put` dropped the entry for room meanwhile (before
+        or while this wrote): a dropped entry never comes back to disk. False when it was dropped."""
+        if name in self._pending:
+            await asyncio.to_thread(self._store, entry, name)
+            if name in self._pending:
+                return True
+            await asyncio.to_thread(self._remove, name)
+        self._not_before.pop(name, None)
+        return False
+
     def _remove(self, name: str) -> None:
         (self.directory / name).unlink(missing_ok=True)
 
@@ -343,8 +354,9 @@ class HangupOutbox:
                 delay = retry_delay(self._failures, self._retry_max_s)
                 log.warning("memory %s write failed, retrying in %.1f s (%d pending): %s", entry.steps[0], delay,
                             len(self._pending), exc)
-                await asyncio.to_thread(self._store, entry, name)
                 self._paused_until = self._clock() + delay
+                if not await self._keep(entry, name):
+                    return
                 # Its own back-off grows with its own attempts and outlasts the outbox's: the next try is
                 # another entry's, whose landing tells an outage from one entry that cannot land.
                 self._not_before[name] = self._clock() + retry_delay(entry.attempts + 1, 2 * self._retry_max_s)
@@ -362,7 +374,7 @@ class HangupOutbox:
                 log.exception("memory outbox: step %s failed; skipped", entry.steps[0])
             self._failures, self._failing_since = 0, None
             entry.steps.pop(0)
-            if entry.steps:
-                await asyncio.to_thread(self._store, entry, name)
+            if entry.steps and not await self._keep(entry, name):
+                return
         self.landed += 1
         self._forget(name)

@@ -238,6 +238,29 @@ async def test_a_full_outbox_drops_its_oldest_entry(tmp_path: Path) -> None:
     await box.stop(0.2)
 
 
+
+async def test_an_entry_dropped_for_room_while_its_step_fails_does_not_come_back(tmp_path: Path) -> None:
+    box = outbox(tmp_path, max_entries=1)
+    trying, fail = asyncio.Event(), asyncio.Event()
+
+    async def slow_down(item: HangupWrite) -> None:
+        trying.set()
+        await fail.wait()
+        raise StepFailed("store down")
+
+    box.add_step("digest", slow_down)
+    await box.start()
+    await box.put(entry(owner="00" * 32, created_at=time.time() - 10, summary="old"))
+    await trying.wait()  # the worker holds "old" in its step
+    await box.put(entry(owner="11" * 32, summary="new"))  # no room: "old" is dropped
+    fail.set()  # ...and only then does its step fail, and the worker would keep it for a retry
+    await wait_until(lambda: box.failed_attempts >= 1)
+    await asyncio.sleep(0.1)
+    summaries = sorted(json.loads(p.read_text())["summary"] for p in tmp_path.glob("*.json"))
+    assert summaries == ["new"] and box.dropped == 1 and box.pending == 1
+    await box.stop(0.2)
+
+
 # ---- through the gateway, with PostgreSQL stopped at hang-up ---------------------------------------
 
 
