@@ -39,7 +39,13 @@ from voicegate.internal.config.providers import (
     WhisperConfig,
 )
 from voicegate.internal.config.recording import RecordingConfig
-from voicegate.internal.config.sections import PipelineConfig, ServerConfig, SipConfig, WebRTCConfig
+from voicegate.internal.config.sections import (
+    AdmissionConfig,
+    PipelineConfig,
+    ServerConfig,
+    SipConfig,
+    WebRTCConfig,
+)
 from voicegate.internal.config.telephony import AmdConfig, DigitsConfig, MenusConfig, WarmTransferConfig
 from voicegate.internal.identity.phone import normalise_e164
 
@@ -92,6 +98,7 @@ class Config(BaseSettings):
     )
 
     server: ServerConfig = Field(default_factory=ServerConfig)
+    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     sip: SipConfig = Field(default_factory=SipConfig)
     webrtc: WebRTCConfig = Field(default_factory=WebRTCConfig)
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)

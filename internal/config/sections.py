@@ -109,6 +109,28 @@ class ServerConfig(Section):
         return value
 
 
+class AdmissionConfig(Section):
+    """Admission control (internal/telemetry/admission.py; docs/scaling.md "How a node decides")."""
+
+    enabled: bool = True
+    # Refuse a new call when the estimated load (live calls x per-call cost / cores) would pass this. 0.75
+    # as LiveKit's workers: the last quarter of the cores is headroom for bursts of speech and the loop.
+    target_load: float = Field(0.75, gt=0, le=1.0)
+    cores: float = Field(0.0, ge=0)  # 0 = the cores this process may run on (its CPU affinity)
+    # A call's cost in cores before the node has measured its own (and for calls admitted within
+    # settle_s). 0 = from the transport and the local engines (docs/performance.md: ~0.08 SIP, ~0.12
+    # WebRTC with Whisper and Piper).
+    call_cost: float = Field(0.0, ge=0, le=16)
+    measure_cost: bool = True  # false: call_cost (or its derived prior) stays the cost; nothing measured
+    settle_s: float = Field(10.0, ge=0)
+    # Refuse while a recognition or synthesis item has waited longer than this for a worker (last 5 s):
+    # a reply has 1.5 s at p95, an idle turn takes ~0.4 s, its own decode and first sentence ~0.35 s.
+    queue_wait_ms: int = Field(750, ge=0)
+    busy: Literal["reject", "message"] = "reject"  # SIP: 503 + Retry-After, or answer, say busy_message, BYE
+    busy_message: str = Field("All lines are busy. Please call back later.", min_length=1, max_length=300)
+    retry_after_s: int = Field(5, ge=1, le=3600)
+
+
 def _default_digest_algorithms() -> list[Literal["MD5", "SHA-256"]]:
     return ["MD5", "SHA-256"]
 
