@@ -34,6 +34,7 @@ from voicegate.internal.telemetry.queues import WorkQueue, overload_reasons, que
 from voicegate.internal.tools.registry import ToolRegistry
 from voicegate.internal.tts.base import TextToSpeech
 from voicegate.internal.tts.phrases import mark_fixed
+from voicegate.internal.tts.piper_pool import watch_live_calls
 from voicegate.server.call_feed import CallFeed
 from voicegate.server.node import resolve_node_id
 from voicegate.server.providers import (
@@ -145,6 +146,7 @@ class Gateway:
             if warm_up is not None:
                 await warm_up()
         mark_fixed(self.tts, *fixed_phrases(config))  # rendered at first use, then said from the cache
+        watch_live_calls(self.tts, self.live_calls)  # Piper picks its workers' threads from the live load
         # Off the loop: the turn-taking models are verified, loaded and (first time only) fetched here.
         self.services = await asyncio.to_thread(build_services, config, self.stt, self.tts, self.model, self.tools)
         self.services.tracer = self.telemetry.tracer

@@ -137,7 +137,8 @@ def build_tts(config: Config) -> TextToSpeech:
         phrases = FixedPhrases(config.tts.phrase_cache_mb << 20,
                                config.data_dir / "phrase-cache" if config.tts.phrase_cache_disk else None)
         try:
-            return PiperTextToSpeech(config.piper, phrases=phrases)
+            return PiperTextToSpeech(config.piper, phrases=phrases,
+                                     repeats=FixedPhrases(config.tts.repeat_cache_mb << 20))  # memory only
         except DeviceUnavailable as exc:
             raise ConfigError([str(exc)]) from exc
     from voicegate.internal.tts.espeak import EspeakTextToSpeech

@@ -21,6 +21,9 @@ class TtsConfig(Section):
     phrase_cache_mb: int = Field(16, ge=0, le=4096)
     # Keep those renders under data_dir/phrase-cache too, so a restarted node does not render them again.
     phrase_cache_disk: bool = False
+    # Any other sentence rendered before (an agent's "Is there anything else?") said again from memory, least
+    # recently said out first past this; never on disk (it can hold callers' words). 0: off.
+    repeat_cache_mb: int = Field(8, ge=0, le=4096)
 
 
 class LlmConfig(Section):
@@ -112,9 +115,9 @@ class PiperConfig(Section):
     speaker: int = Field(0, ge=0)
     length_scale: float = Field(1.0, gt=0, le=4)
     workers: int = Field(0, ge=0, le=16)  # 0: one per core this process may use
-    # onnxruntime's threads per worker; 0: its default (one per core), the sooner sentence on a quiet node
-    # (voice to voice 352 against 387 ms p50). 1 costs 13-21 % less CPU per sentence and finishes sooner
-    # on a loaded node: set it on nodes sized for capacity (docs/performance.md, issue 45).
+    # onnxruntime's threads per worker. 0: chosen from the live load (internal/tts/piper_pool.py): the
+    # workers at one thread each (13-21 % less CPU per sentence, sooner on a loaded node) plus one with a
+    # thread per core for a lone call on a quiet node (the sooner sentence there). Above 0: forced on all.
     threads: int = Field(0, ge=0, le=64)
     timeout_s: float = Field(20.0, gt=0)
     # "auto": `--cuda` when this Python's onnxruntime has the CUDA provider (a custom `command` runs its own

@@ -25,17 +25,16 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from voicegate.internal.audio.resample import Resampler, resample
 from voicegate.internal.config.providers import PiperConfig
-from voicegate.internal.config.sizing import worker_count
 from voicegate.internal.devices import onnx_available_providers
 from voicegate.internal.telemetry.queues import WorkQueue
 from voicegate.internal.tts.base import TtsError
 from voicegate.internal.tts.phrases import FixedPhrases, chunks
 from voicegate.internal.tts.piper_launch import THREADS_ENV
+from voicegate.internal.tts.piper_pool import Slot, WorkerPool
 from voicegate.internal.tts.piper_voice import (
     PINNED_VOICE_SHA256,
     file_sha256,
@@ -184,32 +183,26 @@ class PiperProcess:
             self._wrote.put_nowait(None)
 
 
-@dataclass
-class _Slot:
-    """One of the `workers` places a Piper process lives in; its process is replaced when it dies."""
-
-    index: int
-    process: PiperProcess | None = None
-
-
 class PiperTextToSpeech:
     name = "piper"
 
     def __init__(self, config: PiperConfig, voice_sha256: Mapping[str, str] | None = None,
-                 phrases: FixedPhrases | None = None) -> None:
+                 phrases: FixedPhrases | None = None, repeats: FixedPhrases | None = None,
+                 cores: int | None = None) -> None:
         """`voice_sha256` pins the voice's files by name; None pins the packaged voice only. `phrases`: the
-        fixed phrases said from a cache (none without it)."""
+        fixed phrases said from a cache (none without it). `repeats`: any other sentence said before, said
+        again from memory (none without it). `cores`: the cores to size the workers for (None: this
+        process's usable cores)."""
         self._config = config
         self.phrases = phrases if phrases is not None else FixedPhrases(0)
+        self.repeats = repeats if repeats is not None else FixedPhrases(0)
         self._identity: str | None = None
         self._expected = voice_sha256 if voice_sha256 is not None else pinned_digests(config)
         self.cuda = piper_uses_cuda(config, onnx_available_providers())
         self._voice: Path | TtsError | None = None
         self._voice_lock = asyncio.Lock()
-        self._slots = [_Slot(i) for i in range(worker_count(config.workers))]
-        self._idle: asyncio.Queue[_Slot] = asyncio.Queue()
-        for slot in self._slots:
-            self._idle.put_nowait(slot)
+        self.pool: WorkerPool[PiperProcess] = WorkerPool.sized(config.workers, config.threads, self.cuda, cores)
+        self._slots = self.pool.slots
         self.queue = WorkQueue("piper")
         self._closed = False
 
@@ -222,12 +215,18 @@ class PiperTextToSpeech:
 
     async def warm_up(self) -> None:
         """Start every worker and wait until each has loaded its voice, so no caller waits for one."""
-        await self._checked_voice()
-        try:
+        model = await self._checked_voice()
+
+        async def warm(slot: Slot[PiperProcess]) -> None:
+            await asyncio.to_thread(_take_wav, await self._speak_on(slot, WARM_UP_TEXT, model))
+
+        try:  # each slot once, the wide one too, whatever the pool would choose now
             async with asyncio.TaskGroup() as group:
-                for _ in self._slots:
-                    group.create_task(self._render(WARM_UP_TEXT))
+                for slot in self._slots:
+                    group.create_task(warm(slot))
         except ExceptionGroup as failed:
+            # The others were cancelled mid-sentence: stopped too, not left busy with a sentence nobody takes.
+            await asyncio.gather(*(self._retire(slot, 0) for slot in self._slots))
             raise failed.exceptions[0] from None
 
     async def voice_identity(self) -> str:
@@ -245,13 +244,14 @@ class PiperTextToSpeech:
         line = " ".join(text.split())  # Piper reads one sentence per line
         if not any(char.isalnum() for char in line):
             return  # nothing to say, and Piper crashes on a line without phonemes ("…")
-        if self.phrases.marked(line):
-            key = self.phrases.key(await self.voice_identity(), sample_rate, line)
+        cache = self.phrases if self.phrases.marked(line) else self.repeats
+        if cache.max_bytes > 0:
+            key = cache.key(await self.voice_identity(), sample_rate, line)
 
             async def render() -> bytes:
                 return b"".join([chunk async for chunk in self._synthesize(line, sample_rate)])
 
-            for chunk in chunks(await self.phrases.said(key, render)):
+            for chunk in chunks(await cache.said(key, render)):
                 yield chunk
             return
         async for chunk in self._synthesize(line, sample_rate):
@@ -287,13 +287,14 @@ class PiperTextToSpeech:
     async def aclose(self) -> None:
         self._closed = True
         self.phrases.cancel()
+        self.repeats.cancel()
         await asyncio.gather(*(self._retire(slot, STOP_GRACE_S) for slot in self._slots))
 
     async def _render(self, line: str) -> tuple[bytes, int]:
         model = await self._checked_voice()
         token = self.queue.enter()
         try:
-            slot = await self._idle.get()
+            slot = await self.pool.take()
         except BaseException:  # the caller gave up waiting
             self.queue.drop(token)
             raise
@@ -305,10 +306,10 @@ class PiperTextToSpeech:
             self.queue.served(started)
         finally:
             self.queue.running -= 1
-            self._idle.put_nowait(slot)  # the WAV is ours now: the worker can take the next sentence
+            self.pool.give_back(slot)  # the WAV is ours now: the worker can take the next sentence
         return await asyncio.to_thread(_take_wav, path)
 
-    async def _speak_on(self, slot: _Slot, line: str, model: Path) -> Path:
+    async def _speak_on(self, slot: Slot[PiperProcess], line: str, model: Path) -> Path:
         retried = False
         while True:
             process = await self._running(slot, model)
@@ -329,7 +330,7 @@ class PiperTextToSpeech:
                             slot.index, process.pid, process.failure())
                 retried = True
 
-    async def _running(self, slot: _Slot, model: Path) -> PiperProcess:
+    async def _running(self, slot: Slot[PiperProcess], model: Path) -> PiperProcess:
         if self._closed:
             raise TtsError("the Piper provider is closed")
         if slot.process is not None and not slot.process.alive:
@@ -337,15 +338,16 @@ class PiperTextToSpeech:
                         slot.process.failure())
             await self._retire(slot, EXIT_GRACE_S)
         if slot.process is None:
-            threads = {THREADS_ENV: str(self._config.threads)} if self._config.threads else {}
+            threads = {THREADS_ENV: str(slot.threads)} if slot.threads else {}
             slot.process = await PiperProcess.start(self._argv(model), threads)
             if self._closed:  # aclose ran while it started and could not see it
                 await self._retire(slot, 0)
                 raise TtsError("the Piper provider is closed")
-            log.info("piper worker %d started (pid %d)", slot.index, slot.process.pid)
+            log.info("piper worker %d started (pid %d, %s threads)", slot.index, slot.process.pid,
+                     slot.threads or "onnxruntime's default")
         return slot.process
 
-    async def _retire(self, slot: _Slot, grace_s: float) -> None:
+    async def _retire(self, slot: Slot[PiperProcess], grace_s: float) -> None:
         process, slot.process = slot.process, None
         if process is not None:
             await asyncio.shield(process.stop(grace_s))  # a cancelled caller must not leak the process

@@ -233,3 +233,60 @@ async def test_onnxruntime_threads_per_worker_come_from_the_config() -> None:
     process = await asyncio.create_subprocess_exec(sys.executable, "-c", check, stdout=asyncio.subprocess.PIPE)
     out, _ = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 0 and out.decode().strip() == "1"
+
+
+def renders(engine: PiperTextToSpeech) -> int:
+    """Sentences the engine's workers were given."""
+    return sum(slot.said for slot in engine.pool.slots)
+
+
+async def test_a_sentence_said_before_is_said_again_from_memory_not_rendered(voices: Path) -> None:
+    voice = quiet_voice(voices / "repeat")
+    repeats = FixedPhrases(1 << 20)  # [tts] repeat_cache_mb: memory only, no directory
+    piper = PiperTextToSpeech(PiperConfig(voice=str(voice), workers=1), repeats=repeats)
+    try:
+        first = await say(piper, "Is there anything else I can help you with?")
+        given = renders(piper)
+        again = await say(piper, "Is there  anything else I can help you with?")  # the same line to Piper
+        assert again == first and renders(piper) == given and repeats.hits == 1
+        assert await say(piper, "Is there anything else?") and renders(piper) == given + 1  # another text
+        assert await say(piper, "Is there anything else I can help you with?", 16000)  # another rate
+        assert renders(piper) == given + 2
+    finally:
+        await piper.aclose()
+
+
+async def test_the_repeat_cache_keeps_its_bound_by_saying_the_least_recent_again(voices: Path) -> None:
+    voice = quiet_voice(voices / "repeat-bound")
+    older, newer = "The quick brown fox jumps over the lazy dog.", "Your order has been shipped today."
+    probe = PiperTextToSpeech(PiperConfig(voice=str(voice), workers=1), repeats=FixedPhrases(0))
+    try:
+        sizes = [len(await say(probe, text)) for text in (older, newer)]
+    finally:
+        await probe.aclose()
+    repeats = FixedPhrases(max(sizes) + min(sizes) // 2)  # room for either, not both
+    piper = PiperTextToSpeech(PiperConfig(voice=str(voice), workers=1), repeats=repeats)
+    try:
+        await say(piper, older)
+        await say(piper, newer)  # the older one is dropped for it
+        assert repeats.size_bytes <= repeats.max_bytes and len(repeats) == 1
+        given = renders(piper)
+        await say(piper, newer)
+        assert renders(piper) == given  # kept
+        await say(piper, older)
+        assert renders(piper) == given + 1  # dropped, so rendered again
+    finally:
+        await piper.aclose()
+
+
+async def test_fixed_phrases_stay_in_the_phrase_cache_not_the_repeat_cache(voices: Path) -> None:
+    phrases, repeats = FixedPhrases(1 << 20), FixedPhrases(1 << 20)
+    phrases.mark(GREETING)
+    piper = PiperTextToSpeech(PiperConfig(voice=str(quiet_voice(voices / "both")), workers=1), phrases=phrases,
+                              repeats=repeats)
+    try:
+        await say(piper, GREETING)
+        await say(piper, "Sure.")
+        assert (len(phrases), len(repeats)) == (1, 1)
+    finally:
+        await piper.aclose()

@@ -39,7 +39,7 @@ TOLERANCE = 0.2  # Piper's duration noise varies a sentence's length by a few pe
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def tts() -> AsyncIterator[PiperTextToSpeech]:
-    engine = PiperTextToSpeech(PiperConfig(workers=2))
+    engine = PiperTextToSpeech(PiperConfig(workers=2))  # and, on 2 cores or more, the wide worker of a quiet node
     await engine.warm_up()
     yield engine
     await engine.aclose()
@@ -96,7 +96,7 @@ async def test_sentence_is_spoken_at_the_call_rate(tts: PiperTextToSpeech, rate:
 async def test_text_with_nothing_to_say_yields_nothing(tts: PiperTextToSpeech) -> None:
     for text in ("", "   \n\t ", "… — ?"):  # Piper itself would crash on a line without phonemes
         assert await speak(tts, text) == b""
-    assert len(tts.worker_pids) == 2
+    assert len(tts.worker_pids) == len(tts.pool.slots)
 
 
 async def test_line_breaks_inside_a_sentence_give_one_sentence_of_audio(tts: PiperTextToSpeech) -> None:
@@ -120,7 +120,7 @@ async def test_killed_idle_worker_is_replaced_and_the_next_sentences_work(tts: P
     results = await asyncio.gather(speak(tts, SHORT), speak(tts, SHORT))  # one of them lands on the new worker
     for pcm in results:
         assert 0.2 <= seconds(pcm) <= 1.2
-    assert victim not in tts.worker_pids and len(tts.worker_pids) == 2
+    assert victim not in tts.worker_pids and len(tts.worker_pids) == len(tts.pool.slots)
 
 
 async def test_workers_killed_mid_sentence_are_replaced_and_the_sentences_retried(
@@ -133,14 +133,14 @@ async def test_workers_killed_mid_sentence_are_replaced_and_the_sentences_retrie
         os.kill(pid, signal.SIGKILL)
     for pcm in await asyncio.gather(*pending):
         assert_same_length(pcm, medium)
-    assert caplog.text.count("was killed by signal 9; retrying the sentence in a new one") == 2
-    assert not set(victims) & set(tts.worker_pids) and len(tts.worker_pids) == 2
+    assert caplog.text.count("was killed by signal 9; retrying the sentence in a new one") == len(victims)
+    assert not set(victims) & set(tts.worker_pids) and len(tts.worker_pids) == len(victims)
 
 
 async def test_abandoned_sentences_do_not_leak_into_the_next_ones(tts: PiperTextToSpeech, medium: bytes) -> None:
     pids = tts.worker_pids
     abandoned = [asyncio.create_task(speak(tts, LONG)) for _ in pids]
-    await asyncio.sleep(0.15)  # both workers are mid-sentence when their callers give up
+    await asyncio.sleep(0.15)  # every worker is mid-sentence when its caller gives up
     for task in abandoned:
         task.cancel()
     await asyncio.gather(*abandoned, return_exceptions=True)
@@ -233,7 +233,7 @@ async def test_sentence_past_the_timeout_raises_and_kills_its_worker() -> None:
 
 
 async def test_close_stops_the_workers_and_removes_their_files() -> None:
-    engine = PiperTextToSpeech(PiperConfig(workers=1))
+    engine = PiperTextToSpeech(PiperConfig(workers=1, threads=1))  # one worker: no wide one beside it
     await engine.warm_up()
     [pid] = engine.worker_pids
     out_dir = Path(os.readlink(f"/proc/{pid}/cwd"))  # each worker runs in its private output directory
@@ -269,7 +269,7 @@ async def test_workers_exit_when_the_server_is_killed() -> None:
     finally:
         server.kill()
         await server.wait()
-    assert len(pids) == 2
+    assert len(pids) >= 2  # and the wide worker of a quiet node, on 2 cores or more
     await wait_until_gone(pids)
     for out_dir in out_dirs:  # a killed server cannot tidy up; the dirs hold nothing but are left behind
         out_dir.rmdir()
