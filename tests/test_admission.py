@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -137,7 +138,7 @@ def test_the_tree_cpu_counts_a_busy_child() -> None:
 
 @pytest.mark.parametrize(("key", "value"), [("target_load", "1.5"), ("busy", '"hang_up"'),
                                            ("queue_wait_ms", "-1"), ("retry_after_s", "0")])
-def test_a_bad_admission_value_is_a_config_error_naming_the_key(tmp_path, key: str, value: str) -> None:
+def test_a_bad_admission_value_is_a_config_error_naming_the_key(tmp_path: Path, key: str, value: str) -> None:
     path = tmp_path / "voicegate.toml"
     path.write_text(f"[admission]\n{key} = {value}\n")
     with pytest.raises(ConfigError, match=f"admission.{key}"):
