@@ -146,7 +146,8 @@ class Gateway:
             if warm_up is not None:
                 await warm_up()
         mark_fixed(self.tts, *fixed_phrases(config))  # rendered at first use, then said from the cache
-        watch_live_calls(self.tts, self.live_calls)  # Piper picks its workers' threads from the live load
+        # Piper picks its workers' threads from the calls in progress (live_calls() also counts SIP legs)
+        watch_live_calls(self.tts, lambda: len(self.sessions) if self.sessions is not None else 0)
         # Off the loop: the turn-taking models are verified, loaded and (first time only) fetched here.
         self.services = await asyncio.to_thread(build_services, config, self.stt, self.tts, self.model, self.tools)
         self.services.tracer = self.telemetry.tracer

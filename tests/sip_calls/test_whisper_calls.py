@@ -29,6 +29,7 @@ from voicegate.internal.audio.g711 import ulaw_encode
 from voicegate.internal.config import Config
 from voicegate.internal.config.sections import PipelineConfig
 from voicegate.internal.stt.whisper import WhisperSpeechToText
+from voicegate.internal.tts.piper import PiperTextToSpeech
 
 pytestmark = pytest.mark.slow
 
@@ -62,6 +63,10 @@ async def test_a_caller_in_a_neural_voice_is_understood_by_whisper_and_answered_
     reply = loud_part(capture.pcm())
     on_wire = (await whisper.transcribe(reply, 8000)).lower()
     assert "monday" in on_wire and ("parcel" in on_wire or "arriv" in on_wire), (said[0], on_wire)
+    # The gateway told Piper's pool there was one call: its sentences went to the wide worker of a quiet node.
+    assert isinstance(server.tts, PiperTextToSpeech)
+    [wide] = [slot for slot in server.tts.pool.slots if slot.wide]
+    assert wide.said >= 1
 
 
 def paused_caller(directory: Path, sentence: str, pause_ms: int) -> Path:
