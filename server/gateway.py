@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
@@ -30,11 +31,12 @@ from voicegate.internal.session import Session, SessionLimitReached, SessionMana
 from voicegate.internal.stt.base import SpeechToText
 from voicegate.internal.telemetry.loop_lag import LoopLag
 from voicegate.internal.telemetry.otel import Telemetry
-from voicegate.internal.telemetry.queues import WorkQueue, overload_reasons, queues_of
+from voicegate.internal.telemetry.queues import WorkQueue, queues_of
 from voicegate.internal.tools.registry import ToolRegistry
 from voicegate.internal.tts.base import TextToSpeech
 from voicegate.internal.tts.phrases import mark_fixed
 from voicegate.internal.tts.piper_pool import watch_live_calls
+from voicegate.server.admission import NodeAdmission
 from voicegate.server.call_feed import CallFeed
 from voicegate.server.node import resolve_node_id
 from voicegate.server.providers import (
@@ -109,7 +111,7 @@ class Gateway:
         self.node_id = resolve_node_id(config.server.node_id)  # serve sets it in the config first: one id
         self.draining = False  # server/drain.py: no new calls, OPTIONS and /health answer 503
         self.queues: list[WorkQueue] = []  # the speech workers' queues (/metrics, /health, load shedding)
-        self._shedding = False
+        self.admission: NodeAdmission | None = None  # who takes a new call (server/admission.py)
         self.loop_lag = LoopLag()  # how late this node's event loop runs (/metrics, /health, load shedding)
         self.telemetry = Telemetry(config.telemetry, package_version(), node_id=self.node_id)
         # server.call_events: every call's events for API-key holders (/api/admin/calls/events, evals).
@@ -146,6 +148,8 @@ class Gateway:
             if warm_up is not None:
                 await warm_up()
         mark_fixed(self.tts, *fixed_phrases(config))  # rendered at first use, then said from the cache
+        if config.admission.busy == "message":  # said to callers refused while the node is busiest
+            mark_fixed(self.tts, *busy_sentences(config.admission.busy_message))
         # Piper picks its workers' threads from the calls in progress (live_calls() also counts SIP legs)
         watch_live_calls(self.tts, lambda: len(self.sessions) if self.sessions is not None else 0)
         # Off the loop: the turn-taking models are verified, loaded and (first time only) fetched here.
@@ -197,6 +201,7 @@ class Gateway:
         self.telemetry.watch_loop_lag(self.loop_lag)
         lag_task = asyncio.create_task(self.loop_lag.run(), name="event loop lag")
         self._stack.callback(lag_task.cancel)
+        self._start_admission(self.sessions)
         self._watch_load(queues_of(self.stt, self.tts, self.services.turn_model))
         self.sessions.start()
         self._stack.callback(self.telemetry.shutdown)
@@ -307,7 +312,7 @@ class Gateway:
         self.sip_calls = VoiceCallHandler(
             config.sip, open_session=self.open_session,
             new_pipeline=lambda session, rate, sink, greeting: self.new_pipeline(session, rate, sink, greeting),
-            end_session=sessions.end, at_capacity=lambda: self.draining or sessions.at_capacity(),
+            end_session=sessions.end, refusal=lambda: sessions.refusal("sip"),
             allocator=RtpPortAllocator(config.sip.rtp_port_min, config.sip.rtp_port_max), scheduler=scheduler,
             greeting_outgoing=config.pipeline.greeting_outgoing)
         self.sip = UserAgent(config.sip, self.sip_calls, digest_algorithms=tuple(config.sip.auth.algorithms),
@@ -316,6 +321,13 @@ class Gateway:
         self.sip.stack.transport.on_connection_refused = (
             lambda reason: self.telemetry.sip_connections_refused.add(1, {"reason": reason}))
         self.sip_calls.on_media_stats = self._count_media
+        admission = self.admission
+        if admission is not None:
+            self.sip_calls.on_refused = lambda refusal: admission.count("sip", refusal)
+        if config.admission.enabled and config.admission.busy == "message":
+            from voicegate.internal.sip.voice.busy import BusyLine
+
+            self.sip_calls.busy_line = BusyLine(self.sip_calls, self._busy_audio)
         from voicegate.server.telephony import install_sip_phone_flows
 
         install_sip_phone_flows(self, config, self.telemetry)
@@ -326,6 +338,13 @@ class Gateway:
             for status in registrations.statuses()])
         self._stack.callback(scheduler.close)
         self._stack.push_async_callback(self.sip.shutdown, config.server.shutdown_timeout_s)
+
+    async def _busy_audio(self) -> bytes:
+        """[admission] busy_message at the SIP rate, from the phrase cache (marked fixed at start)."""
+        tts = self.tts
+        assert tts is not None
+        return b"".join([chunk for sentence in busy_sentences(self.config.admission.busy_message)
+                         async for chunk in tts.synthesize(sentence, 8000)])
 
     def _count_media(self, stats: RtpStats) -> None:
         """A SIP call's RTP figures, at its end, into the node's counters."""
@@ -362,7 +381,9 @@ class Gateway:
         """
         assert self.sessions is not None, "the gateway is not started"
         if self.draining:
-            raise SessionLimitReached(retry_after_s=int(self.config.server.drain_timeout_s))
+            refusal = SessionLimitReached(int(self.config.server.drain_timeout_s), "draining", "this node is draining")
+            self.sessions.on_refused(transport, refusal)
+            raise refusal
         session = self.sessions.create(identity, transport)
         span = self.telemetry.tracer.start_span("session", attributes={
             "voicegate.session_id": session.id, "voicegate.transport": transport,
@@ -385,17 +406,24 @@ class Gateway:
         stand in for it when it is busy."""
         self.queues = queues
         self.telemetry.watch_worker_queues(queues)
-        speech = [queue for queue in queues if queue.pool != "smart_turn"]
-        if self.sessions is not None:
-            self.sessions.overloaded = lambda: self.overloaded(speech)
+        if self.admission is not None:
+            self.admission.queues = [queue for queue in queues if queue.pool != "smart_turn"]
 
-    def overloaded(self, queues: list[WorkQueue]) -> bool:
-        reasons = overload_reasons(queues, self.config.server.shed_wait_ms,
-                                   self.loop_lag.sustained_ms(), self.config.server.shed_loop_lag_ms)
-        if reasons and not self._shedding:
-            log.warning("shedding load: new calls get 503 while %s", " and ".join(reasons))
-        self._shedding = bool(reasons)
-        return self._shedding
+    def _start_admission(self, sessions: SessionManager) -> None:
+        """Admission control ([admission], server/admission.py): every new call, whatever its transport,
+        is asked for in SessionManager.create; its CPU sampler runs once a second beside the loop."""
+        engines = [str(getattr(engine, "name", "")) for engine in (self.stt, self.tts)]
+        self.admission = NodeAdmission(self.config, self.telemetry, self.loop_lag, engines, sessions.sessions,
+                                       lambda: self.draining)
+        sessions.admission = self.admission.refusal
+        sessions.on_refused = self.admission.count
+        sampler = asyncio.create_task(self.admission.run(), name="admission cpu sampler")
+        self._stack.callback(sampler.cancel)
+
+    def count_refusal(self, transport: TransportKind, reason: str, detail: str, retry_after_s: int) -> None:
+        """A call refused before it reached the session manager (a draining node's WHIP POST)."""
+        if self.admission is not None:
+            self.admission.count(transport, SessionLimitReached(retry_after_s, reason, detail))
 
     def _live_sessions(self) -> dict[str, int]:
         counts = {"sip": 0, "webrtc": 0}
@@ -477,12 +505,15 @@ class Gateway:
         if self.sessions is not None:
             components["sessions"] = {"ok": True, "live": len(self.sessions),
                                       "max": self.config.server.max_sessions}
+        if self.admission is not None:  # advisory: a node refusing new calls still serves the ones it has
+            components["admission"] = self.admission.describe()
         if self.started:  # advisory: a late loop still serves its calls (shedding keeps new ones away)
             lag, bound = self.loop_lag.sustained_ms(), self.config.server.shed_loop_lag_ms
             components["event_loop"] = {"ok": not (bound and lag >= bound), "advisory": True,
                                         "lag_ms": round(lag, 1), "max_lag_ms": round(self.loop_lag.max_ms(), 1)}
         if self.queues:  # advisory: a node that sheds load still serves the calls it has
-            components["workers"] = {"ok": not self._shedding, "advisory": True, "shedding": self._shedding,
+            shedding = self.admission is not None and self.admission.shedding
+            components["workers"] = {"ok": not shedding, "advisory": True, "shedding": shedding,
                                      "queues": [queue.describe() for queue in self.queues]}
         if self.sip is not None and self.sip.registrations.items:
             # Not registered means that PBX cannot route calls to us, but this node still serves browsers,
@@ -495,6 +526,11 @@ class Gateway:
         # Draining answers 503 like a fault, so a balancer stops sending; the status says it is on purpose.
         status = "draining" if self.draining else "ok" if ok else "degraded"
         return {"status": status, "node_id": self.node_id, "draining": self.draining, "components": components}
+
+
+def busy_sentences(text: str) -> list[str]:
+    """The busy message sentence by sentence, as an agent's reply is said (and cached)."""
+    return [sentence for sentence in re.split(r"(?<=[.!?])\s+", text.strip()) if sentence]
 
 
 def as_session(call: CallContext) -> Session:

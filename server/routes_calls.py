@@ -18,7 +18,7 @@ An outbound call spends money and speaks in the deployer's name, so this route i
 `server.api_key` configured it answers 403 rather than falling back to "anyone may call". The request
 returns when the call is answered or has failed, at most `sip.outbound.timeout_s` later:
   401  no or wrong API key          403  no server.api_key configured
-  422  `to` is not a sip: URI       404  SIP is off    503  every session slot is taken (Retry-After)
+  422  `to` is not a sip: URI       404  SIP is off    503  full, or admission control refuses (Retry-After)
   502  the callee (or a proxy) refused: `error.sip_status` / `error.sip_reason` say how
   504  nobody answered within sip.outbound.timeout_s (the INVITE was CANCELled)
 """
@@ -37,7 +37,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import HTTPConnection
 
-from voicegate.internal.session import Session
+from voicegate.internal.session import Session, SessionLimitReached
 from voicegate.internal.sip.handler import CallFailed
 from voicegate.internal.sip.voice import AT_CAPACITY
 from voicegate.internal.sip.voice.call import SIP_CALL_ID
@@ -156,10 +156,16 @@ def call_failed_response(failure: CallFailed) -> JSONResponse:
     return JSONResponse(body, status)
 
 
-def at_capacity() -> JSONResponse:
-    return JSONResponse(error_body("at_capacity", "every session slot is taken (server.max_sessions), or the "
-                                   "speech workers are too far behind (server.shed_wait_ms)"), 503,
-                        headers={"Retry-After": RETRY_AFTER_S})
+def at_capacity(refusal: SessionLimitReached | None = None) -> JSONResponse:
+    """503 + Retry-After; the body's `reason` is the refusal's (capacity, queue, loop_lag, max_sessions,
+    draining: docs/protocol.md), its message the words the node logged."""
+    message = ("every session slot is taken (server.max_sessions), or admission control refuses new calls "
+               "(docs/scaling.md)")
+    body = error_body("at_capacity", f"{message}: {refusal.detail}" if refusal is not None else message)
+    if refusal is not None:
+        body["error"]["reason"] = refusal.reason
+    retry = str(refusal.retry_after_s) if refusal is not None else RETRY_AFTER_S
+    return JSONResponse(body, 503, headers={"Retry-After": retry})
 
 
 def install_call_routes(app: FastAPI, gateway: Gateway) -> None:
@@ -172,8 +178,10 @@ def install_call_routes(app: FastAPI, gateway: Gateway) -> None:
         handler = gateway.sip_calls
         if handler is None:
             raise ApiError(404, "sip_disabled", "SIP is off on this server ([sip] enabled = false)")
-        if gateway.sessions is not None and gateway.sessions.at_capacity():
-            return at_capacity()
+        refusal = gateway.sessions.refusal("sip") if gateway.sessions is not None else None
+        if refusal is not None:
+            gateway.count_refusal("sip", refusal.reason, refusal.detail, refusal.retry_after_s)
+            return at_capacity(refusal)
         amd_config = gateway.config.amd
         plan = (plan_from_config(amd_config, voicemail_message=call.voicemail_message)
                 if (call.amd if call.amd is not None else amd_config.enabled) else None)

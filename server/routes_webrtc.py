@@ -62,6 +62,8 @@ def install_webrtc_routes(app: FastAPI, gateway: Gateway) -> None:
         @app.post("/whip", tags=["whip"], status_code=201)
         async def whip_post(request: Request) -> Response:
             if gateway.draining:  # server/drain.py: this node takes no new session; another one will
+                gateway.count_refusal("webrtc", "draining", "this node is draining",
+                                      int(config.server.drain_timeout_s))
                 raise ApiError(503, "draining", "this node is draining and takes no new sessions",
                                {"Retry-After": str(int(config.server.drain_timeout_s))})
             return await whip.post(request)

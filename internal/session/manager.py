@@ -23,9 +23,19 @@ ConversationFactory = Callable[[], Conversation]
 
 
 class SessionLimitReached(Exception):
-    def __init__(self, retry_after_s: int) -> None:
-        super().__init__("the server is at its live-session limit")
+    """A new call refused: `reason` is one of a small vocabulary (the metric's label: capacity, queue,
+    loop_lag, max_sessions, draining), `detail` says why in words (the log, never a label)."""
+
+    def __init__(self, retry_after_s: int, reason: str = "max_sessions", detail: str = "") -> None:
+        super().__init__(detail or "the server is at its live-session limit")
         self.retry_after_s = retry_after_s
+        self.reason = reason
+        self.detail = detail or "the server is at its live-session limit"
+
+
+# Admission: a refusal for a new call on this transport, or None to take it (set by the gateway from
+# internal/telemetry/admission.py; the default takes every call under max_sessions).
+Admission = Callable[[TransportKind], SessionLimitReached | None]
 
 
 class SessionManager:
@@ -40,6 +50,9 @@ class SessionManager:
         self._background: set[asyncio.Task[None]] = set()
         self._reaper: asyncio.Task[None] | None = None
         self.overloaded: Callable[[], bool] = lambda: False
+        self.admission: Admission = lambda transport: None
+        # Each refusal by `create`, once (the gateway counts and logs it).
+        self.on_refused: Callable[[TransportKind, SessionLimitReached], None] = lambda transport, refusal: None
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -80,15 +93,26 @@ class SessionManager:
     def for_owner(self, resource_id: str) -> list[Session]:
         return [s for s in self._sessions.values() if s.resource_id == resource_id and not s.ended]
 
-    def at_capacity(self) -> bool:
-        """Every slot is taken, or the node is overloaded (`overloaded`: set by the gateway from the speech
-        workers' queues, server.shed_wait_ms): a new call is refused either way."""
-        full = self.max_sessions > 0 and len(self._sessions) >= self.max_sessions
-        return full or self.overloaded()
+    def refusal(self, transport: TransportKind = "sip") -> SessionLimitReached | None:
+        """Why a new call on `transport` would be refused now (None: it would be taken). Asking counts
+        nothing: `create` (and the transports that refuse before creating) report refusals."""
+        if self.max_sessions > 0 and len(self._sessions) >= self.max_sessions:
+            return SessionLimitReached(5, "max_sessions", f"every one of server.max_sessions "
+                                                          f"({self.max_sessions}) is live")
+        if self.overloaded():
+            return SessionLimitReached(5, "queue", "the node is overloaded")
+        return self.admission(transport)
+
+    def at_capacity(self, transport: TransportKind = "sip") -> bool:
+        """Every slot is taken, or admission control would refuse a new call (the speech workers' queues,
+        the event loop, the estimated load: internal/telemetry/admission.py)."""
+        return self.refusal(transport) is not None
 
     def create(self, identity: CallerIdentity, transport: TransportKind) -> Session:
-        if self.at_capacity():
-            raise SessionLimitReached(retry_after_s=5)
+        refusal = self.refusal(transport)
+        if refusal is not None:
+            self.on_refused(transport, refusal)
+            raise refusal
         session = Session(identity=identity, transport=transport, conversation=self._new_conversation())
         self._sessions[session.id] = session
         log.info("session created", extra={"session_id": session.id, "transport": transport,

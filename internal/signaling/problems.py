@@ -26,9 +26,10 @@ def rate_limited(what: str, retry_after_s: int) -> SignalingError:
                           {"Retry-After": str(retry_after_s)})
 
 
-def at_capacity(retry_after_s: int) -> SignalingError:
+def at_capacity(retry_after_s: int, detail: str = "") -> SignalingError:
     # 503, not 429: the client did nothing wrong, the server is full (RFC 9725 section 4.6).
-    return SignalingError(503, "at_capacity", "the server is at its live-session limit; try again shortly",
+    why = f" ({detail})" if detail else ""
+    return SignalingError(503, "at_capacity", f"the server cannot take a new call now{why}; try again shortly",
                           {"Retry-After": str(retry_after_s)})
 
 

@@ -108,6 +108,13 @@ class WhipEndpoint:
                                  {"Accept-Post": SDP_TYPE})
         offer = await self._read_offer(request)
         sessions = self.sessions
+        if not request.query_params.get("resume"):
+            # Refused before the offer is negotiated: a busy node spends nothing on a call it will not take
+            # (a resumed session is no new call; its token is checked below).
+            refusal = sessions.refusal("webrtc")
+            if refusal is not None:
+                sessions.on_refused("webrtc", refusal)
+                raise at_capacity(refusal.retry_after_s, refusal.detail)
         peer = PeerConnection(self.rtc_config, self.sample_rate)
         self.peers.add(peer)
         try:
@@ -165,7 +172,7 @@ class WhipEndpoint:
             # The gateway opens sessions: it also loads the caller's memory and starts the trace.
             return await self.gateway.open_session(caller, "webrtc")
         except SessionLimitReached as exc:
-            raise at_capacity(exc.retry_after_s) from exc
+            raise at_capacity(exc.retry_after_s, exc.detail) from exc
 
     def _pipeline_factory(self, session: Session, sink: EventSink) -> VoicePipeline:
         return self.gateway.new_pipeline(session, self.sample_rate, sink)

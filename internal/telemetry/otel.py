@@ -104,6 +104,10 @@ class Telemetry:
         meter.create_observable_gauge("voicegate_worker_queue", callbacks=[self._observe_queues],
                                       description="Items waiting for (and held by) each pool's workers")
         self.calls = meter.create_counter("voicegate_calls_total", description="Calls ended, by transport and outcome")
+        self.calls_refused = meter.create_counter(
+            "voicegate_calls_refused_total",
+            description="New calls refused, by transport and reason (capacity, queue, loop_lag, max_sessions, "
+                        "draining): docs/scaling.md")
         self.rtp_lost = meter.create_counter("voicegate_rtp_packets_lost_total", description="RTP packets lost")
         self.srtp_rejected = meter.create_counter(
             "voicegate_srtp_packets_rejected_total",

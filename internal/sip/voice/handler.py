@@ -62,13 +62,19 @@ class VoiceCallHandler:
     """Implements internal.sip.handler.CallHandler for voice calls; one per server."""
 
     def __init__(self, config: SipConfig, *, open_session: OpenSession, new_pipeline: NewPipeline,
-                 end_session: EndSession, at_capacity: Callable[[], bool], allocator: RtpPortAllocator,
+                 end_session: EndSession, refusal: Callable[[], SessionLimitReached | None],
+                 allocator: RtpPortAllocator,
                  scheduler: PacedScheduler, greeting_outgoing: str, jitter_ms: int | None = None) -> None:
         self.config = config
         self._open_session = open_session
         self._new_pipeline = new_pipeline
         self._end_session = end_session
-        self._at_capacity = at_capacity
+        self._refusal = refusal
+        # Each refusal made here, before a session is asked for (counted and logged by the composition root).
+        self.on_refused: Callable[[SessionLimitReached], None] = lambda refusal: None
+        # [admission] busy = "message": a refused caller is answered, hears this, and gets our BYE
+        # (internal/sip/voice/busy.py); None: refused with 503 + Retry-After.
+        self.busy_line: Any = None
         self._allocator = allocator
         self._scheduler = scheduler
         self._greeting_outgoing = greeting_outgoing
@@ -82,11 +88,18 @@ class VoiceCallHandler:
     # ---- inbound ---------------------------------------------------------------------------------
 
     def admit(self, call: IncomingCall) -> Rejection | None:
-        if self._at_capacity():
-            return Rejection(503, "Service Unavailable", {"Retry-After": RETRY_AFTER_S})
-        return None
+        refusal = self._refusal()
+        if refusal is None:
+            return None
+        self.on_refused(refusal)
+        if self.busy_line is not None and refusal.reason != "draining" and call.offer is not None:
+            self.busy_line.expect(call.call_id)  # answered, told the lines are busy, hung up
+            return None
+        return Rejection(503, "Service Unavailable", {"Retry-After": str(refusal.retry_after_s)})
 
     async def answer(self, call: IncomingCall, dialog: Dialog) -> SessionDescription:
+        if self.busy_line is not None and self.busy_line.expected(call.call_id):
+            return await self.busy_line.answer(call, dialog)
         if call.offer is None:
             # Offerless INVITE: we offer in the 200 and learn the caller's answer from the ACK.
             voice = self._new_inbound_call(dialog.call_id, call.source.host)
@@ -118,9 +131,9 @@ class VoiceCallHandler:
     async def _attach_inbound_session(self, voice: SipVoiceCall, identity: CallerIdentity) -> None:
         try:
             await self._attach_session(voice, identity, greeting=None)
-        except SessionLimitReached:
+        except SessionLimitReached as refusal:  # counted by the session manager
             self._release(voice)
-            raise CallRejected(503, "Service Unavailable", {"Retry-After": RETRY_AFTER_S}) from None
+            raise CallRejected(503, "Service Unavailable", {"Retry-After": str(refusal.retry_after_s)}) from None
 
     async def early_media(self, dialog: Dialog) -> None:
         """sip.early_media: our 183 carried the answer, so media and the greeting start before the 200."""
@@ -146,6 +159,9 @@ class VoiceCallHandler:
         secure(voice, keys)
 
     async def confirmed(self, dialog: Dialog) -> None:
+        if self.busy_line is not None and self.busy_line.expected(dialog.call_id):
+            await self.busy_line.confirmed(dialog)
+            return
         voice = self.calls.get(dialog.call_id)
         if voice is None or voice.ended or "pipeline" in voice.route:
             return  # gone, or media already running since the 183 (early media)
@@ -193,6 +209,9 @@ class VoiceCallHandler:
             pipeline.push_dtmf(digit)
 
     async def ended(self, dialog: Dialog, reason: str) -> None:
+        if self.busy_line is not None and self.busy_line.expected(dialog.call_id):
+            self.busy_line.ended(dialog.call_id)
+            return
         voice = self.calls.pop(dialog.call_id, None)
         if voice is None or voice.ended:
             return
@@ -221,7 +240,9 @@ class VoiceCallHandler:
         Raises CallFailed (the callee's final status; 408 for our timeout, 503 when we are full) and
         ValueError for a target that is not a SIP URI. Whatever fails, nothing is left allocated.
         """
-        if self._at_capacity():
+        refusal = self._refusal()
+        if refusal is not None:
+            self.on_refused(refusal)
             raise CallFailed(503, AT_CAPACITY)
         identity = callee_identity(target, self.config, getattr(self.ua, "shared_numbers", frozenset()))
         voice, outbound = await self._dial(target)
