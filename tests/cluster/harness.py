@@ -45,6 +45,7 @@ class Node(ServeProcess):
     speech: str = "pocketsphinx"  # a key of SPEECH
     drain_timeout_s: float = 30.0
     rtp_ports: tuple[int, int] = (0, 0)  # the node's RTP range, chosen at start
+    extra: str = ""  # TOML appended to the node's config (its own sections, e.g. [admission])
 
     def write_config(self, db_uri: str) -> Path:
         """The test's own settings; the cluster's (ports, database, trust) come as variables over them."""
@@ -77,7 +78,7 @@ phrases = [{phrases}]
 workers = 1
 [memory]
 embedding = "none"
-""")
+{self.extra}""")
         return config
 
     def start(self, db_uri: str) -> None:  # type: ignore[override]
@@ -119,13 +120,14 @@ def scenario(directory: Path, *, talk_ms: int = 300, media: str = "", from_user:
 @contextlib.contextmanager
 def cluster(directory: Path, db_uri: str, count: int = 2, trunk_nets: str = f"{CALLER_IP}/32",
             pike_density: int = 2000, speech: str = "pocketsphinx",
-            drain_timeout_s: float = 30.0) -> Iterator[tuple[Proxy, list[Node]]]:
+            drain_timeout_s: float = 30.0, extra: Sequence[str] = ()) -> Iterator[tuple[Proxy, list[Node]]]:
+    """`extra`: TOML for each node's config in turn (node a's first)."""
     nodes = []
     for index in range(count):
         node_dir = directory / f"node-{'ab'[index]}"
         node_dir.mkdir()
         nodes.append(Node("ab"[index], node_dir, free_port(), free_port(), speech=speech,
-                          drain_timeout_s=drain_timeout_s))
+                          drain_timeout_s=drain_timeout_s, extra=extra[index] if index < len(extra) else ""))
     proxy_dir = directory / "proxy"
     proxy_dir.mkdir()
     proxy = Proxy(proxy_dir, free_port(), nodes, trunk_nets, pike_density)

@@ -92,6 +92,27 @@ async def test_a_killed_node_loses_only_its_calls_and_new_calls_go_to_the_other(
         assert total == survived + 20
 
 
+# Node a's admission holds no call: one core at the 0.75 target, every call 0.8 of a core (fixed, not
+# measured), so it refuses every INVITE with 503 + Retry-After, as a node past its capacity does.
+FULL_NODE = "[admission]\ncores = 1\ncall_cost = 0.8\nmeasure_cost = false\n"
+
+
+async def test_a_call_the_full_node_refuses_lands_on_the_other(tmp_path: Path, fresh_db: str) -> None:
+    with cluster(tmp_path, fresh_db, extra=[FULL_NODE]) as (proxy, nodes):
+        node_a, node_b = nodes
+        result = await many_calls(tmp_path / "sipp", proxy, 6, talk_ms=300, rate=2, limit=2)
+        result.check()
+        assert sipp_counts(tmp_path / "sipp") == (6, 0)  # every caller was answered, none heard the 503
+        (taken,) = await ended_on([node_b], 6)
+        assert taken == 6
+        assert await asyncio.to_thread(node_a.sip_calls_ended) == 0
+        metrics = (await asyncio.to_thread(httpx.get, f"{node_a.url}/metrics", timeout=10)).text
+        refused = [line for line in metrics.splitlines() if line.startswith("voicegate_calls_refused_total{")]
+        # Round-robin offered node a about half the calls; each was refused there and failed over to b.
+        assert refused and all('reason="capacity"' in line and 'transport="sip"' in line for line in refused)
+        assert sum(float(line.rsplit(" ", 1)[1]) for line in refused) >= 1
+
+
 def live_sip_calls(node: Node) -> int:
     """The node's live SIP calls, from its own /metrics."""
     text = httpx.get(f"{node.url}/metrics", timeout=10).text
