@@ -17,6 +17,7 @@ from typing import Any
 
 from aiortc import RTCConfiguration, RTCDataChannel, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamTrack
+from aiortc.sdp import SessionDescription
 
 from voicegate.internal.peer.channel import EVENT_CHANNEL_LABEL, ChannelEventSink, ClientMessage, parse_client_message
 from voicegate.internal.peer.tracks import AgentAudioTrack, InboundAudio, consume_track
@@ -75,6 +76,8 @@ class PeerConnection:
     async def answer(self) -> str:
         """Our SDP answer, with every local candidate gathered (WHIP has no server-side trickle)."""
         answer = await self.pc.createAnswer()
+        if sends_opus(answer.sdp):
+            self.outbound.use_opus()  # before setLocalDescription starts the sender
         await self.pc.setLocalDescription(answer)
         return str(self.pc.localDescription.sdp)
 
@@ -144,6 +147,13 @@ class PeerConnection:
             self.on_error(exc)
         else:
             log.error("peer connection handler failed", exc_info=exc)
+
+
+def sends_opus(sdp: str) -> bool:
+    """Whether our answer sends audio as Opus: aiortc's sender encodes with the first codec the audio
+    section lists (PCMU or PCMA when the offer had no Opus)."""
+    audio = [m for m in SessionDescription.parse(sdp).media if m.kind == "audio"]
+    return bool(audio and audio[0].rtp.codecs) and audio[0].rtp.codecs[0].mimeType.lower() == "audio/opus"
 
 
 class PeerRegistry:

@@ -7,8 +7,10 @@ boundaries inaudible) and re-cuts the stream into 20 ms frames, carrying remaind
 
 Outbound, aiortc's RTP sender calls `recv()` in a loop as fast as it returns. `AgentAudioTrack` paces
 those calls on the monotonic clock, one frame per 20 ms, which is also the pipeline's playout tick.
-Frames are mono at the pipeline's rate with `pts` counted in samples; aiortc's Opus encoder resamples
-them to 48 kHz itself.
+When the call sends Opus (`use_opus()`, from the negotiated answer), the track hands aiortc packets it
+encoded itself (opus.py: mono at the pipeline's rate, one cached packet for silence, no executor hop);
+otherwise (PCMU/PCMA) frames, mono at the pipeline's rate with `pts` counted in samples, which aiortc's
+encoder resamples itself.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from voicegate.internal.audio.frame import FRAME_MS, frame_bytes
+from voicegate.internal.peer.opus import OpusVoice, opus_supported
 
 log = logging.getLogger(__name__)
 
@@ -92,11 +95,23 @@ class AgentAudioTrack(MediaStreamTrack):
         self._next_at: float | None = None
         self._pts = 0
         self.frames_sent = 0
+        self.opus: OpusVoice | None = None
 
-    async def recv(self) -> av.AudioFrame:
+    def use_opus(self) -> bool:
+        """Hand aiortc Opus packets from now on (the call negotiated Opus); False if the rate cannot be."""
+        if self.opus is None and opus_supported(self.rate):
+            self.opus = OpusVoice(self.rate)
+        return self.opus is not None
+
+    async def recv(self) -> av.AudioFrame | av.Packet:
         if self.readyState != "live":
             raise MediaStreamError
         await self._wait_for_tick()
+        if self.opus is not None:
+            packet = self.opus.packet(self._pulled_pcm(), self._pts)
+            self._pts += self._samples
+            self.frames_sent += 1
+            return packet
         pcm = self._next_pcm()
         frame = av.AudioFrame.from_ndarray(np.frombuffer(pcm, dtype=np.int16).reshape(1, -1),
                                            format="s16", layout="mono")
@@ -119,11 +134,16 @@ class AgentAudioTrack(MediaStreamTrack):
         if delay > 0:
             await asyncio.sleep(delay)
 
-    def _next_pcm(self) -> bytes:
+    def _pulled_pcm(self) -> bytes | None:
+        """The source's next 20 ms, or None while the agent is quiet."""
         source = self.source
         pcm = source() if source is not None else None
         if not pcm:
-            return self._silence
+            return None
         if len(pcm) != len(self._silence):  # the pipeline promises 20 ms; never let a slip reach the encoder
             pcm = (pcm + self._silence)[: len(self._silence)]
         return pcm
+
+    def _next_pcm(self) -> bytes:
+        pcm = self._pulled_pcm()
+        return self._silence if pcm is None else pcm

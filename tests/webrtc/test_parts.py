@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 
 import aioice.ice
@@ -17,6 +18,7 @@ from voicegate.internal.conversation.rolling_summary import RollingSummary
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.peer.channel import ChannelEventSink, Ping, TypedTurn, parse_client_message
 from voicegate.internal.peer.ice import configure_ice_hosts, parse_ice_hosts, rtc_configuration
+from voicegate.internal.peer.opus import SETTLE_FRAMES, OpusVoice, silence_packet
 from voicegate.internal.peer.tracks import AgentAudioTrack, InboundAudio
 from voicegate.internal.pipeline.events import StateEvent
 from voicegate.internal.session import Conversation, Session
@@ -165,12 +167,19 @@ def test_inbound_speech_survives_downmix_and_resampling() -> None:
     assert 4000 < np.abs(out[1600:]).max() < 9000
 
 
+async def audio_frame(track: AgentAudioTrack) -> av.AudioFrame:
+    """The track's next frame, which a call that does not send Opus gets (aiortc encodes it)."""
+    frame = await track.recv()
+    assert isinstance(frame, av.AudioFrame)
+    return frame
+
+
 async def test_outbound_track_paces_frames_and_counts_pts_in_samples() -> None:
     pulled = iter([b"\x01\x00" * 320, None, b"\x02\x00" * 10])
     track = AgentAudioTrack(16000, source=lambda: next(pulled, None))
     loop = asyncio.get_running_loop()
     started = loop.time()
-    frames = [await track.recv() for _ in range(6)]
+    frames = [await audio_frame(track) for _ in range(6)]
     elapsed = loop.time() - started
     assert [f.pts for f in frames] == [0, 320, 640, 960, 1280, 1600]
     assert all(f.samples == 320 and f.sample_rate == 16000 and f.layout.name == "mono" for f in frames)
@@ -188,6 +197,60 @@ async def test_outbound_track_restarts_its_clock_after_a_stall_instead_of_bursti
     await track.recv()
     assert track._next_at == clock.now
     track.stop()
+
+
+def decode_opus(packets: list[bytes]) -> np.ndarray:
+    """What a receiver hears: aiortc's own Opus decoder (48 kHz stereo), left channel."""
+    from aiortc.codecs.opus import OpusDecoder
+    from aiortc.jitterbuffer import JitterFrame
+
+    decoder = OpusDecoder()
+    frames = [frame for i, packet in enumerate(packets)
+              for frame in decoder.decode(JitterFrame(data=packet, timestamp=i * 960))]
+    return np.concatenate([frame.to_ndarray().reshape(-1)[::2] for frame in frames
+                           if isinstance(frame, av.AudioFrame)])
+
+
+@pytest.mark.parametrize("rate", [8000, 16000])
+def test_opus_voice_sends_cached_silence_while_quiet_and_a_reply_after_five_seconds_arrives_whole(rate: int) -> None:
+    voice = OpusVoice(rate)
+    samples = rate // 50
+    t = np.arange(rate // 2) / rate  # the reply: half a second of a 440 Hz tone at -12 dBFS
+    reply = (0.25 * 32767 * np.sin(2 * np.pi * 440 * t)).astype(np.int16).tobytes()
+    frames: list[bytes | None] = [reply[i:i + samples * 2] for i in range(0, len(reply), samples * 2)]
+    stream = frames + [None] * 250 + frames + [None] * 50  # a reply, five seconds of quiet, the next reply
+    packets = [voice.packet(pcm, i * samples) for i, pcm in enumerate(stream)]
+
+    pts = [p.pts for p in packets]
+    assert pts[:3] == [0, 960, 1920]  # the 48 kHz RTP clock, continuous throughout
+    assert all(a is not None and b is not None and b - a == 960 for a, b in itertools.pairwise(pts))
+    payloads = [bytes(p) for p in packets]
+    quiet = payloads[25 + SETTLE_FRAMES:275]
+    assert set(quiet) == {silence_packet(rate)} and len(quiet[0]) < 16  # the encoder rested, a few bytes each
+    assert voice.encoded == 2 * (25 + SETTLE_FRAMES)
+
+    heard = decode_opus(payloads).astype(np.float64)
+    per_frame = 960
+    energy = [np.sqrt(np.mean(heard[i:i + per_frame] ** 2)) for i in range(0, len(heard), per_frame)]
+    assert max(energy[40:270]) < 30  # the quiet decodes to silence, no hiss or click
+    sent_rms = 0.25 * 32767 / np.sqrt(2)
+    second = heard[275 * per_frame:305 * per_frame]  # the reply after the quiet, with the codec's delay
+    loud = [e for e in energy[275:305] if e > sent_rms / 4]
+    assert len(loud) >= 24, "the reply after five seconds of quiet arrives whole, from its first frame"
+    assert abs(20 * np.log10(np.sqrt(np.mean(second ** 2)) * np.sqrt(30 / 25) / sent_rms)) < 2
+    spectrum = np.abs(np.fft.rfft(second))
+    assert abs(np.argmax(spectrum) * 48000 / len(second) - 440) < 5
+
+
+async def test_outbound_track_hands_aiortc_opus_packets_once_the_call_sends_opus() -> None:
+    pulled = iter([b"\x01\x10" * 320, None])
+    track = AgentAudioTrack(16000, source=lambda: next(pulled, None))
+    assert track.use_opus()
+    sent = [await track.recv() for _ in range(3)]
+    assert all(isinstance(p, av.Packet) for p in sent)
+    assert [p.pts for p in sent] == [0, 960, 1920] and track.frames_sent == 3
+    track.stop()
+    assert not AgentAudioTrack(11025).use_opus()  # not an Opus input rate: aiortc encodes frames
 
 
 # ---- the DataChannel ------------------------------------------------------------------------------
@@ -264,6 +327,6 @@ def test_ice_servers_come_from_config_and_none_means_none() -> None:
 @pytest.mark.parametrize("rate", [8000, 16000])
 def test_outbound_frames_are_twenty_ms_at_either_pipeline_rate(rate: int) -> None:
     track = AgentAudioTrack(rate)
-    frame = asyncio.run(track.recv())
+    frame = asyncio.run(audio_frame(track))
     assert frame.samples == rate // 50
     track.stop()
