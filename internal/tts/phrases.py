@@ -7,7 +7,9 @@ the key changes, so a stale render is never served; nothing has to be flushed. P
 to every render (`noise_scale`, `noise_w`), so two renders of one text differ slightly: the cache keeps
 the first and says it again, the way a recorded prompt would be.
 
-Only texts marked fixed are kept: a reply is said once, and a cache of replies would hold callers' words.
+Only texts marked fixed are kept here, and only these may go to disk: a reply can hold callers' words.
+Any other sentence can be said again from a second instance, the repeat cache (`[tts] repeat_cache_mb`,
+`said_again`): memory only, never given a directory, so nothing of a call outlives the process.
 
 On disk (internal/tts/phrase_files.py) each render carries a SHA-256 check and the files together stay
 within the same byte bound as memory, least recently used out first.
@@ -18,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 
 from voicegate.internal.tts.phrase_files import PhraseFiles
@@ -165,6 +167,23 @@ def mark_fixed(tts: object, *texts: str) -> bool:
         return False
     phrases.mark(*texts)
     return True
+
+
+async def said_again(repeats: FixedPhrases, key: str, render: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A sentence said before, from `repeats` (the repeat cache: memory only); else `render` streamed to
+    this caller alone and kept once said whole. Unlike a fixed phrase's, the render is not shared: a caller
+    who barges in stops it as before (nothing finished for nobody on a loaded node), and half a sentence
+    is never kept."""
+    pcm = repeats.get(key)
+    if pcm is not None:
+        for chunk in chunks(pcm):
+            yield chunk
+        return
+    said: list[bytes] = []
+    async for chunk in render:
+        said.append(chunk)
+        yield chunk
+    repeats.put(key, b"".join(said))
 
 
 def chunks(pcm: bytes, size: int = OUTPUT_CHUNK) -> Iterable[bytes]:

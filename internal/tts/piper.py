@@ -32,7 +32,7 @@ from voicegate.internal.config.providers import PiperConfig
 from voicegate.internal.devices import onnx_available_providers
 from voicegate.internal.telemetry.queues import WorkQueue
 from voicegate.internal.tts.base import TtsError
-from voicegate.internal.tts.phrases import FixedPhrases, chunks
+from voicegate.internal.tts.phrases import FixedPhrases, chunks, said_again
 from voicegate.internal.tts.piper_launch import THREADS_ENV
 from voicegate.internal.tts.piper_pool import Slot, WorkerPool
 from voicegate.internal.tts.piper_voice import (
@@ -244,17 +244,21 @@ class PiperTextToSpeech:
         line = " ".join(text.split())  # Piper reads one sentence per line
         if not any(char.isalnum() for char in line):
             return  # nothing to say, and Piper crashes on a line without phonemes ("…")
-        cache = self.phrases if self.phrases.marked(line) else self.repeats
-        if cache.max_bytes > 0:
-            key = cache.key(await self.voice_identity(), sample_rate, line)
+        if self.phrases.marked(line):
+            key = self.phrases.key(await self.voice_identity(), sample_rate, line)
 
             async def render() -> bytes:
                 return b"".join([chunk async for chunk in self._synthesize(line, sample_rate)])
 
-            for chunk in chunks(await cache.said(key, render)):
+            for chunk in chunks(await self.phrases.said(key, render)):
                 yield chunk
             return
-        async for chunk in self._synthesize(line, sample_rate):
+        if self.repeats.max_bytes == 0:
+            async for chunk in self._synthesize(line, sample_rate):
+                yield chunk
+            return
+        key = self.repeats.key(await self.voice_identity(), sample_rate, line)
+        async for chunk in said_again(self.repeats, key, self._synthesize(line, sample_rate)):
             yield chunk
 
     async def prepare(self, sample_rates: list[int]) -> None:
@@ -287,7 +291,6 @@ class PiperTextToSpeech:
     async def aclose(self) -> None:
         self._closed = True
         self.phrases.cancel()
-        self.repeats.cancel()
         await asyncio.gather(*(self._retire(slot, STOP_GRACE_S) for slot in self._slots))
 
     async def _render(self, line: str) -> tuple[bytes, int]:

@@ -279,6 +279,21 @@ async def test_the_repeat_cache_keeps_its_bound_by_saying_the_least_recent_again
         await piper.aclose()
 
 
+async def test_a_sentence_abandoned_mid_way_is_not_kept_and_is_rendered_whole_next_time(voices: Path) -> None:
+    repeats = FixedPhrases(1 << 20)
+    piper = PiperTextToSpeech(PiperConfig(voice=str(quiet_voice(voices / "barge")), workers=1), repeats=repeats)
+    text = "This is a considerably longer sentence that goes on for quite a while, so it comes in pieces."
+    try:
+        stream = piper.synthesize(text, 8000)
+        assert await anext(stream)  # the caller barges in after the first piece
+        await stream.aclose()  # type: ignore[attr-defined]
+        assert len(repeats) == 0
+        whole = await say(piper, text)
+        assert repeats.get(repeats.key(await piper.voice_identity(), 8000, text)) == whole
+    finally:
+        await piper.aclose()
+
+
 async def test_fixed_phrases_stay_in_the_phrase_cache_not_the_repeat_cache(voices: Path) -> None:
     phrases, repeats = FixedPhrases(1 << 20), FixedPhrases(1 << 20)
     phrases.mark(GREETING)
