@@ -20,6 +20,11 @@ The rules:
   first chunk once that chunk is at least `EARLY_COMMA_CHARS` long, so synthesis of a long opening
   sentence starts before its full stop arrives. A run-on chunk longer than `LONG_CLAUSE_CHARS` may
   likewise be cut at its next comma, so a reply without full stops still streams.
+- Early cut without a comma: while nothing has been emitted yet, the first chunk is cut before a word
+  that opens a new clause ("because", "which", "although", "unless", or "and" / "but" / "so" followed
+  by a subject: "and I", "but it's", "so we") once the chunk is at least `EARLY_CLAUSE_CHARS` long and
+  at least `CLAUSE_REST_CHARS` more follow with no sentence end or comma among them (the sentence goes on
+  long enough for the cut to pay; a shorter one is said whole).
 - `flush()` returns whatever is left when the reply ends.
 
 Chunks are returned stripped of surrounding whitespace; joined, they are the input minus whitespace
@@ -28,6 +33,8 @@ at the cuts.
 
 from __future__ import annotations
 
+import re
+
 # The shortest opening clause worth sending on its own ("Good afternoon,", "Sure, I can,"): the first
 # audio waits for the whole first chunk to be synthesised (Piper: ~100 ms plus ~130 ms per second of
 # speech on a loaded 2-core node), so a reply opening with "Good afternoon, how can I help you today?"
@@ -35,6 +42,17 @@ from __future__ import annotations
 EARLY_COMMA_CHARS = 12
 # Beyond this a clause without a full stop is cut at a comma, so a run-on reply still streams.
 LONG_CLAUSE_CHARS = 200
+# A long opening sentence with no comma: Piper renders a sentence whole, so its first audio waits for all
+# of it. Measured (issue 53, joe voice, one call, a loaded 2-core node): "I have looked up your account
+# and I can see that ... yet." (5.4 s of speech) took 1025 ms to render, "I have looked up your account"
+# alone 257 ms. Cut only before a word that opens a clause, after ~4 words, and only when the sentence
+# certainly goes on for ~2 s more: a pause at a clause boundary is natural, and a short sentence said
+# whole costs little. Only the first chunk: later ones are rendered while earlier ones play.
+EARLY_CLAUSE_CHARS = 20
+CLAUSE_REST_CHARS = 30
+_CLAUSE_OPENERS = frozenset({"because", "which", "although", "unless"})
+_JOINERS = frozenset({"and", "but", "so"})  # open a clause only with a subject after them
+_SUBJECTS = frozenset({"i", "we", "you", "it", "they", "he", "she", "there", "that", "this"})
 
 _TERMINATORS = frozenset(".!?;…")
 _CLOSERS = frozenset("\"')]}”’»")
@@ -101,6 +119,12 @@ class SentenceChunker:
                         return after
                 i = after
                 continue
+            if ch.isspace() and not self._emitted_any:
+                clause = self._clause_may_cut(i)
+                if clause is None:
+                    break
+                if clause:
+                    return i
             if ch == "," and self._comma_may_cut(i):
                 if i + 1 == len(buf):
                     break
@@ -131,6 +155,20 @@ class SentenceChunker:
         if len(word) == 1 and word.isupper():
             return False  # an initial
         return not (word.isdigit() and not buf[:word_start].strip())  # "1." opening a list item
+
+    def _clause_may_cut(self, index: int) -> bool | None:
+        """Whether the first chunk is cut at the whitespace at `index`, before a clause (None: wait)."""
+        if len(self._buf[:index].strip()) < EARLY_CLAUSE_CHARS:
+            return False
+        window = self._buf[index : index + CLAUSE_REST_CHARS + 1]
+        if any(ch in _TERMINATORS or ch in ",\n" for ch in window):
+            return False  # the sentence ends (or a comma cuts it) soon: said whole
+        if len(window) <= CLAUSE_REST_CHARS:
+            return None
+        words = [re.split("['’]", word)[0].lower() for word in window.split()[:2]]
+        if words[0] in _CLAUSE_OPENERS:
+            return True
+        return words[0] in _JOINERS and len(words) > 1 and words[1] in _SUBJECTS
 
     def _comma_may_cut(self, index: int) -> bool:
         length = len(self._buf[:index].strip())

@@ -67,6 +67,35 @@ def test_a_greeting_that_opens_the_reply_is_synthesised_on_its_own() -> None:
     assert chunk_all("Good afternoon, how can I help you today?") == ["Good afternoon,", "how can I help you today?"]
 
 
+LONG_OPENING = ("I have looked up your account and I can see that the payment you made last Tuesday has not "
+                "been applied to your balance yet.")
+
+
+@pytest.mark.parametrize(("text", "chunks"), [
+    # A long opening sentence without a comma: its first clause is rendered, and heard, on its own.
+    (LONG_OPENING + " Shall I fix it?",
+     ["I have looked up your account", LONG_OPENING.removeprefix("I have looked up your account "),
+      "Shall I fix it?"]),
+    ("Your appointment has been moved to Thursday because the doctor is away at a conference that week.",
+     ["Your appointment has been moved to Thursday", "because the doctor is away at a conference that week."]),
+    ("The parcel left our warehouse this morning but it's held at customs until the papers arrive.",
+     ["The parcel left our warehouse this morning", "but it's held at customs until the papers arrive."]),
+    # "and" joining two nouns is no clause: said whole.
+    ("I would like to order the salt and pepper grinder from your catalogue today please.",
+     ["I would like to order the salt and pepper grinder from your catalogue today please."]),
+    # The sentence ends soon after: the cut would save little, so it is said whole.
+    ("I checked your account and it is fine. Bye.", ["I checked your account and it is fine.", "Bye."]),
+    # Too little before the conjunction.
+    ("Yes and I can see that the payment you made last Tuesday has not been applied.",
+     ["Yes and I can see that the payment you made last Tuesday has not been applied."]),
+    # Only the first chunk: later sentences are rendered while the first plays.
+    ("Sure. " + LONG_OPENING, ["Sure.", LONG_OPENING]),
+])
+def test_a_long_opening_sentence_without_a_comma_is_cut_before_a_clause(text: str, chunks: list[str]) -> None:
+    for step in (0, 1, 5):
+        assert chunk_all(text, step) == chunks
+
+
 def test_short_first_clause_is_not_cut_at_its_comma() -> None:
     assert chunk_all("Yes, of course. Anything else?") == ["Yes, of course.", "Anything else?"]
 
