@@ -123,6 +123,9 @@ def capacity_settings(data_dir: Path, args: argparse.Namespace, node: int = 0) -
     settings["server"].update(max_sessions=0, whip_rate_per_min=0)
     settings["sip"]["invite_rate_per_min"] = 0
     settings["telemetry"]["metrics"] = True
+    # Admission control off: a capacity step measures what the node does with N callers, so it must not
+    # refuse some of them (bench/capacity/overload.py measures the refusals, with admission on).
+    settings["admission"] = {"enabled": bool(getattr(args, "admission", False))}
     if args.transport == "webrtc":
         settings["webrtc"] = {"enabled": True, "ice_hosts": ["127.0.0.1"]}
     if args.nodes > 1:

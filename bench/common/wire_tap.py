@@ -63,6 +63,12 @@ class WireTap:
         self.caller: list[Heard] = []
         self.reply: list[Heard] = []
         self.call_id = ""
+        # Signalling, for bench/capacity/overload.py: when the INVITE went out, the final response to it
+        # (status, arrival) and when voicegate sent a BYE through the tap (a request to sipp's Contact goes
+        # past it), on time.time()'s clock.
+        self.invite_at: float | None = None
+        self.final: tuple[int, float] | None = None
+        self.server_bye_at: float | None = None
         self._sip, self._media = timestamped_socket(), timestamped_socket()
         self._sipp: Address | None = None
         self._server_media: Address | None = None
@@ -99,14 +105,22 @@ class WireTap:
             except OSError:  # ICMP from a peer that has gone (sipp after its BYE)
                 continue
 
-    def _on_sip(self, data: bytes, source: Address, _at: float) -> None:
+    def _on_sip(self, data: bytes, source: Address, at: float) -> None:
         if source == self.server:
+            status = re.match(rb"SIP/2\.0 (\d{3})", data)
+            if status and int(status.group(1)) >= 200 and self.final is None \
+                    and re.search(rb"(?im)^cseq[ \t]*:[ \t]*\d+ INVITE", data):
+                self.final = (int(status.group(1)), at)
+            elif data.startswith(b"BYE ") and self.server_bye_at is None:
+                self.server_bye_at = at
             data, media = answer_through(data, self.media_port)
             self._server_media = media or self._server_media
             if self._sipp is not None:
                 self._sip.sendto(data, self._sipp)
             return
         self._sipp = source
+        if data.startswith(b"INVITE ") and self.invite_at is None:
+            self.invite_at = at
         found = re.search(rb"(?im)^(?:call-id|i)[ \t]*:[ \t]*(\S+)", data)
         self.call_id = self.call_id or (found.group(1).decode() if found else "")
         self._sip.sendto(data, self.server)

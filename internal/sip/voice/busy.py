@@ -77,6 +77,7 @@ class BusyLine:
         ua.calls.spawn(self._tell(voice, port, dialog))
 
     async def _tell(self, voice: SipVoiceCall, port: BriefingPort, dialog: Dialog) -> None:
+        log.info("sip caller told the lines are busy", extra={"call_id": dialog.call_id})
         try:
             pcm = await self._audio()
             port.say(pcm)
