@@ -34,6 +34,7 @@ BENCHMARKS = [
     ["bench.capacity.conversations", "--calls", "2,4", "--seconds", "30"],
     ["bench.capacity.conversations", "--transport", "webrtc", "--calls", "2", "--seconds", "30"],
     ["bench.capacity.conversations", "--nodes", "2", "--calls", "2", "--seconds", "30"],
+    ["bench.capacity.overload", "--capacity", "2", "--seconds", "30"],
     # The short form: one line's curves (docs/performance.md has the full run's lines and the barge-in run).
     ["bench.turns.turn_taking", "curve", "--lines", "piper/8000/none", "--offsets", "120"],
     ["bench.speech.denoise", "--seconds", "10", "--repeat", "5"],
