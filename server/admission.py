@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from voicegate.internal.config import Config
@@ -35,6 +36,7 @@ from voicegate.internal.telemetry.admission import (
 from voicegate.internal.telemetry.loop_lag import LoopLag
 from voicegate.internal.telemetry.otel import Telemetry
 from voicegate.internal.telemetry.queues import WorkQueue, overload_reasons
+from voicegate.internal.tts.base import TextToSpeech
 
 log = logging.getLogger("voicegate.server.admission")
 
@@ -126,3 +128,17 @@ class NodeAdmission:
                 "load": round(estimated_load(load) - max(load.new_call_cost, cost) / self.cores, 3),
                 "capacity": capacity(self.cores, self.policy.target_load, cost),
                 "queue_wait_ms": self.policy.queue_wait_ms, "refused": self.refused}
+
+
+def busy_sentences(text: str) -> list[str]:
+    """[admission] busy_message sentence by sentence, as an agent's reply is said (and cached)."""
+    return [sentence for sentence in re.split(r"(?<=[.!?])\s+", text.strip()) if sentence]
+
+
+def busy_audio(tts: TextToSpeech, text: str) -> Callable[[], Awaitable[bytes]]:
+    """The busy message at the SIP rate, from the phrase cache (its sentences are marked fixed at start)."""
+
+    async def render() -> bytes:
+        return b"".join([chunk for sentence in busy_sentences(text) async for chunk in tts.synthesize(sentence, 8000)])
+
+    return render

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
@@ -36,7 +35,7 @@ from voicegate.internal.tools.registry import ToolRegistry
 from voicegate.internal.tts.base import TextToSpeech
 from voicegate.internal.tts.phrases import mark_fixed
 from voicegate.internal.tts.piper_pool import watch_live_calls
-from voicegate.server.admission import NodeAdmission
+from voicegate.server.admission import NodeAdmission, busy_audio, busy_sentences
 from voicegate.server.call_feed import CallFeed
 from voicegate.server.node import resolve_node_id
 from voicegate.server.providers import (
@@ -327,7 +326,8 @@ class Gateway:
         if config.admission.enabled and config.admission.busy == "message":
             from voicegate.internal.sip.voice.busy import BusyLine
 
-            self.sip_calls.busy_line = BusyLine(self.sip_calls, self._busy_audio)
+            assert self.tts is not None
+            self.sip_calls.busy_line = BusyLine(self.sip_calls, busy_audio(self.tts, config.admission.busy_message))
         from voicegate.server.telephony import install_sip_phone_flows
 
         install_sip_phone_flows(self, config, self.telemetry)
@@ -338,13 +338,6 @@ class Gateway:
             for status in registrations.statuses()])
         self._stack.callback(scheduler.close)
         self._stack.push_async_callback(self.sip.shutdown, config.server.shutdown_timeout_s)
-
-    async def _busy_audio(self) -> bytes:
-        """[admission] busy_message at the SIP rate, from the phrase cache (marked fixed at start)."""
-        tts = self.tts
-        assert tts is not None
-        return b"".join([chunk for sentence in busy_sentences(self.config.admission.busy_message)
-                         async for chunk in tts.synthesize(sentence, 8000)])
 
     def _count_media(self, stats: RtpStats) -> None:
         """A SIP call's RTP figures, at its end, into the node's counters."""
@@ -526,11 +519,6 @@ class Gateway:
         # Draining answers 503 like a fault, so a balancer stops sending; the status says it is on purpose.
         status = "draining" if self.draining else "ok" if ok else "degraded"
         return {"status": status, "node_id": self.node_id, "draining": self.draining, "components": components}
-
-
-def busy_sentences(text: str) -> list[str]:
-    """The busy message sentence by sentence, as an agent's reply is said (and cached)."""
-    return [sentence for sentence in re.split(r"(?<=[.!?])\s+", text.strip()) if sentence]
 
 
 def as_session(call: CallContext) -> Session:
