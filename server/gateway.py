@@ -323,6 +323,8 @@ class Gateway:
         admission = self.admission
         if admission is not None:
             self.sip_calls.on_refused = lambda refusal: admission.count("sip", refusal)
+            self.sip.on_draining_refusal = lambda: self.count_refusal(
+                "sip", "draining", "this node is draining", int(self.config.server.drain_timeout_s))
         if config.admission.enabled and config.admission.busy == "message":
             from voicegate.internal.sip.voice.busy import BusyLine
 

@@ -157,8 +157,11 @@ async def test_sigterm_refuses_new_calls_with_503_lets_the_live_call_finish_then
     (await run_sipp(tmp_path / "refused", expect_final(tmp_path, "503"), f"127.0.0.1:{node.sip_port}")).check()
     async with httpx.AsyncClient(timeout=5) as client:
         whip = await client.post(node.http + "/whip", content=b"v=0\r\n", headers={"Content-Type": "application/sdp"})
+        metrics = (await client.get(node.http + "/metrics")).text
     assert whip.status_code == 503 and whip.json()["error"]["code"] == "draining"
     assert "Retry-After" in whip.headers
+    for transport in ("sip", "webrtc"):  # each refusal counted with its reason (docs/scaling.md)
+        assert f'voicegate_calls_refused_total{{reason="draining",transport="{transport}"}} 1' in metrics
     assert not call.done() and node.proc.poll() is None, "the live call and the node must carry on"
 
     (await call).check()  # the caller's BYE got its 200: the call ended normally

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from voicegate.internal.audio.dtmf import EVENT_DIGITS
 from voicegate.internal.config.sections import SipConfig
@@ -118,6 +118,8 @@ class UserAgent:
         # Set by the composition root on a graceful drain (server/drain.py): new calls and OPTIONS get 503,
         # so a dispatcher (Kamailio) marks this node down while its live calls carry on.
         self.draining = False
+        # A new INVITE refused because this node is draining (metrics: voicegate_calls_refused_total).
+        self.on_draining_refusal: Callable[[], None] = lambda: None
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -308,6 +310,8 @@ class UserAgent:
                 self.calls.spawn(handle_reinvite(self, leg, request, txn, source))
             return
         if self._closing or self.draining:
+            if self.draining:
+                self.on_draining_refusal()
             self._respond(txn, 503, "Service Unavailable", {"Retry-After": DRAIN_RETRY_AFTER_S})
             return
         if self._is_merged(request):
