@@ -85,9 +85,12 @@ class NodeAdmission:
     def load(self, transport: TransportKind) -> NodeLoad:
         sessions = self._sessions()
         since = time.time() - self.policy.settle_s
+        # Until the cost is measured, each live call counts at its own transport's prior (WebRTC's is higher).
+        cost = self.cost.value if self.cost.settled or not sessions else (
+            sum(self.priors.get(session.transport, self.cost.prior) for session in sessions) / len(sessions))
         return NodeLoad(cores=self.cores, calls=len(sessions),
                         young_calls=sum(1 for session in sessions if session.created_at >= since),
-                        call_cost=self.cost.value, new_call_cost=self.priors.get(transport, self.cost.prior),
+                        call_cost=cost, new_call_cost=self.priors.get(transport, self.cost.prior),
                         queue_waits_ms=tuple((queue.pool, queue.pressure_ms()) for queue in self.queues),
                         loop_lag_ms=self.loop_lag.sustained_ms())
 
@@ -121,7 +124,7 @@ class NodeAdmission:
     def describe(self) -> dict[str, Any]:
         """/health's admission component: what the node thinks it can serve."""
         load = self.load("sip")
-        cost = self.cost.value
+        cost = load.call_cost
         return {"ok": True, "advisory": True, "enabled": self.policy.enabled, "cores": self.cores,
                 "target_load": self.policy.target_load, "calls": load.calls, "young_calls": load.young_calls,
                 "call_cost": round(cost, 4), "call_cost_source": "measured" if self.cost.settled else "prior",
