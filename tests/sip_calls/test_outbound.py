@@ -192,6 +192,23 @@ async def test_full_server_gives_503(http_server: Any, tmp_path: Path) -> None:
     await server.sessions.end(elsewhere, "test")
 
 
+async def test_a_node_whose_admission_is_full_gives_503_with_the_reason(http_server: Any, tmp_path: Path) -> None:
+    config = outbound_config(tmp_path)
+    # One core at the 0.75 target, every call half a core (fixed): the live call below fills the node.
+    config.admission.cores, config.admission.call_cost, config.admission.measure_cost = 1, 0.5, False
+    config.admission.retry_after_s = 9
+    config.telemetry.metrics = True
+    server, client = await http_server(config)
+    elsewhere = server.sessions.create(CallerIdentity.anonymous(), "webrtc")
+    response = await client.post("/calls", json={"to": "sip:alice@127.0.0.1:5999"}, headers=AUTH)
+    assert response.status_code == 503 and response.headers["Retry-After"] == "9"
+    error = response.json()["error"]
+    assert error["code"] == "at_capacity" and error["reason"] == "capacity"
+    assert "estimated load 1.00 over 0.75" in error["message"]
+    assert 'voicegate_calls_refused_total{reason="capacity",transport="sip"} 1' in server.gateway.telemetry.prometheus()
+    await server.sessions.end(elsewhere, "test")
+
+
 # ---- voicegate call ---------------------------------------------------------------------------------
 
 
