@@ -48,6 +48,10 @@ fi
 # The end-of-turn model (Smart Turn v3.2) from its pinned PyPI wheel, SHA-256-checked (skipped when present).
 .venv/bin/python -m voicegate.internal.turn.weights
 
+# The int8 copy of the Piper voice ([piper] voice_variant), built from the pinned voice and SHA-256-checked
+# (skipped when present; when it cannot be built the server speaks with the original).
+.venv/bin/python -m voicegate.internal.tts.voice_variant
+
 # Recordings of real people for the turn-taking tests and benches (tests/human_speech.py), pinned sdists from PyPI.
 if [ "$mode" = "test" ]; then
   .venv/bin/python -m tests.human_speech

