@@ -62,7 +62,7 @@ from bench.common.figures import progress, save, table, word_errors
 from voicegate.internal.config.providers import PiperConfig
 from voicegate.internal.tts.piper import PiperProcess
 from voicegate.internal.tts.piper_launch import THREADS_ENV
-from voicegate.internal.tts.piper_voice import piper_command, resolve_voice, voice_config_path
+from voicegate.internal.tts.piper_voice import packaged_voice, piper_command, voice_config_path
 from voicegate.internal.tts.wav import wav_to_pcm
 
 SENTENCES = [line.strip() for line in
@@ -74,7 +74,9 @@ STATIC_KEPT_FLOAT: dict[str, tuple[str, ...]] = {
     "int8-static-last-float": ("/dec/resblocks.6", "/dec/resblocks.7", "/dec/resblocks.8", "/dec/conv_post"),
     "int8-static-no-vocoder": ("/dec/",),
 }
-CANDIDATES = ["int8", "int8-matmul", "int8-conv", *STATIC_KEPT_FLOAT, "ortopt-basic", "ortopt-ext", "fp16"]
+# "shipped": internal/tts/voice_variant.py's build, the one the set-up makes (int8-static-no-vocoder's recipe).
+CANDIDATES = ["shipped", "int8", "int8-matmul", "int8-conv", *STATIC_KEPT_FLOAT, "ortopt-basic", "ortopt-ext",
+              "fp16"]
 SPEAK_TIMEOUT_S = 120.0
 MEL_BANDS = 80
 N_FFT = 1024
@@ -91,7 +93,12 @@ def sha256(path: Path) -> str:
 
 def build(kind: str, source: Path, target: Path) -> None:
     """One candidate of `source` written to `target` (raises ImportError when its tool is missing)."""
-    if kind in STATIC_KEPT_FLOAT:
+    if kind == "shipped":
+        from voicegate.internal.tts.voice_variant import build_int8_voice
+
+        built = build_int8_voice(source, target.parent / f"{target.stem}.d", expected=None)
+        shutil.move(built, target)
+    elif kind in STATIC_KEPT_FLOAT:
         quantize_static(source, target, STATIC_KEPT_FLOAT[kind])
     elif kind.startswith("int8"):
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -134,6 +141,7 @@ def quantize_static(source: Path, target: Path, kept_float: tuple[str, ...]) -> 
     import subprocess
 
     import onnx
+    import onnxruntime
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType
     from onnxruntime.quantization import quantize_static as quantize
 
@@ -155,6 +163,7 @@ def quantize_static(source: Path, target: Path, kept_float: tuple[str, ...]) -> 
             return {"input": np.array([ids], np.int64), "input_lengths": np.array([len(ids)], np.int64),
                     "scales": scales}
 
+    onnxruntime.set_seed(53)  # the voice draws noise in the calibration's renders too: the same ranges each build
     kept = [node.name for node in onnx.load(str(source)).graph.node
             if node.op_type == "Conv" and node.name.startswith(kept_float)]
     quantize(source, target, Reader(), quant_format=QuantFormat.QDQ, op_types_to_quantize=["Conv"],
@@ -178,7 +187,7 @@ def with_settings(model: Path, directory: Path, name: str, noise: float | None) 
 
     Piper 1.8 reads `<model>.json` whatever `-c` says, so each settings file needs a model name of its own.
     """
-    settings = json.loads(voice_config_path(resolve_voice(PiperConfig())).read_text())
+    settings = json.loads(voice_config_path(packaged_voice()).read_text())
     if noise is not None:
         settings["inference"].update(noise_scale=noise, noise_w=noise)
     link = directory / f"{name}.onnx"
@@ -339,13 +348,13 @@ def words_wrong(recogniser: Any, clips: list[tuple[np.ndarray, int]]) -> tuple[f
 
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variants", default="int8,int8-static,ortopt-ext,fp16")
+    parser.add_argument("--variants", default="shipped,int8-static-last-float")
     parser.add_argument("--rounds", type=int, default=3, help="passes over the sentences for the cost")
     parser.add_argument("--threads", default="1,0", help="intra-op threads per worker; 0: onnxruntime's own")
     parser.add_argument("--whisper", default="base", help="the recogniser (a pinned model name)")
     parser.add_argument("--skip-cost", action="store_true")
     args = parser.parse_args()
-    original = resolve_voice(PiperConfig())
+    original = packaged_voice()  # whatever piper.voice_variant would pick
     scratch = Path(tempfile.mkdtemp(prefix="voicegate-voice-variants-"))
     try:
         models: dict[str, Path] = {"original": original}

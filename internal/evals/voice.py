@@ -59,7 +59,8 @@ class CallerVoice:
         """The pinned voice, checked by SHA-256 (the same one the server speaks with by default)."""
         if self._voice is None:
             try:
-                model = resolve_voice(PiperConfig())
+                # The caller is the original voice, never the server's int8 copy: the renders stay the same.
+                model = resolve_voice(PiperConfig(voice_variant="original"))
                 verify_voice(model, PINNED_VOICE_SHA256)
             except Exception as exc:
                 raise VoiceError(f"no caller voice: {exc}") from exc
