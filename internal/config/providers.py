@@ -119,7 +119,7 @@ class PiperConfig(Section):
     length_scale: float = Field(1.0, gt=0, le=4)
     workers: int = Field(0, ge=0, le=16)  # 0: one per core this process may use
     # onnxruntime's threads per worker. 0: chosen from the live load (internal/tts/piper_pool.py): the
-    # workers at one thread each (13-21 % less CPU per sentence, sooner on a loaded node) plus one with a
+    # workers at one thread each (13-21 % less CPU per sentence, sooner on a loaded node) plus two with a
     # thread per core for a lone call on a quiet node (the sooner sentence there). Above 0: forced on all.
     threads: int = Field(0, ge=0, le=64)
     timeout_s: float = Field(20.0, gt=0)

@@ -20,9 +20,9 @@ SENTENCE = "The quick brown fox jumps over the lazy dog."
 
 
 @pytest.mark.parametrize(("workers", "threads", "cores", "cuda", "shape"), [
-    (0, 0, 2, False, PoolShape(2, 1, 2)),  # the default on 2 cores: two narrow workers and a wide one
-    (0, 0, 8, False, PoolShape(8, 1, 8)),
-    (3, 0, 8, False, PoolShape(3, 1, 8)),  # piper.workers still sets the narrow ones
+    (0, 0, 2, False, PoolShape(2, 1, 2, 2)),  # the default on 2 cores: two narrow workers and two wide ones
+    (0, 0, 8, False, PoolShape(8, 1, 8, 2)),
+    (3, 0, 8, False, PoolShape(3, 1, 8, 2)),  # piper.workers still sets the narrow ones
     (0, 0, 1, False, PoolShape(1, 1, 0)),  # one core: a wide worker would be another narrow one
     (0, 1, 4, False, PoolShape(4, 1, 0)),  # piper.threads forces the count, no wide worker
     (2, 3, 4, False, PoolShape(2, 3, 0)),
@@ -33,7 +33,7 @@ async def test_the_pool_shape_comes_from_the_cores_and_the_settings(
     assert pool_shape(workers, threads, cores, cuda) == shape
 
 
-DEFAULT = PoolShape(2, 1, 2)
+DEFAULT = PoolShape(2, 1, 2, 2)
 FORCED = PoolShape(2, 1, 0)
 
 
@@ -44,7 +44,7 @@ FORCED = PoolShape(2, 1, 0)
     (DEFAULT, 16, 0, 0, True, "narrow"),
     (DEFAULT, 1, 1, 0, True, "narrow"),  # another sentence renders: a wide one would fight it
     (DEFAULT, 0, 0, 1, True, "narrow"),  # sentences wait: the load is there
-    (DEFAULT, 1, 0, 0, False, "narrow"),  # the wide worker is busy
+    (DEFAULT, 1, 0, 0, False, "narrow"),  # both wide workers are busy
     (FORCED, 1, 0, 0, True, "narrow"),  # piper.threads set: there is no wide worker
 ])
 async def test_the_worker_kind_comes_from_the_live_calls_and_the_queue(
@@ -54,7 +54,7 @@ async def test_the_worker_kind_comes_from_the_live_calls_and_the_queue(
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def tts() -> AsyncIterator[PiperTextToSpeech]:
-    engine = PiperTextToSpeech(PiperConfig(), cores=4)  # 4 narrow workers and a 4-thread one, on any machine
+    engine = PiperTextToSpeech(PiperConfig(), cores=4)  # 4 narrow workers and two 4-thread ones, on any machine
     await engine.warm_up()
     yield engine
     await engine.aclose()
@@ -78,7 +78,7 @@ def said(engine: PiperTextToSpeech) -> tuple[int, int]:
 async def test_the_workers_start_with_their_kind_of_thread_pool(tts: PiperTextToSpeech) -> None:
     wide = [slot for slot in tts.pool.slots if slot.wide]
     narrow = [slot for slot in tts.pool.slots if not slot.wide]
-    assert [slot.threads for slot in wide] == [4] and [slot.threads for slot in narrow] == [1] * 4
+    assert [slot.threads for slot in wide] == [4, 4] and [slot.threads for slot in narrow] == [1] * 4
     # onnxruntime's intra-op pool holds threads - 1 threads beside the one that runs the session
     wide_threads = threads_of(wide[0].process.pid)  # type: ignore[union-attr]
     assert all(threads_of(slot.process.pid) == wide_threads - 3 for slot in narrow)  # type: ignore[union-attr]
@@ -100,13 +100,13 @@ async def test_concurrent_calls_are_spoken_by_the_narrow_workers(tts: PiperTextT
     assert said(tts) == (before[0], before[1] + 6)
 
 
-async def test_without_a_live_count_a_sentence_beside_another_goes_to_a_narrow_worker(
+async def test_without_a_live_count_sentences_beside_each_other_fill_the_wide_workers_then_the_narrow(
         tts: PiperTextToSpeech) -> None:
     tts.pool.live_calls = None
     before = said(tts)
-    # Both ask at once: whichever asks first gets the wide worker, and the other one sees it rendering.
-    assert all(await asyncio.gather(say(tts), say(tts)))
-    assert said(tts) == (before[0] + 1, before[1] + 1)
+    # Three at once: the two wide workers (a lone call's sentence and one it left behind), then a narrow one.
+    assert all(await asyncio.gather(say(tts), say(tts), say(tts)))
+    assert said(tts) == (before[0] + 2, before[1] + 1)
 
 
 async def test_a_forced_thread_count_keeps_no_wide_worker() -> None:
