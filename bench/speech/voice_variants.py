@@ -36,7 +36,12 @@ Whisper base; CPU ms per second of speech at 1 thread / default threads; origina
   some 30 dB above the original's floor. No.
 - int8-static-last-float: 28-31 % less CPU, words wrong +0.4 points, 4.2 dB (the voice's own noise: 2.7).
 - int8-static-no-vocoder: 12-13 % less CPU, words wrong -0.4 points, 1.9 dB: under the voice's own noise.
-Every build gave the same bytes twice.
+- shipped (that recipe, seeded: internal/tts/voice_variant.py): 54.2 / 63.7 against 61.8 / 73.4 (12-13 %
+  less), wall per sentence 223 / 182 ms against 258 / 208, words wrong 11.9 % against 12.3 %, 1.92 dB
+  (original with its noise: 12.3 %, 2.7 dB); its pauses as quiet as the original's (-49 dB), where
+  int8-static-last-float's sit at -35 dB and int8-static's at -20 dB.
+Every build gave the same bytes twice in one process; across processes only with onnxruntime's seed fixed
+(the voice draws noise during the calibration's renders), as the shipped build and these now do.
 """
 
 from __future__ import annotations
