@@ -83,6 +83,9 @@ def serve(port: int, data_dir: str, profile_out: str) -> None:
     config = load_config(None)
     config.server.host, config.server.port, config.server.data_dir = "127.0.0.1", port, data_dir
     config.server.whip_rate_per_min = 0
+    # The bench measures the media path of the sessions it asks for: on a core of its own the node's
+    # admission control (on by default) would refuse some of them (bench/capacity/overload.py measures that).
+    config.admission.enabled = False
     config.sip.enabled = False
     config.webrtc.ice_hosts = ["127.0.0.1"]
     config.telemetry.log_level = "warning"
