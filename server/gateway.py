@@ -149,8 +149,8 @@ class Gateway:
         mark_fixed(self.tts, *fixed_phrases(config))  # rendered at first use, then said from the cache
         if config.admission.busy == "message":  # said to callers refused while the node is busiest
             mark_fixed(self.tts, *busy_sentences(config.admission.busy_message))
-        # Piper picks its workers' threads from the calls in progress (live_calls() also counts SIP legs)
-        watch_live_calls(self.tts, lambda: len(self.sessions) if self.sessions is not None else 0)
+        # Piper picks its workers' threads from the calls in progress (a lone call gets the wide workers)
+        watch_live_calls(self.tts, self.live_calls)
         # Off the loop: the turn-taking models are verified, loaded and (first time only) fetched here.
         self.services = await asyncio.to_thread(build_services, config, self.stt, self.tts, self.model, self.tools)
         self.services.tracer = self.telemetry.tracer
@@ -444,9 +444,12 @@ class Gateway:
                                                          "drain_timeout_s": self.config.server.drain_timeout_s})
 
     def live_calls(self) -> int:
-        """Sessions (SIP and WebRTC) plus SIP calls still being set up, which have no session yet."""
+        """Sessions (SIP and WebRTC) plus SIP calls still being set up, which have no session yet (an
+        answered leg is its session's: counted once)."""
         sessions = len(self.sessions) if self.sessions is not None else 0
-        return sessions + (len(self.sip.calls.legs()) if self.sip is not None else 0)
+        setting_up = sum(1 for leg in self.sip.calls.legs() if not leg.announced and not leg.ended) \
+            if self.sip is not None else 0
+        return sessions + setting_up
 
     def push_stop(self, callback: Any) -> None:
         """Register an async cleanup to run at shutdown, before the components started earlier."""
