@@ -126,6 +126,10 @@ def capacity_settings(data_dir: Path, args: argparse.Namespace, node: int = 0) -
     # Admission control off: a capacity step measures what the node does with N callers, so it must not
     # refuse some of them (bench/capacity/overload.py measures the refusals, with admission on).
     settings["admission"] = {"enabled": bool(getattr(args, "admission", False))}
+    # The repeat cache off: the offline agent's canned answers repeat across callers, so a cache would say
+    # most replies from memory and flatter the node against one whose answers come from a language model
+    # (docs/speech.md). --set tts.repeat_cache_mb=8 measures the default.
+    settings["tts"] = {**settings.get("tts", {}), "repeat_cache_mb": 0}
     if args.transport == "webrtc":
         settings["webrtc"] = {"enabled": True, "ice_hosts": ["127.0.0.1"]}
     if args.nodes > 1:
