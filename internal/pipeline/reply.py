@@ -18,7 +18,7 @@ from voicegate.internal.llm.base import ChatMessage, ChatModel, ChatRequest, Rep
 from voicegate.internal.llm.sentences import SentenceChunker
 from voicegate.internal.pipeline.playout import Playout
 from voicegate.internal.tools.registry import ToolContext, ToolRegistry
-from voicegate.internal.tts.base import TextToSpeech
+from voicegate.internal.tts.base import SLACK_S, TextToSpeech
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 MAX_TOOL_ROUNDS = 4
 _DONE = object()
 PLAYED_OUT_SLACK_S = 3.0
+FRAME_S = 0.02  # one playout frame
 
 
 @dataclass(slots=True)
@@ -48,6 +49,9 @@ class ReplyResult:
 
 async def speak_text(text: str, tts: TextToSpeech, playout: Playout, on_audio: Callable[[], None]) -> None:
     """Synthesise one sentence into the playout; a synthesis failure skips the sentence, not the reply."""
+    # The audio still queued is this sentence's slack: a continuation can wait behind another call's first
+    # sentence (tts/base.py SLACK_S). Set in this task's context, which the engine's generator runs in.
+    SLACK_S.set(playout.queued_frames * FRAME_S)
     segment = playout.begin_segment(text)
     try:
         async for pcm in tts.synthesize(text, playout.sample_rate):

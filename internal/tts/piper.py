@@ -31,7 +31,7 @@ from voicegate.internal.audio.resample import Resampler, resample
 from voicegate.internal.config.providers import PiperConfig
 from voicegate.internal.devices import onnx_available_providers
 from voicegate.internal.telemetry.queues import WorkQueue
-from voicegate.internal.tts.base import TtsError
+from voicegate.internal.tts.base import SLACK_S, TtsError
 from voicegate.internal.tts.phrases import FixedPhrases, chunks, said_again
 from voicegate.internal.tts.piper_launch import THREADS_ENV
 from voicegate.internal.tts.piper_pool import Slot, WorkerPool
@@ -297,7 +297,7 @@ class PiperTextToSpeech:
         model = await self._checked_voice()
         token = self.queue.enter()
         try:
-            slot = await self.pool.take()
+            slot = await self.pool.take(SLACK_S.get())
         except BaseException:  # the caller gave up waiting
             self.queue.drop(token)
             raise

@@ -21,6 +21,9 @@ Measured over SIP with one wide worker (Whisper, 44 turns, two runs each, interl
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
@@ -88,13 +91,17 @@ class WorkerPool(Generic[P]):
         shape = self.shape
         self.slots = [Slot[P](i, shape.narrow_threads) for i in range(shape.narrow)]
         self.slots += [Slot[P](shape.narrow + i, shape.wide_threads, wide=True) for i in range(shape.wide)]
-        self._idle: asyncio.Queue[Slot[P]] = asyncio.Queue()
-        for slot in self.slots:
-            if not slot.wide:
-                self._idle.put_nowait(slot)
+        self._idle: list[Slot[P]] = [slot for slot in self.slots if not slot.wide]
         self._wide_idle = [slot for slot in self.slots if slot.wide]
+        # Sentences waiting for a narrow worker, the least slack first (tts/base.py SLACK_S): (when the
+        # caller needs it, arrival order, the future the slot is handed through).
+        self._waiters: list[tuple[float, int, asyncio.Future[Slot[P]]]] = []
+        self._arrivals = itertools.count()
         self.rendering = 0  # narrow slots taken
-        self.waiting = 0
+
+    @property
+    def waiting(self) -> int:
+        return sum(1 for _, _, future in self._waiters if not future.done())
 
     @classmethod
     def sized(cls, workers: int, threads: int, cuda: bool = False, cores: int | None = None) -> WorkerPool[P]:
@@ -104,16 +111,23 @@ class WorkerPool(Generic[P]):
         live = self.live_calls() if self.live_calls is not None else 0
         return choose_worker(self.shape, live, self.rendering, self.waiting, bool(self._wide_idle))
 
-    async def take(self) -> Slot[P]:
-        """A free slot for one sentence, waiting for a narrow one when the policy says narrow."""
+    async def take(self, slack_s: float = 0.0) -> Slot[P]:
+        """A free slot for one sentence, waiting for a narrow one when the policy says narrow. Waiting
+        sentences get the next free narrow worker by when their caller needs them: `slack_s` from now."""
         if self.next_kind() == "wide":
             slot = self._wide_idle.pop(0)
+        elif self._idle and not self.waiting:
+            slot = self._idle.pop(0)
+            self.rendering += 1
         else:
-            self.waiting += 1
+            future: asyncio.Future[Slot[P]] = asyncio.get_running_loop().create_future()
+            heapq.heappush(self._waiters, (time.monotonic() + max(0.0, slack_s), next(self._arrivals), future))
             try:
-                slot = await self._idle.get()
-            finally:
-                self.waiting -= 1
+                slot = await future
+            except asyncio.CancelledError:
+                if future.done() and not future.cancelled():  # handed a slot as the wait was cancelled
+                    self._hand_on(future.result())
+                raise
             self.rendering += 1
         slot.said += 1
         return slot
@@ -123,7 +137,16 @@ class WorkerPool(Generic[P]):
             self._wide_idle.append(slot)
         else:
             self.rendering -= 1
-            self._idle.put_nowait(slot)
+            self._hand_on(slot)
+
+    def _hand_on(self, slot: Slot[P]) -> None:
+        """A narrow slot is free: to the waiter needed soonest, else idle."""
+        while self._waiters:
+            _, _, future = heapq.heappop(self._waiters)
+            if not future.done():
+                future.set_result(slot)
+                return
+        self._idle.append(slot)
 
 
 def watch_live_calls(tts: object, count: Callable[[], int]) -> bool:

@@ -4,6 +4,7 @@ thread per core for a lone call on a quiet one (internal/tts/piper_pool.py), wit
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -119,3 +120,38 @@ async def test_a_forced_thread_count_keeps_no_wide_worker() -> None:
 
 async def test_engines_without_a_pool_ignore_the_live_count() -> None:
     assert not watch_live_calls(object(), lambda: 1)
+
+
+async def test_a_sentence_needed_now_gets_the_next_free_worker_before_one_with_audio_still_to_play() -> None:
+    pool: WorkerPool[object] = WorkerPool.sized(workers=1, threads=1, cores=4)
+    busy = await pool.take()
+    order: list[str] = []
+
+    async def wait(name: str, slack_s: float) -> None:
+        slot = await pool.take(slack_s)
+        order.append(name)
+        pool.give_back(slot)
+
+    # Another call's next sentence (3 s of its reply still to play) queues first, then a reply's first.
+    later = asyncio.create_task(wait("continuation", 3.0))
+    await asyncio.sleep(0)
+    first = asyncio.create_task(wait("first sentence", 0.0))
+    await asyncio.sleep(0)
+    assert pool.waiting == 2
+    pool.give_back(busy)
+    await asyncio.gather(later, first)
+    assert order == ["first sentence", "continuation"]
+    assert pool.waiting == 0 and pool.rendering == 0
+
+
+async def test_a_waiter_that_gives_up_does_not_keep_the_worker() -> None:
+    pool: WorkerPool[object] = WorkerPool.sized(workers=1, threads=1, cores=4)
+    busy = await pool.take()
+    gone = asyncio.create_task(pool.take())
+    await asyncio.sleep(0)
+    gone.cancel()
+    pool.give_back(busy)  # handed to the cancelled waiter or skipped: either way the worker is free again
+    with contextlib.suppress(asyncio.CancelledError):
+        await gone
+    slot = await asyncio.wait_for(pool.take(), 5)
+    assert slot is busy and pool.rendering == 1
