@@ -280,6 +280,9 @@ async def gateway_on(tmp_path: Path) -> AsyncIterator[Any]:
     async def make(uri: str, shutdown_timeout_s: float | None = None) -> Gateway:
         config = memory_config(tmp_path, uri, write_retry_max_s=1.0, read_timeout_ms=2000)
         config.pgvector.connect_timeout_s = 1.0
+        # These tests hold up to 100 sessions at once to fill the outbox; admission control (on by default)
+        # would rightly refuse most of them on 2 cores, and what is tested here is the hang-up path.
+        config.admission.enabled = False
         if shutdown_timeout_s is not None:  # read at start: how long stop() lets pending writes try
             config.server.shutdown_timeout_s = shutdown_timeout_s
         gateway = Gateway(config, stt=ScriptedStt([]))
