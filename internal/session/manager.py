@@ -49,7 +49,6 @@ class SessionManager:
         self._end_hooks: list[EndHook] = []
         self._background: set[asyncio.Task[None]] = set()
         self._reaper: asyncio.Task[None] | None = None
-        self.overloaded: Callable[[], bool] = lambda: False
         self.admission: Admission = lambda transport: None
         # Each refusal by `create`, once (the gateway counts and logs it).
         self.on_refused: Callable[[TransportKind, SessionLimitReached], None] = lambda transport, refusal: None
@@ -99,8 +98,6 @@ class SessionManager:
         if self.max_sessions > 0 and len(self._sessions) >= self.max_sessions:
             return SessionLimitReached(5, "max_sessions", f"every one of server.max_sessions "
                                                           f"({self.max_sessions}) is live")
-        if self.overloaded():
-            return SessionLimitReached(5, "queue", "the node is overloaded")
         return self.admission(transport)
 
     def at_capacity(self, transport: TransportKind = "sip") -> bool:
