@@ -32,6 +32,7 @@ from voicegate.internal.config.providers import (
     PiperConfig,
     PocketsphinxConfig,
     RagConfig,
+    RealtimeConfig,
     SttConfig,
     SupabaseConfig,
     TelemetryConfig,
@@ -108,6 +109,7 @@ class Config(BaseSettings):
     openai: OpenAIConfig = Field(default_factory=OpenAIConfig)
     ollama: OllamaConfig = Field(default_factory=OllamaConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
+    realtime: RealtimeConfig = Field(default_factory=RealtimeConfig)
     deepgram: DeepgramConfig = Field(default_factory=DeepgramConfig)
     pocketsphinx: PocketsphinxConfig = Field(default_factory=PocketsphinxConfig)
     espeak: EspeakConfig = Field(default_factory=EspeakConfig)

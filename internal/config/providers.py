@@ -59,6 +59,30 @@ class AgentConfig(Section):
     max_reply_bytes: int = Field(262_144, gt=0)
 
 
+class RealtimeConfig(Section):
+    """A Realtime speech-to-speech model as the agent (docs/realtime.md): the OpenAI Realtime WebSocket protocol,
+    which OpenAI, Azure OpenAI and Qwen-Omni-Realtime speak."""
+
+    enabled: bool = False
+    url: str = "wss://api.openai.com/v1/realtime"
+    model: str = "gpt-realtime"
+    api_key: str = ""  # "" = [openai] api_key
+    auth: Literal["bearer", "api-key"] = "bearer"
+    dialect: Literal["ga", "beta"] = "ga"
+    voice: str = "alloy"
+    input_rate: int = Field(24000, ge=8000, le=48000)
+    output_rate: int = Field(24000, ge=8000, le=48000)
+    turn_detection: Literal["server_vad", "semantic_vad", "voicegate"] = "server_vad"
+    vad_threshold: float = Field(0.5, ge=0, le=1)
+    silence_ms: int = Field(500, ge=100, le=5000)
+    prefix_padding_ms: int = Field(300, ge=0, le=2000)
+    transcription_model: str = "gpt-4o-mini-transcribe"
+    connect_timeout_ms: int = Field(5000, gt=0)
+    response_timeout_ms: int = Field(8000, gt=0)
+    on_failure: Literal["hangup", "cascade"] = "hangup"
+    apology: str = "Sorry, I'm having trouble on my end right now."
+
+
 class DeepgramConfig(Section):
     api_key: str = ""
     url: str = "wss://api.deepgram.com/v1/listen"
