@@ -26,6 +26,7 @@ from voicegate.internal.memory.sessions import SESSION_DIGEST_STEP, SessionMemor
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.pipeline.responder import SESSION_SPAN
 from voicegate.internal.pipeline.services import PipelineServices
+from voicegate.internal.realtime.pipeline import RealtimePipeline
 from voicegate.internal.session import Session, SessionLimitReached, SessionManager, TransportKind
 from voicegate.internal.stt.base import SpeechToText
 from voicegate.internal.telemetry.loop_lag import LoopLag
@@ -75,6 +76,11 @@ def needs_database(config: Config, memory_provider: Any = None) -> bool:
     memory_in_postgres = config.memory.enabled and config.memory.provider == "pgvector" and memory_provider is None
     shared = config.memory.enabled and bool(config.pgvector.connection_string)
     return memory_in_postgres or shared or config.rag.provider == "pgvector"
+
+
+def realtime_key(config: Config) -> str:
+    """The Realtime model's key: its own ([realtime] api_key), else the OpenAI one ([openai] api_key)."""
+    return config.realtime.api_key or config.openai.api_key
 
 
 class Gateway:
@@ -147,6 +153,8 @@ class Gateway:
             if warm_up is not None:
                 await warm_up()
         mark_fixed(self.tts, *fixed_phrases(config))  # rendered at first use, then said from the cache
+        if config.realtime.enabled:  # said in the local voice when the Realtime model fails (internal/realtime)
+            mark_fixed(self.tts, config.realtime.apology)
         if config.admission.busy == "message":  # said to callers refused while the node is busiest
             mark_fixed(self.tts, *busy_sentences(config.admission.busy_message))
         # Piper picks its workers' threads from the calls in progress (a lone call gets the wide workers)
@@ -467,7 +475,13 @@ class Gateway:
         assert self.services is not None, "the gateway is not started"
         if self.call_feed is not None:
             sink = FanoutSink(sink, self.call_feed.sink_for(session))
-        pipeline = VoicePipeline(session, self.services, sample_rate, sink, greeting=greeting)
+        pipeline: VoicePipeline
+        realtime = self.config.realtime
+        if realtime.enabled:  # a Realtime speech-to-speech model is the agent (docs/realtime.md)
+            pipeline = RealtimePipeline(session, self.services, sample_rate, sink, greeting=greeting, config=realtime,
+                                        api_key=realtime_key(self.config))
+        else:
+            pipeline = VoicePipeline(session, self.services, sample_rate, sink, greeting=greeting)
         session.pipeline = pipeline
         return pipeline
 

@@ -1,0 +1,217 @@
+"""The Realtime agent on a call (internal/realtime/pipeline.py), through the real Gateway, against the fake
+Realtime server (tests/fakes/realtime_fake.py): typed turns, the greeting, barge-in and its truncation,
+function calls, keys, voicegate's own turn detection, and every way the model can fail.
+
+`stub=True` where the words are not the point: the fake answers at once with a fixed burst of sound (its
+transcript events still carry the reply's words), without Whisper or Piper.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.fakes.openai_fake import ScriptedReply, ScriptedToolCall
+from tests.fakes.realtime_fake import FakeRealtime, wait_for
+from tests.realtime.conftest import KEY, GatewayFactory, open_call
+from tests.speech import tone
+from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.internal.tools.registry import ToolContext, ToolRegistry
+
+APOLOGY = "Sorry, I'm having trouble on my end right now."
+GREETING = "Hello, you are through to Acme."
+
+
+async def test_a_typed_turn_is_answered_in_the_models_voice_and_both_sides_are_recorded(
+        realtime_gateway: GatewayFactory) -> None:
+    async with FakeRealtime(api_key=KEY) as fake:
+        fake.script_reply("Your parcel arrives on Monday.")
+        gateway = await realtime_gateway(fake.url, greeting="")
+        call = await open_call(gateway)
+        async with LocalCall(call.pipeline, speed=2.0) as live:
+            await wait_for(lambda: bool(fake.sessions), what="the session.update")
+            call.pipeline.submit_text("When does my parcel arrive?")
+            await live.wait_agent_quiet(300)
+        assert fake.received_of("conversation.item.create")[0]["item"]["content"][0]["text"] == (
+            "When does my parcel arrive?")
+        assert fake.said == ["Your parcel arrives on Monday."]
+        # The model's audio item was played out to the caller (a few frames' slack for the resampler).
+        item_ms = next(iter(fake.audio_items.values()))
+        assert live.agent_frames * 20 >= item_ms - 60
+        assert call.transcript() == [("user", "When does my parcel arrive?"),
+                                     ("agent", "Your parcel arrives on Monday.")]
+        assert call.session.conversation.turns == 1
+        assert call.agent_lines() == ["Your parcel arrives on Monday."]
+        # The latency hook the bench reads: both directions sampled.
+        assert call.pipeline.latency.inbound and call.pipeline.latency.outbound
+        instructions = fake.sessions[0]
+        assert instructions["audio"]["input"]["format"]["rate"] == 24000 and instructions["instructions"]
+
+
+async def test_the_greeting_is_said_by_the_model_at_the_calls_rate(realtime_gateway: GatewayFactory) -> None:
+    async with FakeRealtime(api_key=KEY, stub=True, stub_ms=600) as fake:
+        gateway = await realtime_gateway(fake.url, greeting=GREETING)
+        for rate in (8000, 48000):  # a SIP call and a WebRTC call
+            call = await open_call(gateway, rate)
+            async with LocalCall(call.pipeline, speed=4.0) as live:
+                await wait_for(lambda: bool(fake.said), what="the greeting")
+                await live.wait_agent_quiet(300)
+            assert GREETING in fake.received_of("response.create")[-1]["response"]["instructions"]
+            assert fake.said[-1] == GREETING
+            assert call.transcript() == [("agent", GREETING)]
+            assert 600 - 60 <= live.agent_frames * 20 <= 600 + 60  # the burst, resampled to the call's rate
+
+
+async def test_barge_in_clears_playout_and_truncates_the_item_at_what_the_caller_heard(
+        realtime_gateway: GatewayFactory) -> None:
+    async with FakeRealtime(api_key=KEY, stub=True, stub_ms=6000) as fake:
+        gateway = await realtime_gateway(fake.url, greeting="")
+        call = await open_call(gateway)
+        async with LocalCall(call.pipeline, speed=2.0) as live:
+            await wait_for(lambda: bool(fake.sessions), what="the session.update")
+            call.pipeline.submit_text("Tell me a long story")
+            await wait_for(lambda: live.agent_frames >= 40, what="800 ms of the reply played")
+            live.say(tone(800))
+            await wait_for(lambda: bool(fake.truncations), what="the truncation")
+            pulled = live.agent_frames
+            await live.ticks_later(5)
+            assert live.agent_frames == pulled  # the playout was cleared before the truncation went out
+        truncation = fake.truncations[0]
+        assert truncation.item_id in fake.audio_items and truncation.content_index == 0
+        assert abs(truncation.audio_end_ms - pulled * 20) <= 40
+        assert truncation.audio_end_ms < fake.audio_items[truncation.item_id]
+        entries = call.session.conversation.transcript.entries()
+        assert [entry.role for entry in entries[:2]] == ["user", "agent"]
+        assert entries[1].interrupted and entries[1].intended == "You said: Tell me a long story"
+
+
+def notes_tool(notes: list[str]) -> ToolRegistry:
+    tools = ToolRegistry()
+
+    async def add_note(arguments: dict[str, Any], context: ToolContext) -> str:
+        notes.append(str(arguments.get("text")))
+        return f"noted {arguments.get('text')}"
+
+    tools.register("add_note", "Keep a note for the caller.",
+                   {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}, add_note)
+    return tools
+
+
+async def test_two_function_calls_in_one_response_give_one_follow_up(realtime_gateway: GatewayFactory) -> None:
+    notes: list[str] = []
+    async with FakeRealtime(api_key=KEY, stub=True) as fake:
+        fake.script(ScriptedReply(tool_calls=[ScriptedToolCall("add_note", '{"text": "milk"}', "call_1"),
+                                              ScriptedToolCall("add_note", '{"text": "eggs"}', "call_2")]))
+        fake.script_reply("I noted milk and eggs.")
+        gateway = await realtime_gateway(fake.url, tools=notes_tool(notes), greeting="")
+        call = await open_call(gateway)
+        async with LocalCall(call.pipeline, speed=4.0) as live:
+            await wait_for(lambda: bool(fake.sessions), what="the session.update")
+            call.pipeline.submit_text("Note milk and eggs")
+            await wait_for(lambda: len(fake.said) == 1, what="the follow-up")
+            await live.wait_agent_quiet(300)
+        assert "add_note" in [tool["name"] for tool in fake.sessions[0]["tools"]]
+        assert notes == ["milk", "eggs"]
+        assert fake.function_outputs == [("call_1", "noted milk"), ("call_2", "noted eggs")]
+        kinds = [event["type"] for event in fake.received if event["type"] != "input_audio_buffer.append"]
+        after_outputs = kinds[kinds.index("conversation.item.create", kinds.index("response.create")):]
+        assert after_outputs.count("response.create") == 1  # one follow-up for both calls
+        assert call.transcript() == [("user", "Note milk and eggs"), ("agent", "I noted milk and eggs.")]
+
+
+async def test_keys_pressed_together_reach_the_model_as_one_turn(realtime_gateway: GatewayFactory) -> None:
+    async with FakeRealtime(api_key=KEY, stub=True) as fake:
+        gateway = await realtime_gateway(fake.url, greeting="")
+        call = await open_call(gateway)
+        async with LocalCall(call.pipeline, speed=4.0) as live:
+            await wait_for(lambda: bool(fake.sessions), what="the session.update")
+            for digit in "123":
+                call.pipeline.push_dtmf(digit)
+            await wait_for(lambda: bool(fake.said), what="the answer")
+            await live.wait_agent_quiet(300)
+        texts = [event["item"]["content"][0]["text"] for event in fake.received_of("conversation.item.create")]
+        assert texts == ["[The caller pressed keypad keys: 1 2 3]"]
+        assert call.transcript()[0] == ("user", "[The caller pressed keypad keys: 1 2 3]")
+
+
+async def test_voicegate_turn_detection_commits_the_turn_at_the_end_of_speech(
+        realtime_gateway: GatewayFactory) -> None:
+    async with FakeRealtime(api_key=KEY, stub=True) as fake:
+        gateway = await realtime_gateway(fake.url, greeting="", turn_detection="voicegate")
+        call = await open_call(gateway)
+        async with LocalCall(call.pipeline, speed=2.0) as live:
+            await wait_for(lambda: bool(fake.sessions), what="the session.update")
+            live.say(tone(600))
+            await wait_for(lambda: bool(fake.said), what="the answer")
+            await live.wait_agent_quiet(300)
+        assert fake.sessions[0]["audio"]["input"]["turn_detection"] is None
+        kinds = [event["type"] for event in fake.received if event["type"] != "input_audio_buffer.append"]
+        commit = kinds.index("input_audio_buffer.commit")
+        assert kinds[commit + 1] == "response.create"
+        assert live.agent_frames > 0
+
+
+async def test_a_socket_dropped_mid_call_gets_the_apology_and_a_hang_up(realtime_gateway: GatewayFactory) -> None:
+    async with FakeRealtime(api_key=KEY, stub=True, stub_ms=3000) as fake:
+        fake.drop_after("response.output_audio.delta")
+        gateway = await realtime_gateway(fake.url, greeting="")
+        call = await open_call(gateway)
+        async with LocalCall(call.pipeline, speed=4.0) as live:
+            await wait_for(lambda: bool(fake.sessions), what="the session.update")
+            call.pipeline.submit_text("Hello?")
+            await wait_for(lambda: call.hung_up > 0, what="the hang-up")
+        assert call.agent_lines()[-1] == APOLOGY
+        assert live.agent_frames > 0
+
+
+async def test_a_dropped_socket_with_cascade_fallback_hands_the_call_to_the_cascade(
+        realtime_gateway: GatewayFactory) -> None:
+    async with FakeRealtime(api_key=KEY, stub=True, stub_ms=3000) as fake:
+        fake.drop_after("response.output_audio.delta")
+        gateway = await realtime_gateway(fake.url, greeting="", on_failure="cascade")
+        call = await open_call(gateway)
+        async with LocalCall(call.pipeline, speed=4.0) as live:
+            await wait_for(lambda: bool(fake.sessions), what="the session.update")
+            call.pipeline.submit_text("Hello?")
+            await wait_for(lambda: APOLOGY in call.agent_lines(), what="the apology")
+            await live.wait_agent_quiet(300)
+            said = len(call.agent_lines())
+            call.pipeline.submit_text("who are you")
+            await wait_for(lambda: len(call.agent_lines()) > said, what="the cascade's answer")
+            await live.wait_agent_quiet(300)
+        assert call.hung_up == 0
+        assert "offline assistant" in call.agent_lines()[-1] or "not a full language model" in call.agent_lines()[-1]
+        assert len(fake.connections) == 1 and fake.responses_created == 1  # the model heard nothing more
+
+
+async def test_a_refused_handshake_gets_the_apology_not_a_crash(realtime_gateway: GatewayFactory) -> None:
+    async with FakeRealtime(api_key=KEY, stub=True) as fake:
+        fake.fail_connect = 401
+        gateway = await realtime_gateway(fake.url, greeting=GREETING)
+        call = await open_call(gateway)
+        async with LocalCall(call.pipeline, speed=4.0):
+            await wait_for(lambda: call.hung_up > 0, what="the hang-up")
+        assert fake.rejected == [401]
+        assert call.agent_lines() == [APOLOGY]
+
+
+async def test_a_stalled_model_gets_the_apology(realtime_gateway: GatewayFactory) -> None:
+    async with FakeRealtime(api_key=KEY, stub=True) as fake:
+        fake.stall = True
+        gateway = await realtime_gateway(fake.url, greeting=GREETING, response_timeout_ms=1000)
+        call = await open_call(gateway)
+        async with LocalCall(call.pipeline, speed=4.0):
+            await wait_for(lambda: call.hung_up > 0, what="the hang-up")
+        assert fake.responses_created == 1  # the greeting was asked for and never came
+        assert call.agent_lines() == [APOLOGY]
+
+
+async def test_a_rate_limit_error_gets_the_apology(realtime_gateway: GatewayFactory) -> None:
+    async with FakeRealtime(api_key=KEY, stub=True) as fake:
+        gateway = await realtime_gateway(fake.url, greeting="")
+        call = await open_call(gateway)
+        async with LocalCall(call.pipeline, speed=4.0):
+            await wait_for(lambda: bool(fake.sessions), what="the session.update")
+            fake.error_next("rate_limit_error", "rate_limit_exceeded")  # the answer to the next event we send
+            call.pipeline.submit_text("Hello?")
+            await wait_for(lambda: call.hung_up > 0, what="the hang-up")
+        assert call.agent_lines() == [APOLOGY]  # nothing the model sent after the error was played
