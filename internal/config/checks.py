@@ -7,6 +7,7 @@ legitimate use (a backend that signs its own tokens with `jwt_secret` needs no `
 from __future__ import annotations
 
 from voicegate.internal.config.loader import Config
+from voicegate.internal.config.realtime_checks import realtime_warnings
 
 
 def security_warnings(config: Config) -> list[str]:
@@ -64,4 +65,28 @@ def security_warnings(config: Config) -> list[str]:
     if config.warm_transfer.relay_caller_keys:
         found.append("warm_transfer.relay_caller_keys is on: after a warm transfer, the caller's keys reach the "
                      "target on voicegate's leg (feature codes included).")
+    found += realtime_warnings(config.realtime)
+    found += realtime_feature_warnings(config)
+    return found
+
+
+def realtime_feature_warnings(config: Config) -> list[str]:
+    """Features this config turns on that the Realtime agent does without (docs/realtime.md, "What works")."""
+    if not config.realtime.enabled:
+        return []
+    found: list[str] = []
+    cascade = config.realtime.on_failure == "cascade"
+    only = ' (they serve only after a failure, realtime.on_failure = "cascade")' if cascade else ""
+    if config.rag.provider:
+        found.append(f"rag.provider is {config.rag.provider!r} but the Realtime agent answers the calls: knowledge "
+                     f"retrieval is per turn and the model's instructions are per session, so nothing is "
+                     f"retrieved{only}.")
+    if config.digits.enabled and (config.digits.forms or config.digits.forms_only):
+        found.append("[digits] forms are set but the Realtime agent cannot run a digit form (collect_digits is not "
+                     "offered to its model; keys reach it as text).")
+    if config.memory.enabled and config.memory.injection == "retrieval":
+        found.append('memory.injection is "retrieval" but the Realtime agent holds the caller\'s whole memory in its '
+                     "instructions (kept current at idle points).")
+    if config.llm.provider == "agent":
+        found.append(f'llm.provider is "agent" but the Realtime model answers the calls, not [agent] url{only}.')
     return found

@@ -39,6 +39,7 @@ from voicegate.internal.config.providers import (
     TtsConfig,
     WhisperConfig,
 )
+from voicegate.internal.config.realtime_checks import realtime_errors
 from voicegate.internal.config.recording import RecordingConfig
 from voicegate.internal.config.sections import (
     AdmissionConfig,
@@ -190,6 +191,12 @@ def load_config(path: Path | None = None) -> Config:
         raise ConfigError([f"{origin}: memory.shared_numbers: not a phone number in region "
                            f"{config.sip.default_region} (sip.default_region): {number!r}" for number in unreadable])
     config.memory.shared_numbers = numbers
+    # Values that each load but together cannot work (docs/realtime.md): refused here, like a bad value, so
+    # `serve` never starts an agent whose every call would fail, and `config check` names the key.
+    unworkable = realtime_errors(config.realtime, config.openai.api_key)
+    if unworkable:
+        raise ConfigError([f"{_origin(tuple(key.split('.')), path, env_paths)}: {key}: {reason}"
+                           for key, reason in unworkable])
     return config
 
 
