@@ -124,3 +124,23 @@ def test_load_refuses_naming_file_key_and_reason(tmp_path: Path, toml: str, expe
     with pytest.raises(ConfigError) as caught:
         load_config(path)
     assert f"{path}: {expected}" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("toml", "expected"),
+    [
+        ("[rag]\nprovider = 'pgvector'\n", "rag.provider is 'pgvector' but the Realtime agent answers the calls"),
+        ("[digits.forms.account]\nprompt = 'Your account number, then hash.'\n",
+         "[digits] forms are set but the Realtime agent cannot run a digit form"),
+        ("[memory]\nenabled = true\ninjection = 'retrieval'\n",
+         'memory.injection is "retrieval" but the Realtime agent'),
+        ("[llm]\nprovider = 'agent'\n[agent]\nurl = 'http://127.0.0.1:9/agent'\n",
+         'llm.provider is "agent" but the Realtime model answers the calls'),
+    ],
+)
+def test_a_feature_the_realtime_agent_does_without_is_warned_about_when_on(tmp_path: Path, toml: str,
+                                                                            expected: str) -> None:
+    on = load_config(write(tmp_path, "[realtime]\nenabled = true\napi_key = 'sk-rt-0000000'\n" + toml))
+    assert any(expected in warning for warning in security_warnings(on)), security_warnings(on)
+    off = load_config(write(tmp_path, toml))
+    assert not any(expected in warning for warning in security_warnings(off))
