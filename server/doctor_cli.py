@@ -13,13 +13,15 @@ from typing import Any
 from voicegate.server.doctor import Check, exit_code, format_check, report_json, run_checks, summary_line
 from voicegate.server.doctor_mcp import check_mcp
 from voicegate.server.doctor_probes import check_database, check_devices, check_models, check_ports
+from voicegate.server.doctor_realtime import check_realtime
 
-PROBES = (check_ports, check_models, check_devices, check_database, check_mcp)
+PROBES = (check_ports, check_models, check_devices, check_database, check_mcp, check_realtime)
 
 
 def add_doctor_command(commands: Any) -> None:
     doctor = commands.add_parser(
-        "doctor", help="check this machine for the config: tools, models, ports, database, MCP servers, secrets")
+        "doctor", help="check this machine for the config: tools, models, ports, database, MCP servers, "
+                       "the Realtime model, secrets")
     doctor.add_argument("--json", action="store_true", help="print one JSON document (for scripts)")
     # The dispatcher calls `run_unloaded` with the config's path before loading it, because a broken
     # config is one of the doctor's answers; `run` serves a dispatcher that loads first.
