@@ -79,10 +79,10 @@ async def ended(gateway: Gateway, *sessions: Session) -> None:
 
 
 def fenced(text: str, tag: str) -> str:
-    """What the instructions hold inside <tag>...</tag> ("" when no such fence)."""
-    if f"<{tag}>" not in text:
-        return ""
-    return text.split(f"<{tag}>", 1)[1].split(f"</{tag}>", 1)[0]
+    """What the instructions hold inside the fence <tag> ("" when none): the fence's tags stand on lines of
+    their own (the policy names them too, in its text)."""
+    opening, closing = f"\n<{tag}>\n", f"\n</{tag}>"
+    return text.split(opening, 1)[1].split(closing, 1)[0] if opening in text else ""
 
 
 async def test_the_instructions_hold_the_callers_own_memory_fenced_as_the_cascades(gateway: Gateway) -> None:
