@@ -287,4 +287,10 @@ async def test_faults_refused_handshake_drop_stall_and_error_event() -> None:
             with pytest.raises(TimeoutError):
                 await until(ws, lambda e: True, timeout=1.0)
         fake.stall = False
+
+        fake.hang_handshake = True  # the TCP connection is taken, the upgrade never answered
+        with pytest.raises(TimeoutError):
+            async with connect(fake.url, additional_headers={"Authorization": f"Bearer {KEY}"}, open_timeout=0.5):
+                pass
+        fake.hang_handshake = False
         assert fake.responses_created == 3 and not fake.failures
