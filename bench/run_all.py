@@ -42,6 +42,7 @@ BENCHMARKS = [
     ["bench.sip.amd"],
     ["bench.turns.overlap"],
     ["bench.sip.menus", "--split", "heldout"],
+    ["bench.realtime.latency", "--turns", "30"],
 ]
 
 
