@@ -119,10 +119,10 @@ class RealtimePipeline(ModelLink):
         heard of it, its response cancelled while it runs; what was heard is recorded as interrupted."""
         if self.fallback:
             return super().interrupt(reason)
-        self.responder.interrupt(reason)  # a local line (the apology, an idle prompt) stops too
         playing = [reply for reply in self._replies.values() if reply.segment is not None]
         heard = {reply.id: (heard_ms(reply.segment.played), reply.segment.heard_text())
-                 for reply in playing if reply.segment is not None}
+                 for reply in playing if reply.segment is not None}  # before anything clears the playout
+        self.responder.interrupt(reason)  # a local line (the apology, an idle prompt) stops too
         self.playout.clear()
         conn = self._conn
         for reply in list(self._replies.values()):

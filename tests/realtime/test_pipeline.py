@@ -13,7 +13,8 @@ from typing import Any
 from tests.fakes.openai_fake import ScriptedReply, ScriptedToolCall
 from tests.fakes.realtime_fake import FakeRealtime, wait_for
 from tests.realtime.conftest import KEY, GatewayFactory, open_call
-from tests.speech import tone
+from tests.speech import neural, silence, tone
+from voicegate.internal.pipeline.events import TranscriptEvent
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.internal.tools.registry import ToolContext, ToolRegistry
 
@@ -47,6 +48,24 @@ async def test_a_typed_turn_is_answered_in_the_models_voice_and_both_sides_are_r
         assert instructions["audio"]["input"]["format"]["rate"] == 24000 and instructions["instructions"]
 
 
+async def test_a_spoken_turn_is_heard_by_the_models_vad_and_recorded_before_its_answer(
+        realtime_gateway: GatewayFactory) -> None:
+    async with FakeRealtime(api_key=KEY) as fake:  # echo: "You said: <what Whisper heard>"
+        gateway = await realtime_gateway(fake.url, greeting="")
+        call = await open_call(gateway)
+        async with LocalCall(call.pipeline) as live:
+            await wait_for(lambda: bool(fake.sessions), what="the session.update")
+            live.say(neural(["What time do you open on Sunday?"])[0] + silence(200))
+            await wait_for(lambda: bool(fake.said), timeout=120, what="the answer")
+            await live.wait_agent_quiet(300)
+        heard = fake.heard[0]
+        assert "sunday" in heard.lower()
+        assert call.transcript() == [("user", heard), ("agent", f"You said: {heard}")]
+        users = [e.text for e in call.sink.events if isinstance(e, TranscriptEvent) and e.role == "user"]
+        assert users == [heard]
+        assert call.session.conversation.turns == 1
+
+
 async def test_the_greeting_is_said_by_the_model_at_the_calls_rate(realtime_gateway: GatewayFactory) -> None:
     async with FakeRealtime(api_key=KEY, stub=True, stub_ms=600) as fake:
         gateway = await realtime_gateway(fake.url, greeting=GREETING)
@@ -69,7 +88,7 @@ async def test_barge_in_clears_playout_and_truncates_the_item_at_what_the_caller
         async with LocalCall(call.pipeline, speed=2.0) as live:
             await wait_for(lambda: bool(fake.sessions), what="the session.update")
             call.pipeline.submit_text("Tell me a long story")
-            await wait_for(lambda: live.agent_frames >= 40, what="800 ms of the reply played")
+            await wait_for(lambda: live.agent_frames >= 100, what="2 s of the reply played")
             live.say(tone(800))
             await wait_for(lambda: bool(fake.truncations), what="the truncation")
             pulled = live.agent_frames
@@ -81,7 +100,10 @@ async def test_barge_in_clears_playout_and_truncates_the_item_at_what_the_caller
         assert truncation.audio_end_ms < fake.audio_items[truncation.item_id]
         entries = call.session.conversation.transcript.entries()
         assert [entry.role for entry in entries[:2]] == ["user", "agent"]
+        # What the caller heard of it (the words in proportion to the audio played), and all it meant to say.
         assert entries[1].interrupted and entries[1].intended == "You said: Tell me a long story"
+        assert entries[1].text and "You said: Tell me a long story".startswith(entries[1].text)
+        assert len(entries[1].text) < len(entries[1].intended)
 
 
 def notes_tool(notes: list[str]) -> ToolRegistry:
