@@ -237,3 +237,33 @@ async def test_a_rate_limit_error_gets_the_apology(realtime_gateway: GatewayFact
             call.pipeline.submit_text("Hello?")
             await wait_for(lambda: call.hung_up > 0, what="the hang-up")
         assert call.agent_lines() == [APOLOGY]  # nothing the model sent after the error was played
+
+
+async def test_end_call_hangs_up_once_the_models_goodbye_has_played(realtime_gateway: GatewayFactory) -> None:
+    async with FakeRealtime(api_key=KEY, stub=True) as fake:
+        fake.script_tool_call("end_call", {})
+        fake.script_reply("Goodbye!")
+        gateway = await realtime_gateway(fake.url, greeting="")
+        call = await open_call(gateway)
+        async with LocalCall(call.pipeline, speed=4.0) as live:
+            await wait_for(lambda: bool(fake.sessions), what="the session.update")
+            call.pipeline.submit_text("That's all, bye")
+            await wait_for(lambda: call.hung_up > 0, what="the hang-up")
+            frames = live.agent_frames
+        assert call.agent_lines() == ["Goodbye!"]
+        assert frames * 20 >= 600 - 60  # the goodbye's audio played before the hang-up
+
+
+async def test_the_beta_dialect_is_spoken_too(realtime_gateway: GatewayFactory) -> None:
+    async with FakeRealtime(api_key=KEY, stub=True) as fake:
+        gateway = await realtime_gateway(fake.url, greeting="", dialect="beta")
+        call = await open_call(gateway, 8000)
+        async with LocalCall(call.pipeline, speed=4.0) as live:
+            await wait_for(lambda: bool(fake.sessions), what="the session.update")
+            call.pipeline.submit_text("Hello there")
+            await wait_for(lambda: bool(fake.said), what="the answer")
+            await live.wait_agent_quiet(300)
+        assert fake.connections[0].dialect == "beta"
+        assert fake.sessions[0]["input_audio_format"] == "pcm16"
+        assert call.transcript() == [("user", "Hello there"), ("agent", "You said: Hello there")]
+        assert live.agent_frames * 20 >= 600 - 60
