@@ -15,7 +15,7 @@ import asyncio
 import io
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ import pytest
 from tests.conftest import run_cli
 from tests.fakes.openai_fake import ScriptedReply, ScriptedToolCall
 from tests.fakes.realtime_fake import FakeRealtime
-from tests.memory.processes import render_toml, wait_until
+from tests.memory.processes import ScriptedOpenAI, render_toml, wait_until
 from tests.memory.test_calls import OTHER, SAM, agent_lines, call, documents, memory_config
 from tests.memory.test_calls import test_an_anonymous_call_leaves_nothing as cascade_anonymous_call_leaves_nothing
 from tests.memory.test_calls import (
@@ -35,6 +35,7 @@ from voicegate.internal.config import Config
 from voicegate.internal.events import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.memory.provider import ChangeContext
+from voicegate.internal.pipeline.context import ASSISTANT_PROFILE_HEADING, MEMORY_POLICY
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.internal.telemetry import configure_logging
 from voicegate.server.gateway import Gateway
@@ -77,7 +78,9 @@ CONTRACT: dict[str, str] = {
     "test_switches.py::test_memory_changed_follows_tool_hang_up_digest_and_reconciliation_writes":
         "test_two_memory_calls_in_one_turn_both_land_with_one_follow_up (memory.changed on the call's sink)",
     "test_switches.py::test_a_conversation_keeps_policy_current_request_preferences_profile_in_that_order":
-        "the same build_system_context: tests/realtime/test_memory.py checks the block is the cascade's",
+        "test_the_instructions_keep_policy_preferences_profile_in_that_order",
+    "test_stated_preferences.py::test_a_preference_the_model_did_not_save_is_recovered_after_the_call":
+        "test_a_preference_the_model_did_not_save_is_recovered_after_the_call (from the Realtime call's transcript)",
     "test_hostile_memory.py::test_hostile_memory_stays_fenced_and_bounded":
         "test_hostile_memory_stays_fenced_in_the_instructions",
     "the digest, forgetting, stated-preference and API unit tests":
@@ -103,8 +106,10 @@ async def gateway_factory(tmp_path: Path, fresh_db: str, fake: FakeRealtime) -> 
     """tests/memory/test_calls.py's factory, with the Realtime model as every call's agent."""
     started: list[Gateway] = []
 
-    async def make(model: Any = None, **memory: Any) -> Gateway:
+    async def make(model: Any = None, configure: Callable[[Config], None] | None = None, **memory: Any) -> Gateway:
         config = realtime_agent(memory_config(tmp_path, fresh_db, owner_key_secret=SECRET, **memory), fake)
+        if configure is not None:
+            configure(config)
         gateway = Gateway(config, stt=ScriptedStt([]), model=model)
         await gateway.start()
         started.append(gateway)
@@ -332,3 +337,54 @@ async def test_memory_text_never_reaches_the_logs(gateway_factory: Any, fake: Fa
     for secret in ("enterprise", "Keep replies short", "name is Sam", "+15551234567"):
         assert secret not in text  # ...but never its content or the caller's number
 
+
+
+async def test_the_instructions_keep_policy_preferences_profile_in_that_order(
+        tmp_path: Path, gateway_factory: Any, fake: FakeRealtime) -> None:
+    profile = tmp_path / "ASSISTANT.md"
+    profile.write_text("You are Pip, the Acme assistant. Answer in long, friendly paragraphs.\n")
+
+    def with_profile(config: Config) -> None:
+        config.pipeline.assistant_profile = str(profile)
+
+    gateway = await gateway_factory(configure=with_profile)
+    assert gateway.memory is not None
+    owner = gateway.memory.owner_key(SAM)
+    assert owner is not None
+    await gateway.memory.edit(owner, "user", "append", context=ChangeContext("api"),
+                              content="- Keep replies to one sentence.\n- Call yourself Skiff.")
+    await call(gateway, SAM, "just this once, explain it in detail")
+    (opened,) = first_sessions(fake)
+    system = opened["instructions"]
+    rule_at, preferences_at = system.index(MEMORY_POLICY), system.index("\n<caller_preferences>\n")
+    profile_at = system.index(ASSISTANT_PROFILE_HEADING)
+    assert gateway.services is not None and system.startswith(gateway.services.policy)  # the policy first
+    assert rule_at < preferences_at < profile_at  # then its rule, the preferences, then the profile
+    assert "Call yourself Skiff." in fenced(system, "caller_preferences") and "You are Pip" in system[profile_at:]
+    # The caller's current request is the caller's own conversation item, after every instruction.
+    typed = [event["item"] for event in fake.received_of("conversation.item.create")
+             if (event.get("item") or {}).get("role") == "user"]
+    assert typed == [{"type": "message", "role": "user",
+                      "content": [{"type": "input_text", "text": "just this once, explain it in detail"}]}]
+
+
+async def test_a_preference_the_model_did_not_save_is_recovered_after_the_call(gateway_factory: Any,
+                                                                               fake: FakeRealtime) -> None:
+    texts = ScriptedOpenAI()  # the reconciliation model, after the call (the Realtime model skips the tool)
+    await asyncio.to_thread(texts.start)
+    texts.reconcile_reply = json.dumps({"edits": [
+        {"document": "user", "action": "append", "content": "- Call the caller Sam.", "quote": "call me Sam"},
+        # Limited to now: dropped.
+        {"document": "user", "action": "append", "content": "- Keep answers very short.",
+         "quote": "just this once keep your answers short"}]})
+    try:
+        gateway = await gateway_factory(auto=True, api_key="k", base_url=texts.url + "/v1")
+        await call(gateway, SAM, "From now on, call me Sam.", "just this once keep your answers short")
+        docs = await documents(gateway, SAM)
+        await call(gateway, SAM, "hello again")
+    finally:
+        await asyncio.to_thread(texts.stop)
+    assert not fake.function_outputs  # the call's model saved nothing itself
+    assert docs["user"] == "- Call the caller Sam."  # recovered from the caller's own words in the transcript
+    preferences = fenced(first_sessions(fake)[-1]["instructions"], "caller_preferences")
+    assert "Call the caller Sam." in preferences and "short" not in preferences.lower()
