@@ -8,14 +8,18 @@ transcript events still carry the reply's words), without Whisper or Piper.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.fakes.openai_fake import ScriptedReply, ScriptedToolCall
 from tests.fakes.realtime_fake import FakeRealtime, wait_for
-from tests.realtime.conftest import KEY, GatewayFactory, open_call
+from tests.realtime.conftest import KEY, GatewayFactory, open_call, realtime_config
 from tests.speech import neural, silence, tone
 from voicegate.internal.pipeline.events import TranscriptEvent
 from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.internal.realtime.connection import RealtimeConnection, RealtimeError
 from voicegate.internal.tools.registry import ToolContext, ToolRegistry
 
 APOLOGY = "Sorry, I'm having trouble on my end right now."
@@ -267,3 +271,39 @@ async def test_the_beta_dialect_is_spoken_too(realtime_gateway: GatewayFactory) 
         assert fake.sessions[0]["input_audio_format"] == "pcm16"
         assert call.transcript() == [("user", "Hello there"), ("agent", "You said: Hello there")]
         assert live.agent_frames * 20 >= 600 - 60
+
+
+@pytest.mark.parametrize("status", [401, 403, 429, 503])
+async def test_a_refused_handshake_is_a_typed_error_naming_the_status(status: int, tmp_path: Path) -> None:
+    async with FakeRealtime(api_key=KEY, stub=True) as fake:
+        fake.fail_connect = status
+        with pytest.raises(RealtimeError) as refused:
+            await RealtimeConnection.open(realtime_config(tmp_path, fake.url).realtime, KEY)
+    assert refused.value.status == status and f"HTTP {status}" in refused.value.reason
+
+
+async def test_a_handshake_that_never_completes_times_out(tmp_path: Path) -> None:
+    async with FakeRealtime(api_key=KEY, stub=True) as fake:
+        fake.hang_handshake = True
+        config = realtime_config(tmp_path, fake.url, connect_timeout_ms=300).realtime
+        with pytest.raises(RealtimeError) as refused:
+            await RealtimeConnection.open(config, KEY)
+        fake.hang_handshake = False
+    assert refused.value.status is None and "300 ms" in refused.value.reason
+
+
+async def test_a_model_never_reached_with_cascade_fallback_gets_the_cascades_greeting(
+        realtime_gateway: GatewayFactory) -> None:
+    async with FakeRealtime(api_key=KEY, stub=True) as fake:
+        fake.fail_connect = 503
+        gateway = await realtime_gateway(fake.url, greeting=GREETING, on_failure="cascade")
+        call = await open_call(gateway)
+        async with LocalCall(call.pipeline, speed=4.0) as live:
+            await wait_for(lambda: bool(call.agent_lines()), what="the greeting")
+            await live.wait_agent_quiet(300)
+            call.pipeline.submit_text("who are you")
+            await wait_for(lambda: len(call.agent_lines()) > 1, what="the cascade's answer")
+            await live.wait_agent_quiet(300)
+        assert call.agent_lines()[0] == GREETING  # in the local voice: the caller never heard of the trouble
+        assert APOLOGY not in call.agent_lines() and call.hung_up == 0
+        assert call.pipeline.fallback and fake.rejected == [503]
