@@ -23,7 +23,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.fakes.openai_fake import ScriptedReply, ScriptedToolCall
-from tests.fakes.realtime_fake import FakeRealtime
+from tests.fakes.realtime_fake import FakeRealtime, wait_for
 from tests.memory.processes import ScriptedOpenAI, render_toml, wait_until
 from tests.memory.test_calls import OTHER, SAM, agent_lines, call, documents, memory_config
 from tests.memory.test_calls import test_an_anonymous_call_leaves_nothing as cascade_anonymous_call_leaves_nothing
@@ -31,6 +31,7 @@ from tests.memory.test_calls import (
     test_the_returning_greeting_is_the_deployers_own_text as cascade_returning_greeting,
 )
 from tests.pipeline.conftest import ScriptedStt
+from tests.speech import neural, silence
 from voicegate.internal.config import Config
 from voicegate.internal.events import CollectingSink
 from voicegate.internal.identity import CallerIdentity
@@ -50,7 +51,8 @@ LOCKER = "- The caller's locker code word is zanzibar."
 CONTRACT: dict[str, str] = {
     "test_calls.py::test_the_story_with_the_offline_agent":
         "the offline agent is a cascade model (its rules write memory); the contract it shows, a fact "
-        "remembered in one call and used in the next: test_a_fact_remembered_in_one_call_is_used_in_the_next",
+        "remembered in one call and used in the next: test_a_fact_remembered_in_one_call_is_used_in_the_next "
+        "(typed) and test_a_spoken_fact_remembered_in_one_call_is_said_back_in_the_next (Whisper and Piper)",
     "test_calls.py::test_the_returning_greeting_is_the_deployers_own_text":
         "run as it is: test_the_returning_greeting_is_the_deployers_own_text",
     "test_calls.py::test_the_model_sees_the_callers_memory_and_nobody_elses":
@@ -388,3 +390,45 @@ async def test_a_preference_the_model_did_not_save_is_recovered_after_the_call(g
     assert docs["user"] == "- Call the caller Sam."  # recovered from the caller's own words in the transcript
     preferences = fenced(first_sessions(fake)[-1]["instructions"], "caller_preferences")
     assert "Call the caller Sam." in preferences and "short" not in preferences.lower()
+
+
+async def spoken_call(gateway: Gateway, identity: CallerIdentity, said: str, fake: FakeRealtime) -> CollectingSink:
+    """One call in which the caller says `said` (the Piper voice, in real time) and hears the answer out."""
+    session, pipeline, sink = await live_call(gateway, identity)
+    async with LocalCall(pipeline) as live:
+        await wait_for(lambda: bool(fake.sessions), what="the session.update")
+        await live.wait_agent_quiet(300, timeout_s=120)  # the greeting, said out
+        answers = len(fake.said)
+        live.say(neural([said])[0] + silence(300))
+        await wait_for(lambda: len(fake.said) > answers, timeout=120, what="the answer")
+        await live.wait_agent_quiet(500, timeout_s=120)
+    await hang_up(gateway, session)
+    return sink
+
+
+async def test_a_spoken_fact_remembered_in_one_call_is_said_back_in_the_next(tmp_path: Path, fresh_db: str) -> None:
+    """The issue's headline, with speech: the fake hears with Whisper and speaks with Piper."""
+    fact = "- The caller's locker number is forty two."
+
+    def knows(model: FakeRealtime, heard: str) -> str:
+        remembered = "locker number is forty two" in fenced(model.instructions, "caller_memory")
+        return "Your locker number is forty two." if remembered and "locker" in heard.lower() else "I don't know."
+
+    async with FakeRealtime(api_key=KEY, brain=knows) as fake:
+        config = realtime_agent(memory_config(tmp_path, fresh_db, owner_key_secret=SECRET), fake)
+        config.pipeline.greeting = "Hello."
+        gateway = Gateway(config, stt=ScriptedStt([]))
+        await gateway.start()
+        try:
+            fake.script(ScriptedReply(tool_calls=[append("memory", fact)]))
+            fake.script_reply("I will remember your locker number.")
+            await spoken_call(gateway, SAM, "Please remember that my locker number is forty two.", fake)
+            first_heard = fake.heard[-1]
+            assert fact in (await documents(gateway, SAM))["memory"]
+            second = await spoken_call(gateway, SAM, "What is my locker number?", fake)
+        finally:
+            await gateway.stop()
+    assert "locker" in first_heard.lower() and "locker" in fake.heard[-1].lower()  # Whisper heard both
+    assert fact in fenced(first_sessions(fake)[-1]["instructions"], "caller_memory")
+    assert agent_lines(second)[-1] == "Your locker number is forty two."
+    assert len(fake.connections) == 2  # one session per call
