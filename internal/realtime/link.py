@@ -86,6 +86,9 @@ class ModelLink(VoicePipeline):
         conn.send(protocol.session_update(self.realtime, self._live.initial(),
                                           memory.function_tools(self.services, context), barge_in=self.config.barge_in))
         conversation = self.session.conversation
+        for message in conversation.recent_history():  # a resumed call: the model carries on from there
+            if message.role in ("user", "assistant") and message.content:
+                conn.send(protocol.earlier_message(self.realtime, message.role, message.content))
         if not conversation.greeted:
             conversation.greeted = True
             text = self._greeting if self._greeting is not None else self.services.greeting(self.session)

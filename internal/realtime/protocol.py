@@ -143,6 +143,16 @@ def user_text(text: str) -> Event:
             "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}}
 
 
+def earlier_message(config: RealtimeConfig, role: str, text: str) -> Event:
+    """A line of the conversation before this connection (a resumed call: a new socket, the same talk), so
+    the model carries on from it; the agent's lines as the assistant's text."""
+    if role == "user":
+        return user_text(text)
+    kind = "text" if config.dialect == "beta" else "output_text"
+    return {"type": "conversation.item.create",
+            "item": {"type": "message", "role": "assistant", "content": [{"type": kind, "text": text}]}}
+
+
 def function_output(call_id: str, output: str) -> Event:
     return {"type": "conversation.item.create",
             "item": {"type": "function_call_output", "call_id": call_id, "output": output}}

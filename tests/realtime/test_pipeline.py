@@ -307,3 +307,24 @@ async def test_a_model_never_reached_with_cascade_fallback_gets_the_cascades_gre
         assert call.agent_lines()[0] == GREETING  # in the local voice: the caller never heard of the trouble
         assert APOLOGY not in call.agent_lines() and call.hung_up == 0
         assert call.pipeline.fallback and fake.rejected == [503]
+
+
+async def test_a_resumed_call_carries_on_with_the_conversation_so_far(realtime_gateway: GatewayFactory) -> None:
+    async with FakeRealtime(api_key=KEY, stub=True) as fake:
+        gateway = await realtime_gateway(fake.url, greeting=GREETING)
+        call = await open_call(gateway)
+        async with LocalCall(call.pipeline, speed=4.0) as live:
+            await wait_for(lambda: bool(fake.said), what="the greeting")
+            await live.wait_agent_quiet(300)
+            call.pipeline.submit_text("My name is Sam")
+            await wait_for(lambda: len(fake.said) == 2, what="the answer")
+            await live.wait_agent_quiet(300)
+        # The transport comes back (a WebRTC reconnect): a new pipeline, a new socket, the same session.
+        resumed = gateway.new_pipeline(call.session, 16000, call.sink)
+        async with LocalCall(resumed, speed=4.0) as live:
+            await wait_for(lambda: len(fake.connections) == 2 and len(fake.sessions) == 2, what="the new session")
+            await live.ticks_later(10)
+        items = [event["item"] for event in fake.received_of("conversation.item.create")][1:]
+        assert [(item["role"], item["content"][0]["text"]) for item in items] == [
+            ("assistant", GREETING), ("user", "My name is Sam"), ("assistant", "You said: My name is Sam")]
+        assert fake.responses_created == 2  # not greeted again

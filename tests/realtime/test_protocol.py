@@ -152,3 +152,12 @@ def test_reading_server_events() -> None:
 ])
 def test_which_errors_end_the_call(error_type: str, code: str, fatal: bool) -> None:
     assert protocol.error_ends_call(error_type, code) is fatal
+
+
+def test_earlier_messages_of_a_resumed_call() -> None:
+    assert protocol.earlier_message(RealtimeConfig(), "user", "hi") == protocol.user_text("hi")
+    assert protocol.earlier_message(RealtimeConfig(), "assistant", "Hello.") == {
+        "type": "conversation.item.create",
+        "item": {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello."}]}}
+    beta = protocol.earlier_message(RealtimeConfig(dialect="beta"), "assistant", "Hello.")
+    assert beta["item"]["content"] == [{"type": "text", "text": "Hello."}]
