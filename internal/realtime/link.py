@@ -209,6 +209,8 @@ class ModelLink(VoicePipeline):
             self._committed(str(event.get("item_id") or ""))
         elif kind == "conversation.item.input_audio_transcription.completed":
             self._transcribed(str(event.get("item_id") or ""), str(event.get("transcript") or "").strip())
+        elif kind == "conversation.item.input_audio_transcription.failed":  # the reply is recorded without them
+            self._transcribed(str(event.get("item_id") or ""), "")
         elif kind == "response.created":
             self._created(str((event.get("response") or {}).get("id") or ""))
         elif kind == "response.done":
