@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 
 from voicegate.internal.conversation.text import clean
+from voicegate.internal.pipeline.capture import CallerInput
 from voicegate.internal.pipeline.events import DtmfEvent, TranscriptEvent
 from voicegate.internal.pipeline.vad import VadEvent
 from voicegate.internal.realtime import protocol
@@ -57,6 +58,8 @@ class RealtimePipeline(ModelLink):
         stamp = self._clock()
         if self._recording is not None:
             self._recording.heard(pcm)
+        if self.capture is not None:
+            return self._held(self.capture, pcm)
         conn = self._conn
         if conn is not None:
             conn.send(protocol.audio_append(self._uplink.process(pcm)), stamp)
@@ -70,6 +73,20 @@ class RealtimePipeline(ModelLink):
             elif event is VadEvent.SPEECH_END:
                 self._caller_speaking = False
                 self._commit_turn()
+        self.services.observe_audio(self.session, pcm, event)
+
+    def _held(self, capture: CallerInput, pcm: bytes) -> None:
+        """A phone flow holds the caller's input (answering-machine detection on a call we placed): it gets
+        the sound and voicegate's VAD events, as the cascade gives them; the model hears none of it, so it
+        does not answer a voicemail greeting. (No words: the model's transcription is not running for it.)"""
+        vad = self.vad
+        vad.profile = self._normal_vad
+        event = vad.process(pcm)
+        capture.audio(pcm, vad.voiced)
+        if event is VadEvent.SPEECH_START:
+            capture.speech_started(0)
+        elif event is VadEvent.SPEECH_END:
+            capture.speech_ended(False)
         self.services.observe_audio(self.session, pcm, event)
 
     def _commit_turn(self) -> None:

@@ -8,6 +8,7 @@ transcript events still carry the reply's words), without Whisper or Piper.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,11 @@ from tests.fakes.openai_fake import ScriptedReply, ScriptedToolCall
 from tests.fakes.realtime_fake import FakeRealtime, wait_for
 from tests.realtime.conftest import KEY, GatewayFactory, open_call, realtime_config
 from tests.speech import neural, silence, tone
+from voicegate.internal.config.telephony import AmdConfig
 from voicegate.internal.pipeline.events import TranscriptEvent
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.internal.realtime.connection import RealtimeConnection, RealtimeError
+from voicegate.internal.telephony.answering_machine import plan_from_config, run_detection
 from voicegate.internal.tools.registry import ToolContext, ToolRegistry
 
 APOLOGY = "Sorry, I'm having trouble on my end right now."
@@ -328,3 +331,20 @@ async def test_a_resumed_call_carries_on_with_the_conversation_so_far(realtime_g
         assert [(item["role"], item["content"][0]["text"]) for item in items] == [
             ("assistant", GREETING), ("user", "My name is Sam"), ("assistant", "You said: My name is Sam")]
         assert fake.responses_created == 2  # not greeted again
+
+
+async def test_answering_machine_detection_hears_the_callee_and_the_model_does_not(
+        realtime_gateway: GatewayFactory) -> None:
+    async with FakeRealtime(api_key=KEY, stub=True) as fake:
+        gateway = await realtime_gateway(fake.url, greeting="")  # a call we placed: greeted after detection
+        call = await open_call(gateway)
+        plan = plan_from_config(AmdConfig(probe=False), greeting="Hi, this is Acme calling about your order.")
+        async with LocalCall(call.pipeline) as live:  # real time: the detector times the greeting by the clock
+            await wait_for(lambda: bool(fake.sessions), what="the session.update")
+            live.say(neural(["Hello?"])[0] + silence(1500))  # a person answers
+            run = await asyncio.wait_for(run_detection(call.pipeline, call.session, plan, None), 30)
+            await wait_for(lambda: bool(fake.said), what="the greeting")
+            await live.wait_agent_quiet(300)
+        assert run.decision is not None and run.decision.result == "human"
+        assert fake.said == [plan.greeting]  # said by the model once detection let the call through
+        assert "input_audio_buffer.speech_started" not in fake.sent  # the model never heard the "Hello?"
