@@ -21,7 +21,7 @@ from typing import Any
 from voicegate.internal.config.providers import RealtimeConfig
 from voicegate.internal.conversation.state import CallContext
 from voicegate.internal.events import EventSink
-from voicegate.internal.pipeline.events import TranscriptEvent
+from voicegate.internal.pipeline.events import ResponseEvent, TranscriptEvent
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.pipeline.services import PipelineServices
 from voicegate.internal.realtime import memory, protocol
@@ -330,6 +330,8 @@ class ModelLink(VoicePipeline):
             turn.text = future.result() if future.done() and not future.cancelled() else None
         if record_reply(self.session, self.sink, reply, said, interrupted=interrupted):
             self._spawn(self.services.after_turn(self.session), "realtime-after-turn")
+        if said and reply.ask.kind in ("turn", "follow_up"):  # a reply, not a fixed line (docs/protocol.md)
+            self.sink.emit(ResponseEvent(text=said, interrupted=interrupted))
         if self._hangup_requested and not interrupted and not self._replies and self.session.hangup is not None:
             self._spawn(self.session.hangup(), "realtime-hangup")
 

@@ -19,7 +19,7 @@ from tests.fakes.realtime_fake import FakeRealtime, wait_for
 from tests.realtime.conftest import KEY, GatewayFactory, open_call, realtime_config
 from tests.speech import neural, silence, tone
 from voicegate.internal.config.telephony import AmdConfig
-from voicegate.internal.pipeline.events import TranscriptEvent
+from voicegate.internal.pipeline.events import ResponseEvent, TranscriptEvent
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.internal.realtime.connection import RealtimeConnection, RealtimeError
 from voicegate.internal.telephony.answering_machine import plan_from_config, run_detection
@@ -49,6 +49,8 @@ async def test_a_typed_turn_is_answered_in_the_models_voice_and_both_sides_are_r
                                      ("agent", "Your parcel arrives on Monday.")]
         assert call.session.conversation.turns == 1
         assert call.agent_lines() == ["Your parcel arrives on Monday."]
+        responses = [(e.text, e.interrupted) for e in call.sink.events if isinstance(e, ResponseEvent)]
+        assert responses == [("Your parcel arrives on Monday.", False)]  # the DataChannel's `response`
         # The latency hook the bench reads: both directions sampled.
         assert call.pipeline.latency.inbound and call.pipeline.latency.outbound
         instructions = fake.sessions[0]
@@ -111,6 +113,8 @@ async def test_barge_in_clears_playout_and_truncates_the_item_at_what_the_caller
         assert entries[1].interrupted and entries[1].intended == "You said: Tell me a long story"
         assert entries[1].text and "You said: Tell me a long story".startswith(entries[1].text)
         assert len(entries[1].text) < len(entries[1].intended)
+        responses = [(e.text, e.interrupted) for e in call.sink.events if isinstance(e, ResponseEvent)]
+        assert responses[0] == (entries[1].text, True)
 
 
 def notes_tool(notes: list[str]) -> ToolRegistry:
