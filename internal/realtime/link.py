@@ -152,6 +152,7 @@ class ModelLink(VoicePipeline):
         if conn is None:
             return
         self._asks.append(ask)
+        ask.at = self._clock()
         if create and self._cancelling:  # one response at a time: the model refuses a second while one runs
             self._deferred.append(instructions)
         elif create:

@@ -122,6 +122,9 @@ class RealtimePipeline(ModelLink):
             if frame is not None and not reply.heard and reply.segment is not None and reply.segment.played:
                 reply.heard = True
                 self.responder.set_state("speaking")
+                if reply.ask.kind == "turn":  # the model's answer time, as the cascade's first_audio
+                    self.responder.timing("first_audio", (self._clock() - reply.ask.at) * 1000.0,
+                                          self.session.conversation.turns + 1)
             if not reply.played_out() or reply.calls_pending:
                 return  # in order: a later reply is recorded after this one
             del self._replies[reply.id]

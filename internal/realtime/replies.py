@@ -36,6 +36,7 @@ class Ask:
 
     kind: AskKind
     turn: CallerTurn | None = None
+    at: float = 0.0  # when a caller turn was handed to the model (its first audio is timed from there)
 
 
 @dataclass

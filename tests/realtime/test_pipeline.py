@@ -19,7 +19,7 @@ from tests.fakes.realtime_fake import FakeRealtime, wait_for
 from tests.realtime.conftest import KEY, GatewayFactory, open_call, realtime_config
 from tests.speech import neural, silence, tone
 from voicegate.internal.config.telephony import AmdConfig
-from voicegate.internal.pipeline.events import ResponseEvent, TranscriptEvent
+from voicegate.internal.pipeline.events import ResponseEvent, TimingEvent, TranscriptEvent
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.internal.realtime.connection import RealtimeConnection, RealtimeError
 from voicegate.internal.telephony.answering_machine import plan_from_config, run_detection
@@ -34,6 +34,7 @@ async def test_a_typed_turn_is_answered_in_the_models_voice_and_both_sides_are_r
     async with FakeRealtime(api_key=KEY) as fake:
         fake.script_reply("Your parcel arrives on Monday.")
         gateway = await realtime_gateway(fake.url, greeting="")
+        gateway.config.pipeline.debug = True  # timing events on the call's sink
         call = await open_call(gateway)
         async with LocalCall(call.pipeline, speed=2.0) as live:
             await wait_for(lambda: bool(fake.sessions), what="the session.update")
@@ -51,6 +52,7 @@ async def test_a_typed_turn_is_answered_in_the_models_voice_and_both_sides_are_r
         assert call.agent_lines() == ["Your parcel arrives on Monday."]
         responses = [(e.text, e.interrupted) for e in call.sink.events if isinstance(e, ResponseEvent)]
         assert responses == [("Your parcel arrives on Monday.", False)]  # the DataChannel's `response`
+        assert [(e.stage, e.turn) for e in call.sink.events if isinstance(e, TimingEvent)] == [("first_audio", 1)]
         # The latency hook the bench reads: both directions sampled.
         assert call.pipeline.latency.inbound and call.pipeline.latency.outbound
         instructions = fake.sessions[0]
