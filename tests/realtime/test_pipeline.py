@@ -21,12 +21,36 @@ from tests.speech import neural, silence, tone
 from voicegate.internal.config.telephony import AmdConfig
 from voicegate.internal.pipeline.events import ResponseEvent, TimingEvent, TranscriptEvent
 from voicegate.internal.pipeline.localcall import LocalCall
+from voicegate.internal.pipeline.playout import Segment
+from voicegate.internal.realtime.audio import heard_ms
 from voicegate.internal.realtime.connection import RealtimeConnection, RealtimeError
+from voicegate.internal.realtime.replies import Ask, ModelReply, barge_in_applies, cancel_after_truncate
 from voicegate.internal.telephony.answering_machine import plan_from_config, run_detection
 from voicegate.internal.tools.registry import ToolContext, ToolRegistry
 
 APOLOGY = "Sorry, I'm having trouble on my end right now."
 GREETING = "Hello, you are through to Acme."
+
+
+def test_the_barge_in_rules() -> None:
+    assert heard_ms(0) == 0 and heard_ms(37) == 740  # the call's 20 ms frames pulled of the item
+    assert barge_in_applies(agent_audible=True, barge_in=True)
+    assert not barge_in_applies(agent_audible=False, barge_in=True)  # nothing to stop
+    assert not barge_in_applies(agent_audible=True, barge_in=False)  # pipeline.barge_in = false
+    assert cancel_after_truncate(True) and not cancel_after_truncate(False)  # only a response still running
+
+
+def test_a_reply_is_played_out_once_done_and_every_frame_pulled() -> None:
+    reply = ModelReply("resp_1", Ask("turn"))
+    assert not reply.played_out()  # still running
+    reply.running = False
+    assert reply.played_out()  # done without audio (function calls only)
+    reply.segment = Segment("Hello there.", frames=10, played=9, complete=True)
+    assert not reply.played_out()
+    reply.segment.played = 10
+    assert reply.played_out()
+    reply.parts = ["Hello", " there."]
+    assert reply.words() == "Hello there."
 
 
 async def test_a_typed_turn_is_answered_in_the_models_voice_and_both_sides_are_recorded(
