@@ -15,7 +15,8 @@ import secrets
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from aiortc import RTCConfiguration, RTCDataChannel, RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCConfiguration, RTCDataChannel, RTCPeerConnection, RTCRtpReceiver, RTCSessionDescription
+from aiortc.jitterbuffer import JitterBuffer
 from aiortc.mediastreams import MediaStreamTrack
 from aiortc.sdp import SessionDescription
 
@@ -23,6 +24,13 @@ from voicegate.internal.peer.channel import EVENT_CHANNEL_LABEL, ChannelEventSin
 from voicegate.internal.peer.tracks import AgentAudioTrack, InboundAudio, consume_track
 
 log = logging.getLogger(__name__)
+
+# aiortc's audio receiver releases a packet to the decoder only once four later ones have arrived (80 ms). A
+# player needs that cushion; we do not: frames go to the VAD, the recogniser or a Realtime model as they
+# arrive, never to a clock, and a lost packet stalls that buffer whatever its depth. One packet of lookahead
+# (the least it can do: it knows a frame is whole when the next one starts) saves 60 ms on every caller turn.
+AUDIO_PREFETCH = 1
+AUDIO_JITTER_CAPACITY = 16  # aiortc's own
 
 
 class OfferError(Exception):
@@ -71,6 +79,8 @@ class PeerConnection:
         audio = [t for t in self.pc.getTransceivers() if t.kind == "audio"]
         if not audio:
             raise OfferError("the offer has no audio section (m=audio)")
+        for transceiver in audio:
+            shallow_jitter_buffer(transceiver.receiver)
         self.pc.addTrack(self.outbound)
 
     async def answer(self) -> str:
@@ -147,6 +157,20 @@ class PeerConnection:
             self.on_error(exc)
         else:
             log.error("peer connection handler failed", exc_info=exc)
+
+
+def audio_jitter_buffer() -> JitterBuffer:
+    return JitterBuffer(capacity=AUDIO_JITTER_CAPACITY, prefetch=AUDIO_PREFETCH)
+
+
+def shallow_jitter_buffer(receiver: RTCRtpReceiver) -> None:
+    """Give an audio receiver our one-packet buffer, before any RTP arrives (aiortc has no option for it:
+    the attribute is its private one; another aiortc version without it keeps its own buffer, logged)."""
+    name = "_RTCRtpReceiver__jitter_buffer"
+    if isinstance(getattr(receiver, name, None), JitterBuffer):
+        setattr(receiver, name, audio_jitter_buffer())
+    else:
+        log.warning("aiortc's receiver has no jitter buffer to replace: inbound audio keeps its own delay")
 
 
 def sends_opus(sdp: str) -> bool:

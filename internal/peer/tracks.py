@@ -57,6 +57,10 @@ class InboundAudio:
         if self._resampler is None or source != self._source:
             self._resampler = av.AudioResampler(format="s16", layout="mono", rate=self.rate)
             self._source = source
+            # The resampler holds back its filter's delay, so without this each 20 ms packet would only
+            # complete its frame when the next one arrives (20 ms late). The delay's worth of silence in
+            # front (about a millisecond) lets every packet complete its own frame.
+            self._pending += bytes(2 * resampler_delay(source, self.rate))
         frame.pts = None  # the resampler keeps its own time; decoder timestamps may jump
         for out in self._resampler.resample(frame):
             self._pending += out.to_ndarray().tobytes()
@@ -65,6 +69,25 @@ class InboundAudio:
             chunk = bytes(self._pending[:size])
             del self._pending[:size]
             self.push(chunk)
+
+
+_DELAYS: dict[tuple[tuple[str, str, int], int], int] = {}
+
+
+def resampler_delay(source: tuple[str, str, int], rate: int) -> int:
+    """Output samples a fresh resampler from `source` (format, layout, rate) to mono s16 at `rate` holds
+    back from 20 ms of input: measured once per pair on a throwaway resampler (PyAV does not expose it)."""
+    key = (source, rate)
+    if key not in _DELAYS:
+        name, layout, source_rate = source
+        samples = source_rate // 50
+        probe = av.AudioFrame(format=name, layout=layout, samples=samples)
+        for plane in probe.planes:
+            plane.update(bytes(plane.buffer_size))
+        probe.sample_rate = source_rate
+        out = sum(chunk.samples for chunk in av.AudioResampler(format="s16", layout="mono", rate=rate).resample(probe))
+        _DELAYS[key] = max(0, rate // 50 - out)
+    return _DELAYS[key]
 
 
 async def consume_track(track: MediaStreamTrack, inbound: InboundAudio) -> None:
