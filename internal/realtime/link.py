@@ -55,6 +55,7 @@ class ModelLink(VoicePipeline):
         self._replies: dict[str, ModelReply] = {}  # by response id, in order, until played out and recorded
         self._heard: dict[str, asyncio.Future[str]] = {}  # the caller's words by item id (model transcription)
         self._stall: asyncio.TimerHandle | None = None
+        self._setup: asyncio.TimerHandle | None = None  # until the first session.updated
         self._cancelling: set[str] = set()  # responses we cancelled whose response.done has not come yet
         self._deferred: deque[str | None] = deque()  # response.create (its instructions) waiting for them
         self._out_stamp = 0.0
@@ -85,6 +86,11 @@ class ModelLink(VoicePipeline):
         context = self._tool_context()
         conn.send(protocol.session_update(self.realtime, self._live.initial(),
                                           memory.function_tools(self.services, context), barge_in=self.config.barge_in))
+        # connect_timeout_ms bounds the session's setup too: a model that takes the socket but never takes the
+        # session would otherwise leave the caller in silence until a turn's response_timeout_ms.
+        self._setup = asyncio.get_running_loop().call_later(
+            self.realtime.connect_timeout_ms / 1000.0, self._fail,
+            f"the model did not set up the session within {self.realtime.connect_timeout_ms} ms")
         conversation = self.session.conversation
         for message in conversation.recent_history():  # a resumed call: the model carries on from there
             if message.role in ("user", "assistant") and message.content:
@@ -216,6 +222,9 @@ class ModelLink(VoicePipeline):
             self._created(str((event.get("response") or {}).get("id") or ""))
         elif kind == "response.done":
             self._done(event)
+        elif kind == "session.updated" and self._setup is not None:
+            self._setup.cancel()
+            self._setup = None
         elif kind == "error":
             error_type, code, _message = protocol.error_of(event)
             if protocol.error_ends_call(error_type, code):
@@ -374,9 +383,10 @@ class ModelLink(VoicePipeline):
                 f"no response from the model within {self.realtime.response_timeout_ms} ms")
 
     def _cancel_stall(self) -> None:
-        if self._stall is not None:
-            self._stall.cancel()
-            self._stall = None
+        for timer in (self._stall, self._setup):
+            if timer is not None:
+                timer.cancel()
+        self._stall = self._setup = None
 
     def _fail(self, reason: str, at_start: bool = False) -> None:
         """The model is no use for this call any more: apologise in the local voice, then hang up or let

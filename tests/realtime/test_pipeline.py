@@ -264,6 +264,17 @@ async def test_a_stalled_model_gets_the_apology(realtime_gateway: GatewayFactory
         assert call.agent_lines() == [APOLOGY]
 
 
+async def test_a_model_that_never_sets_up_the_session_gets_the_apology(realtime_gateway: GatewayFactory) -> None:
+    async with FakeRealtime(api_key=KEY, stub=True) as fake:
+        fake.stall = True  # takes the socket, answers nothing
+        gateway = await realtime_gateway(fake.url, greeting="", connect_timeout_ms=500)
+        call = await open_call(gateway)
+        async with LocalCall(call.pipeline, speed=4.0):
+            await wait_for(lambda: call.hung_up > 0, what="the hang-up")  # no turn needed to notice
+        assert len(fake.sessions) == 1 and fake.responses_created == 0
+        assert call.agent_lines() == [APOLOGY]
+
+
 async def test_a_rate_limit_error_gets_the_apology(realtime_gateway: GatewayFactory) -> None:
     async with FakeRealtime(api_key=KEY, stub=True) as fake:
         gateway = await realtime_gateway(fake.url, greeting="")
