@@ -1,6 +1,7 @@
 """The model's side of a Realtime call (the base of RealtimePipeline, internal/realtime/pipeline.py): the
 connection and its events, the responses asked for and the replies they became, the conversation record,
-function calls and idle points, and what happens when the model fails.
+function calls and idle points, and noticing that the model failed (what the caller hears then is
+RealtimePipeline's `_fail`).
 
 A response is asked for (`_ask`) for a caller turn, a fixed line or the follow-up after function calls, or
 the model makes one itself for a turn its VAD committed; each becomes a ModelReply (replies.py) whose audio
@@ -376,6 +377,10 @@ class ModelLink(VoicePipeline):
 
     # ---- failure ----------------------------------------------------------------------------------
 
+    def _fail(self, reason: str, at_start: bool = False) -> None:
+        """The model is no use for this call any more (RealtimePipeline says what the caller hears then)."""
+        raise NotImplementedError
+
     def _expect_response(self) -> None:
         if self._stall is None:
             self._stall = asyncio.get_running_loop().call_later(
@@ -388,42 +393,6 @@ class ModelLink(VoicePipeline):
                 timer.cancel()
         self._stall = self._setup = None
 
-    def _fail(self, reason: str, at_start: bool = False) -> None:
-        """The model is no use for this call any more: apologise in the local voice, then hang up or let
-        the cascade carry on. Logged with its reason, never the caller's words."""
-        if self._failed or self._ending:
-            return
-        self._failed = True
-        cascade = self.realtime.on_failure == "cascade"
-        log.error("realtime model failed: %s; %s", reason, "the cascade takes over" if cascade else "hanging up")
-        self._cancel_stall()
-        if self._replies:
-            self.interrupt("model failure")
-        self._asks.clear()
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            self._spawn(conn.close(), "realtime-close")
-        if cascade:
-            self.fallback = True
-            self._caller_speaking = False
-            self._spawn(self._cascade(greet=at_start), "realtime-fallback")
-            return
-        self.responder.start(self._apologise_and_hang_up)
-
-    async def _apologise_and_hang_up(self) -> None:
-        await self.responder.announce(self.realtime.apology)
-        if self.session.hangup is not None:
-            await self.session.hangup()
-
-    async def _cascade(self, greet: bool) -> None:
-        """From here the call is the cascade's: its recogniser listens; the caller first hears the apology
-        (or, when the model was never reached, just the cascade's greeting: they saw no trouble)."""
-        if greet:
-            await VoicePipeline.start(self)
-            return
-        self._stt = self.services.stt.open(self.sample_rate)
-        self._stt_task = asyncio.create_task(self._consume_transcripts(self._stt), name="stt-results")
-        self.responder.start(lambda: self.responder.announce(self.realtime.apology))
 
 
 async def _awaited(work: Awaitable[Any]) -> Any:

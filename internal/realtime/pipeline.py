@@ -15,11 +15,13 @@ cascade takes over ([realtime] on_failure), never dead air.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from voicegate.internal.conversation.text import clean
 from voicegate.internal.pipeline.capture import CallerInput
 from voicegate.internal.pipeline.events import DtmfEvent, TranscriptEvent
+from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.pipeline.vad import VadEvent
 from voicegate.internal.realtime import protocol
 from voicegate.internal.realtime.audio import heard_ms
@@ -189,3 +191,42 @@ class RealtimePipeline(ModelLink):
             return super().announce(text)
         if not self._closed:
             self._ask(Ask("announce"), create=True, instructions=protocol.verbatim(text))
+
+    # ---- failure ----------------------------------------------------------------------------------
+
+    def _fail(self, reason: str, at_start: bool = False) -> None:
+        """The model is no use for this call any more: apologise in the local voice, then hang up or let
+        the cascade carry on. Logged with its reason, never the caller's words."""
+        if self._failed or self._ending:
+            return
+        self._failed = True
+        cascade = self.realtime.on_failure == "cascade"
+        log.error("realtime model failed: %s; %s", reason, "the cascade takes over" if cascade else "hanging up")
+        self._cancel_stall()
+        if self._replies:
+            self.interrupt("model failure")
+        self._asks.clear()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._spawn(conn.close(), "realtime-close")
+        if cascade:
+            self.fallback = True
+            self._caller_speaking = False
+            self._spawn(self._cascade(greet=at_start), "realtime-fallback")
+            return
+        self.responder.start(self._apologise_and_hang_up)
+
+    async def _apologise_and_hang_up(self) -> None:
+        await self.responder.announce(self.realtime.apology)
+        if self.session.hangup is not None:
+            await self.session.hangup()
+
+    async def _cascade(self, greet: bool) -> None:
+        """From here the call is the cascade's: its recogniser listens; the caller first hears the apology
+        (or, when the model was never reached, just the cascade's greeting: they saw no trouble)."""
+        if greet:
+            await VoicePipeline.start(self)
+            return
+        self._stt = self.services.stt.open(self.sample_rate)
+        self._stt_task = asyncio.create_task(self._consume_transcripts(self._stt), name="stt-results")
+        self.responder.start(lambda: self.responder.announce(self.realtime.apology))
