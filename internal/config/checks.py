@@ -89,4 +89,7 @@ def realtime_feature_warnings(config: Config) -> list[str]:
                      "instructions (kept current at idle points).")
     if config.llm.provider == "agent":
         found.append(f'llm.provider is "agent" but the Realtime model answers the calls, not [agent] url{only}.')
+    if config.recording.enabled and config.recording.consent == "ask":
+        found.append('recording.consent is "ask" but the Realtime model hears the caller: a spoken answer to the '
+                     "consent question reaches the model, not the recording (an answer or opt-out by keys works).")
     return found

@@ -136,6 +136,7 @@ def test_load_refuses_naming_file_key_and_reason(tmp_path: Path, toml: str, expe
          'memory.injection is "retrieval" but the Realtime agent'),
         ("[llm]\nprovider = 'agent'\n[agent]\nurl = 'http://127.0.0.1:9/agent'\n",
          'llm.provider is "agent" but the Realtime model answers the calls'),
+        ("[recording]\nenabled = true\n", 'recording.consent is "ask" but the Realtime model hears the caller'),
     ],
 )
 def test_a_feature_the_realtime_agent_does_without_is_warned_about_when_on(tmp_path: Path, toml: str,
