@@ -35,6 +35,7 @@ from voicegate.internal.turn.keypad import Keypad
 log = logging.getLogger(__name__)
 
 IDLE_POINT_S = 0.25  # at most this often, memory edited elsewhere is looked for between turns
+QUIET_RECHECK_S = 0.5  # a quiet response whose audio still plays is looked at again this often
 TRANSCRIPT_WAIT_S = 5.0  # how long a played reply waits for the caller's words it answered, to be recorded first
 
 
@@ -57,6 +58,7 @@ class ModelLink(VoicePipeline):
         self._heard: dict[str, asyncio.Future[str]] = {}  # the caller's words by item id (model transcription)
         self._stall: asyncio.TimerHandle | None = None
         self._setup: asyncio.TimerHandle | None = None  # until the first session.updated
+        self._quiet: asyncio.TimerHandle | None = None  # a running response's silence (_progress)
         self._cancelling: set[str] = set()  # responses we cancelled whose response.done has not come yet
         self._deferred: deque[str | None] = deque()  # response.create (its instructions) waiting for them
         self._out_stamp = 0.0
@@ -189,6 +191,8 @@ class ModelLink(VoicePipeline):
 
     def _on_event(self, event: protocol.Event) -> None:
         kind = event["type"]
+        if kind.startswith("response.") and kind != "response.done":
+            self._progress()
         if kind == "response.output_audio.delta":
             self._on_audio(event)
         elif kind == "response.output_audio_transcript.delta":
@@ -388,10 +392,27 @@ class ModelLink(VoicePipeline):
                 f"no response from the model within {self.realtime.response_timeout_ms} ms")
 
     def _cancel_stall(self) -> None:
-        for timer in (self._stall, self._setup):
+        for timer in (self._stall, self._setup, self._quiet):
             if timer is not None:
                 timer.cancel()
-        self._stall = self._setup = None
+        self._stall = self._setup = self._quiet = None
+
+    def _progress(self) -> None:
+        """A response said something: its silence is timed from now. A model that begins a reply and then
+        stops (socket open, nothing more) would otherwise leave the caller in dead air."""
+        if self._quiet is not None:
+            self._quiet.cancel()
+        self._quiet = asyncio.get_running_loop().call_later(self.realtime.response_timeout_ms / 1000.0,
+                                                            self._quiet_check)
+
+    def _quiet_check(self) -> None:
+        self._quiet = None
+        if self._failed or self._ending or not any(reply.running for reply in self._replies.values()):
+            return  # done, cut off by the caller, or already given up on
+        if self.playout.queued_frames:  # what came is still playing: the caller is not in silence yet
+            self._quiet = asyncio.get_running_loop().call_later(QUIET_RECHECK_S, self._quiet_check)
+            return
+        self._fail(f"the model's response went quiet for {self.realtime.response_timeout_ms} ms")
 
 
 

@@ -91,6 +91,7 @@ class FakeRealtime:
         self.hang_handshake = False  # accept the TCP connection, never finish the handshake
         self.stall = False  # accept, then never answer anything (no session.created, no response)
         self._drop_event: str | None = None
+        self._stall_event: str | None = None
         self._drop_seconds: float | None = None
         self._errors: deque[dict[str, Any]] = deque()
         self._script: deque[ScriptedReply] = deque()
@@ -116,6 +117,11 @@ class FakeRealtime:
             self._drop_event = when
         else:
             self._drop_seconds = float(when)
+
+    def stall_after(self, kind: str) -> None:
+        """Go silent (socket open, nothing more sent or acted on) once the fake has sent an event of type
+        `kind`: `stall_after("response.output_audio.delta")` is a model that stops in the middle of a reply."""
+        self._stall_event = kind
 
     def error_next(self, type_: str, code: str = "", message: str = "", *, on: str = "") -> None:
         """Answer the next client event of type `on` (any type when ""; it is not acted on) with an `error`
@@ -244,6 +250,9 @@ class FakeRealtime:
         kind = str(event["type"])
         self.sent.append(kind)
         self._maybe_drop(conn, kind)
+        if self._stall_event is not None and kind == self._stall_event:
+            self._stall_event = None
+            self.stall = True
 
     async def send_error(self, conn: RealtimeConnection, error: dict[str, Any]) -> None:
         self.errors_sent.append(error)

@@ -264,6 +264,19 @@ async def test_a_stalled_model_gets_the_apology(realtime_gateway: GatewayFactory
         assert call.agent_lines() == [APOLOGY]
 
 
+async def test_a_model_that_stops_in_the_middle_of_a_reply_gets_the_apology(realtime_gateway: GatewayFactory) -> None:
+    async with FakeRealtime(api_key=KEY, stub=True) as fake:
+        gateway = await realtime_gateway(fake.url, greeting="", response_timeout_ms=1000)
+        call = await open_call(gateway)
+        async with LocalCall(call.pipeline, speed=4.0):
+            await wait_for(lambda: bool(fake.sessions), what="the session.update")
+            fake.stall_after("response.output_audio.delta")  # begins the answer, then nothing, socket open
+            call.pipeline.submit_text("Hello?")
+            await wait_for(lambda: call.hung_up > 0, what="the hang-up")
+        assert "response.done" not in fake.sent
+        assert call.agent_lines()[-1] == APOLOGY
+
+
 async def test_a_model_that_never_sets_up_the_session_gets_the_apology(realtime_gateway: GatewayFactory) -> None:
     async with FakeRealtime(api_key=KEY, stub=True) as fake:
         fake.stall = True  # takes the socket, answers nothing
