@@ -174,7 +174,8 @@ REALTIME_WITHOUT: tuple[tuple[str, str], ...] = (
     ("spoken recording consent (recording.consent = \"ask\")",
      "a spoken answer to the consent question reaches the model; an answer or opt-out by keys (or typed) works"),
     ("send_dtmf on a turn that asks for keys",
-     "the tools are offered once, at the session's start, so send_dtmf is offered only where it is then"),
+     "the model answers before voicegate sees a turn's words, so tools are offered per session (looked at again "
+     "between turns), never for one turn's words"),
     ("thinking cues (pipeline.thinking_cue)",
      "the model begins its own reply, so a slow tool's wait is the model's to fill"),
     ("the cascade's recogniser, text model and turn policy ([stt], [llm], [agent], Smart Turn)",

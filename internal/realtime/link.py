@@ -64,6 +64,7 @@ class ModelLink(VoicePipeline):
         self._out_stamp = 0.0
         self._caller_speaking = False  # the model's VAD (or ours) hears the caller now
         self._last_idle_point = 0.0
+        self._tools: list[dict[str, Any]] = []  # the functions the model was last offered
         self._idle_task: asyncio.Task[None] | None = None
         self._hangup_requested = False
         self._failed = False
@@ -86,9 +87,9 @@ class ModelLink(VoicePipeline):
         self._conn = conn
         conn.on_sent = self._sent
         self._reader = asyncio.create_task(self._read(conn), name="realtime-reader")
-        context = self._tool_context()
-        conn.send(protocol.session_update(self.realtime, self._live.initial(),
-                                          memory.function_tools(self.services, context), barge_in=self.config.barge_in))
+        self._tools = memory.function_tools(self.services, self._tool_context())
+        conn.send(protocol.session_update(self.realtime, self._live.initial(), self._tools,
+                                          barge_in=self.config.barge_in))
         # connect_timeout_ms bounds the session's setup too: a model that takes the socket but never takes the
         # session would otherwise leave the caller in silence until a turn's response_timeout_ms.
         self._setup = asyncio.get_running_loop().call_later(
@@ -376,8 +377,13 @@ class ModelLink(VoicePipeline):
         except Exception:
             log.warning("refreshing the model's instructions failed", exc_info=True)
             return
-        if text is not None and self._conn is not None and not self._failed:
-            self._conn.send(protocol.instructions_update(self.realtime, text))
+        # The call's offer is looked at again too, as the cascade does each turn: an MCP server that was down
+        # at the start and is back, a tool whose availability changed.
+        tools = memory.function_tools(self.services, self._tool_context())
+        changed = tools if tools != self._tools else None
+        if (text is not None or changed is not None) and self._conn is not None and not self._failed:
+            self._tools = tools
+            self._conn.send(protocol.instructions_update(self.realtime, text, changed))
 
     # ---- failure ----------------------------------------------------------------------------------
 

@@ -116,9 +116,15 @@ def session_update(config: RealtimeConfig, instructions: str, tools: list[dict[s
         "tools": tools, "tool_choice": "auto"}}
 
 
-def instructions_update(config: RealtimeConfig, instructions: str) -> Event:
-    """Only new instructions (memory changed between turns): the session, voice and audio stay as they are."""
-    session: dict[str, Any] = {"instructions": instructions}
+def instructions_update(config: RealtimeConfig, instructions: str | None,
+                        tools: list[dict[str, Any]] | None = None) -> Event:
+    """Only what changed between turns (the instructions when memory changed, the tools when the call's
+    offer changed, e.g. an MCP server back up): the session, voice and audio stay as they are."""
+    session: dict[str, Any] = {}
+    if instructions is not None:
+        session["instructions"] = instructions
+    if tools is not None:
+        session["tools"] = tools
     if config.dialect == "ga":
         session = {"type": "realtime", **session}
     return {"type": "session.update", "session": session}

@@ -155,6 +155,30 @@ def notes_tool(notes: list[str]) -> ToolRegistry:
     return tools
 
 
+async def test_a_tool_that_becomes_available_mid_call_is_offered_at_the_next_idle_point(
+        realtime_gateway: GatewayFactory) -> None:
+    up = False  # an MCP server down when the call started, back later: the cascade offers it from then on
+    tools = notes_tool([])
+    tools.register("lookup", "Look an order up.", {"type": "object", "properties": {}}, notes_handler,
+                   available=lambda context: up)
+    async with FakeRealtime(api_key=KEY, stub=True) as fake:
+        gateway = await realtime_gateway(fake.url, tools=tools, greeting="")
+        call = await open_call(gateway)
+        async with LocalCall(call.pipeline, speed=4.0):
+            await wait_for(lambda: bool(fake.sessions), what="the session.update")
+            assert "lookup" not in [tool["name"] for tool in fake.sessions[0]["tools"]]
+            up = True
+            await wait_for(lambda: any("lookup" in [tool["name"] for tool in session.get("tools", [])]
+                                       for session in fake.sessions[1:]), what="the tools' update")
+        assert len(fake.connections) == 1
+        update = next(session for session in fake.sessions[1:] if "tools" in session)
+        assert "instructions" not in update and "audio" not in update  # only what changed
+
+
+async def notes_handler(arguments: dict[str, Any], context: ToolContext) -> str:
+    return "no such order"
+
+
 async def test_two_function_calls_in_one_response_give_one_follow_up(realtime_gateway: GatewayFactory) -> None:
     notes: list[str] = []
     async with FakeRealtime(api_key=KEY, stub=True) as fake:

@@ -102,6 +102,9 @@ def test_instructions_update_changes_only_the_instructions() -> None:
         "type": "session.update", "session": {"type": "realtime", "instructions": "new"}}
     assert protocol.instructions_update(RealtimeConfig(dialect="beta"), "new") == {
         "type": "session.update", "session": {"instructions": "new"}}
+    tool = {"type": "function", "name": "lookup", "description": "", "parameters": {}}
+    assert protocol.instructions_update(RealtimeConfig(), None, [tool]) == {
+        "type": "session.update", "session": {"type": "realtime", "tools": [tool]}}
 
 
 def test_client_events() -> None:
