@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -14,7 +16,6 @@ import psycopg
 import pytest
 import pytest_asyncio
 
-from scripts.cluster import free_port as free_port  # one definition; the tests import it from here
 from tests.scale import soak_timeouts
 from tests.worker_groups import keep_groups_together
 from voicegate.internal.config.providers import WhisperConfig
@@ -22,6 +23,33 @@ from voicegate.internal.db import EmbeddedPostgres
 from voicegate.internal.stt.whisper import WhisperSpeechToText
 
 REPO = Path(__file__).resolve().parents[1]
+
+# The ports free_port hands out, for a server a test starts later: below the kernel's ephemeral range
+# (32768-60999 on Linux) and the default RTP range (20000-29999). A port from the ephemeral range can be taken
+# between the check and the server's bind by anything on the machine that binds port 0 or connects out (the
+# other test worker's fakes, ICE, HTTP clients): the node then exits with "address already in use".
+TEST_PORTS = range(10000, 20000)
+
+
+def ports_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Is `port` free on `host` for both UDP and TCP (sipp and the SIP transports bind both)?"""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp, \
+                socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
+            udp.bind((host, port))
+            tcp.bind((host, port))
+    except OSError:
+        return False
+    return True
+
+
+def free_port(kind: int = socket.SOCK_STREAM, host: str = "127.0.0.1") -> int:
+    """A port from TEST_PORTS free for UDP and TCP on `host` (`kind`: either, for the callers that name one)."""
+    for _ in range(200):
+        port = random.randrange(TEST_PORTS.start, TEST_PORTS.stop)
+        if ports_free(port, host):
+            return port
+    raise RuntimeError("no free port")
 VOICEGATE = [sys.executable, "-m", "voicegate"]
 
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import free_port as free_port  # one definition (the tests here import it from this module)
+from tests.conftest import ports_free
 from voicegate.internal.config.sections import SipConfig
 from voicegate.internal.sip import (
     CallRejected,
@@ -33,17 +35,13 @@ SCENARIOS = Path(__file__).parent / "scenarios"
 SIPP = "/usr/bin/sipp"
 
 
-def free_port() -> int:
-    """A port free for both UDP and TCP on 127.0.0.1 (sipp binds both in TCP mode)."""
+def _ephemeral_port() -> int:
+    """A port free for both UDP and TCP, as the kernel picks one (for sipp's media base, which needs room above)."""
     for _ in range(50):
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
             udp.bind(("127.0.0.1", 0))
             port = int(udp.getsockname()[1])
-            try:
-                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
-                    tcp.bind(("127.0.0.1", port))
-            except OSError:
-                continue
+        if ports_free(port):
             return port
     raise RuntimeError("no free port")
 
@@ -57,7 +55,7 @@ def free_media_ports() -> int:
     """An even port P with P..P+3 free for UDP: sipp binds audio RTP/RTCP there and video on P+2/P+3.
     P is low enough that every port sipp's [auto_media_port] can derive from it is a valid one."""
     for _ in range(100):
-        base = free_port() & ~1
+        base = _ephemeral_port() & ~1
         if base + SIPP_AUTO_MEDIA_SPAN + 4 > 65536:
             continue
         sockets: list[socket.socket] = []
