@@ -8,9 +8,6 @@ FROM python:3.11-slim AS wheel
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY voicegate ./voicegate
-COPY server ./server
-COPY internal ./internal
-COPY migrations ./migrations
 ARG VOICEGATE_BUILD_REVISION=""
 RUN VOICEGATE_BUILD_REVISION="$VOICEGATE_BUILD_REVISION" \
     pip wheel --no-cache-dir --no-deps --disable-pip-version-check --wheel-dir /wheels .

@@ -16,7 +16,7 @@ cluster:
 
 test:
 	@scripts/bootstrap.sh test
-	$(VENV)/bin/ruff check voicegate server internal migrations tests bench scripts examples
+	$(VENV)/bin/ruff check voicegate tests bench scripts examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -n 2 --dist loadgroup --durations=30 $(PYTEST_ARGS)
 

@@ -19,7 +19,7 @@ SOURCE = Path(__file__).resolve().parent
 
 
 def _version_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("voicegate_build_version", SOURCE / "server" / "version.py")
+    spec = importlib.util.spec_from_file_location("voicegate_build_version", SOURCE / "voicegate" / "server" / "version.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -30,7 +30,7 @@ class BuildPyWithRevision(build_py):
     def run(self) -> None:
         super().run()
         if getattr(self, "editable_mode", False):
-            return  # an editable install is a checkout: server/version.py asks git itself, live
+            return  # an editable install is a checkout: voicegate/server/version.py asks git itself, live
         version = _version_module()
         revision = os.environ.get(version.BUILD_REVISION_ENV, "").strip() or version.git_revision(SOURCE)
         stamp = Path(self.build_lib) / "voicegate" / "server" / version.REVISION_FILE

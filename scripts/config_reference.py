@@ -65,7 +65,7 @@ def render(doc: str, config_text: str) -> str:
 def main() -> int:
     doc_path = REPO / "docs" / "configuration.md"
     doc = doc_path.read_text()
-    new = render(doc, (REPO / "internal" / "config" / "config.toml").read_text())
+    new = render(doc, (REPO / "voicegate" / "internal" / "config" / "config.toml").read_text())
     if "--check" in sys.argv:
         if new != doc:
             print("docs/configuration.md is out of date: run scripts/config_reference.py", file=sys.stderr)

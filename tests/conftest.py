@@ -31,6 +31,23 @@ REPO = Path(__file__).resolve().parents[1]
 TEST_PORTS = range(10000, 20000)
 
 
+def _worker_ports() -> range:
+    """This xdist worker's own slice of TEST_PORTS (gw0 the first half, gw1 the second, ...): a port one
+    worker has picked but not yet bound cannot be picked by the other (CI once had a SIP node on 2 workers
+    exit with "address already in use" when both drew the same port). Child processes inherit the variable."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")), 1)
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    size = len(TEST_PORTS) // count
+    start = TEST_PORTS.start + (index % count) * size
+    return range(start, start + size)
+
+
+_next_port = [0]
+_STRIDE = 23  # coprime to the slice's size: every port once per round, and a test that takes a few ports
+# above the one it was given (an RTP range) does not get them handed out next
+
+
 def ports_free(port: int, host: str = "127.0.0.1") -> bool:
     """Is `port` free on `host` for both UDP and TCP (sipp and the SIP transports bind both)?"""
     try:
@@ -44,12 +61,20 @@ def ports_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def free_port(kind: int = socket.SOCK_STREAM, host: str = "127.0.0.1") -> int:
-    """A port from TEST_PORTS free for UDP and TCP on `host` (`kind`: either, for the callers that name one)."""
-    for _ in range(200):
-        port = random.randrange(TEST_PORTS.start, TEST_PORTS.stop)
+    """A port from this worker's slice of TEST_PORTS free for UDP and TCP on `host` (`kind`: either, for the
+    callers that name one). Handed out in strides from a random start, so a port picked and not yet bound
+    is not handed out again until the whole slice has gone round."""
+    ports = _worker_ports()
+    if not _next_port[0]:
+        _next_port[0] = random.randrange(len(ports))
+    for _ in range(400):
+        port = ports[_next_port[0] % len(ports)]
+        _next_port[0] += _STRIDE
         if ports_free(port, host):
             return port
     raise RuntimeError("no free port")
+
+
 VOICEGATE = [sys.executable, "-m", "voicegate"]
 
 

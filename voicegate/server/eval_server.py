@@ -103,7 +103,7 @@ class EvalServer:
         with self.log.open("wb") as out:
             self.process = subprocess.Popen([sys.executable, "-m", "voicegate", "--config", str(path), "serve"],
                                             stdout=out, stderr=subprocess.STDOUT, env=env,
-                                            cwd=Path(__file__).resolve().parents[1], start_new_session=True)
+                                            cwd=Path(__file__).resolve().parents[2], start_new_session=True)
 
     def ready(self) -> bool:
         """True once the banner is out; RuntimeError (with the log's tail) when the server died or hung."""

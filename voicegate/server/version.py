@@ -34,10 +34,10 @@ def package_version() -> str:
 def checkout_root() -> Path | None:
     """The voicegate checkout this code runs from, or None for an installed package.
 
-    Only the directory right above `server/` counts: a wheel installed into a virtualenv that happens to
+    Only the directory right above `voicegate/` counts: a wheel installed into a virtualenv that happens to
     live inside some other git repository must not report that repository's revision.
     """
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     return root if (root / ".git").exists() and (root / "pyproject.toml").is_file() else None
 
 
