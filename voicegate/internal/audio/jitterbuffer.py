@@ -114,10 +114,6 @@ class JitterBuffer:
         return min(self._packets(JITTER_FACTOR * self._jitter_ms), self.max_depth)
 
     @property
-    def target_ms(self) -> float:
-        return self.target_depth * self._packet_ms
-
-    @property
     def depth(self) -> int:
         """Packets (slots) of delay currently buffered, holes included."""
         return 0 if self._next is None else max(self._highest - self._next + 1, 0)

@@ -7,8 +7,8 @@ When the caller interrupts, the agent's entry records only the words the caller 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
 
 from voicegate.internal.conversation.text import clean
 
@@ -22,9 +22,6 @@ class TranscriptEntry:
     at: float  # wall-clock seconds since the epoch
     interrupted: bool = False
     intended: str = ""  # for an interrupted agent entry: the whole reply it meant to say
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class TranscriptLog:
@@ -44,9 +41,6 @@ class TranscriptLog:
 
     def since(self, index: int) -> list[TranscriptEntry]:
         return self._entries[index:]
-
-    def to_json(self) -> list[dict[str, Any]]:
-        return [entry.to_dict() for entry in self._entries]
 
     def user_turns(self) -> int:
         return sum(1 for entry in self._entries if entry.role == "user")
