@@ -1,4 +1,4 @@
-"""Fit the phone-band end-of-turn head (internal/turn/phone_turn_weights.json) on turns generated here.
+"""Fit the phone-band end-of-turn head (internal/stt/phone_turn_weights.json) on turns generated here.
 
     .venv/bin/python -m scripts.train_phone_turn [--out PATH] [--jobs 2] [--no-eval] [--eval-lines piper/none/120,...]
 
@@ -16,7 +16,7 @@ Opus at 24 kbit/s (WebRTC). Every end of utterance the pipeline's VAD finds (ben
 VAD offset of 120 or 200 ms) is one example: label 1 where the turn really ended, 0 where the speaker went
 on. Its features are Whisper tiny.en's encoder states for the turn's audio so far, exactly as the
 recogniser's decode computes them (speech-only audio, the short window), pooled by
-internal/turn/phone_turn.py.
+internal/stt/phone_turn.py.
 
 A logistic regression (standardised features, L2 penalty, classes weighted equally, Newton's method) is
 fitted in numpy for each penalty of L2_GRID (their 5-fold cross-validated AUC, grouped by sentence, is
@@ -29,7 +29,7 @@ shipped head wins, nothing is written. Otherwise it writes the candidate's weigh
 its fit to --out (not the shipped file) and prints its SHA-256. The HELD-OUT human split is never heard
 here: a candidate is measured by the pipeline benchmark (bench/turns/turn_taking.py pipeline --lines human-heldout/...,
 piper/..., espeak/... --barge) against the shipped head, and only replaces internal/turn/
-phone_turn_weights.json (with WEIGHTS_SHA256 pinned in internal/turn/phone_turn.py) when no caller-facing
+phone_turn_weights.json (with WEIGHTS_SHA256 pinned in internal/stt/phone_turn.py) when no caller-facing
 figure gets worse. docs/performance.md, "Real callers", has the last candidates' figures.
 
 Then, unless --no-eval, it reports on the benchmark's held-out EVAL dialogues (bench/turns/turn_taking.py's sets:
@@ -79,7 +79,7 @@ from bench.turns.cases import (
     render,
 )
 from scripts.train_turn_fusion import training_marks
-from voicegate.internal.turn.phone_turn import POOL_SPANS, SAMPLES_PER_STATE, pool_states, weights_path
+from voicegate.internal.stt.phone_turn import POOL_SPANS, SAMPLES_PER_STATE, pool_states, weights_path
 
 CACHE = Path("/tmp/phone-turn-cache")
 SEED = 40
@@ -668,7 +668,7 @@ FIRST_HEAD_SHA256 = "4f1bdf594dbb9b708a09190c41c1a8320686cb0e7147242525556c0c2b4
 def blended(first: Any, second: Any) -> Any:
     """One head whose logit is the mean of the two heads' logits (both are linear in the pooled states, so
     the mean is one standardisation, one weight vector and one bias: the second head's standardisation)."""
-    from voicegate.internal.turn.phone_turn import PhoneTurnHead
+    from voicegate.internal.stt.phone_turn import PhoneTurnHead
 
     weights = 0.5 * second.weights + 0.5 * first.weights * second.scale / first.scale
     bias = 0.5 * second.bias + 0.5 * (first.bias + float((second.mean - first.mean) / first.scale @ first.weights))
@@ -730,7 +730,7 @@ def main() -> int:
     fits = {l2: fit_logistic((x - mean) / scale, y, l2) for l2 in L2_GRID}
 
     # Chosen on real people: each penalty's head, and the head shipped now, on the human dev split.
-    from voicegate.internal.turn.phone_turn import PhoneTurnHead, load_head, shared_head
+    from voicegate.internal.stt.phone_turn import PhoneTurnHead, load_head, shared_head
 
     dev = {noise: human_dev_states(noise, models) for noise in DEV_LINES}
     first = load_head(FIRST_HEAD, FIRST_HEAD_SHA256)
@@ -785,11 +785,11 @@ def main() -> int:
     path.write_text(json.dumps(document) + "\n")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     print(f"\nwrote {path} (SHA-256 {digest}): measure it on the held-out pipeline bench before it replaces "
-          f"{weights_path()} and WEIGHTS_SHA256 in internal/turn/phone_turn.py")
+          f"{weights_path()} and WEIGHTS_SHA256 in internal/stt/phone_turn.py")
     if args.no_eval:
         return 0
 
-    from voicegate.internal.turn.phone_turn import load_head
+    from voicegate.internal.stt.phone_turn import load_head
 
     head = load_head(path, digest)
     report: dict[str, Any] = {"fit": fit, "lines": {}}

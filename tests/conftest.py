@@ -151,7 +151,7 @@ async def whisper(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Whi
 def tone_driven(config: Any) -> Any:
     """Pin the energy VAD and the text rules: for tests whose caller is a tone or espeak-ng and whose
     checks time the silence rules. A tone is not a voice to Silero, and Smart Turn was not made for
-    espeak-ng's monotone; the defaults are tested on a neural voice (tests/pipeline/test_turn_taking.py,
+    espeak-ng's monotone; the defaults are tested on a neural voice (tests/turn/test_turn_taking.py,
     tests/sip_calls/test_whisper_calls.py, tests/test_talk.py)."""
     config.pipeline.vad = "energy"
     config.pipeline.end_of_turn = "off"

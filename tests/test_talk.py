@@ -59,7 +59,7 @@ def test_the_talk_example_in_the_docs_runs_as_written(tmp_path: Path) -> None:
 
 def test_a_one_second_pause_inside_a_phone_number_is_one_turn(tmp_path: Path) -> None:
     """The end-of-turn model hears that "my phone number is five five five ..." goes on."""
-    from tests.pipeline.test_turn_models import fragment_before_comma
+    from tests.turn.test_turn_models import fragment_before_comma
 
     (number,) = neural(["My phone number is five five five, one two three, four five six seven."], 16000)
     first = fragment_before_comma(number)

@@ -19,7 +19,7 @@ from scripts.train_phone_turn import (
     warped_vocal_tract,
 )
 from tests.human_speech import clip
-from voicegate.internal.turn.phone_turn import load_head, shared_head
+from voicegate.internal.stt.phone_turn import load_head, shared_head
 
 
 def centroid_hz(pcm: bytes) -> float:

@@ -156,7 +156,7 @@ def answers(splits: list[str]) -> list[Answer]:
 
 def utterances(pcm: bytes) -> list[tuple[int, int]]:
     """(start ms, end ms) of each utterance, as an energy VAD with a 300 ms offset cuts them."""
-    from voicegate.internal.pipeline.vad import AdaptiveEnergyClassifier
+    from voicegate.internal.turn.vad import AdaptiveEnergyClassifier
 
     energy = AdaptiveEnergyClassifier(9.0)
     found: list[tuple[int, int]] = []

@@ -28,8 +28,8 @@ from bench.common.figures import table
 from bench.turns.signals import DecisionPoint, DialogueSignals
 from bench.turns.sweep import decision_ready_ms, text_ready_ms
 from voicegate.internal.config.sections import PipelineConfig
+from voicegate.internal.stt.phone_turn import shared_head
 from voicegate.internal.turn.fusion import NOT_ASKED, cleanness, shared_fusion
-from voicegate.internal.turn.phone_turn import shared_head
 from voicegate.internal.turn.policy import verdict_threshold
 from voicegate.internal.turn.text_cues import says_it_goes_on
 

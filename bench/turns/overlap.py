@@ -7,7 +7,7 @@ again), and does a real interruption, a short question above all, stop it and ge
 Each case is one call through the real pipeline on a 20 ms clock (Silero VAD, Whisper tiny.en, the turn
 owner; a stub agent that reads a long answer, spoken by espeak-ng): the caller asks a question, and once
 the agent has talked for 1 to 3 s the caller makes a sound over it. Four sets, none of whose phrasings is
-in the tests (tests/pipeline/test_overlap.py, tests/sip_calls, tests/webrtc):
+in the tests (tests/turn/test_overlap.py, tests/sip_calls, tests/webrtc):
 
 - backchannel: 10 acknowledgements at 5 moments (50), Piper and espeak-ng voices in turn;
 - non_speech: 6 synthesised sounds (a coughing fit, a laugh, knocks on a door, a door slammed, a breath,

@@ -95,16 +95,16 @@ def extract(dialogue: Dialogue, rate: int, noise: str, seed: int, offset_ms: int
     """Replay one dialogue through the VAD and record both signals at each end of utterance. `noise_gate`:
     Silero behind the noise-aware level gate (pipeline.vad_noise_gate, the default), else the plain one."""
     from voicegate.internal.audio.frame import frame_bytes
-    from voicegate.internal.pipeline.vad import (
+    from voicegate.internal.stt.whisper_decode import to_model_audio
+    from voicegate.internal.turn.silero import SileroClassifier
+    from voicegate.internal.turn.smart_turn import without_long_pauses
+    from voicegate.internal.turn.vad import (
         AdaptiveEnergyClassifier,
         NoiseAwareGate,
         VadEvent,
         VadProfile,
         VoiceActivityDetector,
     )
-    from voicegate.internal.stt.whisper_decode import to_model_audio
-    from voicegate.internal.turn.silero import SileroClassifier
-    from voicegate.internal.turn.smart_turn import without_long_pauses
 
     audio = dialogue.audio(rate, noise, seed)
     size = frame_bytes(rate)

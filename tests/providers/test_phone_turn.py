@@ -19,11 +19,7 @@ import pytest
 from bench.turns.cases import channel
 from voicegate.internal.audio.resample import resample
 from voicegate.internal.config.providers import WhisperConfig
-from voicegate.internal.stt.whisper import decode_settings
-from voicegate.internal.stt.whisper_decode import WhisperDecoder, to_model_audio, window_frames
-from voicegate.internal.stt.whisper_models import resolve_model
-from voicegate.internal.tts.espeak import parse_wav_header
-from voicegate.internal.turn.phone_turn import (
+from voicegate.internal.stt.phone_turn import (
     POOL_SPANS,
     WEIGHTS_SHA256,
     PhoneTurnWeightsError,
@@ -33,6 +29,10 @@ from voicegate.internal.turn.phone_turn import (
     shared_head,
     weights_path,
 )
+from voicegate.internal.stt.whisper import decode_settings
+from voicegate.internal.stt.whisper_decode import WhisperDecoder, to_model_audio, window_frames
+from voicegate.internal.stt.whisper_models import resolve_model
+from voicegate.internal.tts.espeak import parse_wav_header
 
 # "|": where the caller pauses. None of these is in scripts/train_phone_turn.py's training sentences.
 SENTENCES = [

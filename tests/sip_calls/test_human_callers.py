@@ -17,10 +17,10 @@ from bench.common.noises import active_level_db
 from bench.turns.cases import channel, quietest_near
 from bench.turns.human import room_tone
 from tests.human_speech import clip
-from tests.pipeline.test_noise_gate import babble
 from tests.sip_calls.conftest import ServerFactory, caller_bye, render, run_sipp, stream
 from tests.sip_calls.test_whisper_calls import defaults_config, turn_outcomes
 from tests.speech import silence
+from tests.turn.test_noise_gate import babble
 from voicegate.internal.audio.g711 import ulaw_encode
 from voicegate.internal.audio.resample import resample
 from voicegate.internal.stt.whisper import WhisperSpeechToText

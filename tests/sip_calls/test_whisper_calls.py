@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.models import RecordingModel
-from tests.pipeline.test_turn_models import fragment_before_comma
 from tests.sip_calls.conftest import (
     RtpCapture,
     ServerFactory,
@@ -25,6 +24,7 @@ from tests.sip_calls.conftest import (
     stream,
 )
 from tests.speech import cough, neural, silence
+from tests.turn.test_turn_models import fragment_before_comma
 from voicegate.internal.audio.g711 import ulaw_encode
 from voicegate.internal.config import Config
 from voicegate.internal.config.sections import PipelineConfig

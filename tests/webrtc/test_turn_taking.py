@@ -15,8 +15,8 @@ import pytest
 import pytest_asyncio
 
 from tests.fakes.models import RecordingModel
-from tests.pipeline.test_turn_models import fragment_before_comma
 from tests.speech import neural, silence, write_wav
+from tests.turn.test_turn_models import fragment_before_comma
 from tests.webrtc.harness import WhipClient, live_server, webrtc_config
 from voicegate.internal.config.providers import WhisperConfig
 from voicegate.internal.stt.whisper import WhisperSpeechToText

@@ -341,7 +341,7 @@ class PipelineConfig(Section):
     vad: Literal["energy", "webrtc", "silero"] = "silero"
     vad_threshold_db: float = Field(9.0, gt=0)
     vad_silero_threshold: float = Field(0.5, gt=0, lt=1)
-    # silero: the level gate follows the line's noise (internal/pipeline/vad.py NoiseAwareGate); false:
+    # silero: the level gate follows the line's noise (internal/turn/vad.py NoiseAwareGate); false:
     # every frame must stand vad_threshold_db over the floor (the gate before issue 30).
     vad_noise_gate: bool = True
     end_of_turn: Literal["off", "smart_turn"] = "smart_turn"

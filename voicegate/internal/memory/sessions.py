@@ -67,8 +67,8 @@ from voicegate.internal.memory.provider import (
 )
 from voicegate.internal.memory.runtime import UNKNOWN_EPOCH, CallerErased, FrontendMemoryRuntime
 from voicegate.internal.memory.tasks import CallTasks, LedgerWriter
-from voicegate.internal.pipeline.vad import VadEvent
 from voicegate.internal.session.session import Session
+from voicegate.internal.turn.vad import VadEvent
 
 log = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from voicegate.internal.pipeline.playout import Playout
 from voicegate.internal.pipeline.record import record_caller
 from voicegate.internal.pipeline.responder import APOLOGY, Responder
 from voicegate.internal.pipeline.services import PipelineServices
-from voicegate.internal.pipeline.vad import VadEvent, VadProfile
 from voicegate.internal.stt.base import SttStream, Transcript
 from voicegate.internal.turn.owner import TurnOwner, TurnSettings
+from voicegate.internal.turn.vad import VadEvent, VadProfile
 
 log = logging.getLogger(__name__)
 

@@ -17,18 +17,10 @@ from voicegate.internal.devices import onnx_available_providers, onnx_device, on
 from voicegate.internal.events import EventSink
 from voicegate.internal.llm.base import ChatModel
 from voicegate.internal.pipeline.context import BUILTIN_PROMPT, ContextLayers, goal_note, load_text
-from voicegate.internal.pipeline.vad import (
-    AdaptiveEnergyClassifier,
-    FrameClassifier,
-    NoiseAwareGate,
-    VadEvent,
-    VadProfile,
-    VoiceActivityDetector,
-    WebRtcClassifier,
-)
 from voicegate.internal.stt.base import SpeechToText
 from voicegate.internal.tools.registry import ToolRegistry
 from voicegate.internal.tts.base import TextToSpeech
+from voicegate.internal.turn.vad import VadEvent, VadProfile, VoiceActivityDetector, build_vad
 from voicegate.internal.turn.weights import TurnModelError
 
 if TYPE_CHECKING:
@@ -206,18 +198,7 @@ class PipelineServices:
         return RnnoiseDenoiser(sample_rate)
 
     def make_vad(self, sample_rate: int, profile: VadProfile) -> VoiceActivityDetector:
-        classifier: FrameClassifier
-        energy = AdaptiveEnergyClassifier(self.config.vad_threshold_db)
-        meter: AdaptiveEnergyClassifier | NoiseAwareGate = energy
-        if self.config.vad == "silero" and self.silero is not None:
-            from voicegate.internal.turn.silero import SileroClassifier
-
-            if self.config.vad_noise_gate:  # the level gate that follows the line's noise (vad.py)
-                meter = NoiseAwareGate(energy)
-            classifier = SileroClassifier(sample_rate, self.silero, self.config.vad_silero_threshold, gate=meter)
-        elif self.config.vad == "webrtc":
-            classifier = WebRtcClassifier(sample_rate)
-            meter = classifier.energy
-        else:
-            classifier = meter
-        return VoiceActivityDetector(classifier, profile, meter)
+        config = self.config
+        silero = self.silero if config.vad == "silero" else None
+        return build_vad(config.vad, sample_rate, profile, threshold_db=config.vad_threshold_db, silero=silero,
+                         silero_threshold=config.vad_silero_threshold, noise_gate=config.vad_noise_gate)

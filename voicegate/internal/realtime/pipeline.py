@@ -22,11 +22,11 @@ from voicegate.internal.conversation.text import clean
 from voicegate.internal.pipeline.capture import CallerInput
 from voicegate.internal.pipeline.events import DtmfEvent, TranscriptEvent
 from voicegate.internal.pipeline.pipeline import VoicePipeline
-from voicegate.internal.pipeline.vad import VadEvent
 from voicegate.internal.realtime import protocol
 from voicegate.internal.realtime.audio import heard_ms
 from voicegate.internal.realtime.link import ModelLink
 from voicegate.internal.realtime.replies import Ask, CallerTurn, cancel_after_truncate
+from voicegate.internal.turn.vad import VadEvent
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ class Transcript:
     # withdrawn before it ran): nothing to say or do for it, the next final follows.
     superseded: bool = False
     # P(the caller's turn is finished) from the recogniser's own end-of-turn head (Whisper's phone-band
-    # head on its encoder states, internal/turn/phone_turn.py), for the audio this final heard. None: none.
+    # head on its encoder states, internal/stt/phone_turn.py), for the audio this final heard. None: none.
     end_of_turn: float | None = None
     evidence: SpeechEvidence | None = None  # the decode's own scores, when the engine gives them
 

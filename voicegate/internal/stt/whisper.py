@@ -18,6 +18,7 @@ from voicegate.internal.config.providers import WhisperConfig
 from voicegate.internal.config.sizing import worker_count
 from voicegate.internal.devices import cuda_devices_ctranslate2, whisper_device
 from voicegate.internal.stt.base import SpeechEvidence
+from voicegate.internal.stt.phone_turn import HEAD_MODEL
 from voicegate.internal.stt.whisper_decode import (
     MODEL_RATE,
     Decoded,
@@ -30,7 +31,6 @@ from voicegate.internal.stt.whisper_decode import (
 from voicegate.internal.stt.whisper_models import ResolvedModel, resolve_model
 from voicegate.internal.stt.workers import DecoderPool, UtteranceStream
 from voicegate.internal.telemetry.queues import WorkQueue
-from voicegate.internal.turn.phone_turn import HEAD_MODEL
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from voicegate.internal.audio.line_noise import estimate_snr_db
 from voicegate.internal.stt.workers import watch_parent
 
 if TYPE_CHECKING:
-    from voicegate.internal.turn.phone_turn import PhoneTurnHead
+    from voicegate.internal.stt.phone_turn import PhoneTurnHead
 
 MODEL_RATE = 16000
 FRAMES_PER_S = 100  # Whisper's features: one frame per 10 ms
@@ -79,7 +79,7 @@ class Decoded:
     window_frames: int
     retried: bool = False
     snr_db: float | None = None  # the utterance's estimated SNR (None: not measured)
-    # P(the caller's turn is finished) from the phone-band end-of-turn head (internal/turn/phone_turn.py) on
+    # P(the caller's turn is finished) from the phone-band end-of-turn head (internal/stt/phone_turn.py) on
     # this decode's own encoder states: the turn's audio as heard so far. None: not computed (no speech).
     end_of_turn: float | None = None
 
@@ -154,7 +154,7 @@ class WhisperDecoder:
         self.prompt = self.prompt_for("")
         self.turn_head: PhoneTurnHead | None = None
         if settings.end_of_turn_head:  # a missing or changed weights file is refused here, with its reason
-            from voicegate.internal.turn.phone_turn import shared_head
+            from voicegate.internal.stt.phone_turn import shared_head
 
             self.turn_head = shared_head()
 
@@ -217,8 +217,8 @@ class WhisperDecoder:
 
     def end_of_turn(self, encoded: Any, audios: list[np.ndarray]) -> list[float | None]:
         """The phone-band head's P(turn finished) for each utterance, from states the decode computed anyway:
-        pooled over the end of the speech (internal/turn/phone_turn.py), a few microseconds each."""
-        from voicegate.internal.turn.phone_turn import POOL_SPANS, pool_states
+        pooled over the end of the speech (internal/stt/phone_turn.py), a few microseconds each."""
+        from voicegate.internal.stt.phone_turn import POOL_SPANS, pool_states
 
         head = self.turn_head
         if head is None:

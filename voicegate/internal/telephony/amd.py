@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from voicegate.internal.audio.frame import FRAME_MS
-from voicegate.internal.pipeline.vad import AdaptiveEnergyClassifier
 from voicegate.internal.telephony.beep import Beep, BeepDetector
+from voicegate.internal.turn.vad import AdaptiveEnergyClassifier
 
 AmdResult = Literal["human", "machine", "unknown"]
 AmdReason = Literal["beep", "words", "long greeting", "short greeting", "silence", "undecided"]

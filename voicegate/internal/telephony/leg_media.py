@@ -20,7 +20,7 @@ import numpy as np
 
 from voicegate.internal.audio.frame import FRAME_MS, frame_bytes
 from voicegate.internal.audio.resample import resample
-from voicegate.internal.pipeline.vad import AdaptiveEnergyClassifier
+from voicegate.internal.turn.vad import AdaptiveEnergyClassifier
 
 BRIDGE_DEPTH_FRAMES = 5  # at most 100 ms of one leg's audio waits for the other
 CHIME_PERIOD_S = 4.0

@@ -1,9 +1,11 @@
-"""Voice activity detection: is the caller speaking in this 20 ms frame?
+"""Voice activity detection: is the caller speaking in this 20 ms frame? (The VAD's one home: the frame
+classifiers here and Silero's in silero.py, and `build_vad`, which puts a call's detector together.)
 
 The energy detector tracks each call's own noise floor, because a fixed threshold that works on a
 quiet headset fails on a car phone. Speech is a frame louder than the floor by `threshold_db`;
 an utterance starts after `onset` speech frames and ends after `offset` quiet frames. While the
-agent is speaking, the pipeline switches to a faster onset profile so barge-in feels immediate.
+agent is speaking, a faster onset profile makes barge-in feel immediate (internal/turn/bargein.py's
+`vad_profile` says which; the pipeline applies it).
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ import math
 from collections import deque
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from voicegate.internal.audio.c_audioop import load_audioop
+
+if TYPE_CHECKING:
+    from voicegate.internal.turn.silero import SileroModel
 
 FRAME_MS = 20
 # Below this level a frame is silence whatever the floor says (digital silence, comfort noise).
@@ -333,3 +338,25 @@ class VoiceActivityDetector:
     def pending_onset_frames(self) -> int:
         """How many speech frames have been seen toward an onset (for pre-roll sizing)."""
         return 0 if self.speaking else self._run
+
+
+def build_vad(kind: str, sample_rate: int, profile: VadProfile, *, threshold_db: float,
+              silero: SileroModel | None = None, silero_threshold: float = 0.5,
+              noise_gate: bool = True) -> VoiceActivityDetector:
+    """A call's detector for `pipeline.vad` (`kind`: silero, webrtc or energy). Silero runs only when its
+    shared model was loaded; without it the energy classifier decides (as /health reports)."""
+    energy = AdaptiveEnergyClassifier(threshold_db)
+    meter: AdaptiveEnergyClassifier | NoiseAwareGate = energy
+    classifier: FrameClassifier
+    if kind == "silero" and silero is not None:
+        from voicegate.internal.turn.silero import SileroClassifier
+
+        if noise_gate:  # the level gate that follows the line's noise
+            meter = NoiseAwareGate(energy)
+        classifier = SileroClassifier(sample_rate, silero, silero_threshold, gate=meter)
+    elif kind == "webrtc":
+        classifier = WebRtcClassifier(sample_rate)
+        meter = classifier.energy
+    else:
+        classifier = meter
+    return VoiceActivityDetector(classifier, profile, meter)

@@ -18,14 +18,14 @@ from tests.speech import neural, silence
 from voicegate.internal.audio.frame import frame_bytes
 from voicegate.internal.config import load_config
 from voicegate.internal.pipeline.services import PipelineServices
-from voicegate.internal.pipeline.vad import (
+from voicegate.internal.turn.silero import SileroClassifier, shared_silero
+from voicegate.internal.turn.vad import (
     AdaptiveEnergyClassifier,
     NoiseAwareGate,
     VadEvent,
     VadProfile,
     VoiceActivityDetector,
 )
-from voicegate.internal.turn.silero import SileroClassifier, shared_silero
 
 pytestmark = pytest.mark.slow
 SENTENCE = "Could you please check whether my parcel has been sent?"

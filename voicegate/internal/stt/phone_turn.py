@@ -96,7 +96,7 @@ def parse_weights(data: dict[str, object]) -> PhoneTurnHead:
 
 
 def weights_path() -> Path:
-    return Path(str(resources.files("voicegate.internal.turn").joinpath(WEIGHTS_FILE)))
+    return Path(str(resources.files("voicegate.internal.stt").joinpath(WEIGHTS_FILE)))
 
 
 def load_head(path: Path, expected_sha256: str = WEIGHTS_SHA256) -> PhoneTurnHead:

@@ -7,8 +7,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from tests.pipeline.test_turn_policy import Line, Replies
 from tests.speech import telephone
+from tests.turn.test_turn_policy import Line, Replies
 from voicegate.internal.pipeline.playout import Playout
 from voicegate.internal.stt.base import SpeechEvidence, Transcript
 from voicegate.internal.turn.bargein import Overlap, OverlapKind, classify_overlap, is_question, made_up_phrase

@@ -15,8 +15,8 @@ import pytest
 
 from tests.fakes.models import RecordingModel
 from tests.pipeline.conftest import PipelineFactory
-from tests.pipeline.test_turn_models import fragment_before_comma, phone
 from tests.speech import neural, neural_telephone, silence, telephone
+from tests.turn.test_turn_models import fragment_before_comma, phone
 from voicegate.internal.pipeline.events import ReleaseEvent, ResponseEvent, TimingEvent, TranscriptEvent
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.internal.stt.whisper import WhisperSpeechToText
