@@ -2,11 +2,14 @@
 
 An event is a small typed pydantic model with a JSON `type` and a timestamp; each package declares its
 own beside its code (internal/pipeline/events.py: transcript, response, state, timing, turn, release,
-connection, dtmf; internal/telephony/events.py: digits, amd, voicemail, transfer;
-internal/recording/events.py: recording; internal/memory/events.py: memory.changed). WebRTC sends them
-on the DataChannel `events`; the control-plane WebSocket sends the owner's `memory.changed`; SIP calls
-hand them to the server's event sink (logs, metrics). docs/protocol.md is the wire format. Events never
-carry memory content or an owner id.
+connection, dtmf; internal/pipeline/idle.py: idle; internal/pipeline/thinking.py: thinking;
+internal/turn/events.py: overlap; internal/telephony/events.py: digits, amd, voicemail, transfer;
+internal/telephony/navigation.py: menu; internal/recording/events.py: recording;
+internal/memory/events.py: memory.changed). WebRTC sends them on the DataChannel `events`; the
+control-plane WebSocket sends the owner's `memory.changed`; a SIP call's sink is its log
+(internal/sip/voice/call.py, CallLog). With `server.call_events` on, the gateway also copies each call's
+events into the call feed (server/call_feed.py). docs/protocol.md is the wire format. Events never carry
+memory content or an owner id.
 
 This module imports nothing of the project, so every package that emits or carries events can use it.
 """
@@ -35,7 +38,7 @@ class NullSink:
 
 
 class CollectingSink:
-    """Keeps every event; for `voicegate talk` and tests."""
+    """Keeps every event, for tests to read back (`voicegate talk` prints them instead: server/talk.py)."""
 
     def __init__(self) -> None:
         self.events: list[Event] = []
@@ -48,7 +51,7 @@ class CollectingSink:
 
 
 class FanoutSink:
-    """Delivers to several sinks (e.g. the DataChannel and the server log)."""
+    """Delivers to several sinks (the gateway: the call's own sink and the call feed)."""
 
     def __init__(self, *sinks: EventSink) -> None:
         self.sinks = list(sinks)
