@@ -68,7 +68,7 @@ RECURSIVE = ("make test", "make soak", "pytest")
 
 # Servers: started in the background, used, then stopped with Ctrl-C (SIGINT to the process group).
 # `make serve CONFIG=my.toml` is expected to work: the Makefile passes `serve --config`, which the CLI
-# accepts once issue 18's --config rework lands; until then this block fails, saying so.
+# accepts before or after the command (server/cli.py).
 SERVERS = ("make serve", ".venv/bin/voicegate config init my.toml")
 # Blocks that talk to the server (curl, a SIP call): they run while the first server of their document runs.
 WHILE_SERVING = ("curl -s localhost:8080/health", "sipp -sn uac")

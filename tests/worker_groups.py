@@ -25,8 +25,8 @@ def keep_groups_together(config: pytest.Config, items: list[pytest.Item]) -> Non
     """Hand xdist's loadgroup scheduler each test's group, as "@group" at the end of its node id (how xdist
     reads it); run from pytest_collection_modifyitems, after xdist's own. pytest-xdist 3.8 writes that suffix
     into `item._nodeid`, which pytest 9.2 no longer reads (it keeps a structured `item._id`): there every
-    group was silently spread over both workers (pytest-xdist issue 1386), and each worker started the
-    evals' servers and built the wheel again."""
+    group was silently spread over both workers (github.com/pytest-dev/pytest-xdist/issues/1386), and each
+    worker started the evals' servers and built the wheel again."""
     if not getattr(config.option, "loadgroup", False):  # set on xdist's workers under --dist loadgroup
         return
     for item in items:

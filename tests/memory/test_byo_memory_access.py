@@ -1,4 +1,4 @@
-"""A bring-your-own agent can read and edit the memory of the phone caller it is answering (issue 42):
+"""A bring-your-own agent can read and edit the memory of the phone caller it is answering:
 each verified call's agent requests carry `memory_access`, a capability GET/PATCH /api/memory accept in
 X-Voicegate-Call-Token, bound to that call's caller and valid only while the call lives."""
 

@@ -1,4 +1,4 @@
-"""A fact removed while a call of its caller is live stays removed, whoever removed it (issue 42).
+"""A fact removed while a call of its caller is live stays removed, whoever removed it.
 
 The call's hang-up writers (its digest line, its session digest, reconciliation) were told only of what
 the call's own memory tool removed. Now each call keeps the fact lines it saw, and every hang-up step
@@ -52,7 +52,7 @@ def test_a_fact_the_call_saw_that_is_gone_is_not_to_be_restated() -> None:
 
 
 def test_a_call_line_the_call_saw_that_is_gone_is_not_to_be_restated_either() -> None:
-    """Issue 51: an operator removes the "Recent calls" line that mentions the caller's plan; the call's
+    """An operator removes the "Recent calls" line that mentions the caller's plan; the call's
     hang-up must not say it again. Its date is when, not what: other dates are not forgotten."""
     gold = "- 2026-12-01: the caller said \u201cI'm on the gold plan\u201d"
     seen = ["- The caller's name is Alice.", gold, "- 2026-11-20: the caller asked about opening hours"]
@@ -63,7 +63,7 @@ def test_a_call_line_the_call_saw_that_is_gone_is_not_to_be_restated_either() ->
 
 
 def test_a_summary_that_echoes_the_script_is_no_digest_line() -> None:
-    """Issue 51: a model that echoes "Agent: ... Caller: ..." wrote no summary; the caller's own words,
+    """A model that echoes "Agent: ... Caller: ..." wrote no summary; the caller's own words,
     quoted and labelled, stand in for it, never the agent's."""
     assert not usable_summary("The caller said: Agent: Hello, this is your assistant. Caller: I'm on the gold plan.")
     assert not usable_summary("Caller: hi\nAgent: hello")

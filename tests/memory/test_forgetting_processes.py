@@ -1,4 +1,4 @@
-"""A fact deleted on one node while its caller's call is live on another stays deleted (issue 42): two
+"""A fact deleted on one node while its caller's call is live on another stays deleted: two
 real `voicegate serve` processes on one PostgreSQL, a real WebRTC call (aiortc, WHIP, typed turns on the
 DataChannel) on node A, the delete through node B's PATCH /api/memory, the hang-up on A with every
 hang-up writer on (digest line, reconciliation, session digest, each with a model that would say it
@@ -81,7 +81,7 @@ async def _no_calls(node: VoicegateNode) -> bool:
 
 
 
-# ---- issue 51, item 1: a call line removed with the CLI during a call -------------------------------
+# ---- a call line removed with the CLI during a call ------------------------------------------------
 
 PLAN = "gold"  # what the caller's earlier call said, and says again
 

@@ -1,4 +1,4 @@
-"""Stated preferences are not lost (issue 42, seeds 000 and 004): when the call's model does not use the
+"""Stated preferences are not lost (seeds 000 and 004): when the call's model does not use the
 memory tool, reconciliation may recover a form of address or reply preference the caller explicitly
 stated ("call yourself Skiff from now on" included) into the `user` document, with the caller's words as
 evidence; never one it inferred, never a request limited to now, never the assistant profile."""
@@ -55,7 +55,7 @@ def test_a_user_edit_needs_its_quote_and_one_short_line() -> None:
     assert valid_edits(proposal) == [proposal["edits"][2]]  # no transcript, no evidence: no preference
 
 
-# Issue 51: what reconciliation accepted as a stated preference and must not.
+# What reconciliation once accepted as a stated preference and must not.
 MIXED = ("Caller: please don't call me Bob, it's Robert\n"
          "Agent: Sorry Robert.\n"
          "Caller: and call me back tomorrow about the order\n"

@@ -1,4 +1,4 @@
-"""The memory switches an operator can turn on, each run for real (issue 42): `injection = "retrieval"`,
+"""The memory switches an operator can turn on, each run for real: `injection = "retrieval"`,
 `read` with a query (the tool, and pgvector's `query()`), `auto = false`, `memory.changed` after tool,
 hang-up digest and reconciliation writes, the instruction order in a conversation, the 50-character gist.
 PostgreSQL with pgvector is real (pgserver), the embeddings are WordLlama's, the model is the fake

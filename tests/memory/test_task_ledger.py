@@ -1,4 +1,4 @@
-"""The task ledger (issue 42, seed 004): a session digest keeps what was dispatched, the status is read
+"""The task ledger (seed 004): a session digest keeps what was dispatched, the status is read
 live from the ledger when the caller asks; finished entries are kept `task_terminal_days`, then the
 work is reported as dispatched without a status; bounded per caller, erased and exported with the
 caller, never a tool's arguments or result."""

@@ -166,7 +166,7 @@ async def test_send_dtmf_on_an_answered_call_needs_the_explicit_switch(
     assert [d for p in capture.packets((101,)) for d in receiver.feed(p)] == ["2"]
 
 
-# Issue 52 item 4: the far end of a call voicegate placed is untrusted too (internal/telephony/key_policy.py).
+# The far end of a call voicegate placed is untrusted too (internal/telephony/key_policy.py).
 REFUSED = "I cannot press those keys."
 
 

@@ -1,4 +1,4 @@
-"""A hostile phone menu on a call voicegate placed (issue 52 item 4): the far end names the keys, so a
+"""A hostile phone menu on a call voicegate placed: the far end names the keys, so a
 menu that walks the navigator toward "##900123" (a blind transfer with a PBX's feature codes on) gets
 only what the key policy allows: one '#' where it asked for it, never two in a row, and no walk past it.
 Whisper hears the menu server's Piper prompts over SIP on loopback, as in test_menus.py."""

@@ -178,7 +178,7 @@ async def test_voicegate_call_with_a_goal_reaches_billing_through_two_menus_with
         await ivr.stop()
 
 
-# Issue 52: the last option's key in another language, which Whisper writes as no key. Read as one menu
+# The last option's key in another language, which Whisper writes as no key. Read as one menu
 # ("labels after the keys", from the "For technical support ..." after the last key) every label moved onto
 # the key before it, and "billing" was pressed as 1.
 SLIPPED_MAIN = ("Thank you for calling Northwind Energy. For sales, press 1. For billing, press 2. "

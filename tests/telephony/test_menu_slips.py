@@ -1,4 +1,4 @@
-"""Reading a menu that the recogniser got partly wrong (issue 52): one unreadable clause costs its own
+"""Reading a menu that the recogniser got partly wrong: one unreadable clause costs its own
 option and no other, a menu heard twice is read from both hearings, and a prompt in another language is
 not read as English options."""
 

@@ -1,4 +1,4 @@
-"""The opaque caller id an MCP server sees (issue 51, L1): made from the owner-key secret under a label of
+"""The opaque caller id an MCP server sees: made from the owner-key secret under a label of
 its own, never from the owner key, which memory tables, recording sidecars and exports hold in clear. So
 whoever holds an export cannot compute the id every tool server sees; the id stays the same for a caller
 across calls and across nodes that share the secret, and differs between callers. Real SDK server
@@ -65,7 +65,7 @@ def from_owner_key_alone(owner: str, server: str) -> set[str]:
     obvious variants of it."""
     key, name = owner.encode(), server.encode()
     return {digest[:32] for digest in (
-        hmac.new(key, b"voicegate mcp caller v1:" + name, hashlib.sha256).hexdigest(),  # the id before issue 51
+        hmac.new(key, b"voicegate mcp caller v1:" + name, hashlib.sha256).hexdigest(),  # the old id, from the owner key
         hmac.new(key, b"voicegate mcp caller id v1:" + name, hashlib.sha256).hexdigest(),
         hmac.new(key, name, hashlib.sha256).hexdigest(),
         hmac.new(name, key, hashlib.sha256).hexdigest(),

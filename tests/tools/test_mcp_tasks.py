@@ -1,4 +1,4 @@
-"""An MCP tool that starts work (`task_tools`) goes to the caller's task ledger (issue 42): the server gets
+"""An MCP tool that starts work (`task_tools`) goes to the caller's task ledger: the server gets
 the ledger's task id (the model never sees that argument), the run is `started`, and the caller's `recall`
 asks the server's status tool and reads the answer live. A real MCP server process over stdio."""
 
@@ -73,7 +73,7 @@ async def test_a_task_tool_is_started_in_the_ledger_and_recall_asks_its_status_t
 @pytest.mark.parametrize("caller_id", ["opaque", "raw"])
 async def test_a_status_call_tells_the_server_the_same_caller_so_a_server_that_requires_one_answers_it(
         tmp_path: Path, fake: FakeOpenAI, caller_id: str) -> None:
-    """Issue 51 F4: the status tool is asked with the caller in `_meta`, in the server's caller_id format,
+    """The status tool is asked with the caller in `_meta`, in the server's caller_id format,
     the same as the call that started the work; a server that refuses calls without one (and answers
     a ticket's status to its opener only) lets the task reach its end in the ledger."""
     calls = tmp_path / "calls.jsonl"
