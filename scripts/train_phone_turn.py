@@ -658,7 +658,7 @@ def human_dev_states(noise: str, models: dict[str, Any]) -> list[Recorded]:
     return result
 
 
-# The first head (issue 40: Piper and espeak-ng, clean and white noise only): a candidate is each new fit
+# The first head (Piper and espeak-ng, clean and white noise only): a candidate is each new fit
 # blended with it (the mean of their logits). It is the shipped file today; the day another head replaces
 # it, move this file aside first (this pin refuses any other).
 FIRST_HEAD = weights_path()

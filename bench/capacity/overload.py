@@ -1,4 +1,4 @@
-"""Benchmark: a node offered more SIP callers than it can serve, with admission control on (issue 53, not a
+"""Benchmark: a node offered more SIP callers than it can serve, with admission control on (not a
 test). Does it refuse politely instead of failing everyone?
 
 One fresh `voicegate serve` (bench/capacity/conversations.py's node: the offline defaults, metrics on, no

@@ -1,4 +1,4 @@
-"""Benchmark: the latency voicegate adds between the wire and a Realtime model, both ways (issue 54's target:
+"""Benchmark: the latency voicegate adds between the wire and a Realtime model, both ways (the target:
 p95 <= 30 ms each way), on a real SIP call and a real WebRTC call. Not a test.
 
 A real `voicegate serve` process answers with the Realtime agent (`[realtime] enabled`), pointed at the fake

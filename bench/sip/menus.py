@@ -343,7 +343,7 @@ FINAL = [
          [("Swift Removals. For a quotation, press 1. For storage, press 2.", {"1": "closed", "2": "closed"})],
          "Hello, this is Dana. How can I help?", expect="dead_end"),
 ]
-# Written before any change for issue 52 (choosing by meaning), from other domains and sentences than every
+# Written before any change for choosing by meaning, from other domains and sentences than every
 # split above: goals typed the way a user would, six of ten sharing no word with the right option (the
 # pharmacy, airline, utility, insurer, internet and hotel cases), and menus that offer a trade's "agent"
 # (an insurance agent, a travel agent) that is no way to a person.

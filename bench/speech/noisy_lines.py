@@ -12,7 +12,7 @@ before the line: 8 kHz through G.711 mu-law, or 16 kHz.
 Each approach decodes every clip in this process the way a worker does (internal/stt/whisper_decode.py,
 one thread, int8), and is timed in CPU seconds (what a decode costs a core); the approaches take turns
 clip by clip, so another process's load weighs on all of them alike. Approaches:
-- `today`: the defaults before issue 30 (greedy everywhere).
+- `today`: the defaults before the beam chosen by SNR (greedy everywhere).
 - `default`: the current defaults (a wider beam where the utterance's estimated SNR is low).
 - `beam5`: beam 5 on every utterance.
 - `rnnoise`: today's decoding after RNNoise (internal/audio/denoise.py, needs voicegate[denoise]).

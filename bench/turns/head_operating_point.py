@@ -102,10 +102,10 @@ def main() -> int:
                 return config.end_of_turn_threshold
             return verdict_threshold(config.end_of_turn_threshold, config.phone_turn_threshold, cleanness(pt.snr_db))
 
-        rows.append([f"{voice} 8 kHz {noise}", "Smart Turn (issue 25)", *evaluate(
+        rows.append([f"{voice} 8 kHz {noise}", "Smart Turn", *evaluate(
             smart_turn, gated, lambda pt: decision_ready_ms(pt) if asked(pt) else text_ready_ms(pt),
             lambda pt: config.end_of_turn_threshold, config.max_turn_wait_ms)])
-        rows.append([f"{voice} 8 kHz {noise}", "phone-band head (issue 40)", *evaluate(
+        rows.append([f"{voice} 8 kHz {noise}", "phone-band head", *evaluate(
             by_head, heard_by_head, text_ready_ms, head_threshold, config.max_turn_wait_ms)])
     print(f"VAD offset {args.offset} ms, threshold {config.end_of_turn_threshold} "
           f"(head, clean line: {config.phone_turn_threshold}), longest hold {config.max_turn_wait_ms} ms")

@@ -167,8 +167,8 @@ def _fixed(probability: Probability, ready: Ready = decision_ready_ms) -> tuple[
 def configs(fusion: Any) -> dict[str, Config]:
     """The policies compared: each signal alone, the rule this replaced (Smart Turn vetoed by dangling
     words), and the fusion: Smart Turn asked at every silence, only once the words say its answer could
-    change the decision (`fused_gated`, issue 25's default), asked when the speech stops beside the decode
-    and used only where it can change the decision (`fused_early`, the default since issue 40), or with a
+    change the decision (`fused_gated`, the earlier default), asked when the speech stops beside the decode
+    and used only where it can change the decision (`fused_early`, the default since the phone-band head), or with a
     hold graded by the probability (`fused_graded`)."""
 
     def always(point: DecisionPoint, threshold: float) -> bool:

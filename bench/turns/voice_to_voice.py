@@ -97,8 +97,8 @@ QUESTIONS = [
     "Thanks a lot.",
 ]
 # Short finished turns, the commonest on a phone line and the ones an end-of-turn model is least sure of
-# (issue 40: "Hello." and "What is my name?" waited the whole hold). Each is answered by the local agent in
-# a few words, none ends the call (tests/test_bench_voice_to_voice.py asks the agent itself).
+# (before answering early, "Hello." and "What is my name?" waited the whole hold). Each is answered by the
+# local agent in a few words, none ends the call (tests/test_bench_voice_to_voice.py asks the agent itself).
 SHORT_TURNS: dict[str, list[str]] = {
     "greeting": ["Hello.", "Hi there.", "Hey.", "Hi.", "Good afternoon.", "Good evening.", "Hello again."],
     "thanks": ["Thanks.", "Thank you.", "Thanks so much.", "Thank you, that helps.", "Great, thanks.",
@@ -408,7 +408,7 @@ def run_configuration(stt: str, args: argparse.Namespace) -> dict[str, Any]:
                 print(f"  call {index + 1}: waits {', '.join(ms(t.wait_ms) for t in turns)} ms", flush=True)
         # Words wrong are counted on whole turns: an early part of a turn that the whole turn's decode later
         # replaced is not a word the caller did not say (the WebRTC run and the capacity bench count so too).
-        # Counted on every line as well, as the figure was until issue 44: the difference is how often a
+        # Counted on every line as well, as the figure once was: the difference is how often a
         # turn was released early and then continued.
         stages, heard = server_log(server.log, whole_turns=True)
         _, every_line = server_log(server.log)
@@ -647,7 +647,7 @@ def main() -> int:
                         help="caller turns per recogniser (default: every turn once, the kinds interleaved)")
     parser.add_argument("--kinds", type=lambda text: [k.strip() for k in text.split(",")], default=list(KINDS),
                         help=f"the kinds of turn said, comma-separated (default: all; --kinds question: the 12 "
-                             f"questions of the runs before issue 40); kinds: {', '.join(KINDS)}")
+                             f"questions of the earliest runs); kinds: {', '.join(KINDS)}")
     parser.add_argument("--calls", type=int, default=3, help="calls the turns are spread over")
     parser.add_argument("--tts", help="tts.provider for the server (default: the pipeline's, auto)")
     parser.add_argument("--set", action="append", type=parse_setting, default=[], metavar="SECTION.KEY=VALUE",

@@ -1,9 +1,9 @@
 """Admission control: take a new call only when this node can still serve it within the latency target.
 
-A node that takes every call serves all of them badly once it is past its capacity (issue 53: 50 callers
-on 2 cores heard 72 of 250 replies). A caller who gets a clean busy (SIP 503 + Retry-After, which sends
-Kamailio's dispatcher to the other node; WHIP 503) can be served elsewhere or call back; a caller whose
-answers come 7 s late just hangs up. So, before each new call, `decide` weighs:
+A node that takes every call serves all of them badly once it is past its capacity (measured without admission
+control: 50 callers on 2 cores heard 72 of 250 replies). A caller who gets a clean busy (SIP 503 +
+Retry-After, which sends Kamailio's dispatcher to the other node; WHIP 503) can be served elsewhere or call
+back; a caller whose answers come 7 s late just hangs up. So, before each new call, `decide` weighs:
 
 - the estimated load once this call is in: the live calls times what a call costs (CPU seconds of the
   server and its worker children per second, per call, measured live by `CallCost`), over the node's

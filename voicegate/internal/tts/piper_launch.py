@@ -14,7 +14,7 @@ only onnxruntime, changes the options every new session starts from, and hands t
 It also gives each session the intra-op thread count the server asks for (internal/tts/piper_pool.py: by
 default one for each per-core worker and a thread per core for the two wide workers of a quiet node; 0:
 onnxruntime's own). On a loaded node with a Piper worker per core, one thread each cost 77-88 ms of CPU per
-second of speech against 91-112 ms, and finished sooner (docs/performance.md, issue 45).
+second of speech against 91-112 ms, and finished sooner (docs/performance.md, "Capacity once the turn is fast").
 """
 
 from __future__ import annotations

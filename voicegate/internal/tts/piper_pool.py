@@ -1,10 +1,10 @@
 """Which Piper worker speaks the next sentence: onnxruntime's threads chosen from the cores and the live load.
 
-onnxruntime fixes a session's intra-op thread count when the session is made, and a Piper worker keeps
-its session for life, so the pool cannot change a worker's threads: it keeps two kinds and picks one per
-sentence. Measured on 2 cores (docs/performance.md, issue 45): one thread per worker costs 13-21 % less
-CPU per second of speech and, with two workers busy, finishes 23 % sooner (the workers' thread pools stop
-fighting for the cores); but a lone caller on a quiet node waited 32 ms longer for the first audio (387
+onnxruntime fixes a session's intra-op thread count when the session is made, and a Piper worker keeps its
+session for life, so the pool cannot change a worker's threads: it keeps two kinds and picks one per sentence.
+Measured on 2 cores (docs/performance.md, "Capacity once the turn is fast"): one thread per worker costs 13-21
+% less CPU per second of speech and, with two workers busy, finishes 23 % sooner (the workers' thread pools
+stop fighting for the cores); but a lone caller on a quiet node waited 32 ms longer for the first audio (387
 against 352 ms p50), since one thread renders a lone sentence more slowly than all the cores do.
 
 So by default (`piper.threads = 0`) the pool keeps its one-per-core workers at one thread each ("narrow")
