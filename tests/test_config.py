@@ -28,8 +28,11 @@ def test_defaults_are_the_documented_ones() -> None:
     assert config.effective_llm_provider == "local"
 
 
-def test_repository_config_toml_is_valid_and_equals_the_defaults() -> None:
-    assert load_config(REPO / "config.toml").model_dump() == load_config(None).model_dump()
+def test_the_packaged_config_toml_is_valid_and_equals_the_defaults() -> None:
+    # The package's file, not the root's config.toml: that is a link to it for readers, and a plain text
+    # file naming it in a checkout without symbolic links (tests/package/test_checkout.py).
+    packaged = REPO / "voicegate" / "internal" / "config" / "config.toml"
+    assert load_config(packaged).model_dump() == load_config(None).model_dump()
 
 
 def test_file_overrides_defaults(tmp_path: Path) -> None:

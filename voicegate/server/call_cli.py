@@ -25,21 +25,6 @@ FAILED_ENDINGS = frozenset({"rtp timeout", "sip error", "sip ack timeout"})
 POLL_S = 0.1
 
 
-def add_call_command(commands: Any) -> None:
-    call = commands.add_parser("call", help="place an outbound SIP call and let the agent talk")
-    call.add_argument("target", metavar="sip:user@host[:port]", help="whom to call (;transport=tcp for TCP)")
-    call.add_argument("--greeting", help="what to say when answered (default: pipeline.greeting_outgoing)")
-    call.add_argument("--timeout", type=float, metavar="S",
-                      help="give up (CANCEL) when not answered within S seconds (default: sip.outbound.timeout_s)")
-    call.add_argument("--amd", action=argparse.BooleanOptionalAction, default=None,
-                      help="answering-machine detection before speaking (default: amd.enabled)")
-    call.add_argument("--voicemail-message", metavar="TEXT",
-                      help="what to leave on an answering machine (default: amd.voicemail_message)")
-    call.add_argument("--goal", metavar="TEXT",
-                      help="walk the callee's phone menu toward this first, e.g. \"reach billing\" (docs/sip.md)")
-    call.set_defaults(run=run_call)
-
-
 def run_call(args: argparse.Namespace, config: Config) -> int:
     from voicegate.server.providers import check_providers
 

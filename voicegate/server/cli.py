@@ -8,33 +8,41 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from voicegate.internal.config import (
-    ENV_PREFIX,
-    Config,
-    ConfigError,
-    config_path_from,
-    load_config,
-    masked,
-    render_toml,
-    security_warnings,
-)
+from voicegate.server.cli_commands import add_command_modules
 from voicegate.server.cli_common import CommandParser, config_argument, data_dir_argument
-from voicegate.server.cli_logging import configure_command_logging, configure_tool_logging
+
+if TYPE_CHECKING:
+    from voicegate.internal.config import Config
 
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 
-Command = Callable[[argparse.Namespace, Config], int]
+Command = Callable[[argparse.Namespace, "Config"], int]
+
+
+class VersionAction(argparse.Action):
+    """`--version`: the label is worked out when asked for, not while every command builds its parser (in a
+    checkout it asks git, two processes)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str = "show program's version number and exit") -> None:
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        from voicegate.server.version import version_label
+
+        print(f"voicegate {version_label()}")
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from voicegate.server.version import version_label
-
     # CommandParser gives this parser and every sub-command `--config`: before or after the command.
     parser = CommandParser(prog="voicegate", description="A voice-agent server for SIP and WebRTC.")
-    parser.add_argument("--version", action="version", version=f"voicegate {version_label()}")
+    parser.add_argument("--version", action=VersionAction)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="run the server (HTTP, WebRTC, SIP)")
@@ -54,25 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     migrate = commands.add_parser("migrate", help="apply database migrations")
     migrate.set_defaults(run=_run_migrate)
 
-    from voicegate.server.memory_cli import add_memory_commands
-
-    add_memory_commands(commands)
-
-    from voicegate.server.rag_cli import add_rag_commands
-
-    add_rag_commands(commands)
-
-    from voicegate.server.call_cli import add_call_command
-
-    add_call_command(commands)
-
-    from voicegate.server.eval_cli import add_eval_command
-
-    add_eval_command(commands)
-
-    from voicegate.server.doctor_cli import add_doctor_command
-
-    add_doctor_command(commands)
+    add_command_modules(commands)  # memory, rag, call, eval, doctor: their handlers load when they run
 
     talk = commands.add_parser("talk", help="run one conversation from WAV files through the real pipeline")
     talk.add_argument("files", nargs="*", metavar="FILE.wav", help="the caller's turns, one file each")
@@ -89,6 +79,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "run", None):
         parser.print_help()
         return EXIT_USAGE
+    # Only a command that runs loads the config (pydantic and the settings models: ~0.2 s of imports):
+    # `--help`, `--version` and usage errors have already left in parse_args.
+    from voicegate.internal.config import ENV_PREFIX, ConfigError, config_path_from, load_config
+
     path = config_path_from(config_argument(args))
     data_dir = data_dir_argument(args)
     if data_dir is not None:
@@ -110,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_config_check(args: argparse.Namespace, config: Config) -> int:
+    from voicegate.internal.config import masked, render_toml, security_warnings
+
     source = args.config_path or "defaults and environment"
     print(f"# effective configuration (from {source}); secrets masked")
     print(render_toml(masked(config)), end="")
@@ -138,6 +134,7 @@ def _run_config_init(args: argparse.Namespace, _path: object) -> int:
 
 def _run_migrate(args: argparse.Namespace, config: Config) -> int:
     from voicegate.internal.db import Database, EmbeddedPostgresError, MigrationError
+    from voicegate.server.cli_logging import configure_tool_logging
 
     async def migrate() -> list[str]:
         database = Database(config.pgvector, config.data_dir)
@@ -161,6 +158,8 @@ def _run_migrate(args: argparse.Namespace, config: Config) -> int:
 
 
 def _run_talk(args: argparse.Namespace, config: Config) -> int:
+    from voicegate.internal.config import ConfigError
+    from voicegate.server.cli_logging import configure_command_logging
     from voicegate.server.providers import check_providers
     from voicegate.server.talk import run_mic, run_talk
 
@@ -179,6 +178,8 @@ def _run_talk(args: argparse.Namespace, config: Config) -> int:
 
 
 def _run_serve(args: argparse.Namespace, config: Config) -> int:
+    from voicegate.internal.config import ConfigError
+    from voicegate.server.cli_logging import configure_command_logging
     from voicegate.server.providers import check_providers
     from voicegate.server.serve import serve
 

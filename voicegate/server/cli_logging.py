@@ -1,7 +1,7 @@
 """How each `voicegate` command logs: the server with the configured level, tools quietly on stderr.
 
-Its own module so the sub-command modules (memory, rag, call) need nothing from `server.cli`, which
-imports them to build the parser: no import circle between the CLI and its commands.
+Its own module so the sub-command modules (memory, rag, call) need nothing from `server.cli`, which runs
+them: no import circle between the CLI and its commands.
 """
 
 from __future__ import annotations

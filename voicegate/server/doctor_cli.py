@@ -18,17 +18,8 @@ from voicegate.server.doctor_realtime import check_realtime
 PROBES = (check_ports, check_models, check_devices, check_database, check_mcp, check_realtime)
 
 
-def add_doctor_command(commands: Any) -> None:
-    doctor = commands.add_parser(
-        "doctor", help="check this machine for the config: tools, models, ports, database, MCP servers, "
-                       "the Realtime model, secrets")
-    doctor.add_argument("--json", action="store_true", help="print one JSON document (for scripts)")
-    # The dispatcher calls `run_unloaded` with the config's path before loading it, because a broken
-    # config is one of the doctor's answers; `run` serves a dispatcher that loads first.
-    doctor.set_defaults(run=_run_loaded, run_unloaded=run_doctor)
-
-
-def _run_loaded(args: argparse.Namespace, config: Any) -> int:
+def run_loaded(args: argparse.Namespace, config: Any) -> int:
+    """`doctor` run by a dispatcher that loaded the config first: the checks load it again themselves."""
     return run_doctor(args, getattr(args, "config_path", None))
 
 

@@ -32,31 +32,6 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 SCENARIO_SUFFIXES = (".yaml", ".yml")
 
 
-def add_eval_command(commands: Any) -> None:
-    evals = commands.add_parser(
-        "eval", help="phone the agent with scripted callers (YAML scenarios) and check it",
-        description="Phone the agent with scripted callers over real SIP and WebRTC calls and check what it did "
-        "(docs/evals.md). Without --target it starts a server of its own: from --config or $VOICEGATE_CONFIG "
-        "when given, else the offline defaults (a ./config.toml is not read). Exit 0: every expectation held; "
-        "1: one failed; 2: a scenario file error.")
-    evals.add_argument("paths", nargs="+", metavar="PATH", help="scenario files, or directories of *.yaml files")
-    evals.add_argument("--target", action="append", default=[], metavar="URI",
-                       help="a running server: sip:agent@host:port for SIP scenarios, http://host:port for WebRTC "
-                       "and the API (repeatable; default: start one from --config)")
-    evals.add_argument("--api-key", default=None, help="the server's API key (default: server.api_key)")
-    evals.add_argument("--jobs", type=int, default=2, metavar="N", help="scenarios run at once (default 2)")
-    evals.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML here")
-    evals.add_argument("--html", type=Path, metavar="FILE", help="write the HTML report here (recordings beside it)")
-    evals.add_argument("--sip-from", default="127.0.0.1", metavar="HOST",
-                       help="the address trusted callers phone from: one in the server's sip.trusted_peers")
-    evals.add_argument("--untrusted-from", default="127.0.0.2", metavar="HOST",
-                       help="the address untrusted callers phone from: one the server does not trust")
-    evals.add_argument("--cache", type=Path, metavar="DIR", help="where rendered caller speech is kept "
-                       "(default: ~/.cache/voicegate/caller-speech)")
-    evals.add_argument("--keep-server", action="store_true", help="keep the started server's directory and log")
-    evals.set_defaults(run=run_eval)
-
-
 def scenario_files(paths: list[str]) -> list[Path]:
     found: list[Path] = []
     for text in paths:

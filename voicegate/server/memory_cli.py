@@ -44,48 +44,6 @@ IN_SERVER = ('memory.provider = "memory" keeps memory inside the running server,
              "DELETE /api/admin/memory/{caller} with server.api_key), or `voicegate memory delete`, which asks it")
 
 
-def add_memory_commands(commands: Any) -> None:
-    memory = commands.add_parser("memory", help="show, export, edit and delete caller memory")
-    actions = memory.add_subparsers(dest="memory_command", metavar="ACTION", required=True)
-
-    def caller_args(parser: argparse.ArgumentParser, by_key: bool = False) -> None:
-        who = parser.add_mutually_exclusive_group(required=True)
-        who.add_argument("--caller",
-                         help="sip:+15551234567, jwt:alice, trusted_header:VALUE, or a raw value with --kind")
-        if by_key:
-            who.add_argument("--owner-key", metavar="KEY",
-                             help="the stored owner key (from `memory list`); needs no owner-key secret")
-        parser.add_argument("--kind", choices=["sip", "jwt", "trusted_header"],
-                            help="the kind of a raw --caller value (a phone number is normalised to E.164)")
-
-    show = actions.add_parser("show", help="print a caller's memory documents")
-    caller_args(show)
-    export = actions.add_parser("export", help="everything stored of a caller, as JSON (subject-access requests)")
-    caller_args(export, by_key=True)
-    export.add_argument("--output", "-o", metavar="FILE", help="write the JSON here (default: standard output)")
-    delete = actions.add_parser(
-        "delete", help="delete every trace of a caller's memory, on every node",
-        description="Delete every trace of a caller's memory, on every node. With memory.provider = \"memory\" "
-                    "the memory lives inside `voicegate serve`: this asks the running server (DELETE "
-                    "/api/admin/memory/{caller} at server.host:server.port, with server.api_key).")
-    caller_args(delete, by_key=True)
-    delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    listing = actions.add_parser("list", help="callers with memory: keys, sizes, ages")
-    listing.add_argument("--limit", type=int, default=50)
-    listing.add_argument("--offset", type=int, default=0)
-    listing.add_argument("--full", action="store_true", help="print whole owner keys (for --owner-key)")
-    actions.add_parser("purge-expired", help="delete expired memory now (the sweeper does it periodically)")
-    edit = actions.add_parser("edit", help="append to or replace text in a caller's document")
-    caller_args(edit)
-    edit.add_argument("--document", choices=["user", "memory"], required=True)
-    group = edit.add_mutually_exclusive_group(required=True)
-    group.add_argument("--append", metavar="TEXT")
-    group.add_argument("--replace", metavar="OLD_TEXT")
-    edit.add_argument("--with", dest="new_text", default="", metavar="NEW_TEXT", help="replacement (empty deletes)")
-    edit.add_argument("--expected-revision", type=int)
-    memory.set_defaults(run=run_memory)
-
-
 def run_memory(args: argparse.Namespace, config: Config) -> int:
     configure_tool_logging(config)
     try:

@@ -22,21 +22,6 @@ from voicegate.server.cli_logging import configure_tool_logging
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def add_rag_commands(commands: Any) -> None:
-    about = "manage the documents that knowledge retrieval (RAG) searches: ingest, list, delete"
-    rag = commands.add_parser("rag", help=about, description=about[0].upper() + about[1:] + ".")
-    actions = rag.add_subparsers(dest="rag_command", metavar="ACTION", required=True)
-    ingest = actions.add_parser("ingest", help="chunk, embed and store files (.txt, .md, .csv; .pdf with pypdf)")
-    ingest.add_argument("files", nargs="+", metavar="FILE")
-    ingest.add_argument("--chunk-size", type=int, metavar="N", help="words per chunk (default: [rag] chunk_size)")
-    ingest.add_argument("--chunk-overlap", type=int, metavar="N",
-                        help="words a chunk shares with the one before (default: [rag] chunk_overlap)")
-    actions.add_parser("list", help="the stored sources: chunk counts and when they were ingested")
-    delete = actions.add_parser("delete", help="remove every chunk of one source")
-    delete.add_argument("source", metavar="SOURCE", help="a source as `rag list` shows it, or the file's path")
-    rag.set_defaults(run=run_rag)
-
-
 class ProgressBar:
     """A bar redrawn in place on a terminal; a line per tenth when stderr is a file or a pipe."""
 
