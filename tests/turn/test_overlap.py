@@ -191,7 +191,7 @@ def over_agent(window_s: float, voiced_frames: int) -> tuple[TurnOwner, Replies]
     replies = Replies()
     replies.active = replies.audible = True
     settings = TurnSettings(350, 5000, 20000, 0.5, True, 700, 120, resume_after_false_interruption_s=window_s)
-    turn = TurnOwner(settings, replies, Line(), 8000)
+    turn = TurnOwner(settings, replies, Line(), 8000, events=replies)
     turn.speech_started()
     for _ in range(voiced_frames):
         turn.audio(bytes(320), True)
@@ -233,7 +233,7 @@ async def test_the_owner_counts_the_syllables_of_what_it_heard_over_the_agent(sa
     replies = Replies()
     replies.active = replies.audible = True
     settings = TurnSettings(350, 5000, 20000, 0.5, True, 700, 120, resume_after_false_interruption_s=2.0)
-    turn = TurnOwner(settings, replies, Line(), 8000)
+    turn = TurnOwner(settings, replies, Line(), 8000, events=replies)
     turn.speech_started()
     audio = telephone(said)
     for at in range(0, len(audio) - 319, 320):
@@ -254,7 +254,7 @@ async def test_words_over_the_agent_stop_it_only_with_barge_in_and_are_answered_
     replies = Replies()
     replies.active = replies.audible = True
     settings = TurnSettings(100, 100, 20000, 0.5, barge_in, 700, 120, resume_after_false_interruption_s=2.0)
-    turn = TurnOwner(settings, replies, Line(), 8000)
+    turn = TurnOwner(settings, replies, Line(), 8000, events=replies)
     turn.speech_started()
     for _ in range(60):  # 1.2 s of voice over the agent
         turn.audio(bytes(320), True)

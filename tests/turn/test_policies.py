@@ -7,9 +7,15 @@ import math
 import numpy as np
 import pytest
 
-from voicegate.internal.turn.bargein import is_backchannel, is_meaningful_interruption
+from voicegate.internal.turn.bargein import is_backchannel, is_meaningful_interruption, listens_for_barge_in
 from voicegate.internal.turn.pending import merge_text
-from voicegate.internal.turn.policy import TURN_MERGE_INCOMPLETE_MS, merge_wait_ms
+from voicegate.internal.turn.policy import (
+    TURN_MERGE_INCOMPLETE_MS,
+    forced_end,
+    judged_by_head,
+    max_utterance_frames,
+    merge_wait_ms,
+)
 from voicegate.internal.turn.text_cues import ends_dictation, ends_incomplete, ends_terminal
 from voicegate.internal.turn.vad import (
     AdaptiveEnergyClassifier,
@@ -179,3 +185,36 @@ def test_barge_in_profile_starts_faster() -> None:
     fast = run_vad(frames, VadProfile(40, 300))
     slow = run_vad(frames, VadProfile(100, 300))
     assert fast[0][0] < slow[0][0]
+
+
+@pytest.mark.parametrize(("audible", "barge_in", "fast"), [
+    (True, True, True),  # the caller hears the agent: their interruption must stop it at once
+    (True, False, False),  # their speech never stops it: the normal onset
+    (False, True, False),
+    (False, False, False),
+])
+def test_the_barge_in_onset_only_while_the_agent_can_be_heard(audible: bool, barge_in: bool, fast: bool) -> None:
+    assert listens_for_barge_in(audible, barge_in) is fast
+
+
+@pytest.mark.parametrize(("max_s", "voiced", "ended"), [
+    (30.0, 1499, False),
+    (30.0, 1500, True),  # 30 s of voiced 20 ms frames
+    (0.5, 25, True),
+    (0.5, 24, False),
+])
+def test_an_utterance_without_a_pause_is_ended_at_max_utterance_s(max_s: float, voiced: int, ended: bool) -> None:
+    assert forced_end(voiced, max_utterance_frames(max_s)) is ended
+
+
+@pytest.mark.parametrize(("end_of_turn", "head", "has_head", "rate", "judged"), [
+    ("smart_turn", "always", True, 16000, True),
+    ("smart_turn", "always", True, 8000, True),
+    ("smart_turn", "auto", True, 8000, True),  # auto: the phone band it was trained on
+    ("smart_turn", "auto", True, 16000, False),
+    ("smart_turn", "off", True, 8000, False),
+    ("smart_turn", "always", False, 8000, False),  # a recogniser without the head (Deepgram, base.en)
+    ("off", "always", True, 8000, False),  # the text rules: no sound is judged
+])
+def test_who_judges_the_sound_of_a_turn(end_of_turn: str, head: str, has_head: bool, rate: int, judged: bool) -> None:
+    assert judged_by_head(end_of_turn, head, has_head, rate) is judged

@@ -5,11 +5,14 @@ reply side; the pipeline tests run the same owner with the real Responder)."""
 from __future__ import annotations
 
 import asyncio
+from typing import Literal
 
 import pytest
 
+from voicegate.internal.events import Event
 from voicegate.internal.llm.base import Turn
 from voicegate.internal.stt.base import Transcript
+from voicegate.internal.turn.events import OverlapEvent
 from voicegate.internal.turn.fusion import FEATURES, TurnFusion, shared_fusion
 from voicegate.internal.turn.owner import TurnOwner, TurnSettings
 from voicegate.internal.turn.pauses import MIN_CEILING_MS, PAUSE_MARGIN_MS, CallerPauses, hold_ceiling_ms
@@ -135,6 +138,7 @@ class Replies:
         self.audible = False
         self.paused = False
         self.calls: list[str] = []
+        self.emitted: list[Event] = []
 
     def absorbable(self) -> bool:
         return bool(self.released)
@@ -166,9 +170,17 @@ class Replies:
         self.paused = True
         self.calls.append("pause")
 
-    def false_alarm(self, kind: str, reason: str) -> None:
-        self.calls.append(f"false_alarm:{kind}:{'resume' if self.paused else 'play_on'}")
-        self.paused = False
+    def false_alarm(self) -> tuple[Literal["resumed", "played_on"], str] | None:
+        self.calls.append(f"false_alarm:{'resume' if self.paused else 'play_on'}")
+        resumed, self.paused = self.paused, False
+        return ("resumed", "") if resumed else ("played_on", "")
+
+    def emit(self, event: Event) -> None:
+        """The owner's own events (it is given this fake as its sink too): an overlap names the kind of sound
+        in the false alarm it reports."""
+        self.emitted.append(event)
+        if isinstance(event, OverlapEvent) and self.calls and self.calls[-1].startswith("false_alarm:"):
+            self.calls[-1] = f"false_alarm:{event.kind}:{self.calls[-1].split(':', 1)[1]}"
 
     def not_understood(self) -> None:
         self.calls.append("not_understood")
@@ -214,7 +226,7 @@ def owner(max_wait_ms: int = 20000, *, model: Model | None = None, fusion: TurnF
     replies = Replies()
     settings = TurnSettings(merge_ms, quiet_ms, max_wait_ms, 0.5, True, 700, 120, early_verdict=True,
                             adaptive_hold=adaptive)
-    turn = TurnOwner(settings, replies, Line(), 8000, model=model, fusion=fusion)
+    turn = TurnOwner(settings, replies, Line(), 8000, model=model, fusion=fusion, events=replies)
     return turn, replies
 
 
@@ -464,7 +476,8 @@ def test_the_heads_verdict_answers_sooner_on_a_clean_line_only(clean: float, exp
 async def test_a_clean_phone_line_answers_the_heads_verdict_at_its_own_threshold() -> None:
     replies = Replies()
     settings = TurnSettings(350, 5000, 20000, 0.75, True, 700, 120, head_threshold=0.5)
-    turn = TurnOwner(settings, replies, Line(), 8000, fusion=stub_fusion(), recogniser_verdicts=True)
+    turn = TurnOwner(settings, replies, Line(), 8000, fusion=stub_fusion(), recogniser_verdicts=True,
+                     events=replies)
     say(turn)  # the stub fusion's P is the head's: 0.6, between the head's threshold and the usual one
     turn.transcript(Transcript("Can you check my parcel?", final=True, whole_turn=True, end_of_turn=0.6))
     await asyncio.wait_for(replies.event.wait(), 1.0)  # not the 20 s hold
@@ -477,7 +490,8 @@ async def test_a_number_being_read_out_is_held_however_finished_the_head_hears_i
     coming, so the head's verdict does not answer it at its own threshold."""
     replies = Replies()
     settings = TurnSettings(350, 5000, 600, 0.75, True, 700, 120, head_threshold=0.55)
-    turn = TurnOwner(settings, replies, Line(), 8000, fusion=shared_fusion(), recogniser_verdicts=True)
+    turn = TurnOwner(settings, replies, Line(), 8000, fusion=shared_fusion(), recogniser_verdicts=True,
+                     events=replies)
     say(turn)
     turn.transcript(Transcript("My phone number is 555.", final=True, whole_turn=True, end_of_turn=0.99))
     await asyncio.wait_for(replies.event.wait(), 2.0)
@@ -493,7 +507,9 @@ def judged_by_the_head(max_wait_ms: int, *, agent_speaking: bool = False) -> tup
     replies = Replies()
     replies.active = replies.audible = agent_speaking
     settings = TurnSettings(350, 5000, max_wait_ms, 0.75, True, 700, 120, head_threshold=0.55)
-    return TurnOwner(settings, replies, Line(), 8000, fusion=stub_fusion(), recogniser_verdicts=True), replies
+    turn = TurnOwner(settings, replies, Line(), 8000, fusion=stub_fusion(), recogniser_verdicts=True,
+                     events=replies)
+    return turn, replies
 
 
 @pytest.mark.parametrize(("speech_ms", "asked"), [(100, False), (239, False), (240, True), (3000, True)])

@@ -1,7 +1,8 @@
 """The pipeline's own events: what the caller said and the agent answered, the agent's state, timings,
-how a turn was taken, the transport's connection and the caller's key presses. The envelope and the
-sinks are internal/events.py; the phone flows', the recording's and memory's events live with their
-owners (docs/protocol.md is the wire format of all of them).
+how a reply was used, the transport's connection and the caller's key presses. The envelope and the
+sinks are internal/events.py; the turn's (`release`, `overlap`: internal/turn/events.py), the phone
+flows', the recording's and memory's events live with their owners (docs/protocol.md is the wire format
+of all of them). `ReleaseEvent` is re-exported here for the sinks that read it with the pipeline's.
 """
 
 from __future__ import annotations
@@ -9,6 +10,10 @@ from __future__ import annotations
 from typing import Literal
 
 from voicegate.internal.events import Event
+from voicegate.internal.turn.events import ReleaseEvent
+
+__all__ = ["AgentState", "ConnectionEvent", "DtmfEvent", "ReleaseEvent", "ResponseEvent", "StateEvent",
+           "TimingEvent", "TranscriptEvent", "TurnEvent", "TurnOutcome"]
 
 AgentState = Literal["listening", "thinking", "speaking"]
 
@@ -54,18 +59,6 @@ class TurnEvent(Event):
 
     type: Literal["turn"] = "turn"
     outcome: TurnOutcome
-
-
-class ReleaseEvent(Event):
-    """The caller's turn was released to the agent, and why: `verdict` (the end-of-turn verdict reached the
-    threshold: answered at once), `hold` (unsure: held for the caller to go on, then answered), `text_rules`
-    (no end-of-turn model), `keypad` or `typed`. `probability`: the fused P(finished) it was decided on;
-    `silence_ms`: from the caller's last sound to the release (0 for keys and typed turns)."""
-
-    type: Literal["release"] = "release"
-    reason: Literal["verdict", "hold", "text_rules", "keypad", "typed"]
-    probability: float | None = None
-    silence_ms: float = 0.0
 
 
 class ConnectionEvent(Event):

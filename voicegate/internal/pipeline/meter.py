@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from voicegate.internal.conversation.state import CallContext
 from voicegate.internal.events import EventSink
-from voicegate.internal.pipeline.events import ReleaseEvent, TimingEvent, TurnEvent, TurnOutcome
+from voicegate.internal.pipeline.events import TimingEvent, TurnEvent, TurnOutcome
 from voicegate.internal.pipeline.services import PipelineServices
 from voicegate.internal.turn.pending import Release
 
@@ -34,12 +34,10 @@ class TurnMeter:
         self.sink.emit(TurnEvent(outcome=outcome))
 
     def released(self, release: Release) -> None:
-        """Why the caller's turn was answered when it was (the end-of-turn verdict, the hold, the rules)."""
+        """Why the caller's turn was answered when it was, as a metric (the turn owner emits the `release`
+        event itself: internal/turn/events.py)."""
         if self.services.telemetry is not None:
             self.services.telemetry.turn_event(f"released_{release.reason}")
-        probability = None if release.probability is None else round(release.probability, 3)
-        self.sink.emit(ReleaseEvent(reason=release.reason, probability=probability,
-                                    silence_ms=round(release.silence_ms, 1)))
 
     def ns(self, monotonic_s: float) -> int:
         return int(monotonic_s * 1e9) + self._wall_offset_ns

@@ -4,6 +4,10 @@ Inbound: every frame goes through noise suppression (optional) and the VAD; spee
 pre-roll) goes to speech-to-text; the VAD's events, the recogniser's transcripts and key presses go to
 whichever input holds the call: the TurnOwner (internal/turn/owner.py), which gathers the caller's turn
 and decides when it is over, or for a while a digit form or an answering-machine listener (capture.py).
+The turn's rules for the frames (the barge-in onset while the agent can be heard, the forced end of an
+utterance past max_utterance_s, whether the recogniser's head judges the turns) are internal/turn/'s pure
+functions, which the pipeline only applies. Phone flows reach the call through the CallControl port
+(capture.py), which this class implements.
 Outbound: the Responder (responder.py) plays replies; the Playout holds the audio the transport pulls
 once per tick. The conversation itself lives on the call (a Session, seen here as a CallContext), so a
 resumed transport carries on with a new pipeline.
@@ -19,7 +23,6 @@ from collections import deque
 from collections.abc import Callable
 
 from voicegate.internal.audio.frame import frame_bytes
-from voicegate.internal.config.sections import PipelineConfig
 from voicegate.internal.conversation.state import CallContext
 from voicegate.internal.conversation.text import clean
 from voicegate.internal.events import EventSink
@@ -31,7 +34,9 @@ from voicegate.internal.pipeline.record import record_caller
 from voicegate.internal.pipeline.responder import APOLOGY, Responder
 from voicegate.internal.pipeline.services import PipelineServices
 from voicegate.internal.stt.base import SttStream, Transcript
+from voicegate.internal.turn.bargein import listens_for_barge_in
 from voicegate.internal.turn.owner import TurnOwner, TurnSettings
+from voicegate.internal.turn.policy import forced_end, judged_by_head, max_utterance_frames
 from voicegate.internal.turn.vad import VadEvent, VadProfile
 
 log = logging.getLogger(__name__)
@@ -39,18 +44,6 @@ log = logging.getLogger(__name__)
 PRE_ROLL_MS = 300  # audio kept from before the VAD decided speech began, so first syllables survive
 STT_REOPENS_PER_CALL = 3  # fresh streams after the engine's stream dies, before the call goes on without
 __all__ = ["APOLOGY", "VoicePipeline"]
-
-
-def head_verdicts(config: PipelineConfig, services: PipelineServices, sample_rate: int) -> bool:
-    """Does the recogniser's phone-band head judge the sound of this call's turns (instead of Smart Turn)?
-    `pipeline.phone_turn_head`: always (the default: trained on 8 kHz G.711 turns, it also beat Smart Turn on
-    held-out 16 kHz ones), auto (8 kHz calls only) or off; only with the fused end-of-turn decision and a
-    recogniser that computes it (Whisper tiny.en)."""
-    if config.end_of_turn != "smart_turn" or config.phone_turn_head == "off":
-        return False
-    if not getattr(services.stt, "end_of_turn_head", False):
-        return False
-    return config.phone_turn_head == "always" or sample_rate == 8000
 
 
 class VoicePipeline:
@@ -76,19 +69,21 @@ class VoicePipeline:
         self._stt_reopens = 0
         self._utterance_frames = 0
         self._closed = False
-        self._max_utterance_frames = int(self.config.max_utterance_s * 50)
+        self._max_utterance_frames = max_utterance_frames(self.config.max_utterance_s)
         self._frame_bytes = frame_bytes(sample_rate)
         self._recording = recording = services.recording(session, sample_rate, sink) if services.recording else None
         if recording is not None:  # no reply is prepared for a consent answer: no model is asked about it
             self.responder.may_prepare = lambda text: not recording.concerns(text)
         prefetch = services.prefetch
+        by_head = judged_by_head(self.config.end_of_turn, self.config.phone_turn_head,
+                                 bool(getattr(services.stt, "end_of_turn_head", False)), sample_rate)
         self.turn = TurnOwner(
             TurnSettings.from_config(self.config), self.responder, self.vad, sample_rate,
             model=services.turn_model, fusion=services.turn_fusion,
             backchannels=frozenset(self.config.backchannels),
             prefetch=(lambda text: prefetch(session, text)) if prefetch is not None else None,
-            intercept=self._about_recording, recogniser_verdicts=head_verdicts(self.config, services, sample_rate),
-            clock=clock)
+            intercept=self._about_recording, recogniser_verdicts=by_head,
+            clock=clock, events=sink)
         # While set, the caller's keys and words go to it, not to the turn (capture.py): digit collection,
         # answering-machine detection.
         self.capture: CallerInput | None = None
@@ -101,6 +96,26 @@ class VoicePipeline:
     def input(self) -> CallerInput:
         """Whichever input holds the call now."""
         return self.capture if self.capture is not None else self.turn
+
+    # ---- CallControl (capture.py): what the phone flows may do --------------------------------------
+
+    @property
+    def turn_input(self) -> CallerInput:
+        return self.turn
+
+    def take_input(self, holder: CallerInput) -> CallerInput | None:
+        previous, self.capture = self.capture, holder
+        return previous
+
+    def hand_back_input(self, holder: CallerInput, to: CallerInput | None) -> None:
+        if self.capture is holder:
+            self.capture = to
+
+    def clear_playout(self) -> None:
+        self.playout.clear()
+
+    async def say(self, text: str) -> None:
+        await self.responder.say(text)
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -178,7 +193,8 @@ class VoicePipeline:
         if self._denoiser is not None:
             pcm = self._denoiser.process(pcm)
         vad = self.vad
-        vad.profile = self._barge_vad if self.agent_audible and self.config.barge_in else self._normal_vad
+        barge = listens_for_barge_in(self.agent_audible, self.config.barge_in)
+        vad.profile = self._barge_vad if barge else self._normal_vad
         event = vad.process(pcm)
         target = self.input
         target.audio(pcm, vad.voiced)
@@ -201,7 +217,7 @@ class VoicePipeline:
                 stt.push(pcm)
             if vad.voiced:
                 self._utterance_frames += 1
-            if self._utterance_frames >= self._max_utterance_frames:
+            if forced_end(self._utterance_frames, self._max_utterance_frames):
                 self._speech_ended(target)  # a caller who never pauses still gets transcribed
                 vad.speaking = False
         else:

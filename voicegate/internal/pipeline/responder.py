@@ -1,9 +1,12 @@
 """The agent's side of a call: one reply at a time, interruptible, recorded, timed and traced.
 
-The pipeline (pipeline.py) decides *when* the agent answers; the Responder decides *how*: it builds
-the request from the session's conversation and context layers, runs the reply (reply.py), records
-what the caller actually heard, apologises when the model fails, and hangs up after a farewell. Each
-turn becomes a trace span with a child span per stage, and each stage's latency a metric.
+The turn owner (internal/turn/owner.py) decides *when* the agent answers, and *whether* a sound over it
+stops it, through the `Replies` port (internal/turn/ports.py) this class implements; the Responder
+decides *how*: it builds the request from the session's conversation and context layers, runs the reply
+(reply.py), records what the caller actually heard, apologises when the model fails, and hangs up after
+a farewell. Each turn becomes a trace span with a child span per stage, and each stage's latency a
+metric. The turn announces its own decisions (`release`, `overlap`); the Responder's events are the
+agent's (`response`, `state`, its transcript lines, and how a prepared reply was used: `turn`).
 
 A reply may be *prepared* before the turn is released (`prepare`): the model and the first sentence's
 synthesis run from the transcript while the end-of-turn decision is still out, into a held playout,
@@ -37,8 +40,8 @@ from voicegate.internal.pipeline.services import PipelineServices, misunderstand
 from voicegate.internal.pipeline.thinking import ThinkingCue, ThinkingCues
 from voicegate.internal.pipeline.turn_reply import TurnReply
 from voicegate.internal.tools.registry import ToolContext
-from voicegate.internal.turn.events import OverlapEvent
 from voicegate.internal.turn.pending import Release, TurnTimes
+from voicegate.internal.turn.ports import AfterFalseAlarm
 from voicegate.internal.turn.text_cues import same_turn_text
 
 log = logging.getLogger(__name__)
@@ -198,8 +201,9 @@ class Responder:
         self.playout.held = True
         self.playout.ducked = False
 
-    def false_alarm(self, kind: str, reason: str) -> None:
-        """The sound over the agent was no turn: play on; a sentence cut off by a pause starts again."""
+    def false_alarm(self) -> AfterFalseAlarm:
+        """The sound over the agent was no turn: play on; a sentence cut off by a pause starts again. Says
+        what it did (the turn owner reports it as an `overlap` event)."""
         ducked = self.playout.ducked
         self.playout.ducked = False
         if self._paused:
@@ -207,10 +211,8 @@ class Responder:
             self.playout.held = False
             sentence = self.playout.rewind_sentence()
             self.meter.turn_event("resumed")
-            self.sink.emit(OverlapEvent(kind=kind, reason=reason, action="resumed", sentence=sentence))
-            log.info("agent resumed after a false interruption", extra={"overlap": kind, "reason": reason})
-        elif ducked:
-            self.sink.emit(OverlapEvent(kind=kind, reason=reason, action="played_on"))
+            return "resumed", sentence
+        return ("played_on", "") if ducked else None
 
     def stage(self, name: str, ms: float) -> None:
         """A latency of the turn about to be answered."""
@@ -349,15 +351,9 @@ class Responder:
         text = STILL_NOT_UNDERSTOOD if too_many else NOT_UNDERSTOOD
         self.start(lambda: self.announce(text))
 
-    async def respond(self, turn: Turn, confidence: float | None, times: TurnTimes,
-                      reply: TurnReply | None = None) -> None:
-        if reply is None:  # answered at once (typed turns, keypad digits): released from the start
-            reply = TurnReply(turn.text, prepared_at=self._clock())
-            reply.released.set()
-            self._reply = reply
-            self._released_at = times.released or self._clock()
-            self._first_frame_pending = True
-            self.set_state("thinking")
+    async def respond(self, turn: Turn, confidence: float | None, times: TurnTimes, reply: TurnReply) -> None:
+        """Answer `turn` as `reply`: prepared (not released yet) or released (`release`, which typed turns and
+        keys go through too)."""
         parent = self.session.slots.get(SESSION_SPAN)
         context = trace.set_span_in_context(parent) if parent is not None else None
         span = self.services.tracer.start_span("turn", context=context,

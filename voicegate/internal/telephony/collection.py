@@ -26,8 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from voicegate.internal.events import EventSink
-from voicegate.internal.pipeline.capture import CallerInput
-from voicegate.internal.pipeline.pipeline import VoicePipeline
+from voicegate.internal.pipeline.capture import CallControl, CallerInput
 from voicegate.internal.stt.base import Transcript
 from voicegate.internal.telephony.digits import AttemptResult, DigitEntry, DigitSpec, Via, next_prompt
 from voicegate.internal.telephony.events import DigitsEvent
@@ -98,13 +97,12 @@ class DigitCollection:
             self.changed.set()
 
 
-async def collect_digits(pipeline: VoicePipeline, spec: DigitSpec, speak: Speak, *, form: str = "",
+async def collect_digits(pipeline: CallControl, spec: DigitSpec, speak: Speak, *, form: str = "",
                          sink: EventSink | None = None) -> DigitsResult:
     """Run the form on the call; the last attempt's outcome. `speak` says a prompt in the agent's voice and
     returns once it has been played (ToolContext.speak)."""
     capture = DigitCollection()
-    previous = pipeline.capture
-    pipeline.capture = capture
+    previous = pipeline.take_input(capture)
     attempt, last = 0, None
     try:
         while (prompt := next_prompt(spec, attempt + 1, last)) is not None:
@@ -113,10 +111,10 @@ async def collect_digits(pipeline: VoicePipeline, spec: DigitSpec, speak: Speak,
             if last.status == "complete":
                 break
     finally:
-        if pipeline.capture is capture:
-            pipeline.capture = previous
-            if capture.speaking or capture.owed:  # words of the form's are still to come (module doc)
-                pipeline.capture = Leftovers(pipeline, previous, capture.speaking, capture.owed)
+        # Words of the form's still to come (module doc) are taken by Leftovers.
+        owed = capture.speaking or capture.owed
+        pipeline.hand_back_input(capture, Leftovers(pipeline, previous, capture.speaking, capture.owed) if owed
+                                 else previous)
     assert last is not None
     result = DigitsResult(last.status, last.digits if last.status == "complete" else "", last.via, attempt)
     (sink or pipeline.sink).emit(DigitsEvent(form=form, status=result.status, via=result.via,
@@ -124,7 +122,7 @@ async def collect_digits(pipeline: VoicePipeline, spec: DigitSpec, speak: Speak,
     return result
 
 
-async def _attempt(pipeline: VoicePipeline, capture: DigitCollection, spec: DigitSpec, prompt: str,
+async def _attempt(pipeline: CallControl, capture: DigitCollection, spec: DigitSpec, prompt: str,
                    speak: Speak) -> AttemptResult:
     entry = DigitEntry(spec, NOT_STARTED_MS)
     capture.entry = entry
@@ -137,7 +135,7 @@ async def _attempt(pipeline: VoicePipeline, capture: DigitCollection, spec: Digi
             waiter.cancel()
             capture.changed.clear()
         if not prompting.done():
-            pipeline.playout.clear()  # the caller has begun: the rest of the prompt goes unsaid
+            pipeline.clear_playout()  # the caller has begun: the rest of the prompt goes unsaid
         entry.started_ms = capture.now_ms()
         while entry.result is None:
             deadline = entry.deadline_ms()
@@ -166,7 +164,7 @@ class Leftovers:
 
     private = True
 
-    def __init__(self, pipeline: VoicePipeline, previous: CallerInput | None, speaking: bool, owed: int) -> None:
+    def __init__(self, pipeline: CallControl, previous: CallerInput | None, speaking: bool, owed: int) -> None:
         self._pipeline = pipeline
         self._previous = previous
         self.speaking = speaking  # the caller is still saying what the form heard begin
@@ -174,11 +172,11 @@ class Leftovers:
 
     @property
     def previous(self) -> CallerInput:
-        return self._previous if self._previous is not None else self._pipeline.turn
+        return self._previous if self._previous is not None else self._pipeline.turn_input
 
     def _done(self) -> None:
-        if not self.speaking and not self.owed and self._pipeline.capture is self:
-            self._pipeline.capture = self._previous
+        if not self.speaking and not self.owed:
+            self._pipeline.hand_back_input(self, self._previous)
 
     def audio(self, pcm: bytes, voiced: bool) -> None:
         if not self.speaking:

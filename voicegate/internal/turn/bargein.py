@@ -51,6 +51,14 @@ WEAK_TOKENS = frozenset(
 HUM = re.compile(r"h*m[mh]*")
 
 
+def listens_for_barge_in(agent_audible: bool, barge_in: bool) -> bool:
+    """Does the VAD use the barge-in profile (`barge_in_onset_ms`, a faster onset) for this frame? While the
+    caller can hear the agent and barge-in is on: an interruption must silence it at once, every frame of
+    onset is agent talking over them. Otherwise the normal onset: with barge-in off the caller's speech never
+    stops the agent, and a fast onset would only cut their turn into more utterances on clicks and breaths."""
+    return agent_audible and barge_in
+
+
 def is_backchannel(text: str, extra: frozenset[str] = frozenset()) -> bool:
     """Every word is acknowledgement vocabulary: a word of it, or part of an acknowledgement phrase
     ("sure thing", "makes sense"); configured phrases included, word by word. Said more than once is the same

@@ -124,3 +124,28 @@ def fused_decision(probability: float, *, threshold: float, max_wait_ms: float, 
     wait = hold_ms(probability, threshold=threshold, max_wait_ms=max_wait_ms, caller_ceiling_ms=caller_ceiling_ms,
                    since_silence_ms=since_silence_ms)
     return Decision(wait, "verdict" if probability >= threshold else "hold", probability)
+
+
+FRAMES_PER_S = 50  # the pipeline's 20 ms frames
+
+
+def max_utterance_frames(max_utterance_s: float) -> int:
+    """`pipeline.max_utterance_s` in voiced frames (what `forced_end` counts)."""
+    return int(max_utterance_s * FRAMES_PER_S)
+
+
+def forced_end(voiced_frames: int, max_frames: int) -> bool:
+    """End the caller's utterance here, as if they had paused? A caller who never pauses (or a line whose noise
+    the VAD keeps hearing as voice) must still be transcribed and answered: past `max_frames` voiced frames
+    the utterance ends, and the next frame of speech begins a new one."""
+    return voiced_frames >= max_frames
+
+
+def judged_by_head(end_of_turn: str, phone_turn_head: str, recogniser_has_head: bool, sample_rate: int) -> bool:
+    """Does the recogniser's phone-band head judge the sound of this call's turns (instead of Smart Turn)?
+    `pipeline.phone_turn_head`: always (the default: trained on 8 kHz G.711 turns, it also beat Smart Turn on
+    held-out 16 kHz ones), auto (8 kHz calls only) or off; only with the fused end-of-turn decision
+    (`end_of_turn = "smart_turn"`) and a recogniser that computes it (Whisper tiny.en)."""
+    if end_of_turn != "smart_turn" or phone_turn_head == "off" or not recogniser_has_head:
+        return False
+    return phone_turn_head == "always" or sample_rate == 8000

@@ -8,10 +8,14 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Literal, Protocol
 
 from voicegate.internal.llm.base import Turn
 from voicegate.internal.turn.pending import Release, TurnTimes
+
+# What the agent did when a sound over it proved no turn: resumed (it had paused; the sentence it picks up
+# again from its start), played on (it had only been ducked), or None (neither: the caller heard no change).
+AfterFalseAlarm = tuple[Literal["resumed", "played_on"], str] | None
 
 
 class Replies(Protocol):
@@ -43,9 +47,9 @@ class Replies(Protocol):
     def pause(self) -> None:
         """Silence the agent now but keep its reply: the caller's sound over it may not be a turn."""
 
-    def false_alarm(self, kind: str, reason: str) -> None:
-        """The caller's sound over the agent was no turn (`kind`: backchannel, non_speech): play on, from
-        the start of the sentence it was paused in if it had paused."""
+    def false_alarm(self) -> AfterFalseAlarm:
+        """The caller's sound over the agent was no turn: play on, from the start of the sentence it was
+        paused in if it had paused."""
 
     def not_understood(self) -> None: ...
 
