@@ -25,7 +25,7 @@ from typing import Literal, Protocol
 from voicegate.internal.audio.frame import FRAME_MS
 from voicegate.internal.config.telephony import AmdConfig, AmdOutcome
 from voicegate.internal.conversation.slots import Slot
-from voicegate.internal.pipeline.pipeline import VoicePipeline
+from voicegate.internal.pipeline.capture import CallControl
 from voicegate.internal.session import Session
 from voicegate.internal.stt.base import Transcript
 from voicegate.internal.telephony.amd import (
@@ -160,7 +160,7 @@ class MachineListener:
             self.probe.cancel()
 
 
-async def run_detection(pipeline: VoicePipeline, session: Session, plan: AmdPlan, transcriber: Transcriber | None,
+async def run_detection(pipeline: CallControl, session: Session, plan: AmdPlan, transcriber: Transcriber | None,
                         on_decision: Callable[[AmdRun], None] = lambda run: None) -> AmdRun:
     """Detect, act on the decision, and return the run (the call may have ended by then)."""
     run = session.slots.setdefault(AMD, AmdRun())
@@ -168,8 +168,7 @@ async def run_detection(pipeline: VoicePipeline, session: Session, plan: AmdPlan
     classifier = AnsweringMachineClassifier(plan.settings, pipeline.sample_rate,
                                             words_expected=probing is not None)
     listener = MachineListener(classifier, probing)
-    previous = pipeline.capture
-    pipeline.capture = listener
+    previous = pipeline.take_input(listener)
     ticker = asyncio.get_running_loop().create_task(_ticks(listener), name="amd-ticks")
     try:
         await _wait(listener, lambda: classifier.decision is not None or session.ended)
@@ -193,8 +192,7 @@ async def run_detection(pipeline: VoicePipeline, session: Session, plan: AmdPlan
     finally:
         ticker.cancel()
         listener.close()
-        if pipeline.capture is listener:
-            pipeline.capture = previous
+        pipeline.hand_back_input(listener, previous)
     if outcome == "continue":
         if plan.greeting:
             pipeline.announce(plan.greeting)
@@ -203,7 +201,7 @@ async def run_detection(pipeline: VoicePipeline, session: Session, plan: AmdPlan
     return run
 
 
-async def _leave_message(pipeline: VoicePipeline, session: Session, listener: MachineListener, plan: AmdPlan,
+async def _leave_message(pipeline: CallControl, session: Session, listener: MachineListener, plan: AmdPlan,
                          run: AmdRun) -> None:
     classifier = listener.classifier
     beep = classifier.beep
@@ -213,7 +211,7 @@ async def _leave_message(pipeline: VoicePipeline, session: Session, listener: Ma
     pipeline.sink.emit(VoicemailEvent(after=after, start_ms=run.message_ms, beep_hz=beep.hz if beep else 0.0))
     run.message = "started"
     session.slots.set(AMD_MESSAGE_AT, time.monotonic())
-    await pipeline.responder.say(plan.voicemail_message)
+    await pipeline.say(plan.voicemail_message)
     entries = session.conversation.transcript.entries()
     run.message = "left" if entries and entries[-1].role == "agent" and not entries[-1].interrupted else "interrupted"
     if session.hangup is not None and not session.ended:
@@ -232,7 +230,7 @@ async def _ticks(listener: MachineListener) -> None:
         listener.tick()
 
 
-def run_in_background(pipeline: VoicePipeline, session: Session, plan: AmdPlan, transcriber: Transcriber | None,
+def run_in_background(pipeline: CallControl, session: Session, plan: AmdPlan, transcriber: Transcriber | None,
                       spawn: Callable[[Awaitable[None]], object],
                       on_decision: Callable[[AmdRun], None] = lambda run: None) -> AmdRun:
     """Start detection on the call; returns its AmdRun at once (await `run.decided` for the decision)."""

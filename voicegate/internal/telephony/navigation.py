@@ -27,9 +27,9 @@ import numpy as np
 
 from voicegate.internal.config.telephony import MenusConfig
 from voicegate.internal.conversation.slots import Slot
+from voicegate.internal.pipeline.capture import CallControl
 from voicegate.internal.pipeline.context import CALL_GOAL
 from voicegate.internal.pipeline.events import Event
-from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.session import Session
 from voicegate.internal.stt.base import Transcript
 from voicegate.internal.telephony.key_policy import KeysRefused
@@ -249,7 +249,7 @@ class MenuListener:
         self.since = self._clock()
 
 
-async def run_navigation(pipeline: VoicePipeline, session: Session, plan: MenuPlan, press: Press_,
+async def run_navigation(pipeline: CallControl, session: Session, plan: MenuPlan, press: Press_,
                          on_done: Callable[[MenuRun], None] = lambda run: None) -> MenuRun:
     """Walk the menu until a person answers, a dead end, or the call ends; returns the run."""
     run = session.slots.setdefault(MENU, MenuRun(plan.goal))
@@ -257,8 +257,7 @@ async def run_navigation(pipeline: VoicePipeline, session: Session, plan: MenuPl
     matcher = goal_matcher(plan)
     navigator = MenuNavigator(matcher, plan.settings)
     listener = MenuListener(plan.settings, sample_rate=pipeline.sample_rate)
-    previous = pipeline.capture
-    pipeline.capture = listener
+    previous = pipeline.take_input(listener)
     ticker = asyncio.get_running_loop().create_task(_ticks(listener), name="menu-ticks")
     warming = (asyncio.get_running_loop().create_task(plan.ears.warm_up(), name="menu-ears")
                if plan.ears is not None else None)
@@ -301,8 +300,7 @@ async def run_navigation(pipeline: VoicePipeline, session: Session, plan: MenuPl
         ticker.cancel()
         if warming is not None:
             warming.cancel()
-        if pipeline.capture is listener:
-            pipeline.capture = previous
+        pipeline.hand_back_input(listener, previous)
     await _finish(pipeline, session, plan, run, final)
     on_done(run)
     return run
@@ -319,17 +317,17 @@ async def heard_whole(ears: PromptEars | None, listener: MenuListener, parts: st
     return whole or parts
 
 
-async def _take(pipeline: VoicePipeline, step: Press | Say, press: Press_, heard: str, run: MenuRun) -> None:
+async def _take(pipeline: CallControl, step: Press | Say, press: Press_, heard: str, run: MenuRun) -> None:
     if isinstance(step, Press):
         method = await press(step.key)
         pipeline.sink.emit(MenuEvent(step="press", key=step.key, label=step.label, method=method, heard=heard))
         log.info("menu key pressed", extra={"digits": step.key, "label": step.label, "method": method})
     else:
         pipeline.sink.emit(MenuEvent(step="say", word=step.word, label=step.label, heard=heard))
-        await pipeline.responder.say(step.word)
+        await pipeline.say(step.word)
 
 
-async def _finish(pipeline: VoicePipeline, session: Session, plan: MenuPlan, run: MenuRun,
+async def _finish(pipeline: CallControl, session: Session, plan: MenuPlan, run: MenuRun,
                   final: HandOver | Stop) -> None:
     if isinstance(final, HandOver):
         run.result, run.reason = "reached", f"{final.reason}: '{final.heard}'" if final.heard else final.reason
@@ -346,7 +344,7 @@ async def _finish(pipeline: VoicePipeline, session: Session, plan: MenuPlan, run
             pipeline.announce(plan.greeting)
         return
     if final.result == "voicemail" and plan.voicemail_message:
-        await pipeline.responder.say(plan.voicemail_message)
+        await pipeline.say(plan.voicemail_message)
     if session.hangup is not None and not session.ended:
         await session.hangup()
 
@@ -357,7 +355,7 @@ async def _ticks(listener: MenuListener) -> None:
         listener.tick()
 
 
-def walk_in_background(pipeline: VoicePipeline, session: Session, plan: MenuPlan, press: Press_,
+def walk_in_background(pipeline: CallControl, session: Session, plan: MenuPlan, press: Press_,
                       spawn: Callable[[Awaitable[None]], object],
                       on_done: Callable[[MenuRun], None] = lambda run: None) -> MenuRun:
     """Start the walk on the call; returns its MenuRun at once (await `run.done` for the outcome)."""
