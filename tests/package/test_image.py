@@ -64,10 +64,13 @@ def test_the_image_is_the_wheel_of_this_revision(image: tuple[str, str, str]) ->
     version = run(image, "--version")
     assert version.stdout == f"voicegate {project_version()} (git {image[2]})\n", version
     assert run(image, "-u", entrypoint="id").stdout.strip() != "0"  # never root
-    # Installed into site-packages from the wheel: no source tree was copied into the image.
-    listing = run(image, "-c", "import server, os; print(server.__file__); print(os.path.exists('/src'))",
-                  entrypoint="python")
-    assert listing.stdout.split() == ["/usr/local/lib/python3.11/site-packages/server/__init__.py", "False"], listing
+    # Installed into site-packages from the wheel, under its one name: no source tree was copied into the
+    # image, and no `server` or `internal` of the checkout's links is importable there.
+    probe = ("import os, importlib.util as u, voicegate.server as s; print(s.__file__); "
+             "print(os.path.exists('/src'), u.find_spec('server') is None and u.find_spec('internal') is None)")
+    listing = run(image, "-c", probe, entrypoint="python")
+    assert listing.stdout.split() == ["/usr/local/lib/python3.11/site-packages/voicegate/server/__init__.py",
+                                      "False", "True"], listing
 
 
 def test_doctor_in_the_image_finds_everything_the_default_config_needs(image: tuple[str, str, str]) -> None:

@@ -1,13 +1,16 @@
-"""voicegate installed from its wheel and run as a new user runs it: a fresh virtualenv outside the tree,
-an empty directory, no checkout anywhere in sight.
+"""voicegate installed from its wheel and from its sdist, and run as a new user runs it: a fresh virtualenv
+outside the tree, an empty directory, no checkout anywhere in sight.
 
-`pip install` of the wheel built from this tree (its dependencies come from pip's cache when it has
-them), then, from an empty directory: `voicegate --version`; `voicegate doctor`, and the fix it prints
-for what a fresh install lacks (the end-of-turn model); `voicegate config init`; `voicegate serve` with
-memory on and the loopback as a trusted SIP peer, so the embedded PostgreSQL starts in ./data; a real
-SIP call (sipp streaming a Piper voice that says who is calling) heard by the offline defaults (Whisper,
-the built-in agent, Piper); and what that call left in memory, read back with the installed
-`voicegate memory show`. This test's own process imports the checkout; the installed commands never do.
+`pip install` of the wheel that `python -m build` built from this tree's sdist (its dependencies come
+from pip's cache when it has them), then, from an empty directory: `voicegate --version`;
+`voicegate doctor`, and the fix it prints for what a fresh install lacks (the end-of-turn model);
+`voicegate config init`; `voicegate serve` with memory on and the loopback as a trusted SIP peer, so the
+embedded PostgreSQL starts in ./data; a real SIP call (sipp streaming a Piper voice that says who is
+calling) heard by the offline defaults (Whisper, the built-in agent, Piper); and what that call left in
+memory, read back with the installed `voicegate memory show`. The sdist is installed too, with
+`pip install --no-deps` into a second virtualenv that borrows the first one's dependencies (a .pth file)
+instead of installing 900 MB again. This test's own process imports the checkout; the installed commands
+never do.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -30,7 +34,7 @@ import httpx
 import pytest
 
 from tests.conftest import REPO, free_port
-from tests.package.wheel import BuiltWheel, install, outside_env, project_version
+from tests.package.wheel import INSTALL_TIMEOUT_S, BuiltWheel, install, outside_env, project_version
 from tests.sip_calls.conftest import caller_bye, render, rtp_port_range, run_sipp, stream
 from tests.speech import neural, silence
 from tests.test_serve import postgres_processes
@@ -106,6 +110,40 @@ def test_only_voicegate_is_imported_and_from_the_fresh_venv_never_the_checkout(i
     assert all(Path(m).is_relative_to(venv / "lib") for m in modules), modules
     assert Path(executable).parent == installed.bin
     assert not [entry for entry in path if entry and Path(entry).resolve().is_relative_to(REPO)], path
+
+
+def test_the_sdist_installs_with_pip_and_runs_from_its_own_virtualenv(installed: Installed, built_wheel: BuiltWheel,
+                                                                      tmp_path: Path) -> None:
+    """`pip install voicegate-X.tar.gz`: pip builds the wheel from the sdist alone (no .git, no
+    VOICEGATE_BUILD_REVISION), and the installed package finds its code, its data and its revision."""
+    venv = tmp_path / "sdist-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120,
+                   env=installed.env)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    # The dependencies are the wheel's virtualenv's: added to sys.path after this venv's own site-packages,
+    # so voicegate itself is the one installed here from the sdist.
+    (site / "dependencies.pth").write_text(str(next((installed.bin.parent / "lib").glob("python3*/site-packages"))))
+    done = subprocess.run([str(installed.bin / "python"), "-m", "pip", "--python", str(venv / "bin" / "python"),
+                           "install", "--no-deps", "--disable-pip-version-check", "--progress-bar", "off",
+                           str(built_wheel.sdist)], capture_output=True, text=True, env=installed.env,
+                          cwd=installed.work, timeout=INSTALL_TIMEOUT_S)
+    assert done.returncode == 0, f"pip install of the sdist failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    from_sdist = Installed(venv / "bin", installed.work, installed.env)
+    version = from_sdist.run("--version")
+    assert version.stdout == f"voicegate {project_version()} (git {built_wheel.revision})\n", version
+    # The whole server imports (every dependency found), and the package data comes from this venv.
+    probe = ("import json, importlib.resources as r, voicegate.server.gateway, voicegate.internal.db.migrator as m, "
+             "voicegate.internal.config as c; page = r.files('voicegate.internal.web') / 'static' / 'index.html'; "
+             "print(json.dumps([voicegate.server.gateway.__file__, str(m.MIGRATIONS), str(c.DEFAULT_CONFIG), "
+             "str(page), len(m.discover()), page.is_file()]))")
+    imported = subprocess.run([str(venv / "bin" / "python"), "-c", probe], cwd=installed.work, env=installed.env,
+                              capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    assert imported.returncode == 0, imported.stderr
+    *paths, migrations, page = json.loads(imported.stdout)
+    assert all(Path(path).is_relative_to(site / "voicegate") for path in paths), paths
+    assert migrations == len(discover()) and page
+    config = from_sdist.run("config", "init", "-")
+    assert config.returncode == 0 and config.stdout.startswith("# Written by `voicegate config init`"), config
 
 
 @contextlib.contextmanager

@@ -1,10 +1,11 @@
-"""voicegate as a user gets it: a wheel that pip builds from this tree's files, installed into a virtualenv
-of its own outside the tree.
+"""voicegate as a user gets it: the sdist and the wheel that `python -m build` makes from this tree's files
+(the wheel built from the sdist, as the standard build does), installed into a virtualenv of its own
+outside the tree.
 
-The wheel is built from a copy of the files git would commit (tracked, or new and not ignored), so
-nothing a developer's checkout accumulates (.venv, data/, build/, caches) can slip into it, and the
-checkout itself is never written to. The copy has no .git, so the build is given the checkout's revision
-the way a Docker build is (VOICEGATE_BUILD_REVISION, read by setup.py).
+They are built from a copy of the files git would commit (tracked, or new and not ignored), so nothing a
+developer's checkout accumulates (.venv, data/, build/, caches) can slip into them, and the checkout itself
+is never written to. The copy has no .git, so the build is given the checkout's revision the way a Docker
+build is (VOICEGATE_BUILD_REVISION, read by setup.py, which stamps it into the sdist too).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tomllib
 import zipfile
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ from pathlib import Path
 from tests.conftest import REPO
 from voicegate.server.version import BUILD_REVISION_ENV, git_revision
 
-BUILD_TIMEOUT_S = 300  # pip fetches setuptools into an isolated build environment first
+BUILD_TIMEOUT_S = 300  # two isolated build environments (sdist, then the wheel), setuptools fetched into each
 INSTALL_TIMEOUT_S = 900  # the dependencies (about 900 MB unpacked), from pip's cache when it has them
 
 
@@ -58,6 +60,19 @@ def copy_tree(destination: Path) -> Path:
 class BuiltWheel:
     path: Path
     revision: str
+    sdist: Path  # the source distribution the wheel was built from
+
+    def sdist_names(self) -> set[str]:
+        """The sdist's files, relative to its top folder (voicegate-VERSION/)."""
+        with tarfile.open(self.sdist) as archive:
+            return {member.name.split("/", 1)[1] for member in archive.getmembers()
+                    if member.isfile() and "/" in member.name}
+
+    def sdist_read(self, name: str) -> str:
+        with tarfile.open(self.sdist) as archive:
+            member = archive.extractfile(f"voicegate-{project_version()}/{name}")
+            assert member is not None, name
+            return member.read().decode()
 
     def names(self) -> set[str]:
         with zipfile.ZipFile(self.path) as archive:
@@ -69,17 +84,18 @@ class BuiltWheel:
 
 
 def build_wheel(scratch: Path) -> BuiltWheel:
-    """`pip wheel .` of a copy of this tree, as the README's `pip install .` builds it."""
+    """`python -m build` of a copy of this tree: the sdist, then the wheel built from the unpacked sdist (so
+    the wheel proves the sdist complete). One build serves both the wheel's tests and the sdist's."""
     source = copy_tree(scratch / "source")
     out = scratch / "dist"
     revision = checkout_revision()
     env = {**os.environ, BUILD_REVISION_ENV: revision}
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check",
-                           "--wheel-dir", str(out), str(source)], capture_output=True, text=True, env=env,
-                          cwd=scratch, timeout=BUILD_TIMEOUT_S)
-    assert done.returncode == 0, f"pip wheel failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    done = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(source)], capture_output=True,
+                          text=True, env=env, cwd=scratch, timeout=BUILD_TIMEOUT_S)
+    assert done.returncode == 0, f"python -m build failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     (wheel,) = out.glob("voicegate-*.whl")
-    return BuiltWheel(wheel, revision)
+    (sdist,) = out.glob("voicegate-*.tar.gz")
+    return BuiltWheel(wheel, revision, sdist)
 
 
 def outside_env(home: Path, *drop: str) -> dict[str, str]:

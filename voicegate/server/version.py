@@ -4,9 +4,10 @@ The version has one source, `[project] version` in pyproject.toml, read back fro
 package's metadata. The revision comes from one of two places, decided by how voicegate runs:
 - from a checkout (an editable install, `make serve`): git, asked at run time, so it follows every
   commit and says `-dirty` when tracked files differ from it;
-- from an installed wheel: the file REVISION_FILE, which setup.py writes into the wheel when it builds
-  from a checkout (or from $VOICEGATE_BUILD_REVISION, for builds that have no .git, such as a Docker
-  build context). A wheel built from an sdist knows no revision, and says nothing rather than guess.
+- from an installed wheel: the file REVISION_FILE, which setup.py writes into the wheel and the sdist when
+  it builds from a checkout (or from $VOICEGATE_BUILD_REVISION, for builds that have no .git, such as a
+  Docker build context); a wheel built from an sdist takes the sdist's. A build with none of these knows no
+  revision, and says nothing rather than guess.
 
 This module imports nothing of voicegate's, so setup.py can load it on its own at build time.
 """
