@@ -7,15 +7,20 @@ tests, the links cannot be imported through, coverage sees the code, and `voiceg
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO
+from voicegate.server.cli import build_parser
+from voicegate.server.cli_commands import LazyCommand
 
 RUN_TIMEOUT_S = 300  # a nested pytest or a cold interpreter on two busy cores
 # What the argument parser must never pull in: the server, the speech pipeline and its native libraries.
@@ -59,6 +64,26 @@ def test_help_and_version_import_only_the_argument_parser(option: str, tmp_path:
     assert [name for name in modules if any(name == h or name.startswith(h + ".") for h in HEAVY)] == []
     ours = [name for name in modules if name.split(".")[0] == "voicegate"]
     assert len(ours) <= MOST_VOICEGATE_MODULES, ours
+
+
+def lazy_handlers(parser: argparse.ArgumentParser) -> Iterator[LazyCommand]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                for key in ("run", "run_unloaded"):
+                    handler = command.get_default(key)
+                    if isinstance(handler, LazyCommand):
+                        yield handler
+                yield from lazy_handlers(command)
+
+
+def test_every_command_named_for_later_import_exists() -> None:
+    """A handler is a name until its command runs: a renamed function must fail here, not in a user's shell."""
+    handlers = set(lazy_handlers(build_parser()))
+    assert {handler.module.rsplit(".", 1)[1] for handler in handlers} == {
+        "memory_cli", "rag_cli", "call_cli", "eval_cli", "doctor_cli"}
+    for handler in handlers:
+        assert callable(getattr(importlib.import_module(handler.module), handler.function, None)), handler
 
 
 @pytest.mark.parametrize("name", ["internal", "server", "migrations"])
