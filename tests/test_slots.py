@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
-from voicegate.internal.conversation.slots import Slot, Slots, slots_of
+from voicegate.internal.conversation.slots import Slot, Slots
 
 OWNER: Slot[str] = Slot("memory.owner")
 ATTEMPTS: Slot[list[int]] = Slot("attempts")
@@ -26,8 +24,3 @@ def test_an_absent_slot_reads_as_none_or_the_default_and_pops_as_none() -> None:
     slots.setdefault(ATTEMPTS, []).append(2)
     assert slots.pop(ATTEMPTS) == [1, 2] and ATTEMPTS not in slots
 
-
-def test_a_session_handed_on_untyped_gives_its_slots() -> None:
-    slots = Slots()
-    assert slots_of(SimpleNamespace(slots=slots)) is slots
-    assert slots_of(None) is None and slots_of(SimpleNamespace(slots={})) is None

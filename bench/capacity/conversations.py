@@ -46,7 +46,7 @@ PNG curve (p50 and p95 against N with the limit, answered share on a second axis
 bench/results/capacity*.json and .png.
 
 --nodes 2: two `voicegate serve` nodes on this machine behind Kamailio (deploy/kamailio/kamailio.cfg,
-scripts/cluster.py's Kamailio, dispatching over both; RTP goes straight to the node that answered), each
+bench/common/cluster.py's Kamailio, dispatching over both; RTP goes straight to the node that answered), each
 with its share of the worker processes (whisper.workers and piper.workers = cores / 2), so the two hold as
 many workers as one node; their CPU, memory and /metrics are added up.
 
@@ -91,6 +91,7 @@ from bench.capacity.plan import (
     summarise_step,
     verdict,
 )
+from bench.common.cluster import PROXY_IP, Kamailio, free_port
 from bench.common.figures import machine_busy_seconds, progress, save, table
 from bench.common.wire_tap import Address, WireTap
 from bench.turns.voice_to_voice import (
@@ -105,7 +106,6 @@ from bench.turns.voice_to_voice import (
     server_settings,
     voicegate,
 )
-from scripts.cluster import PROXY_IP, Kamailio, free_port
 from tests.speech import neural
 from voicegate.internal.telemetry.loop_lag import LoopLag
 

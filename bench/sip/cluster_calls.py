@@ -1,11 +1,11 @@
 """Benchmark: what Kamailio in front costs, calls per core through it to two nodes against one node direct.
 
-The cluster is the deployed one (scripts/cluster.py's process classes): one embedded PostgreSQL, two
-`voicegate serve` processes with memory on (pgvector, shared owner-key secret) and Kamailio with
-deploy/kamailio/kamailio.cfg dispatching over them, all on loopback. The call shape is bench/sip/calls.py's:
-sipp places N calls (ramping at --rate calls/s), each streaming looping speech as PCMU, holds them all
-for the measured window and hangs up; the node answers with its own 20 ms stream; recognition is deaf
-(bench/sip/deaf_node.py) and nobody is greeted, so a call is SIP + G.711 both ways + VAD.
+The cluster is the deployed one (bench/common/cluster.py's process classes, which `make cluster` starts):
+one embedded PostgreSQL, two `voicegate serve` processes with memory on (pgvector, shared owner-key secret)
+and Kamailio with deploy/kamailio/kamailio.cfg dispatching over them, all on loopback. The call shape is
+bench/sip/calls.py's: sipp places N calls (ramping at --rate calls/s), each streaming looping speech as
+PCMU, holds them all for the measured window and hangs up; the node answers with its own 20 ms stream;
+recognition is deaf (bench/sip/deaf_node.py) and nobody is greeted, so a call is SIP + G.711 both ways + VAD.
 
 Two phases on the same processes, after a short idle reading:
   direct    sipp -> node a                      (one node, no front end)
@@ -48,17 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import httpx
 
-from bench.common.figures import (
-    machine_busy_seconds,
-    pipeline_settings,
-    process_tree_cpu_seconds,
-    progress,
-    raise_fd_limit,
-    save,
-    table,
-)
-from bench.sip.calls import SCENARIO, caller_audio
-from scripts.cluster import (
+from bench.common.cluster import (
     KAMAILIO,
     LOCAL_IP,
     PROXY_IP,
@@ -69,6 +59,16 @@ from scripts.cluster import (
     free_port,
     node_settings,
 )
+from bench.common.figures import (
+    machine_busy_seconds,
+    pipeline_settings,
+    process_tree_cpu_seconds,
+    progress,
+    raise_fd_limit,
+    save,
+    table,
+)
+from bench.sip.calls import SCENARIO, caller_audio
 
 OWNER_KEY_SECRET = "bench-cluster-owner-key-secret-0123456789"
 # bench/sip/calls.py's call, with the route set Kamailio's Record-Route gives (empty when direct, and
@@ -82,7 +82,7 @@ COUNTED = {"direct": ["node a"], "proxied": ["node a", "node b", "kamailio"]}
 
 
 class BenchNode(ServeProcess):
-    """A cluster node as scripts/cluster.py starts one, through bench/sip/deaf_node.py (recognition deaf)."""
+    """A cluster node as bench/common/cluster.py starts one, through bench/sip/deaf_node.py (recognition deaf)."""
 
     def start(self, config: Path | None, settings: Mapping[str, str] = {}) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("VOICEGATE_")}

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import httpx
 
-from scripts.cluster import LOCAL_IP, PROXY_IP, Kamailio, ServeProcess, node_settings
+from bench.common.cluster import LOCAL_IP, PROXY_IP, Kamailio, ServeProcess, node_settings
 from tests.conftest import free_port
 from tests.sip_calls.conftest import CALLER_PHRASES
 
@@ -40,7 +40,7 @@ LIGHT_ENGINES = ('[llm]\nprovider = "local"\n' + SPEECH["pocketsphinx"]
 
 @dataclass
 class Node(ServeProcess):
-    """A cluster node as scripts/cluster.py starts one, with the offline engines the tests can hear."""
+    """A cluster node as bench/common/cluster.py starts one, with the offline engines the tests can hear."""
 
     speech: str = "pocketsphinx"  # a key of SPEECH
     drain_timeout_s: float = 30.0

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from scripts.cluster import Haproxy
+from bench.common.cluster import Haproxy
 from tests.cluster.harness import LIGHT_ENGINES, Node, running
 from tests.conftest import free_port
 from tests.speech import write_wav

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from scripts.cluster import HAPROXY, HAPROXY_CFG, LOCAL_IP, Haproxy, stop_process, wait_until
+from bench.common.cluster import HAPROXY, HAPROXY_CFG, LOCAL_IP, Haproxy, stop_process, wait_until
 from tests.cluster.harness import Node, running
 from tests.cluster.test_haproxy import JWT_SECRET, WebNode, logged
 from tests.conftest import free_port

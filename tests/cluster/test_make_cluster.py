@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from scripts.cluster import PROXY_IP
+from bench.common.cluster import PROXY_IP
 from tests.cluster.harness import LIGHT_ENGINES, scenario
 from tests.conftest import REPO, free_port
 from tests.sip.conftest import run_sipp

@@ -8,12 +8,12 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from tests.memory.conftest import base_config, make_runtime
 from tests.memory.test_calls import SAM, agent_lines, call
 from tests.pipeline.conftest import ScriptedStt
+from tests.tools.test_tool_context import caller_call
 from voicegate.internal.config.providers import MemoryConfig
 from voicegate.internal.conversation.actions import (
     ACTIONS,
@@ -139,7 +139,7 @@ async def recalled(runtime: FrontendMemoryRuntime, tmp_path: Path) -> list[dict[
     register_memory_tools(tools, runtime, SessionMemory(runtime, "Hello.", outbox), session_digests=True)
     slots = Slots()
     slots.set(OWNER, OWNER_KEY)
-    context = ToolContext("s2", None, 1, extras={"session": SimpleNamespace(slots=slots)})
+    context = ToolContext("s2", None, 1, call=caller_call(SAM, slots))
     calls: list[dict[str, Any]] = json.loads(await tools.run(ToolCall("r", "recall", {}), context))["calls"]
     return calls
 

@@ -13,10 +13,11 @@ from tests.memory.conftest import base_config, make_runtime
 from tests.memory.test_calls import agent_lines, call, documents
 from tests.memory.test_learning import RecordingProvider
 from tests.pipeline.conftest import ScriptedStt
+from voicegate.internal.conversation.past_calls import DIGEST_HEADING
 from voicegate.internal.events import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.openai import OpenAIChatModel
-from voicegate.internal.memory.digest import DIGEST_HEADING, merge_digest, split_document
+from voicegate.internal.memory.digest import merge_digest, split_document
 from voicegate.internal.memory.provider import ChangeContext, ProviderCapabilities
 from voicegate.internal.memory.runtime import EditRejected, FrontendMemoryRuntime
 from voicegate.internal.memory.tool import MEMORY_TOOL_DESCRIPTION

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from voicegate.internal.conversation.past_calls import DIGEST_HEADING
 from voicegate.internal.conversation.transcript import TranscriptEntry
 from voicegate.internal.memory.digest import (
-    DIGEST_HEADING,
     call_summary,
     fact_words,
     forget_in_digests,

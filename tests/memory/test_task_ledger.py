@@ -9,13 +9,13 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from tests.memory.conftest import make_runtime
 from tests.memory.test_action_ledger import OWNER_KEY, hangup, ledger_config, recalled
 from tests.memory.test_calls import SAM, agent_lines, call
 from tests.pipeline.conftest import ScriptedStt
+from tests.tools.test_tool_context import caller_call
 from voicegate.internal.conversation.actions import record_action, transfer_action
 from voicegate.internal.conversation.slots import Slots
 from voicegate.internal.llm.base import ChatRequest, ReplyDelta, ToolCall
@@ -80,7 +80,7 @@ async def recalled_actions(gateway: Gateway, owner: str) -> list[dict[str, Any]]
     slots = Slots()  # as a live call of the caller has them
     slots.set(OWNER, owner)
     slots.set(EPOCH, await gateway.memory.epoch(owner))
-    context = ToolContext("x", None, 1, extras={"session": SimpleNamespace(slots=slots)})
+    context = ToolContext("x", None, 1, call=caller_call(SAM, slots))
     calls = json.loads(await gateway.tools.run(ToolCall("r", "recall", {}), context))["calls"]
     return next(c["actions"] for c in calls if c["actions"])  # type: ignore[no-any-return]
 

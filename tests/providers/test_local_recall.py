@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from voicegate.internal.conversation.past_calls import DIGEST_HEADING
 from voicegate.internal.llm.local import memory_lines
-from voicegate.internal.memory.digest import DIGEST_HEADING
 
 DOCUMENT = ("- I like green tea.\n- 2019 was the year I moved to Lisbon.\n\n"
             f"{DIGEST_HEADING}\n- 2026-12-01: the caller said \"what time is it\"\n")

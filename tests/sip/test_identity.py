@@ -6,9 +6,9 @@ import pytest
 
 from voicegate.internal.config.sections import SipConfig
 from voicegate.internal.identity.caller import CallerIdentity
-from voicegate.internal.identity.phone import normalise_e164
-from voicegate.internal.identity.sip_caller import resolve_sip_identity, shared_number_set
+from voicegate.internal.phone_numbers import normalise_e164
 from voicegate.internal.sip import SipRequest, parse
+from voicegate.internal.sip.caller import resolve_sip_identity, shared_number_set
 from voicegate.internal.sip.voice.call import callee_identity
 
 TRUSTED = ["203.0.113.0/24", "2001:db8::/32"]

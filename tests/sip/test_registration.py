@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from voicegate.internal.config import ConfigError, load_config, masked, render_toml, secret_values
 from voicegate.internal.config.sections import SipConfig
-from voicegate.internal.identity.sip_caller import resolve_sip_identity
+from voicegate.internal.sip.caller import resolve_sip_identity
 from voicegate.internal.sip.message import SipRequest, SipResponse, parse
 from voicegate.internal.sip.registration import RegistrationStatus
 from voicegate.internal.sip.registration_policy import (
@@ -23,7 +23,7 @@ from voicegate.internal.sip.registration_policy import (
     registrar_sources,
     retry_after,
 )
-from voicegate.internal.sip.uri import SipUri
+from voicegate.internal.sip_grammar.uri import SipUri
 
 OURS = SipUri.parse("sip:alice@203.0.113.5:5062")
 

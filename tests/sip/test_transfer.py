@@ -29,7 +29,6 @@ from voicegate.internal.sip.transfer import (
     parse_sipfrag,
     subscription_terminated,
 )
-from voicegate.internal.sip.uri import NameAddr, SipUri
 from voicegate.internal.sip.voice.transfer import (
     TRANSFERRED,
     CallTransfers,
@@ -37,6 +36,7 @@ from voicegate.internal.sip.voice.transfer import (
     register_transfer_tool,
     resolve_target,
 )
+from voicegate.internal.sip_grammar.uri import NameAddr, SipUri
 from voicegate.internal.tools.registry import ToolContext, ToolRegistry
 
 TARGETS = {"sales": "sip:sales@pbx.example", "front desk": "tel:+15550001111"}

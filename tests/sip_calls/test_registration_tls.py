@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.cluster import stop_process, wait_until
+from bench.common.cluster import stop_process, wait_until
 from tests.pipeline.conftest import ScriptedStt
 from tests.sip.certs import ThrowawayCa
 from tests.sip.conftest import run_sipp

@@ -33,9 +33,10 @@ from voicegate.internal.audio.g711 import ulaw_decode, ulaw_encode
 from voicegate.internal.config import Config
 from voicegate.internal.conversation.actions import ACTIONS
 from voicegate.internal.session import Session
-from voicegate.internal.sip.voice.call import SIP_CALL_ID
+from voicegate.internal.sip.voice.call import SIP_CALL_ID, MediaRoute
 from voicegate.internal.sip.voice.transfer import TRANSFER_STATE, TRANSFERRED
 from voicegate.internal.telephony.beep import FilterBank
+from voicegate.internal.telephony.leg_media import BridgePort
 from voicegate.internal.telephony.warm_transfer import return_message
 
 pytestmark = pytest.mark.slow
@@ -107,6 +108,8 @@ async def test_the_target_is_briefed_before_the_caller_is_put_through_then_they_
         (session,) = await server.wait_live()
         session.conversation.summary.text = SUMMARY  # as the rolling summary of a longer call would have it
         await eventually(lambda: _phase(session) == "connected", 60, "the legs to be bridged")
+        route = server.gateway.sip_calls.calls[session.slots.get(SIP_CALL_ID)].route  # the caller's leg: typed,
+        assert isinstance(route, MediaRoute) and isinstance(route.endpoint, BridgePort)  # now to the other leg
         (await caller).check()  # the caller hung up on the bridged call ...
         (await callee).check()  # ... and voicegate hung up sales in turn
         (ended,) = await server.wait_ended()

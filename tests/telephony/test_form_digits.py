@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from voicegate.internal.conversation.form_digits import carries_entry, remember_entry
 from voicegate.internal.conversation.slots import Slots
-from voicegate.internal.telephony.form_digits import carries_entry, remember_entry
 
 CARD = "4111111111111111"
 PIN = "4729"

@@ -12,13 +12,13 @@ import pytest
 from tests.fakes.models import ToolCallingModel
 from tests.pipeline.conftest import PipelineFactory, ScriptedStt, config, make_pipeline  # noqa: F401 (fixtures)
 from voicegate.internal.config.telephony import DigitFormConfig
+from voicegate.internal.conversation.form_digits import form_entry, masked
 from voicegate.internal.llm.base import ChatRequest
 from voicegate.internal.pipeline.events import TranscriptEvent
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.telephony.collection import DigitCollection
 from voicegate.internal.telephony.digit_tool import register_digits_tool
-from voicegate.internal.telephony.form_digits import form_entry, masked
 from voicegate.internal.tools.registry import ToolRegistry, register_end_call
 
 pytestmark = pytest.mark.slow

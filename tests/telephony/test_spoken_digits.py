@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from voicegate.internal.telephony.spoken_digits import SpokenDigits, spoken_digits
+from voicegate.internal.conversation.spoken_digits import SpokenDigits, spoken_digits
 
 
 @pytest.mark.parametrize(("text", "digits"), [

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from tests.fakes.openai_fake import FakeOpenAI
 from tests.pipeline.conftest import ScriptedStt
 from tests.tools.test_mcp import mcp_config, one_turn, stdio_server, tool_messages
+from tests.tools.test_tool_context import caller_call
 from voicegate.internal.conversation.slots import Slots
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.base import ToolCall
@@ -55,7 +55,7 @@ async def test_a_task_tool_is_started_in_the_ledger_and_recall_asks_its_status_t
         slots = Slots()
         slots.set(OWNER, owner)
         slots.set(EPOCH, await gateway.memory.epoch(owner))
-        context = ToolContext("x", None, 1, extras={"session": SimpleNamespace(slots=slots)})
+        context = ToolContext("x", None, 1, call=caller_call(ALICE, slots))
         recalled = json.loads(await gateway.tools.run(ToolCall("r", "recall", {}), context))["calls"]
         after = (await gateway.memory.tasks(owner, [action["task"]]))[action["task"]].status
     finally:

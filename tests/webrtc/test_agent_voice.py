@@ -15,8 +15,8 @@ from tests.speech import active_ms, transcribe
 from tests.webrtc.harness import LiveServer, WhipClient, live_server
 from voicegate.internal.audio.resample import resample
 from voicegate.internal.config import Config
-from voicegate.internal.peer.call import attached_call
 from voicegate.internal.peer.tracks import AgentAudioTrack
+from voicegate.internal.webrtc.call import attached_call
 
 pytestmark = pytest.mark.slow
 

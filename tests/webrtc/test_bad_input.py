@@ -7,7 +7,7 @@ import pytest
 from tests.pipeline.conftest import ScriptedStt
 from tests.webrtc.harness import WhipClient, live_server, wait_until
 from voicegate.internal.config import Config
-from voicegate.internal.peer.call import CALL_KEY
+from voicegate.internal.webrtc.call import CALL_KEY
 
 pytestmark = pytest.mark.slow
 

@@ -22,8 +22,8 @@ from voicegate.internal.peer.opus import SETTLE_FRAMES, OpusVoice, silence_packe
 from voicegate.internal.peer.tracks import AgentAudioTrack, InboundAudio
 from voicegate.internal.pipeline.events import StateEvent
 from voicegate.internal.session import Conversation, Session
-from voicegate.internal.signaling.resume import ResumeTokens
 from voicegate.internal.token_bucket import TokenBucketLimiter
+from voicegate.internal.webrtc.resume import ResumeTokens
 
 
 class FakeClock:

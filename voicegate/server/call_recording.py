@@ -8,12 +8,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from voicegate.internal.config import Config
+from voicegate.internal.conversation.state import LiveCall
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.memory.owner import OwnerKeys, keep, read_secret
 from voicegate.internal.recording.retention import RecordingRetention
 from voicegate.internal.recording.service import RecordingService
 from voicegate.internal.recording.store import RECORDINGS_DIR, RecordingStore
-from voicegate.internal.session import Session
 from voicegate.internal.sip.voice.call import SIP_CALL_ID
 from voicegate.internal.telemetry.otel import Telemetry
 
@@ -32,7 +32,7 @@ def owner_key_function(config: Config, memory: FrontendMemoryRuntime | None) -> 
     return OwnerKeys(secret.value).for_identity
 
 
-def sip_call_id(session: Session) -> str:
+def sip_call_id(session: LiveCall) -> str:
     return str(session.slots.get(SIP_CALL_ID, ""))
 
 

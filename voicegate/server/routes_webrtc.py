@@ -14,9 +14,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from voicegate.internal.identity.http_identity import HttpIdentityResolver
 from voicegate.internal.peer import PeerRegistry, configure_ice_hosts
 from voicegate.internal.peer.datagrams import drain_datagram_reads
-from voicegate.internal.signaling import SignalingError, TokenEndpoint, WhipEndpoint
-from voicegate.internal.signaling.whip import RESUME_STATUS_HEADER, RESUME_TOKEN_HEADER
+from voicegate.internal.signaling import SignalingError, TokenEndpoint
 from voicegate.internal.web import STATIC_DIR
+from voicegate.internal.webrtc.whip import RESUME_STATUS_HEADER, RESUME_TOKEN_HEADER, WhipEndpoint
 from voicegate.server.errors import ApiError, error_body
 from voicegate.server.gateway import Gateway
 

@@ -49,7 +49,7 @@ from voicegate.internal.config.sections import (
     WebRTCConfig,
 )
 from voicegate.internal.config.telephony import AmdConfig, DigitsConfig, MenusConfig, WarmTransferConfig
-from voicegate.internal.identity.phone import normalise_e164
+from voicegate.internal.phone_numbers import normalise_e164
 
 ENV_PREFIX = "VOICEGATE_"
 CONFIG_PATH_ENV = "VOICEGATE_CONFIG"

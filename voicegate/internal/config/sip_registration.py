@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from voicegate.internal.sip_grammar.uri import UriError, sip_uri_with_host
+
 # RFC 3261 10.2.1 lets a registrar shorten what we ask for (and 423 lets it ask for more), so these
 # bounds only stop a typo: under a minute is a refresh storm, over a day outlives most NAT bindings.
 MIN_EXPIRES_S = 60
@@ -80,9 +82,6 @@ class SipRegistration(BaseModel):
 
 
 def check_sip_uri(value: str, key: str) -> str:
-    # Imported here: internal.sip imports the config package, not the other way round at load time.
-    from voicegate.internal.sip.uri import UriError, sip_uri_with_host
-
     try:
         sip_uri_with_host(value)
     except UriError as exc:

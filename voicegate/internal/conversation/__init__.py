@@ -1,1 +1,2 @@
-"""The conversation a call keeps across reconnects: history, transcript, rolling summary (state.py)."""
+"""The conversation a call keeps across reconnects: its messages (messages.py), history, transcript and
+rolling summary (state.py)."""

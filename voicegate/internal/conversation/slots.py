@@ -75,8 +75,3 @@ class Slots:
     def __repr__(self) -> str:
         return f"Slots({', '.join(slot.name for slot in self._values)})"
 
-
-def slots_of(holder: object) -> Slots | None:
-    """The slots of a session handed on untyped (a tool's `context.extras["session"]`); None without."""
-    slots = getattr(holder, "slots", None)
-    return slots if isinstance(slots, Slots) else None

@@ -12,11 +12,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from voicegate.internal.conversation.messages import ChatMessage
 from voicegate.internal.conversation.rolling_summary import RollingSummary
 from voicegate.internal.conversation.slots import Slots
 from voicegate.internal.conversation.transcript import TranscriptLog
+from voicegate.internal.events import EventSink
 from voicegate.internal.identity import CallerIdentity
-from voicegate.internal.llm.base import ChatMessage
 
 # The model sees at most this many recent messages; the rolling summary covers what falls out.
 HISTORY_WINDOW = 30
@@ -62,3 +63,22 @@ class CallContext(Protocol):
 
     @property
     def resource_id(self) -> str | None: ...
+
+
+class LiveCall(CallContext, Protocol):
+    """What the features that keep something with a call (memory, recording, the phone flows) know of it: a
+    Session (internal/session) is one. They stand below the session package, so they name this port, never
+    the Session: how the call came (`transport`), whether it has ended, and where its events go."""
+
+    ended: bool
+
+    @property
+    def transport(self) -> str: ...
+
+    @property
+    def events(self) -> EventSink:
+        """The call's events (its pipeline's sink: the DataChannel, the call feed), or nowhere without one."""
+
+    @property
+    def sample_rate(self) -> int:
+        """The call's audio rate (its pipeline's), or 0 while it has none."""

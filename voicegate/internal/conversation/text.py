@@ -24,3 +24,9 @@ def clean(text: str) -> str:
     """`text` with its line breaks as newlines and without any other control character."""
     text = _newlines(text)
     return _UNWANTED.sub("", text) if _UNWANTED.search(text) else text
+
+
+def neutralise(text: str) -> str:
+    """Text from outside as it may stand inside one of the fences a model is shown (the caller's memory, a
+    tool's result): no angle brackets, so it can close none and open none (guillemets read the same)."""
+    return text.replace("<", "\u2039").replace(">", "\u203a")

@@ -29,7 +29,7 @@ from voicegate.internal.sip.message import SipRequest
 from voicegate.internal.sip.sdp import SdpError, SessionDescription, build_offer, negotiate
 from voicegate.internal.sip.transfer import SIPFRAG
 from voicegate.internal.sip.ua import UserAgent
-from voicegate.internal.sip.uri import NameAddr, UriError
+from voicegate.internal.sip_grammar.uri import NameAddr, UriError
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""Caller identity: the verified `CallerIdentity`, JWTs, SIP caller numbers, trusted headers."""
+"""Caller identity: the verified `CallerIdentity`, JWTs, trusted headers (a SIP caller's number is read
+beside SIP, internal/sip/caller.py)."""
 
 from voicegate.internal.identity.caller import CallerIdentity, IdentityKind
 

@@ -8,30 +8,12 @@ its context in messages reads `messages`; an external agent that keeps its own c
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-Role = Literal["system", "user", "assistant", "tool"]
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    id: str
-    name: str
-    arguments: dict[str, Any]
-
-    def arguments_json(self) -> str:
-        return json.dumps(self.arguments, ensure_ascii=False)
-
-
-@dataclass(slots=True)
-class ChatMessage:
-    role: Role
-    content: str = ""
-    tool_calls: list[ToolCall] = field(default_factory=list)  # assistant messages that called tools
-    tool_call_id: str = ""  # tool messages: which call this answers
+# The messages live with the conversation they make up (a model reads them, the call keeps them).
+from voicegate.internal.conversation.messages import ChatMessage, ToolCall
 
 
 @dataclass(frozen=True, slots=True)

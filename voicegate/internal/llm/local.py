@@ -18,9 +18,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from voicegate.internal.conversation.past_calls import DIGEST_HEADINGS
 from voicegate.internal.llm.base import ChatMessage, ChatRequest, ReplyDelta, ToolCall, ToolSpec
 from voicegate.internal.llm.local_capabilities import Capability, local_capabilities
-from voicegate.internal.memory.digest import DIGEST_HEADINGS
 
 WHO_I_AM = ("I'm the simple offline assistant built into voicegate, not a full language model. I can tell you "
             "the time, repeat what you say, and remember things you ask me to.")

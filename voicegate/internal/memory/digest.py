@@ -15,14 +15,12 @@ import time
 import unicodedata
 from collections.abc import Collection, Iterable
 
+from voicegate.internal.conversation.past_calls import DIGEST_HEADINGS
 from voicegate.internal.conversation.rolling_summary import extractive_summary
 from voicegate.internal.conversation.transcript import TranscriptEntry
 from voicegate.internal.memory.injection import neutralise_for_storage
 from voicegate.internal.memory.provider import DocumentFormat
 
-DIGEST_HEADING = "## Recent calls"
-# A plain-text document gets no Markdown: its digest section is headed by a plain line.
-DIGEST_HEADINGS: dict[DocumentFormat, str] = {"markdown": DIGEST_HEADING, "text": "Recent calls:"}
 CALL_LINE_CHARS = 240  # one call's line at most
 QUOTED_PREFIX = "the caller said "  # a short call's line without a summary: the caller's words, quoted
 

@@ -4,7 +4,7 @@ In `memory`, facts live above the call digests (internal/memory/digest.py): an a
 facts wherever it comes from (tool, API, CLI, reconciliation), call lines make room oldest first, a fact
 is refused only when the facts alone exceed `max_chars`, and removing a fact removes the call lines
 that state it. `user` (preferences) is a plain document. A document in plain-text format gets no
-Markdown (its digest section is headed by a plain line, internal/memory/digest.py DIGEST_HEADINGS).
+Markdown (its digest section is headed by a plain line, internal/conversation/past_calls.py DIGEST_HEADINGS).
 """
 
 from __future__ import annotations

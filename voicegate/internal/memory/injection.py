@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import re
 
+from voicegate.internal.conversation.text import neutralise
+
 PREFERENCES_HEADING = "## Caller preferences"
 MEMORY_HEADING = "## Long-term memory"
 OMITTED_NOTICE = "[more not shown]"  # a section that could not show all its lines says so
@@ -50,11 +52,6 @@ _OBSERVED_HEADING = re.compile(r"^\s*(?:#{1,6}\s*)?observed preferences\b[^\n]{0
 # Anything shaped like one of our fences, or the older `<memory>` tag, in any case and spacing.
 _FENCE_LIKE = re.compile(r"<\s*/?\s*(?:caller[_\s-]*(?:preferences|memory)|memory|system|policy)\b[^<>]{0,40}>",
                          re.IGNORECASE)
-
-
-def neutralise(text: str) -> str:
-    """Stored text as it may appear inside a section: no angle brackets, so no fence."""
-    return text.replace("<", "\u2039").replace(">", "\u203a")
 
 
 def neutralise_for_storage(text: str) -> str:

@@ -32,6 +32,7 @@ from typing import Any
 from voicegate.internal.conversation.actions import ACTIONS, CALL_TASKS, ON_CHANGE, call_actions, objective
 from voicegate.internal.conversation.rolling_summary import format_transcript_for_summary
 from voicegate.internal.conversation.slots import Slot
+from voicegate.internal.conversation.state import LiveCall
 from voicegate.internal.conversation.text import clean
 from voicegate.internal.memory.call_access import CallMemoryAccess
 from voicegate.internal.memory.digest import (
@@ -67,7 +68,6 @@ from voicegate.internal.memory.provider import (
 )
 from voicegate.internal.memory.runtime import UNKNOWN_EPOCH, CallerErased, FrontendMemoryRuntime
 from voicegate.internal.memory.tasks import CallTasks, LedgerWriter
-from voicegate.internal.session.session import Session
 from voicegate.internal.turn.vad import VadEvent
 
 log = logging.getLogger(__name__)
@@ -134,10 +134,10 @@ class SessionMemory:
         self.outbox.add_step(name, step)
         self.after_session.append(name)
 
-    def owner(self, session: Session) -> str | None:
+    def owner(self, session: LiveCall) -> str | None:
         return session.slots.get(OWNER)
 
-    async def start(self, session: Session) -> None:
+    async def start(self, session: LiveCall) -> None:
         owner = self.runtime.owner_key(session.identity)
         if owner is None:
             log.info("anonymous caller: no memory", extra={"reason": session.identity.reason})
@@ -155,8 +155,7 @@ class SessionMemory:
         def changed() -> None:
             session.slots.set(DIRTY, True)
             self._saw(session, owner)
-            if session.pipeline is not None:
-                session.pipeline.sink.emit(MemoryChangedEvent())
+            session.events.emit(MemoryChangedEvent())
 
         session.slots.set(UNSUBSCRIBE, self.runtime.subscribe(owner, changed))
         # What the agent dispatches, its status kept live for `recall` (so only when session digests are kept).
@@ -186,11 +185,11 @@ class SessionMemory:
         if session is not None and words:
             session.slots.setdefault(FORGOTTEN, set()).update(words)
 
-    def epoch(self, session: Session) -> int:
+    def epoch(self, session: LiveCall) -> int:
         epoch = session.slots.get(EPOCH)
         return epoch if isinstance(epoch, int) else UNKNOWN_EPOCH
 
-    def _project(self, session: Session, owner: str) -> None:
+    def _project(self, session: LiveCall, owner: str) -> None:
         user, memory = self.runtime.projection(owner)
         conversation = session.conversation
         conversation.user_preferences = user
@@ -200,7 +199,7 @@ class SessionMemory:
         session.slots.set(DIRTY, False)
         self._saw(session, owner)
 
-    def _saw(self, session: Session, owner: str) -> None:
+    def _saw(self, session: LiveCall, owner: str) -> None:
         """Add the lines the snapshot states now (facts and call lines) to what this call has seen
         (nothing when the snapshot is not known: an empty one would not mean that every line went)."""
         if not self.runtime.snapshot_known(owner):
@@ -215,19 +214,19 @@ class SessionMemory:
 
     # ---- pipeline hooks --------------------------------------------------------------------------
 
-    def greeter(self, session: Session) -> str:
+    def greeter(self, session: LiveCall) -> str:
         conversation = session.conversation
         remembered = bool(conversation.user_preferences or conversation.memory)
         return welcome_back(self.greeting, self.returning_greeting,
                             name_from_memory(conversation.user_preferences, conversation.memory), remembered)
 
-    async def before_turn(self, session: Session) -> None:
+    async def before_turn(self, session: LiveCall) -> None:
         """An idle point: pick up memory changed by the API, another call or another node."""
         owner = self.owner(session)
         if owner is not None and session.slots.get(DIRTY):
             self._project(session, owner)
 
-    async def after_turn(self, session: Session) -> None:
+    async def after_turn(self, session: LiveCall) -> None:
         owner = self.owner(session)
         if owner is None:
             return
@@ -236,7 +235,7 @@ class SessionMemory:
         if self.runtime.capabilities.session_observation:
             await self._observe(session, owner)
 
-    async def turn_memory(self, session: Session, text: str) -> tuple[str, str] | None:
+    async def turn_memory(self, session: LiveCall, text: str) -> tuple[str, str] | None:
         """injection = "retrieval": the caller's preferences and only the memory lines relevant to this
         turn, bounded together like the snapshot (None: keep the snapshot)."""
         owner = self.owner(session)
@@ -253,22 +252,22 @@ class SessionMemory:
         max_chars = self.runtime.config.max_chars
         return memory_context(preferences, relevant, max_chars), memory_text(preferences, relevant, max_chars)
 
-    def observe_audio(self, session: Session, pcm: bytes, event: VadEvent | None) -> None:
+    def observe_audio(self, session: LiveCall, pcm: bytes, event: VadEvent | None) -> None:
         if not self.runtime.capabilities.audio_stream_observation or self.owner(session) is None:
             return
-        self._observe_audio(session, AudioEvent("audio", pcm, session.pipeline.sample_rate if session.pipeline else 0))
+        self._observe_audio(session, AudioEvent("audio", pcm, session.sample_rate))
         if event is VadEvent.SPEECH_START:
             self._observe_audio(session, AudioEvent("speech_start"))
         elif event is VadEvent.SPEECH_END:
             self._observe_audio(session, AudioEvent("speech_end"))
 
-    def _observe_audio(self, session: Session, event: AudioEvent) -> None:
+    def _observe_audio(self, session: LiveCall, event: AudioEvent) -> None:
         owner = self.owner(session)
         if owner is not None:  # the runtime contains a provider's failure: the audio path goes on
             self.runtime.observe_audio(owner, event, SessionContext(session.id, session.transport))
 
     @staticmethod
-    def _new_exchanges(session: Session) -> list[Exchange]:
+    def _new_exchanges(session: LiveCall) -> list[Exchange]:
         """Completed exchanges since the last observation (none when no new caller message)."""
         conversation = session.conversation
         exchanges: list[Exchange] = []
@@ -282,14 +281,14 @@ class SessionMemory:
         conversation.observed_upto = len(conversation.history)
         return exchanges
 
-    async def _observe(self, session: Session, owner: str) -> None:
+    async def _observe(self, session: LiveCall, owner: str) -> None:
         exchanges = self._new_exchanges(session)
         if exchanges:
             await self.runtime.observe(owner, exchanges, SessionContext(session.id, session.transport))
 
     # ---- end of call -----------------------------------------------------------------------------
 
-    async def end(self, session: Session) -> None:
+    async def end(self, session: LiveCall) -> None:
         """The session manager's end hook: returns at once; the writing happens in the background."""
         owner = self.owner(session)
         if self.access is not None:  # the BYO agent's capability dies with the call
@@ -312,7 +311,7 @@ class SessionMemory:
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 
-    def hangup_write(self, session: Session, owner: str, epoch: int) -> HangupWrite | None:
+    def hangup_write(self, session: LiveCall, owner: str, epoch: int) -> HangupWrite | None:
         """What this call still has to write, bounded; None when there is nothing."""
         conversation = session.conversation
         base = {"owner": owner, "session_id": session.id, "transport": session.transport, "epoch": epoch}
@@ -344,7 +343,7 @@ class SessionMemory:
                            summary=summary, transcript=transcript, said=said, summarise=summarise,
                            forgotten=forgotten, actions=actions, seen=list(session.slots.get(SEEN, ())))
 
-    async def _hand_over(self, session: Session, owner: str, epoch: int, exchanges: list[Exchange]) -> None:
+    async def _hand_over(self, session: LiveCall, owner: str, epoch: int, exchanges: list[Exchange]) -> None:
         """Off the call path: reduce the ended call to its bounded record (formatting and redacting a
         long transcript is CPU work, so in a thread), then hand it to the outbox."""
         writer = session.slots.pop(LEDGER)

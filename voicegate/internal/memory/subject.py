@@ -17,17 +17,29 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from voicegate.internal.identity import CallerIdentity
-from voicegate.internal.identity.phone import normalise_e164
 from voicegate.internal.memory.outbox import owner_files
 from voicegate.internal.memory.owner import audit_hash
 from voicegate.internal.memory.provider import ChangeSource
 from voicegate.internal.memory.runtime import FrontendMemoryRuntime
-from voicegate.internal.recording.store import RecordingStore
+from voicegate.internal.phone_numbers import normalise_e164
 
 ProgressSink = Callable[[str, int], None]
+
+
+class CallRecordings(Protocol):
+    """The caller's call recordings, which erasure and access reach with their memory: a port, so that
+    memory never imports recording (internal/recording/store.py's RecordingStore satisfies it, and recording,
+    which stands above memory, names its callers by memory's owner keys)."""
+
+    def delete_owner(self, owner_key: str) -> list[str]:
+        """Remove every recording of one caller; the names of the audio files removed."""
+
+    def described(self, owner_key: str) -> list[dict[str, Any]]:
+        """One caller's recordings as their sidecars say, each with the path of its audio file."""
+
 CALLER_KINDS = ("sip", "jwt", "trusted_header")
 _OWNER_KEY = re.compile(r"[0-9a-f]{64}")
 
@@ -72,7 +84,7 @@ class SubjectErasure:
 
 
 async def delete_everywhere(runtime: FrontendMemoryRuntime, owner: str, outbox_dir: Path | None,
-                            source: ChangeSource = "cli", recordings: RecordingStore | None = None) -> SubjectErasure:
+                            source: ChangeSource = "cli", recordings: CallRecordings | None = None) -> SubjectErasure:
     """Erase `owner` (every table or file of the store, this data directory's pending writes and their call
     recordings); returns what was removed where, the recordings by name, and whether running servers were
     told through the database. `source` is who asked, for the audit log: "cli", or "api" for the server's
@@ -89,13 +101,6 @@ async def delete_everywhere(runtime: FrontendMemoryRuntime, owner: str, outbox_d
         removed[RECORDINGS_REMOVED] = len(names)
     announced = runtime.notifies_changes  # the PostgreSQL provider notifies in its transaction
     return SubjectErasure(removed, announced, names)
-
-
-def recordings_of(recordings: RecordingStore, owner: str) -> list[dict[str, Any]]:
-    """The caller's recordings as their sidecars say, with where each audio file is (the audio itself is
-    not copied into the export: it can be hours long; `path` is where to fetch it)."""
-    return [{**info.as_json(), "path": str(recordings.audio_path(info).resolve())}
-            for info in recordings.of_owner(owner)]
 
 
 def _audit_lines(paths: list[Path], tag: str) -> list[dict[str, Any]]:
@@ -115,7 +120,7 @@ def _audit_lines(paths: list[Path], tag: str) -> list[dict[str, Any]]:
 
 async def export_everything(runtime: FrontendMemoryRuntime, owner: str, *, caller: str | None,
                             outbox_dir: Path | None, progress: ProgressSink | None = stderr_progress,
-                            recordings: RecordingStore | None = None) -> dict[str, Any]:
+                            recordings: CallRecordings | None = None) -> dict[str, Any]:
     """Everything stored of `owner`, as one JSON-ready object: every table or file of the store
     (history included, expired-but-not-yet-swept rows included, no cap), this data directory's pending
     hang-up writes, the audit trail's lines about them (which never hold memory text), and the list of
@@ -131,7 +136,7 @@ async def export_everything(runtime: FrontendMemoryRuntime, owner: str, *, calle
     audit: list[dict[str, Any]] = []
     if runtime.audit is not None:
         audit = await asyncio.to_thread(_audit_lines, runtime.audit.files(), audit_hash(owner))
-    recorded = await asyncio.to_thread(recordings_of, recordings, owner) if recordings is not None else []
+    recorded = await asyncio.to_thread(recordings.described, owner) if recordings is not None else []
     counts = {name: len(rows) for name, rows in tables.items()}
     counts["pending_hangup_writes"] = len(pending)
     counts["recordings"] = len(recorded)

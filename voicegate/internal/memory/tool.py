@@ -20,7 +20,6 @@ from functools import partial
 from typing import Any
 
 from voicegate.internal.conversation.actions import call_actions
-from voicegate.internal.conversation.slots import slots_of
 from voicegate.internal.memory.provider import ChangeContext, MemoryDocument, Scope
 from voicegate.internal.memory.runtime import UNKNOWN_EPOCH, FrontendMemoryRuntime, MemoryRuntimeError
 from voicegate.internal.memory.sessions import OWNER, SessionMemory
@@ -68,8 +67,7 @@ def documents_json(documents: dict[Scope, MemoryDocument]) -> dict[str, Any]:
 
 
 def _owner(context: ToolContext) -> str:
-    slots = slots_of(context.extras.get("session"))
-    owner = slots.get(OWNER) if slots is not None else None
+    owner = context.call.slots.get(OWNER) if context.call is not None else None
     if owner is None:
         raise ToolError("memory is not available on this call")
     return owner
@@ -77,13 +75,11 @@ def _owner(context: ToolContext) -> str:
 
 def _epoch(context: ToolContext, sessions: SessionMemory) -> int:
     """The erasure epoch of the call this tool runs in: its writes never outlive an erasure."""
-    session = context.extras.get("session")
-    return sessions.epoch(session) if session is not None else UNKNOWN_EPOCH
+    return sessions.epoch(context.call) if context.call is not None else UNKNOWN_EPOCH
 
 
 def _has_owner(context: ToolContext) -> bool:
-    slots = slots_of(context.extras.get("session"))
-    return slots is not None and slots.get(OWNER) is not None
+    return context.call is not None and context.call.slots.get(OWNER) is not None
 
 
 def register_memory_tools(registry: ToolRegistry, runtime: FrontendMemoryRuntime, sessions: SessionMemory,

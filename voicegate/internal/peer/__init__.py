@@ -1,6 +1,9 @@
-"""WebRTC media for browser callers: aiortc peer connections, their audio tracks and DataChannel."""
+"""WebRTC media for browser callers: aiortc peer connections, their audio tracks and DataChannel.
 
-from voicegate.internal.peer.call import WebRtcCall, attached_call
+A protocol library like internal/sip: what a peer connection is to a call (its session and pipeline) is
+internal/webrtc/call.py, in the sessions layer.
+"""
+
 from voicegate.internal.peer.connection import OfferError, PeerConnection, PeerRegistry
 from voicegate.internal.peer.ice import configure_ice_hosts, rtc_configuration
 
@@ -8,8 +11,6 @@ __all__ = [
     "OfferError",
     "PeerConnection",
     "PeerRegistry",
-    "WebRtcCall",
-    "attached_call",
     "configure_ice_hosts",
     "rtc_configuration",
 ]

@@ -19,6 +19,7 @@ from typing import Any
 
 from voicegate.internal.config.recording import RecordingConfig
 from voicegate.internal.conversation.slots import Slot
+from voicegate.internal.conversation.state import LiveCall
 from voicegate.internal.events import EventSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.recording.call import ConsentedRecording
@@ -27,7 +28,6 @@ from voicegate.internal.recording.recorder import CHUNK_FRAMES, FRAME_MS, CallRe
 from voicegate.internal.recording.retention import sweep_forever
 from voicegate.internal.recording.store import RECORDINGS_DIR, RecordingInfo, RecordingStore
 from voicegate.internal.recording.writers import RecordingWriters
-from voicegate.internal.session.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ OwnerKeyOf = Callable[[CallerIdentity], str | None]
 
 class RecordingService:
     def __init__(self, config: RecordingConfig, data_dir: Path, *, owner_key: OwnerKeyOf,
-                 call_id_of: Callable[[Session], str] = lambda session: "", telemetry: Any = None) -> None:
+                 call_id_of: Callable[[LiveCall], str] = lambda session: "", telemetry: Any = None) -> None:
         self.config = config
         self.store = RecordingStore(data_dir / RECORDINGS_DIR)
         threads = max(1, min(MAX_WRITER_THREADS, os.cpu_count() or 1))
@@ -72,7 +72,7 @@ class RecordingService:
 
     # ---- calls ---------------------------------------------------------------------------------------
 
-    def for_pipeline(self, session: Session, sample_rate: int, sink: EventSink) -> ConsentedRecording:
+    def for_pipeline(self, session: LiveCall, sample_rate: int, sink: EventSink) -> ConsentedRecording:
         current = session.slots.get(RECORDING_KEY)
         if current is None:
             current = ConsentedRecording(ConsentState(self.config),
@@ -80,12 +80,12 @@ class RecordingService:
             session.slots.set(RECORDING_KEY, current)
         return current.attach(sink, sample_rate)
 
-    async def session_ended(self, session: Session) -> None:
+    async def session_ended(self, session: LiveCall) -> None:
         recording = session.slots.pop(RECORDING_KEY)
         if recording is not None:
             recording.finish()
 
-    def _recorder(self, session: Session, rate: int, consent: str) -> CallRecorder:
+    def _recorder(self, session: LiveCall, rate: int, consent: str) -> CallRecorder:
         identity = session.identity
         info = new_info(session.id, self.config.format, rate, transport=session.transport,
                         owner_key=self._owner_key(identity), identity_kind=identity.kind,

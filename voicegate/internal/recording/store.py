@@ -135,6 +135,11 @@ class RecordingStore:
     def of_owner(self, owner_key: str) -> list[RecordingInfo]:
         return [info for info in self.all() if info.owner_key == owner_key]
 
+    def described(self, owner_key: str) -> list[dict[str, Any]]:
+        """One caller's recordings as their sidecars say, with where each audio file is (a subject access
+        export lists them: the audio itself is not copied, it can be hours long; `path` is where to fetch it)."""
+        return [{**info.as_json(), "path": str(self.audio_path(info).resolve())} for info in self.of_owner(owner_key)]
+
     def delete(self, info: RecordingInfo) -> list[str]:
         """Remove a recording: its audio first (a writer still on it sees its file gone and stops), then
         its sidecar. Returns the names of the files removed."""

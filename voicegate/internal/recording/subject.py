@@ -59,7 +59,7 @@ async def erase_recordings(store: RecordingStore, owner: str) -> RecordingErasur
 def export_recordings(store: RecordingStore, owner: str, caller: str | None, retention_days: float) -> dict[str, Any]:
     """What memory's export answers (internal/memory/subject.py export_everything), for a server with
     memory off: the caller's recordings with where each file is, and no memory tables."""
-    recorded = [{**info.as_json(), "path": str(store.audio_path(info).resolve())} for info in store.of_owner(owner)]
+    recorded = store.described(owner)
     return {
         "caller": caller,
         "owner_key": owner,

@@ -17,15 +17,13 @@ import json
 from typing import Any
 
 from voicegate.internal.config.recording import RecordingConfig
-from voicegate.internal.conversation.slots import slots_of
 from voicegate.internal.recording.call import ConsentedRecording, StopOutcome
 from voicegate.internal.recording.service import RECORDING_KEY
 from voicegate.internal.tools.registry import ToolContext, ToolRegistry
 
 
 def _recording(context: ToolContext) -> ConsentedRecording | None:
-    slots = slots_of(context.extras.get("session"))
-    return slots.get(RECORDING_KEY) if slots is not None else None
+    return context.call.slots.get(RECORDING_KEY) if context.call is not None else None
 
 
 STOPPED = {"ok": True, "stopped": True, "deleted": True,

@@ -3,7 +3,8 @@
 The conversation (internal/conversation: model history, TranscriptLog, rolling summary, memory snapshot)
 is held here, so a browser that reconnects (WHIP resume) gets a new transport and pipeline attached to the
 same session and carries on where it was, with no repeated greeting. The pipeline sees a Session only as
-a CallContext (internal/conversation/state.py): it never imports this module.
+a CallContext, and memory, recording and the phone flows only as a LiveCall (internal/conversation/state.py):
+none of them imports this module.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 from voicegate.internal.conversation.slots import Slots
 from voicegate.internal.conversation.state import Conversation
+from voicegate.internal.events import EventSink, NullSink
 from voicegate.internal.identity import CallerIdentity
 
 if TYPE_CHECKING:
@@ -47,3 +49,11 @@ class Session:
     @property
     def resource_id(self) -> str | None:
         return self.identity.resource_id
+
+    @property
+    def events(self) -> EventSink:
+        return self.pipeline.sink if self.pipeline is not None else NullSink()
+
+    @property
+    def sample_rate(self) -> int:
+        return self.pipeline.sample_rate if self.pipeline is not None else 0

@@ -1,8 +1,9 @@
-"""HTTP signalling for browser calls: WHIP (RFC 9725) with session resume, rate limits, token minting."""
+"""HTTP signalling for browser calls: its problem documents, rate limits and token minting.
+
+The WHIP endpoint and session resume, which build or find a call's session, are internal/webrtc/.
+"""
 
 from voicegate.internal.signaling.problems import SignalingError
-from voicegate.internal.signaling.resume import ResumeTokens
 from voicegate.internal.signaling.tokens import TokenEndpoint
-from voicegate.internal.signaling.whip import WhipEndpoint
 
-__all__ = ["ResumeTokens", "SignalingError", "TokenEndpoint", "WhipEndpoint"]
+__all__ = ["SignalingError", "TokenEndpoint"]

@@ -1,9 +1,9 @@
 """voicegate's SIP stack (RFC 3261, 3264, 3581, 4566, 7616), one module per protocol concept.
 
-Bottom up: `syntax`, `uri`, `via`, `headers`, `message` (+ `framer` for TCP) parse and serialise;
-`sdp` describes and negotiates media; `digest` authenticates; `transport` moves bytes; `timers` and
+Bottom up, on internal/sip_grammar (`syntax`, `uri`): `via`, `headers`, `message` (+ `framer` for TCP)
+parse and serialise; `sdp` describes and negotiates media; `digest` authenticates; `transport` moves bytes; `timers` and
 `transaction` make delivery reliable; `dialog` holds call state; `stack`, `calls`, `uas`, `uac` and
-`ua` are the user agent, whose application contract is in `handler`.
+`ua` are the user agent, whose application contract is in `handler`; `caller` reads who is calling.
 """
 
 from voicegate.internal.sip.dialog import Dialog, DialogId, DialogState
@@ -40,8 +40,8 @@ from voicegate.internal.sip.ua import (
     Rejection,
     UserAgent,
 )
-from voicegate.internal.sip.uri import NameAddr, SipUri, UriError
 from voicegate.internal.sip.via import Via
+from voicegate.internal.sip_grammar.uri import NameAddr, SipUri, UriError
 
 __all__ = [
     "COMPACT_FORMS",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from voicegate.internal.sip.headers import Headers
-from voicegate.internal.sip.syntax import split_list
+from voicegate.internal.sip_grammar.syntax import split_list
 
 # IANA "Session Initiation Protocol (SIP) Parameters: Methods and Response Codes".
 KNOWN_METHODS = frozenset(

@@ -15,7 +15,7 @@ from voicegate.internal.sip.headers import Headers
 from voicegate.internal.sip.message import SipRequest, SipResponse
 from voicegate.internal.sip.sdp import SessionDescription
 from voicegate.internal.sip.transport import Address
-from voicegate.internal.sip.uri import NameAddr, SipUri
+from voicegate.internal.sip_grammar.uri import NameAddr, SipUri
 
 DialogState = Literal["early", "confirmed", "terminated"]
 DialogId = tuple[str, str, str]  # (Call-ID, local tag, remote tag)

@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from voicegate.internal.sip.syntax import SyntaxProblem, quote, split_list, unquote
-from voicegate.internal.sip.uri import SipUri, UriError
+from voicegate.internal.sip_grammar.syntax import SyntaxProblem, quote, split_list, unquote
+from voicegate.internal.sip_grammar.uri import SipUri, UriError
 
 _HASHES: dict[str, Callable[[bytes], str]] = {
     "MD5": lambda data: hashlib.md5(data).hexdigest(),  # RFC 2617 peers still need it

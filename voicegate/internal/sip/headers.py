@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from voicegate.internal.sip.syntax import split_list
+from voicegate.internal.sip_grammar.syntax import split_list
 
 # RFC 3261 7.3.3 and later RFCs: compact forms a peer may send instead of the full name.
 COMPACT_FORMS: dict[str, str] = {

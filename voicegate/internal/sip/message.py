@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from voicegate.internal.sip.headers import Headers, canonical_name
-from voicegate.internal.sip.syntax import SyntaxProblem, has_bare_nul, is_token, split_list
-from voicegate.internal.sip.uri import NameAddr, SipUri, UriError
 from voicegate.internal.sip.via import Via, ViaError
+from voicegate.internal.sip_grammar.syntax import SyntaxProblem, has_bare_nul, is_token, split_list
+from voicegate.internal.sip_grammar.uri import NameAddr, SipUri, UriError
 
 
 class SipParseError(ValueError):

@@ -36,7 +36,7 @@ from voicegate.internal.sip.registration_policy import (
 )
 from voicegate.internal.sip.stack import ALLOWED_METHODS, RoutingError, SipStack, new_tag
 from voicegate.internal.sip.transport import Address
-from voicegate.internal.sip.uri import NameAddr, SipUri
+from voicegate.internal.sip_grammar.uri import NameAddr, SipUri
 
 log = logging.getLogger(__name__)
 

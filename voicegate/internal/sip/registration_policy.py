@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from voicegate.internal.sip.message import SipResponse
-from voicegate.internal.sip.syntax import SyntaxProblem
-from voicegate.internal.sip.uri import NameAddr, SipUri, UriError
+from voicegate.internal.sip_grammar.syntax import SyntaxProblem
+from voicegate.internal.sip_grammar.uri import NameAddr, SipUri, UriError
 
 # Refresh at half the grant, or 30 s before it ends if that is earlier: half leaves room for a few
 # retries on a long grant, the 30 s margin covers a slow registrar and retransmissions on a short one.

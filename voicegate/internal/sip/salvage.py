@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from voicegate.internal.sip.headers import Headers, canonical_name
 from voicegate.internal.sip.message import SipRequest, SipResponse, make_response
-from voicegate.internal.sip.syntax import is_token
+from voicegate.internal.sip_grammar.syntax import is_token
 
 # Lenient on purpose: several SP, SP at the end, <> or LWS in the URI are all still a request line.
 _START_RE = re.compile(r"^([^\s]+)[ \t]+(.*?)[ \t]+(SIP/[^\s]*)[ \t]*$", re.I)

@@ -19,8 +19,8 @@ from voicegate.internal.sip.timers import TimerSettings
 from voicegate.internal.sip.tls import default_port
 from voicegate.internal.sip.transaction import ClientTransaction, TransactionLayer, TransactionUser
 from voicegate.internal.sip.transport import Address, TransportLayer
-from voicegate.internal.sip.uri import SipUri
 from voicegate.internal.sip.via import MAGIC_COOKIE
+from voicegate.internal.sip_grammar.uri import SipUri
 
 # Methods we implement, for Allow (405 responses, OPTIONS, INVITE/200). NOTIFY only in a dialog we sent
 # REFER in (transfer.py); we send REFER but do not accept one, so it is not listed.

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 
 from voicegate.internal.audio.dtmf import EVENT_DIGITS
 from voicegate.internal.config.sections import SipConfig
-from voicegate.internal.identity.sip_caller import shared_number_set
+from voicegate.internal.sip.caller import shared_number_set
 from voicegate.internal.sip.calls import CallLeg, CallRegistry
 from voicegate.internal.sip.capabilities import accepts, method_refusal
 from voicegate.internal.sip.dialog import Dialog
@@ -45,7 +45,7 @@ from voicegate.internal.sip.transport import Address
 from voicegate.internal.sip.uac import NO_REALM, OutboundInvite, parse_target
 from voicegate.internal.sip.uas import InboundInvite, capability_headers, handle_reinvite, on_ack
 from voicegate.internal.sip.update import handle_prack, handle_update
-from voicegate.internal.sip.uri import SipUri, UriError
+from voicegate.internal.sip_grammar.uri import SipUri, UriError
 from voicegate.internal.token_bucket import TokenBucketLimiter
 
 __all__ = [

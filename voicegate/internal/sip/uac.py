@@ -33,7 +33,7 @@ from voicegate.internal.sip.session_timer import (
 from voicegate.internal.sip.stack import ALLOWED_METHODS, RoutingError, new_tag
 from voicegate.internal.sip.transaction import ClientTransaction
 from voicegate.internal.sip.transport import Address
-from voicegate.internal.sip.uri import NameAddr, SipUri, UriError, sip_uri_with_host
+from voicegate.internal.sip_grammar.uri import NameAddr, SipUri, UriError, sip_uri_with_host
 
 log = logging.getLogger(__name__)
 MAX_422_RETRIES = 2  # RFC 4028 7.1: each 422 raises the interval; a third one means a peer that loops

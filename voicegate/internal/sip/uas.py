@@ -18,7 +18,7 @@ import random
 from collections.abc import Mapping
 from typing import Literal
 
-from voicegate.internal.identity.sip_caller import is_trusted, resolve_sip_identity
+from voicegate.internal.sip.caller import is_trusted, resolve_sip_identity
 from voicegate.internal.sip.calls import CallLeg
 from voicegate.internal.sip.core import UaCore
 from voicegate.internal.sip.dialog import Dialog, DialogError

@@ -19,9 +19,9 @@ from voicegate.internal.sip.message import SipRequest
 from voicegate.internal.sip.sdp import SdpError, SessionDescription
 from voicegate.internal.sip.session_timer import SessionTimerError, TooSmall, UasDecision, negotiate_as_uas
 from voicegate.internal.sip.stack import ALLOWED_METHODS, SUPPORTED_OPTIONS
-from voicegate.internal.sip.syntax import quote
 from voicegate.internal.sip.transaction import ServerTransaction
 from voicegate.internal.sip.transport import Address
+from voicegate.internal.sip_grammar.syntax import quote
 
 log = logging.getLogger(__name__)
 SDP = "application/sdp"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from voicegate.internal.sip.syntax import Params, SyntaxProblem, format_params, parse_params, split_outside
-from voicegate.internal.sip.uri import UriError, parse_hostport
+from voicegate.internal.sip_grammar.syntax import Params, SyntaxProblem, format_params, parse_params, split_outside
+from voicegate.internal.sip_grammar.uri import UriError, parse_hostport
 
 # RFC 3261 17.1.1.3: branches starting with this cookie are unique per transaction, so matching can
 # rely on them; anything else came from an RFC 2543 peer.

@@ -25,8 +25,8 @@ from typing import Literal, Protocol
 from voicegate.internal.audio.frame import FRAME_MS
 from voicegate.internal.config.telephony import AmdConfig, AmdOutcome
 from voicegate.internal.conversation.slots import Slot
+from voicegate.internal.conversation.state import LiveCall
 from voicegate.internal.pipeline.capture import CallControl
-from voicegate.internal.session import Session
 from voicegate.internal.stt.base import Transcript
 from voicegate.internal.telephony.amd import (
     AmdDecision,
@@ -160,7 +160,7 @@ class MachineListener:
             self.probe.cancel()
 
 
-async def run_detection(pipeline: CallControl, session: Session, plan: AmdPlan, transcriber: Transcriber | None,
+async def run_detection(pipeline: CallControl, session: LiveCall, plan: AmdPlan, transcriber: Transcriber | None,
                         on_decision: Callable[[AmdRun], None] = lambda run: None) -> AmdRun:
     """Detect, act on the decision, and return the run (the call may have ended by then)."""
     run = session.slots.setdefault(AMD, AmdRun())
@@ -201,7 +201,7 @@ async def run_detection(pipeline: CallControl, session: Session, plan: AmdPlan, 
     return run
 
 
-async def _leave_message(pipeline: CallControl, session: Session, listener: MachineListener, plan: AmdPlan,
+async def _leave_message(pipeline: CallControl, session: LiveCall, listener: MachineListener, plan: AmdPlan,
                          run: AmdRun) -> None:
     classifier = listener.classifier
     beep = classifier.beep
@@ -230,7 +230,7 @@ async def _ticks(listener: MachineListener) -> None:
         listener.tick()
 
 
-def run_in_background(pipeline: CallControl, session: Session, plan: AmdPlan, transcriber: Transcriber | None,
+def run_in_background(pipeline: CallControl, session: LiveCall, plan: AmdPlan, transcriber: Transcriber | None,
                       spawn: Callable[[Awaitable[None]], object],
                       on_decision: Callable[[AmdRun], None] = lambda run: None) -> AmdRun:
     """Start detection on the call; returns its AmdRun at once (await `run.decided` for the decision)."""

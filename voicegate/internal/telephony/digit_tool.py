@@ -19,12 +19,13 @@ import json
 from typing import Any
 
 from voicegate.internal.config.telephony import DigitFormConfig, DigitsConfig
+from voicegate.internal.conversation.form_digits import masked, remember_entry
+from voicegate.internal.conversation.state import LiveCall
+from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.recording.call import ConsentedRecording
 from voicegate.internal.recording.service import RECORDING_KEY
-from voicegate.internal.session import Session
 from voicegate.internal.telephony.collection import collect_digits
 from voicegate.internal.telephony.digits import DigitSpec, DigitSpecError
-from voicegate.internal.telephony.form_digits import masked, remember_entry
 from voicegate.internal.tools.registry import ToolContext, ToolError, ToolRegistry
 
 # The turn's timeout is extended by at least this much beyond the form's own worst case (prompts, waits).
@@ -67,7 +68,7 @@ def sensitive(config: DigitsConfig, form: DigitFormConfig | None) -> bool:
     return form.sensitive if form is not None and form.sensitive is not None else config.sensitive
 
 
-def recording_paused(session: Session, paused: bool) -> contextlib.AbstractContextManager[None]:
+def recording_paused(session: LiveCall, paused: bool) -> contextlib.AbstractContextManager[None]:
     """The call's recording paused for a sensitive form (silence on both channels), when it records."""
     recording = session.slots.get(RECORDING_KEY)
     return recording.pause() if paused and isinstance(recording, ConsentedRecording) else contextlib.nullcontext()
@@ -111,10 +112,12 @@ def register_digits_tool(registry: ToolRegistry, config: DigitsConfig) -> None:
         properties = {"form": properties["form"]}
 
     async def run(arguments: dict[str, Any], context: ToolContext) -> str:
-        session = context.extras.get("session")
-        if not isinstance(session, Session) or session.pipeline is None:
+        session = context.call
+        # The pipeline's digit collection takes the call's input for a while (a port from the pipeline would
+        # be narrower: the only attribute of a call read here that a LiveCall does not declare).
+        pipeline = getattr(session, "pipeline", None)
+        if session is None or not isinstance(pipeline, VoicePipeline):
             raise ToolError("digits cannot be collected on this call")
-        pipeline = session.pipeline
         name = str(arguments.get("form") or "")
         if name and name not in forms:
             raise ToolError(f"no form named {name!r} (configured: {', '.join(sorted(forms)) or 'none'})")

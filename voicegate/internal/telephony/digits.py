@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from voicegate.internal.telephony.spoken_digits import spoken_digits
+from voicegate.internal.conversation.spoken_digits import spoken_digits
 
 InputMode = Literal["keys", "speech", "both"]
 AttemptStatus = Literal["complete", "invalid", "timeout"]

@@ -15,12 +15,27 @@ import wave
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
 from voicegate.internal.audio.frame import FRAME_MS, frame_bytes
 from voicegate.internal.audio.resample import resample
 from voicegate.internal.turn.vad import AdaptiveEnergyClassifier
+
+
+class MediaEndpoint(Protocol):
+    """What a call leg's media is routed to: its pipeline, or one of the ports below."""
+
+    def pull_audio(self) -> bytes | None:
+        """The next 20 ms to send, or None for comfort silence."""
+
+    def push_audio(self, pcm: bytes) -> None:
+        """20 ms the leg received."""
+
+    def push_dtmf(self, digit: str) -> None:
+        """A key the leg's far end pressed."""
+
 
 BRIDGE_DEPTH_FRAMES = 5  # at most 100 ms of one leg's audio waits for the other
 CHIME_PERIOD_S = 4.0

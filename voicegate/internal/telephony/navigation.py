@@ -27,10 +27,10 @@ import numpy as np
 
 from voicegate.internal.config.telephony import MenusConfig
 from voicegate.internal.conversation.slots import Slot
+from voicegate.internal.conversation.state import LiveCall
 from voicegate.internal.pipeline.capture import CallControl
 from voicegate.internal.pipeline.context import CALL_GOAL
 from voicegate.internal.pipeline.events import Event
-from voicegate.internal.session import Session
 from voicegate.internal.stt.base import Transcript
 from voicegate.internal.telephony.key_policy import KeysRefused
 from voicegate.internal.telephony.menu_choice import GoalMatcher, SentenceSimilarity, WordLlamaSimilarity
@@ -249,7 +249,7 @@ class MenuListener:
         self.since = self._clock()
 
 
-async def run_navigation(pipeline: CallControl, session: Session, plan: MenuPlan, press: Press_,
+async def run_navigation(pipeline: CallControl, session: LiveCall, plan: MenuPlan, press: Press_,
                          on_done: Callable[[MenuRun], None] = lambda run: None) -> MenuRun:
     """Walk the menu until a person answers, a dead end, or the call ends; returns the run."""
     run = session.slots.setdefault(MENU, MenuRun(plan.goal))
@@ -327,7 +327,7 @@ async def _take(pipeline: CallControl, step: Press | Say, press: Press_, heard: 
         await pipeline.say(step.word)
 
 
-async def _finish(pipeline: CallControl, session: Session, plan: MenuPlan, run: MenuRun,
+async def _finish(pipeline: CallControl, session: LiveCall, plan: MenuPlan, run: MenuRun,
                   final: HandOver | Stop) -> None:
     if isinstance(final, HandOver):
         run.result, run.reason = "reached", f"{final.reason}: '{final.heard}'" if final.heard else final.reason
@@ -355,7 +355,7 @@ async def _ticks(listener: MenuListener) -> None:
         listener.tick()
 
 
-def walk_in_background(pipeline: CallControl, session: Session, plan: MenuPlan, press: Press_,
+def walk_in_background(pipeline: CallControl, session: LiveCall, plan: MenuPlan, press: Press_,
                       spawn: Callable[[Awaitable[None]], object],
                       on_done: Callable[[MenuRun], None] = lambda run: None) -> MenuRun:
     """Start the walk on the call; returns its MenuRun at once (await `run.done` for the outcome)."""

@@ -38,8 +38,7 @@ from mcp.types import CONNECTION_CLOSED, CallToolResult
 
 from voicegate.internal.config.display import mask_urls_in
 from voicegate.internal.config.mcp import McpConfig, McpServerConfig
-from voicegate.internal.conversation.slots import slots_of
-from voicegate.internal.telephony.form_digits import carries_entry
+from voicegate.internal.conversation.form_digits import carries_entry
 from voicegate.internal.tools.mcp_caller import (
     CALLER_HEADERS,
     CALLER_META,
@@ -305,16 +304,15 @@ class McpToolset:
         config = self.config
 
         def available(context: ToolContext) -> bool:
-            session = context.extras.get("session")
-            transport = getattr(session, "transport", None)
-            return (connection.up and transport in server.enabled_for
-                    and admits(server, getattr(session, "identity", None))
+            call = context.call
+            return (connection.up and call is not None and call.transport in server.enabled_for
+                    and admits(server, call.identity)
                     and any(listed.name == tool.name for listed in connection.listed))
 
         task_tool = tool.name in server.task_tools
 
         async def run(arguments: dict[str, Any], context: ToolContext) -> str:
-            if carries_entry(arguments, slots_of(context.extras.get("session"))):
+            if carries_entry(arguments, context.call.slots if context.call is not None else None):
                 raise ToolError("digits the caller entered in a digit form (collect_digits) are never sent to tools "
                                 "from other servers; they may be a PIN or a card number. Do not retry with them.")
             caller = self._caller(server, context)
@@ -352,7 +350,7 @@ class McpToolset:
 
     def _caller(self, server: McpServerConfig, context: ToolContext) -> dict[str, Any]:
         """What `server` is told of the caller of the call `context` runs in (mcp_caller.py)."""
-        return caller_meta(server, getattr(context.extras.get("session"), "identity", None), self.caller_ids)
+        return caller_meta(server, context.call.identity if context.call is not None else None, self.caller_ids)
 
     def describe(self) -> dict[str, Any]:
         """For /health and GET /api/agent: each server's state and the tools it offers (names only)."""

@@ -1,9 +1,10 @@
 """What the model reads of an MCP tool's result: its text, bounded, inside a fence it cannot leave.
 
 An MCP server is somebody else's program, so its results are handled like caller memory
-(internal/memory/injection.py): every angle bracket in them becomes a guillemet, so no text can close
-the `<tool_result>` fence or open another (`</tool_result>`, `<system>`); the fence and a notice when the
-text was cut fit in `mcp.max_result_chars`, always whole; and the policy says fenced results are data
+(internal/memory/injection.py, with the same `neutralise` from internal/conversation/text.py): every angle
+bracket in them becomes a guillemet, so no text can close the `<tool_result>` fence or open another
+(`</tool_result>`, `<system>`); the fence and a notice when the text was cut fit in `mcp.max_result_chars`,
+always whole; and the policy says fenced results are data
 (internal/pipeline/context.py, TOOL_RESULTS_POLICY). Images, audio and binary resources are not sent
 to the model; a line says one was left out.
 """
@@ -15,7 +16,7 @@ import re
 
 from mcp.types import CallToolResult
 
-from voicegate.internal.memory.injection import neutralise
+from voicegate.internal.conversation.text import neutralise
 
 CLOSE = "</tool_result>"
 CUT_NOTICE = "[the rest of the result was cut: too long]"

@@ -35,7 +35,7 @@ from typing import Any
 from opentelemetry import trace
 
 from voicegate.internal.conversation.actions import CALL_TASKS, new_task_id, record_action, tool_action
-from voicegate.internal.conversation.slots import slots_of
+from voicegate.internal.conversation.state import LiveCall
 from voicegate.internal.llm.base import ToolCall, ToolSpec
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,14 @@ class ToolContext:
     # Say this now, in the reply's voice and order, and return once it has been played (or cut off):
     # for a tool that prompts the caller and then waits for them. Set by the reply that runs the tool.
     speak: Callable[[str], Awaitable[None]] = _say_nothing
+    # The call the tool runs in (its session, as the features see it: internal/conversation/state.py), for a
+    # tool that keeps or reads something with the call (its slots), or asks how it came (`transport`); None
+    # outside a call. A context built with the call in `extras["session"]` gets it here too.
+    call: LiveCall | None = None
+
+    def __post_init__(self) -> None:
+        if self.call is None:
+            self.call = self.extras.get("session")
 
 
 ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
@@ -221,9 +229,7 @@ class ToolRegistry:
         task_id = ""
         if tool.starts_work:
             task_id = new_task_id()
-            session = context.extras.get("session")
-            slots = slots_of(session)
-            tasks = slots.get(CALL_TASKS) if slots is not None else None
+            tasks = context.call.slots.get(CALL_TASKS) if context.call is not None else None
             context = replace(context, extras={**context.extras, "task_id": task_id, "tasks": tasks})
         started = time.monotonic()
         outcome = "cancelled"  # unless it ends otherwise: a barge-in or a hang-up cancels the turn's tools
@@ -264,10 +270,8 @@ class ToolRegistry:
     @staticmethod
     def _started(context: ToolContext, name: str, task_id: str, *, ok: bool) -> None:
         """A tool that starts work: "started" (or "error" when it could not) under its task id."""
-        session = context.extras.get("session")
-        slots = slots_of(session)
-        if slots is not None:
-            record_action(slots, tool_action(name, ok, task_id, started=True))
+        if context.call is not None:
+            record_action(context.call.slots, tool_action(name, ok, task_id, started=True))
 
     @staticmethod
     def _record(context: ToolContext, name: str, recorded: bool, *, ok: bool) -> None:

@@ -69,7 +69,7 @@ class BusyLine:
         if voice is None or voice.ended:
             return
         port = BriefingPort(SAMPLE_RATE)
-        voice.route["pipeline"] = port
+        voice.route.endpoint = port
         voice.dialog = dialog
         remote = (voice.negotiated.remote_host, voice.negotiated.remote_port) if voice.negotiated else None
         voice.rtp.start(remote)
@@ -101,6 +101,6 @@ class BusyLine:
         voice = self._calls.pop(call_id, None)
         if voice is not None and not voice.ended:
             voice.ended = True
-            voice.route.pop("pipeline", None)
+            voice.route.endpoint = None
             with contextlib.suppress(Exception):
                 voice.rtp.close()

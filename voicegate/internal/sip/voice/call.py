@@ -13,7 +13,6 @@ import secrets
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from voicegate.internal.audio.rtp_session import MediaDirection, RtpSession
 from voicegate.internal.audio.srtp import SrtpContext
@@ -21,18 +20,19 @@ from voicegate.internal.config.sections import SipConfig, split_host_port
 from voicegate.internal.conversation.slots import Slot
 from voicegate.internal.events import Event
 from voicegate.internal.identity import CallerIdentity
-from voicegate.internal.identity.phone import normalise_e164
-from voicegate.internal.identity.sip_caller import unless_shared
+from voicegate.internal.phone_numbers import normalise_e164
 from voicegate.internal.pipeline.events import ReleaseEvent, StateEvent, TimingEvent, TranscriptEvent, TurnEvent
 from voicegate.internal.pipeline.idle import IdleEvent
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.pipeline.thinking import ThinkingEvent
 from voicegate.internal.session import Session
+from voicegate.internal.sip.caller import unless_shared
 from voicegate.internal.sip.dialog import Dialog
 from voicegate.internal.sip.sdes import SrtpKeys, new_key
 from voicegate.internal.sip.sdp import Negotiated
-from voicegate.internal.sip.uri import SipUri
+from voicegate.internal.sip_grammar.uri import SipUri
 from voicegate.internal.telephony.events import AmdEvent, DigitsEvent, TransferEvent, VoicemailEvent
+from voicegate.internal.telephony.leg_media import MediaEndpoint
 from voicegate.internal.turn.events import OverlapEvent
 
 log = logging.getLogger("voicegate.internal.sip.voice")  # one logger for a call's lines, whichever module writes them
@@ -127,6 +127,17 @@ def callee_identity(target: str, config: SipConfig, shared_numbers: frozenset[st
     return unless_shared(CallerIdentity("sip", number, "dialled by us"), shared_numbers)
 
 
+@dataclass(slots=True)
+class MediaRoute:
+    """Where one SIP leg's media goes: the RTP session's callbacks read it at each 20 ms tick and key press, so
+    a warm transfer re-routes a leg (to a hold sound, a briefing, the other leg) by setting `endpoint`.
+    `call_id` follows the dialog's (an outbound call learns it late); `endpoint` is None before media runs
+    (an outbound call ringing) and after it stops: then nothing is sent and what arrives is dropped."""
+
+    call_id: str
+    endpoint: MediaEndpoint | None = None
+
+
 @dataclass
 class SipVoiceCall:
     call_id: str
@@ -135,8 +146,8 @@ class SipVoiceCall:
     pipeline: VoicePipeline | None = None
     negotiated: Negotiated | None = None
     ended: bool = False
-    # Where audio and DTMF go before the pipeline exists (outbound calls ring first).
-    route: dict[str, Any] = field(default_factory=dict)
+    # Where the leg's audio and key presses go (the pipeline once media runs; a hold or bridge port meanwhile).
+    route: MediaRoute = field(default_factory=lambda: MediaRoute(""))
     # RFC 3264 8: every SDP we send in one call keeps the o= session id and bumps its version by one.
     sdp_session_id: int = field(default_factory=lambda: secrets.randbelow(2**31))
     sdp_version: int = -1

@@ -25,7 +25,7 @@ import re
 from typing import Any, Literal
 
 from voicegate.internal.audio.dtmf import EVENT_DIGITS
-from voicegate.internal.conversation.slots import slots_of
+from voicegate.internal.conversation.state import LiveCall
 from voicegate.internal.session import Session
 from voicegate.internal.sip.voice.call import SIP_CALL_ID, SIP_OUTBOUND
 from voicegate.internal.telephony import key_policy
@@ -150,7 +150,7 @@ def policy_of(config: Any) -> KeyPolicy:
     return KeyPolicy(config.outbound_keys, config.outbound_asked_keys, config.outbound_max_keys)
 
 
-def may_press_keys(session: object, inbound_allowed: bool, heard: str = "") -> bool:
+def may_press_keys(session: LiveCall | None, inbound_allowed: bool, heard: str = "") -> bool:
     """Is the agent's `send_dtmf` offered now? Only on a SIP call voicegate placed (its own leg into
     another IVR), unless `sip.send_dtmf_inbound`: on a call a PBX handed us, keys the agent presses
     reach the PBX, and with DTMF feature codes on (a common blind-transfer setting) a caller who says
@@ -158,12 +158,12 @@ def may_press_keys(session: object, inbound_allowed: bool, heard: str = "") -> b
     And there only while a menu is walked or the other side's words (`heard`, this turn's) ask for keys
     ("press 2 for billing", "enter your account number"): a person talking has no use for a keypad, and
     a tool that is not offered cannot be talked into."""
-    if getattr(session, "transport", None) != "sip":
+    if session is None or session.transport != "sip":
         return False
-    slots = slots_of(session)
-    if not (inbound_allowed or (slots is not None and slots.get(SIP_OUTBOUND) is True)):
+    slots = session.slots
+    if not (inbound_allowed or slots.get(SIP_OUTBOUND) is True):
         return False
-    run = slots.get(MENU) if slots is not None else None
+    run = slots.get(MENU)
     return (run is not None and run.result == "pending") or key_policy.asks_for_keys(heard)
 
 
@@ -172,7 +172,7 @@ def register_dtmf_tool(registry: ToolRegistry, keypad: CallKeypad, *, inbound: b
     calls voicegate answered only with `inbound` (sip.send_dtmf_inbound)."""
 
     async def send_dtmf(arguments: dict[str, Any], context: ToolContext) -> str:
-        session = context.extras.get("session")
+        session = context.call
         if not isinstance(session, Session):
             raise ToolError("key presses cannot be sent on this call")
         heard = str(context.extras.get("heard") or "")
@@ -192,6 +192,6 @@ def register_dtmf_tool(registry: ToolRegistry, keypad: CallKeypad, *, inbound: b
                                                      "description": "the keys to press, in order"}},
          "required": ["digits"], "additionalProperties": False},
         send_dtmf,
-        available=lambda context: may_press_keys(context.extras.get("session"), inbound,
+        available=lambda context: may_press_keys(context.call, inbound,
                                                  str(context.extras.get("heard") or "")),
     )

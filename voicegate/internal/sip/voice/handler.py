@@ -29,11 +29,11 @@ from voicegate.internal.sip.dialog import Dialog
 from voicegate.internal.sip.handler import CallFailed, CallRejected, IncomingCall, OutboundCall, Rejection
 from voicegate.internal.sip.sdes import negotiate_media, secure_answer, secure_offer
 from voicegate.internal.sip.sdp import SdpError, SessionDescription, build_answer, build_offer
-from voicegate.internal.sip.uri import SipUri
 from voicegate.internal.sip.voice.call import (
     SIP_CALL_ID,
     SIP_OUTBOUND,
     CallLog,
+    MediaRoute,
     SipVoiceCall,
     callee_identity,
     direction,
@@ -42,6 +42,7 @@ from voicegate.internal.sip.voice.call import (
 )
 from voicegate.internal.sip.voice.dtmf import CallKeypad
 from voicegate.internal.sip.voice.transfer import transfer_under_way
+from voicegate.internal.sip_grammar.uri import SipUri
 from voicegate.internal.telephony.answering_machine import AmdPlan, AmdRun, run_in_background
 from voicegate.internal.telephony.navigation import MenuPlan, PromptEars, walk_in_background
 
@@ -163,7 +164,7 @@ class VoiceCallHandler:
             await self.busy_line.confirmed(dialog)
             return
         voice = self.calls.get(dialog.call_id)
-        if voice is None or voice.ended or "pipeline" in voice.route:
+        if voice is None or voice.ended or voice.route.endpoint is not None:
             return  # gone, or media already running since the 183 (early media)
         if voice.negotiated is None:
             # Offerless INVITE: the caller's answer came in the ACK; without a usable one there is no call.
@@ -204,9 +205,9 @@ class VoiceCallHandler:
     def dtmf(self, dialog: Dialog, digit: str) -> None:
         """A key press sent as SIP INFO (phones without RFC 4733 events)."""
         voice = self.calls.get(dialog.call_id)
-        pipeline = voice.route.get("pipeline") if voice is not None else None
-        if pipeline is not None:
-            pipeline.push_dtmf(digit)
+        endpoint = voice.route.endpoint if voice is not None else None
+        if endpoint is not None:
+            endpoint.push_dtmf(digit)
 
     async def ended(self, dialog: Dialog, reason: str) -> None:
         if self.busy_line is not None and self.busy_line.expected(dialog.call_id):
@@ -346,25 +347,25 @@ class VoiceCallHandler:
     # ---- shared ----------------------------------------------------------------------------------
 
     def _new_call(self, call_id: str, toward: str) -> SipVoiceCall:
-        route: dict[str, Any] = {}
+        route = MediaRoute(call_id)
 
         def source() -> bytes | None:
-            pipeline = route.get("pipeline")
-            return pipeline.pull_audio() if pipeline is not None else None
+            endpoint = route.endpoint
+            return endpoint.pull_audio() if endpoint is not None else None
 
         def sink(pcm: bytes) -> None:
-            pipeline = route.get("pipeline")
-            if pipeline is not None:
-                pipeline.push_audio(pcm)
+            endpoint = route.endpoint
+            if endpoint is not None:
+                endpoint.push_audio(pcm)
 
         def on_dtmf(digit: str) -> None:
-            pipeline = route.get("pipeline")
-            if pipeline is not None:
-                pipeline.push_dtmf(digit)
+            endpoint = route.endpoint
+            if endpoint is not None:
+                endpoint.push_dtmf(digit)
 
         def on_timeout() -> None:
             log.warning("no RTP from the caller; ending the call", extra={"call_id": call_id})
-            voice_ = self.calls.get(route.get("call_id", call_id))
+            voice_ = self.calls.get(route.call_id)
             if voice_ is not None and voice_.session is not None and voice_.session.close_transport is not None:
                 session = voice_.session
 
@@ -378,7 +379,6 @@ class VoiceCallHandler:
                          timeout_s=self.config.rtp_timeout_s, jitter_ms=self.config.jitter_ms, source=source,
                          sink=sink, on_dtmf=on_dtmf, on_timeout=on_timeout, signalling_host=toward)
         voice = SipVoiceCall(call_id, rtp, route=route)
-        route["call_id"] = call_id
         self.calls[call_id] = voice
         return voice
 
@@ -396,7 +396,7 @@ class VoiceCallHandler:
     async def _start_media(self, voice: SipVoiceCall, dialog: Dialog) -> None:
         session, pipeline = voice.session, voice.pipeline
         assert session is not None and pipeline is not None
-        voice.route["call_id"] = dialog.call_id
+        voice.route.call_id = dialog.call_id
         if session.ended:
             # Ended (shutdown, an admin, the agent) while the call was answered but not yet
             # established, when there was no dialog to BYE: hang up now, and start no media.
@@ -418,11 +418,11 @@ class VoiceCallHandler:
         voice.dialog = dialog
         remote = (voice.negotiated.remote_host, voice.negotiated.remote_port) if voice.negotiated else None
         voice.rtp.start(remote)
-        voice.route["pipeline"] = pipeline
+        voice.route.endpoint = pipeline
         await pipeline.start()
 
     def _release(self, voice: SipVoiceCall) -> None:
-        voice.route.pop("pipeline", None)
+        voice.route.endpoint = None
         if self.on_media_stats is not None:
             with contextlib.suppress(Exception):
                 self.on_media_stats(voice.rtp.stats())

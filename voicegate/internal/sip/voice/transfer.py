@@ -214,7 +214,7 @@ async def agent_quiet(session: Session) -> None:
 
 
 def _is_sip_call(context: ToolContext) -> bool:
-    return getattr(context.extras.get("session"), "transport", None) == "sip"
+    return context.call is not None and context.call.transport == "sip"
 
 
 class WarmStarter(Protocol):
@@ -242,7 +242,7 @@ def register_transfer_tool(registry: ToolRegistry, transfers: CallTransfers, war
     warm transfers available, the model may choose the mode (the configured default otherwise)."""
 
     async def transfer_call(arguments: dict[str, Any], context: ToolContext) -> str:
-        session = context.extras.get("session")
+        session = context.call
         if not isinstance(session, Session):
             raise ToolError("this call cannot be transferred")
         mode = str(arguments.get("mode") or default_mode)

@@ -138,14 +138,14 @@ class WarmTransfers:
         """The target's leg, listening from the moment it answers (for the end of their "hello")."""
         target: SipVoiceCall = await self._handler.dial_leg(uri, timeout_s=self.config.ring_timeout_s)
         port = BriefingPort(SAMPLE_RATE)
-        target.route["pipeline"] = port
+        target.route.endpoint = port
         return target, port, asyncio.get_running_loop().time()
 
     async def _hold(self, session: Session, caller: SipVoiceCall, pipeline: VoicePipeline) -> None:
         await agent_quiet(session)
         if self.config.hold_message:
             await pipeline.responder.say(self.config.hold_message)
-        caller.route["pipeline"] = HoldPort(self._hold_sound, SAMPLE_RATE)
+        caller.route.endpoint = HoldPort(self._hold_sound, SAMPLE_RATE)
 
     async def _brief(self, session: Session, caller_gone: asyncio.Event, target: SipVoiceCall, port: BriefingPort,
                      answered: float, pipeline: VoicePipeline, state: TransferState) -> None:
@@ -176,7 +176,7 @@ class WarmTransfers:
                  state: TransferState) -> None:
         relay = (lambda digit: self._press(target, digit)) if self.config.relay_caller_keys else _kept_from_target
         to_target, to_caller = bridge(relay, lambda digit: self._press(caller, digit))
-        caller.route["pipeline"], target.route["pipeline"] = to_target, to_caller
+        caller.route.endpoint, target.route.endpoint = to_target, to_caller
         caller.end_reason = TRANSFERRED
         limit = asyncio.get_running_loop().call_later(self.config.max_bridge_s, self._bridge_too_long,
                                                       session, caller, target)
@@ -191,7 +191,7 @@ class WarmTransfers:
         self._finish(session, pipeline, state, "failed", status)
         if caller.ended or session.ended:
             return
-        caller.route["pipeline"] = pipeline
+        caller.route.endpoint = pipeline
         pipeline.announce(return_message(self.config.return_message, state.target, status))
 
     def _bridge_too_long(self, session: Session, caller: SipVoiceCall, target: SipVoiceCall) -> None:

@@ -1,8 +1,9 @@
-"""The turn policy at its operating point with the phone-band head against Smart Turn, on held-out turns.
+"""The turn policy at its operating point with the phone-band head against Smart Turn, on held-out turns:
+the trained head's evaluation, beside its trainer (it reads the trainer's recordings).
 
-    .venv/bin/python -m bench.turns.head_operating_point [--offset 120] [--lines piper/none,piper/white,espeak/none]
+    .venv/bin/python -m scripts.head_operating_point [--offset 120] [--lines piper/none,piper/white,espeak/none]
 
-The benchmark's EVAL dialogues (bench/turns/cases.py; never trained on) through 8 kHz G.711, recorded by
+The turn benchmarks' EVAL dialogues (bench/turns/cases.py; never trained on) through 8 kHz G.711, recorded by
 scripts/train_phone_turn.py (the pipeline's VAD, Whisper with its encoder states, Smart Turn; cached in
 /tmp/phone-turn-cache, recorded on first use: ~5 minutes a line). Each dialogue is replayed as
 bench/turns/sweep.py does, with the product's policies (internal/turn): today's Smart Turn fusion

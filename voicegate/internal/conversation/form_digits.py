@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from voicegate.internal.conversation.slots import Slot, Slots
-from voicegate.internal.telephony.spoken_digits import spoken_digits
+from voicegate.internal.conversation.spoken_digits import spoken_digits
 
 FORM_DIGITS: Slot[list[str]] = Slot("digits.entered")  # the entries this call's digit forms took
 # The latest entry of each form ("" for one the model described), for a tool in this process that needs

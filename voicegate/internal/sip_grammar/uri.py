@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import unquote as percent_decode
 
-from voicegate.internal.sip.syntax import (
+from voicegate.internal.sip_grammar.syntax import (
     Params,
     SyntaxProblem,
     format_params,

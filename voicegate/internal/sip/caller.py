@@ -14,9 +14,9 @@ from collections.abc import Iterable
 
 from voicegate.internal.identity.caller import CallerIdentity
 from voicegate.internal.identity.networks import address_in
-from voicegate.internal.identity.phone import WITHHELD, normalise_e164
+from voicegate.internal.phone_numbers import WITHHELD, normalise_e164
 from voicegate.internal.sip.message import SipRequest
-from voicegate.internal.sip.uri import NameAddr, UriError
+from voicegate.internal.sip_grammar.uri import NameAddr, UriError
 
 _PRIVACY_HIDING_IDENTITY = frozenset({"id", "header", "user"})
 

@@ -1,6 +1,6 @@
 """Grammar primitives shared by headers, URIs and SDP (RFC 3261 section 25).
 
-Kept apart so `uri.py`, `via.py` and `message.py` split and quote text the same way; a quoting bug
+Kept apart so `uri.py` and internal/sip's `via.py` and `message.py` split and quote text the same way; a quoting bug
 fixed here is fixed for every header at once.
 """
 

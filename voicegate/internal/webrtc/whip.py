@@ -22,14 +22,7 @@ from voicegate.internal.config import Config
 from voicegate.internal.events import EventSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.identity.http_identity import AuthError, HttpIdentityResolver
-from voicegate.internal.peer import (
-    OfferError,
-    PeerConnection,
-    PeerRegistry,
-    WebRtcCall,
-    attached_call,
-    rtc_configuration,
-)
+from voicegate.internal.peer import OfferError, PeerConnection, PeerRegistry, rtc_configuration
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.session import Session, SessionLimitReached, SessionManager, TransportKind
 from voicegate.internal.signaling.problems import (
@@ -41,8 +34,9 @@ from voicegate.internal.signaling.problems import (
     unauthorized,
 )
 from voicegate.internal.signaling.ratelimit import client_address
-from voicegate.internal.signaling.resume import ResumeOutcome, ResumeTokens, same_caller
 from voicegate.internal.token_bucket import TokenBucketLimiter
+from voicegate.internal.webrtc.call import WebRtcCall, attached_call
+from voicegate.internal.webrtc.resume import ResumeOutcome, ResumeTokens, same_caller
 
 log = logging.getLogger(__name__)
 
