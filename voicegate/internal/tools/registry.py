@@ -70,10 +70,12 @@ class ToolContext:
     speak: Callable[[str], Awaitable[None]] = _say_nothing
     # The call the tool runs in (its session, as the features see it: internal/conversation/state.py), for a
     # tool that keeps or reads something with the call (its slots), or asks how it came (`transport`); None
-    # outside a call. A context built with the call in `extras["session"]` gets it here too.
+    # outside a call.
     call: LiveCall | None = None
 
     def __post_init__(self) -> None:
+        # The cascade's responder (internal/pipeline/responder.py) and the Realtime agent still hand the call
+        # in `extras["session"]`: it is typed here, once, so that no tool reads extras for it.
         if self.call is None:
             self.call = self.extras.get("session")
 
