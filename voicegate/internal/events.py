@@ -1,9 +1,9 @@
 """The envelope every event of a call shares, and the sinks that carry it.
 
 An event is a small typed pydantic model with a JSON `type` and a timestamp; each package declares its
-own beside its code (internal/pipeline/events.py: transcript, response, state, timing, turn, release,
-connection, dtmf; internal/pipeline/idle.py: idle; internal/pipeline/thinking.py: thinking;
-internal/turn/events.py: overlap; internal/telephony/events.py: digits, amd, voicemail, transfer;
+own beside its code (internal/pipeline/events.py: transcript, response, state, timing, turn, connection,
+dtmf; internal/pipeline/idle.py: idle; internal/pipeline/thinking.py: thinking; internal/turn/events.py:
+release, overlap; internal/telephony/events.py: digits, amd, voicemail, transfer;
 internal/telephony/navigation.py: menu; internal/recording/events.py: recording;
 internal/memory/events.py: memory.changed). WebRTC sends them on the DataChannel `events`; the
 control-plane WebSocket sends the owner's `memory.changed`; a SIP call's sink is its log
