@@ -27,7 +27,7 @@ CLEAR = {"no_speech_prob": 0.05, "avg_logprob": -0.3}  # Whisper's scores on wor
     ("Yeah, go on.", 600, CLEAR, BACKCHANNEL, "acknowledgement words only"),
     ("Uh.", 200, CLEAR, BACKCHANNEL, "acknowledgement words only"),
     ("Okay then.", 540, {"no_speech_prob": 0.09, "avg_logprob": -0.54}, BACKCHANNEL, "no content words"),
-    # ... said twice as Whisper spelled it over the agent (espeak-ng, G.711; issue 51 item 3: was "content words").
+    # ... said twice as Whisper spelled it over the agent (espeak-ng, G.711: once judged "content words").
     ("Mm-mm-mm-mm-mm-mm-mm.", 1540, {"no_speech_prob": 0.2, "avg_logprob": -0.78}, BACKCHANNEL,
      "acknowledgement words only"),
     ("Mmm, Mmm, Mmm.", 1600, {"no_speech_prob": 0.21, "avg_logprob": -0.77}, BACKCHANNEL,
@@ -156,7 +156,7 @@ def test_configured_backchannel_phrases_are_backchannels() -> None:
 
 def test_a_doubted_hum_held_long_is_no_turn() -> None:
     """Whisper's decode of Piper's "Mmm, mmm." over the agent (G.711): one 920 ms stretch, which would be more
-    than an acknowledgement holds, were its words not a hum (issue 51 item 3)."""
+    than an acknowledgement holds, were its words not a hum."""
     overlap = classify_overlap("MMMMMMM", 920, no_speech_prob=0.11, avg_logprob=-1.07, longest_ms=920)
     assert overlap == Overlap(NON_SPEECH, "the recogniser doubts it was speech")
 

@@ -58,7 +58,7 @@ def test_configured_backchannel_phrases_extend_the_vocabulary() -> None:
     assert is_backchannel("righto", frozenset({"righto"}))
 
 
-# Issue 51 item 3: an acknowledgement said again, as the recogniser spells it over the agent. The first four
+# An acknowledgement said again, as the recogniser spells it over the agent. The first four
 # are Whisper's own decodes of "Mm-hm, mm-hm." and "Mm-hmm, mm-hmm." (Piper and espeak-ng through G.711),
 # which were a content word and stopped the agent.
 @pytest.mark.parametrize("text", ["Mm-mm-mm-mm-mm-mm-mm.", "Mmm, Mmm, Mmm.", "Mm-m-m-m-m-m-m-", "Mm hm Mm hm",

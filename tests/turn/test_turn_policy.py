@@ -345,7 +345,7 @@ async def released_then_heard() -> tuple[TurnOwner, Replies]:
     return turn, replies
 
 
-# Issue 51 item 3: "Yes, | yes." said as the reply begins. The first "yes" holds the reply (the caller may be
+# A repeated acknowledgement: "Yes, | yes." said as the reply begins. The first "yes" holds the reply (the caller may be
 # going on with the question); the second was judged apart, as words over an agent it could not hear, so a
 # turn: the agent stopped and the question was answered again with "yes, yes" on it.
 async def test_a_repeated_acknowledgement_right_after_a_release_plays_the_reply_on_when_the_window_closes_between(

@@ -150,7 +150,7 @@ async def said_over_the_agent(make_pipeline: PipelineFactory, whisper: WhisperSp
     return sink.events, model
 
 
-# Issue 51 item 3. Whisper wrote Piper's "Mm-hmm, mm-hmm." here as "Mm-m-m-m-m-m-m" and "Mmm, mmm." as
+# A repeated acknowledgement. Whisper wrote Piper's "Mm-hmm, mm-hmm." here as "Mm-m-m-m-m-m-m" and "Mmm, mmm." as
 # "MMMMMMM": a content word and "more than an acknowledgement", which stopped the agent and, 2.3 s later,
 # released the hum as the caller's turn (`hold`) and answered it. "Yeah, yeah." came back as written.
 @pytest.mark.parametrize("line", ["Mm-hmm, mm-hmm.", "Mmm, mmm.", "Yeah, yeah."])

@@ -342,7 +342,7 @@ class PipelineConfig(Section):
     vad_threshold_db: float = Field(9.0, gt=0)
     vad_silero_threshold: float = Field(0.5, gt=0, lt=1)
     # silero: the level gate follows the line's noise (internal/turn/vad.py NoiseAwareGate); false:
-    # every frame must stand vad_threshold_db over the floor (the gate before issue 30).
+    # every frame must stand vad_threshold_db over the floor (the gate before the noise-floor tracker).
     vad_noise_gate: bool = True
     end_of_turn: Literal["off", "smart_turn"] = "smart_turn"
     end_of_turn_threshold: float = Field(0.75, gt=0, lt=1)
@@ -364,7 +364,7 @@ class PipelineConfig(Section):
     duck_gain: float = Field(0.25, ge=0, le=1)
     # A sound over the agent long enough to pause it (barge_in_confirm_ms) that turns out to be no turn
     # (a cough, a backchannel, nothing recognised): the agent picks its sentence up again from the start,
-    # at the latest this long after the sound ends. 0: off, the sound stops the agent (before issue 44).
+    # at the latest this long after the sound ends. 0: off, the sound stops the agent at once (no adaptive pause).
     resume_after_false_interruption_s: float = Field(2.0, ge=0, le=10)
     backchannels: list[str] = Field(
         default_factory=lambda: [

@@ -116,9 +116,3 @@ class HttpIdentityResolver:
         if subject_problem(claimed):
             return CallerIdentity.anonymous("malformed resource header")
         return CallerIdentity("trusted_header", claimed, f"trusted source {peer}")
-
-
-async def resolve_http_identity(request: HttpRequestLike, config: ServerConfig,
-                                verifier: TokenVerifier | None = None) -> CallerIdentity:
-    """One-off resolution; servers keep an `HttpIdentityResolver` so JWKS keys stay cached."""
-    return await HttpIdentityResolver(config, verifier).resolve(request)

@@ -43,7 +43,7 @@ EARLY_COMMA_CHARS = 12
 # Beyond this a clause without a full stop is cut at a comma, so a run-on reply still streams.
 LONG_CLAUSE_CHARS = 200
 # A long opening sentence with no comma: Piper renders a sentence whole, so its first audio waits for all
-# of it. Measured (issue 53, joe voice, one call, a loaded 2-core node): "I have looked up your account
+# of it. Measured (joe voice, one call, a loaded 2-core node): "I have looked up your account
 # and I can see that ... yet." (5.4 s of speech) took 1025 ms to render, "I have looked up your account"
 # alone 257 ms. Cut only before a word that opens a clause, after ~4 words, and only when the sentence
 # certainly goes on for ~2 s more: a pause at a clause boundary is natural, and a short sentence said

@@ -1,4 +1,4 @@
-"""A bring-your-own agent's access to the memory of the caller it is talking to (issue 42).
+"""A bring-your-own agent's access to the memory of the caller it is talking to.
 
 GET/PATCH /api/memory name their owner by a verified JWT or the trusted server-side header, so a BYO
 backend could not edit the memory of a phone caller (`sip:+E164`) it was answering. Instead, each call

@@ -273,13 +273,3 @@ def scrub_summary(summary: str, forgotten: set[str]) -> str:
         kept = [quote for quote in quotes if not mentions(quote, forgotten)]
         return QUOTED_PREFIX + "; ".join(kept) if kept else ""
     return "" if mentions(summary, forgotten) else summary
-
-
-def replace_digest_section(content: str, section_lines: list[str], max_chars: int,
-                           fmt: DocumentFormat = "markdown") -> str:
-    """Install a digest section written by a model, still bounded (oldest lines dropped)."""
-    head, _ = split_document(content, fmt)
-    lines = [line if line.startswith("- ") else f"- {line}" for line in section_lines if line.strip()]
-    while lines and len(render_document(head, lines, fmt)) > max_chars:
-        lines.pop()
-    return render_document(head, lines, fmt)

@@ -7,7 +7,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 
 from voicegate.internal.memory.digest import mentions
-from voicegate.internal.memory.provider import SCOPES, ListOptions, MemoryDocument, Scope
+from voicegate.internal.memory.provider import ListOptions, MemoryDocument, Scope
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +118,3 @@ class DocumentCache:
 
     def owners(self) -> list[str]:
         return list(self._entries)
-
-
-def empty_documents() -> dict[Scope, MemoryDocument]:
-    return {scope: MemoryDocument(scope) for scope in SCOPES}

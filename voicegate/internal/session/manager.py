@@ -89,9 +89,6 @@ class SessionManager:
     def sessions(self) -> list[Session]:
         return list(self._sessions.values())
 
-    def for_owner(self, resource_id: str) -> list[Session]:
-        return [s for s in self._sessions.values() if s.resource_id == resource_id and not s.ended]
-
     def refusal(self, transport: TransportKind = "sip") -> SessionLimitReached | None:
         """Why a new call on `transport` would be refused now (None: it would be taken). Asking counts
         nothing: `create` (and the transports that refuse before creating) report refusals."""

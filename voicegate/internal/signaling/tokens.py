@@ -51,10 +51,6 @@ class TokenEndpoint:
         if config.dev_login:
             log.warning("server.dev_login is on: local users can sign in as anyone (development only)")
 
-    @property
-    def dev_login_enabled(self) -> bool:
-        return self.config.dev_login
-
     async def mint(self, request: Request) -> JSONResponse:
         if self.config.jwt_secret and not self.config.api_key:
             raise SignalingError(403, "token_minting_disabled", MINTING_DISABLED)

@@ -117,9 +117,6 @@ class Dialog:
             invite_cseq=request.cseq[0],
         )
 
-    def matches_request(self, request: SipRequest) -> bool:
-        return (request.call_id, request.to_tag, request.from_tag or "") == self.id
-
     def accept_remote_cseq(self, request: SipRequest) -> bool:
         """12.2.2: a request with a lower CSeq than the last is out of order (answer 500)."""
         number = request.cseq[0]

@@ -191,9 +191,6 @@ class TransportLayer:
         port = via.rport if via.has_rport and via.rport else via.port or default_port(source.transport)
         self._send(data, Address(host, port, source.transport), None)
 
-    def send_raw(self, data: bytes, dest: Address) -> None:
-        self._send(data, dest, None)
-
     def _send(self, data: bytes, dest: Address, on_error: ErrorHandler | None) -> None:
         try:
             if not dest.reliable:

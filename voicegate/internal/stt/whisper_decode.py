@@ -282,10 +282,6 @@ def decode_utterance(pcm: bytes, sample_rate: int, earlier: str = "") -> Decoded
     return _decoder.decode(to_model_audio(pcm, sample_rate), earlier)
 
 
-def worker_ready() -> bool:
-    return _decoder is not None
-
-
 def decode_utterances(items: list[tuple[bytes, int, str]]) -> list[Decoded]:
     """Several utterances (pcm, sample rate, earlier words) decoded as one batch (DecoderPool's decode_batch)."""
     assert _decoder is not None, "init_worker has not run in this process"

@@ -52,7 +52,6 @@ class VadProfile:
         return max(1, self.offset_ms // FRAME_MS)
 
 
-
 _audioop = load_audioop()
 # Samples widened to 32 bits (x << 16) make audioop's integer RMS exact to 1/65536 of a sample step.
 _RMS_SCALE = 1.0 / 65536.0
@@ -333,11 +332,6 @@ class VoiceActivityDetector:
         self._run = 0
         self.speaking = speech
         return VadEvent.SPEECH_START if speech else VadEvent.SPEECH_END
-
-    @property
-    def pending_onset_frames(self) -> int:
-        """How many speech frames have been seen toward an onset (for pre-roll sizing)."""
-        return 0 if self.speaking else self._run
 
 
 def build_vad(kind: str, sample_rate: int, profile: VadProfile, *, threshold_db: float,
