@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import tone_driven
 from voicegate.internal.config import Config, load_config
 from voicegate.internal.conversation.rolling_summary import RollingSummary
-from voicegate.internal.events import CollectingSink
+from voicegate.internal.event_envelope import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.base import ChatModel
 from voicegate.internal.llm.local import LocalAgent

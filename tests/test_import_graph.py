@@ -165,7 +165,7 @@ def table_tokens(text: str) -> list[list[str]]:
 
 
 def table_module(token: str) -> str:
-    """`sip/voice/` -> voicegate.internal.sip.voice; `events.py` -> voicegate.internal.events."""
+    """`sip/voice/` -> voicegate.internal.sip.voice; `event_envelope.py` -> voicegate.internal.event_envelope."""
     return ".".join([INTERNAL, *token.removesuffix(".py").strip("/").split("/")])
 
 
@@ -234,7 +234,7 @@ def test_the_layer_table_names_every_package_once() -> None:
     table = [name for names in layers()[1:-len(ABOVE_THE_TABLE)] for name in names]
     assert len(table) > 25 and len(set(table)) == len(table), "a package in two rows"
     assert {"voicegate.internal.config", "voicegate.internal.sip", "voicegate.internal.sip.voice",
-            "voicegate.internal.events", "voicegate.internal.session"} <= set(table)
+            "voicegate.internal.event_envelope", "voicegate.internal.session"} <= set(table)
     missing = [name for name in files() if name.startswith(INTERNAL + ".") and unit(name) == INTERNAL]
     assert missing == [], "modules of voicegate.internal in no row of the layer table"
     stale = [name for name in table if not any(module == name or module.startswith(name + ".") for module in files())]

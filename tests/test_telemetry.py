@@ -14,7 +14,7 @@ from tests.conftest import tone_driven
 from tests.pipeline.conftest import ScriptedStt
 from tests.speech import silence, tone
 from voicegate.internal.config import load_config
-from voicegate.internal.events import CollectingSink
+from voicegate.internal.event_envelope import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.pipeline.localcall import LocalCall
 from voicegate.internal.telemetry import configure_logging

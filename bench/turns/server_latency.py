@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.common.figures import percentiles, progress, save, table
 from voicegate.internal.config import load_config
 from voicegate.internal.conversation.rolling_summary import RollingSummary
-from voicegate.internal.events import NullSink
+from voicegate.internal.event_envelope import NullSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.base import ChatRequest, ReplyDelta, ToolCall
 from voicegate.internal.pipeline.pipeline import VoicePipeline

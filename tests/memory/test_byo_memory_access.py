@@ -14,7 +14,7 @@ from tests.memory.test_api import SECRET, auth
 from tests.pipeline.conftest import ScriptedStt
 from tests.webrtc.harness import LiveServer, live_server, webrtc_config
 from voicegate.internal.agent.client import AgentChatModel
-from voicegate.internal.events import CollectingSink
+from voicegate.internal.event_envelope import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.memory.call_access import CALL_TOKEN_HEADER
 from voicegate.internal.memory.provider import ChangeContext

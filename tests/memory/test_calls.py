@@ -19,7 +19,7 @@ from tests.fakes.openai_fake import FakeOpenAI
 from tests.memory.conftest import base_config
 from tests.pipeline.conftest import ScriptedStt
 from voicegate.internal.config import Config
-from voicegate.internal.events import CollectingSink
+from voicegate.internal.event_envelope import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.openai import OpenAIChatModel
 from voicegate.internal.pipeline.events import TranscriptEvent

@@ -14,7 +14,7 @@ from tests.memory.test_calls import agent_lines, call, documents
 from tests.memory.test_learning import RecordingProvider
 from tests.pipeline.conftest import ScriptedStt
 from voicegate.internal.conversation.past_calls import DIGEST_HEADING
-from voicegate.internal.events import CollectingSink
+from voicegate.internal.event_envelope import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.openai import OpenAIChatModel
 from voicegate.internal.memory.digest import merge_digest, split_document

@@ -19,7 +19,7 @@ from tests.memory.conftest import RETENTION_S, base_config, make_runtime
 from tests.pipeline.conftest import ScriptedStt
 from voicegate.internal.config import load_config
 from voicegate.internal.conversation.transcript import TranscriptEntry
-from voicegate.internal.events import CollectingSink
+from voicegate.internal.event_envelope import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.openai import OpenAIChatModel
 from voicegate.internal.memory.digest import call_summary, no_longer_stated, still_seen, usable_summary

@@ -174,7 +174,7 @@ async def run_provider_call(tmp_path: Path, provider: RecordingProvider) -> tupl
     await gateway.start()
     assert gateway.sessions is not None and gateway.session_memory is not None
     session = await gateway.open_session(CallerIdentity("jwt", "alice"), "talk")
-    pipeline = gateway.new_pipeline(session, 16000, __import__("voicegate.internal.events",
+    pipeline = gateway.new_pipeline(session, 16000, __import__("voicegate.internal.event_envelope",
                                                                fromlist=["CollectingSink"]).CollectingSink())
     async with LocalCall(pipeline, speed=4.0) as live:
         await live.wait_agent_quiet(100)

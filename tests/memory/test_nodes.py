@@ -17,7 +17,7 @@ import websockets
 
 from tests.memory.test_api import SECRET, auth, token
 from tests.webrtc.harness import LiveServer, live_server, webrtc_config
-from voicegate.internal.events import CollectingSink
+from voicegate.internal.event_envelope import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 
 

@@ -11,7 +11,7 @@ from tests.memory.test_calls import SAM, memory_config
 from tests.memory.test_learning import RecordingProvider
 from tests.pipeline.conftest import ScriptedStt
 from tests.speech import silence
-from voicegate.internal.events import CollectingSink
+from voicegate.internal.event_envelope import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.memory.provider import ProviderCapabilities
 from voicegate.internal.pipeline.localcall import LocalCall

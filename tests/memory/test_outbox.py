@@ -18,7 +18,7 @@ import pytest
 from tests.memory.test_calls import memory_config
 from tests.pipeline.conftest import ScriptedStt
 from voicegate.internal.db import EmbeddedPostgres
-from voicegate.internal.events import CollectingSink
+from voicegate.internal.event_envelope import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.memory.errors import MemoryUnavailable
 from voicegate.internal.memory.outbox import HangupOutbox, HangupWrite, StepFailed, retry_delay, transient

@@ -13,7 +13,7 @@ from tests.fakes.openai_fake import FakeOpenAI, echo_last_user
 from tests.memory.test_calls import SAM, call, documents, memory_config
 from tests.pipeline.conftest import ScriptedStt
 from voicegate.internal.conversation.rolling_summary import SUMMARY_ACTIVATE_ENTRIES, SUMMARY_SYSTEM_PROMPT
-from voicegate.internal.events import CollectingSink
+from voicegate.internal.event_envelope import CollectingSink
 from voicegate.internal.llm.openai import OpenAIChatModel
 from voicegate.internal.memory.digest import QUOTED_PREFIX
 from voicegate.internal.pipeline.localcall import LocalCall

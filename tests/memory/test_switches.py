@@ -25,7 +25,7 @@ from tests.memory.test_calls import call
 from tests.memory.test_stated_preferences import openai_gateway
 from tests.webrtc.harness import live_server, webrtc_config
 from voicegate.internal.config import load_config
-from voicegate.internal.events import CollectingSink
+from voicegate.internal.event_envelope import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.openai import OpenAIChatModel
 from voicegate.internal.memory.events import MemoryChangedEvent

@@ -20,7 +20,7 @@ from tests.memory.conftest import base_config, make_runtime
 from tests.memory.test_api import SECRET, auth
 from tests.pipeline.conftest import ScriptedStt
 from tests.webrtc.harness import webrtc_config
-from voicegate.internal.events import CollectingSink
+from voicegate.internal.event_envelope import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.base import ToolCall
 from voicegate.internal.memory.provider import (

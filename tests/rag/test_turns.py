@@ -13,7 +13,7 @@ from tests.pipeline.conftest import ScriptedStt
 from tests.rag.conftest import CORPUS
 from tests.speech import silence, tone
 from voicegate.internal.config import load_config
-from voicegate.internal.events import CollectingSink
+from voicegate.internal.event_envelope import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.openai import OpenAIChatModel
 from voicegate.internal.pipeline.localcall import LocalCall

@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import tone_driven
 from tests.pipeline.conftest import ScriptedStt
 from voicegate.internal.config import Config, load_config
-from voicegate.internal.events import CollectingSink
+from voicegate.internal.event_envelope import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.pipeline.events import TranscriptEvent
 from voicegate.internal.realtime.pipeline import RealtimePipeline

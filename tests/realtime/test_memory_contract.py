@@ -33,7 +33,7 @@ from tests.memory.test_calls import (
 from tests.pipeline.conftest import ScriptedStt
 from tests.speech import neural, silence
 from voicegate.internal.config import Config
-from voicegate.internal.events import CollectingSink
+from voicegate.internal.event_envelope import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.memory.provider import ChangeContext
 from voicegate.internal.pipeline.context import ASSISTANT_PROFILE_HEADING, MEMORY_POLICY

@@ -18,7 +18,7 @@ from tests.conftest import tone_driven
 from tests.pipeline.conftest import ScriptedStt
 from voicegate.internal.config import load_config
 from voicegate.internal.conversation.rolling_summary import RollingSummary
-from voicegate.internal.events import CollectingSink
+from voicegate.internal.event_envelope import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.local import LocalAgent
 from voicegate.internal.pipeline.pipeline import VoicePipeline

@@ -14,7 +14,7 @@ from tests.pipeline.conftest import PipelineFactory, ScriptedStt
 from tests.speech import silence, tone
 from voicegate.internal.config import Config
 from voicegate.internal.conversation.rolling_summary import RollingSummary
-from voicegate.internal.events import CollectingSink
+from voicegate.internal.event_envelope import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.base import ChatRequest, ReplyDelta, ToolCall
 from voicegate.internal.pipeline.idle import IdleEvent

@@ -22,7 +22,7 @@ from tests.fakes.openai_fake import FakeOpenAI
 from tests.pipeline.conftest import ScriptedStt
 from voicegate.internal.config import Config, load_config
 from voicegate.internal.config.mcp import McpConfig
-from voicegate.internal.events import CollectingSink
+from voicegate.internal.event_envelope import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.pipeline.context import TOOL_RESULTS_POLICY
 from voicegate.internal.pipeline.events import TranscriptEvent

@@ -12,7 +12,7 @@ import pytest
 from tests.fakes.openai_fake import FakeOpenAI
 from tests.tools.test_mcp import mcp_config, started, stdio_server, tool_messages
 from voicegate.internal.config.telephony import DigitFormConfig
-from voicegate.internal.events import CollectingSink
+from voicegate.internal.event_envelope import CollectingSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.pipeline.events import TranscriptEvent
 from voicegate.internal.pipeline.localcall import LocalCall

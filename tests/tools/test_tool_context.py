@@ -10,7 +10,7 @@ from voicegate.internal.conversation.actions import CALL_TASKS
 from voicegate.internal.conversation.rolling_summary import RollingSummary
 from voicegate.internal.conversation.slots import Slots
 from voicegate.internal.conversation.state import Conversation, LiveCall
-from voicegate.internal.events import NullSink
+from voicegate.internal.event_envelope import NullSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.base import ToolCall
 from voicegate.internal.session import Session

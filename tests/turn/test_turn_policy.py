@@ -9,7 +9,7 @@ from typing import Literal
 
 import pytest
 
-from voicegate.internal.events import Event
+from voicegate.internal.event_envelope import Event
 from voicegate.internal.llm.base import Turn
 from voicegate.internal.stt.base import Transcript
 from voicegate.internal.turn.events import OverlapEvent

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from tests.turn.test_turn_policy import Line, Replies
-from voicegate.internal.events import CollectingSink
+from voicegate.internal.event_envelope import CollectingSink
 from voicegate.internal.stt.base import Transcript
 from voicegate.internal.turn.events import OverlapEvent, ReleaseEvent
 from voicegate.internal.turn.owner import TurnOwner, TurnSettings

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from voicegate.internal.conversation.slots import Slot
-from voicegate.internal.events import Event
+from voicegate.internal.event_envelope import Event
 from voicegate.internal.llm.base import ToolCall
 from voicegate.internal.session import Session
 from voicegate.internal.sip.voice.call import SIP_CALL_ID

@@ -18,7 +18,7 @@ from voicegate.internal.config import Config
 from voicegate.internal.conversation.slots import Slot
 from voicegate.internal.conversation.state import CallContext
 from voicegate.internal.db import Database
-from voicegate.internal.events import EventSink, FanoutSink
+from voicegate.internal.event_envelope import EventSink, FanoutSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.llm.base import ChatModel
 from voicegate.internal.memory.runtime import FrontendMemoryRuntime

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from voicegate.internal.audio.resample import resample
 from voicegate.internal.config import Config
-from voicegate.internal.events import Event
+from voicegate.internal.event_envelope import Event
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.pipeline.events import ReleaseEvent, StateEvent, TimingEvent, TranscriptEvent
 from voicegate.internal.pipeline.localcall import LocalCall

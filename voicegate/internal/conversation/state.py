@@ -16,7 +16,7 @@ from voicegate.internal.conversation.messages import ChatMessage
 from voicegate.internal.conversation.rolling_summary import RollingSummary
 from voicegate.internal.conversation.slots import Slots
 from voicegate.internal.conversation.transcript import TranscriptLog
-from voicegate.internal.events import EventSink
+from voicegate.internal.event_envelope import EventSink
 from voicegate.internal.identity import CallerIdentity
 
 # The model sees at most this many recent messages; the rolling summary covers what falls out.

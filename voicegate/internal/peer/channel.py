@@ -20,7 +20,7 @@ from typing import Literal
 
 from aiortc import RTCDataChannel
 
-from voicegate.internal.events import Event
+from voicegate.internal.event_envelope import Event
 
 log = logging.getLogger(__name__)
 

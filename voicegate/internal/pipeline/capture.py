@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Protocol, TypeVar
 
-from voicegate.internal.events import Event, EventSink
+from voicegate.internal.event_envelope import Event, EventSink
 from voicegate.internal.pipeline.events import DtmfEvent, TranscriptEvent
 from voicegate.internal.stt.base import Transcript
 

@@ -1,6 +1,6 @@
 """The pipeline's own events: what the caller said and the agent answered, the agent's state, timings,
 how a reply was used, the transport's connection and the caller's key presses. The envelope and the
-sinks are internal/events.py; the turn's (`release`, `overlap`: internal/turn/events.py), the phone
+sinks are internal/event_envelope.py; the turn's (`release`, `overlap`: internal/turn/events.py), the phone
 flows', the recording's and memory's events live with their owners (docs/protocol.md is the wire format
 of all of them). `ReleaseEvent` is re-exported here for the sinks that read it with the pipeline's.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from voicegate.internal.events import Event
+from voicegate.internal.event_envelope import Event
 from voicegate.internal.turn.events import ReleaseEvent
 
 __all__ = ["AgentState", "ConnectionEvent", "DtmfEvent", "ReleaseEvent", "ResponseEvent", "StateEvent",

@@ -16,7 +16,7 @@ from typing import Literal
 
 from voicegate.internal.config.sections import PipelineConfig
 from voicegate.internal.conversation.state import CallContext
-from voicegate.internal.events import Event, EventSink
+from voicegate.internal.event_envelope import Event, EventSink
 from voicegate.internal.pipeline.responder import Responder
 from voicegate.internal.turn.idle import IdleSettings, IdleWatch
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from voicegate.internal.conversation.state import CallContext
-from voicegate.internal.events import EventSink
+from voicegate.internal.event_envelope import EventSink
 from voicegate.internal.pipeline.events import TimingEvent, TurnEvent, TurnOutcome
 from voicegate.internal.pipeline.services import PipelineServices
 from voicegate.internal.turn.pending import Release

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from voicegate.internal.audio.frame import frame_bytes
 from voicegate.internal.conversation.state import CallContext
 from voicegate.internal.conversation.text import clean
-from voicegate.internal.events import EventSink
+from voicegate.internal.event_envelope import EventSink
 from voicegate.internal.pipeline.capture import CallerInput, shown
 from voicegate.internal.pipeline.events import AgentState, DtmfEvent, TranscriptEvent
 from voicegate.internal.pipeline.idle import IdleCaller

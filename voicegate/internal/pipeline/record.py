@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from voicegate.internal.conversation.slots import Slot
 from voicegate.internal.conversation.state import CallContext
-from voicegate.internal.events import EventSink
+from voicegate.internal.event_envelope import EventSink
 from voicegate.internal.llm.base import ChatMessage
 from voicegate.internal.pipeline.events import TranscriptEvent
 

@@ -28,7 +28,7 @@ from opentelemetry import trace
 from voicegate.internal.conversation.actions import record_action, tool_action
 from voicegate.internal.conversation.slots import Slot
 from voicegate.internal.conversation.state import CallContext
-from voicegate.internal.events import EventSink
+from voicegate.internal.event_envelope import EventSink
 from voicegate.internal.llm.base import LlmError, ToolCall, Turn
 from voicegate.internal.pipeline.events import AgentState, ResponseEvent, StateEvent, TranscriptEvent
 from voicegate.internal.pipeline.meter import TurnMeter

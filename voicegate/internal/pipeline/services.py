@@ -14,7 +14,7 @@ from opentelemetry import trace
 
 from voicegate.internal.config.sections import PipelineConfig
 from voicegate.internal.devices import onnx_available_providers, onnx_device, onnx_providers
-from voicegate.internal.events import EventSink
+from voicegate.internal.event_envelope import EventSink
 from voicegate.internal.llm.base import ChatModel
 from voicegate.internal.pipeline.context import BUILTIN_PROMPT, ContextLayers, goal_note, load_text
 from voicegate.internal.stt.base import SpeechToText

@@ -26,7 +26,7 @@ from typing import Literal
 import numpy as np
 
 from voicegate.internal.config.sections import PipelineConfig
-from voicegate.internal.events import Event, EventSink
+from voicegate.internal.event_envelope import Event, EventSink
 from voicegate.internal.pipeline.playout import Playout
 from voicegate.internal.tts.base import TextToSpeech
 

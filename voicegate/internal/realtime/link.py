@@ -21,7 +21,7 @@ from typing import Any
 
 from voicegate.internal.config.providers import RealtimeConfig
 from voicegate.internal.conversation.state import CallContext
-from voicegate.internal.events import EventSink
+from voicegate.internal.event_envelope import EventSink
 from voicegate.internal.pipeline.events import ResponseEvent, TranscriptEvent
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.pipeline.services import PipelineServices

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from voicegate.internal.conversation.state import CallContext
-from voicegate.internal.events import EventSink
+from voicegate.internal.event_envelope import EventSink
 from voicegate.internal.pipeline.playout import Segment
 from voicegate.internal.pipeline.record import record_agent, record_turn
 

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Literal
 
-from voicegate.internal.events import EventSink, NullSink
+from voicegate.internal.event_envelope import EventSink, NullSink
 from voicegate.internal.recording.consent import ConsentState, Decision, opts_out
 from voicegate.internal.recording.events import RecordingEvent
 from voicegate.internal.recording.objection import asks_to_stop_recording

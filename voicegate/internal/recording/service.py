@@ -20,7 +20,7 @@ from typing import Any
 from voicegate.internal.config.recording import RecordingConfig
 from voicegate.internal.conversation.slots import Slot
 from voicegate.internal.conversation.state import LiveCall
-from voicegate.internal.events import EventSink
+from voicegate.internal.event_envelope import EventSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.recording.call import ConsentedRecording
 from voicegate.internal.recording.consent import ConsentState

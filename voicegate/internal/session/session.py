@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 from voicegate.internal.conversation.slots import Slots
 from voicegate.internal.conversation.state import Conversation
-from voicegate.internal.events import EventSink, NullSink
+from voicegate.internal.event_envelope import EventSink, NullSink
 from voicegate.internal.identity import CallerIdentity
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from voicegate.internal.events import EventSink
+from voicegate.internal.event_envelope import EventSink
 from voicegate.internal.pipeline.capture import CallControl, CallerInput
 from voicegate.internal.stt.base import Transcript
 from voicegate.internal.telephony.digits import AttemptResult, DigitEntry, DigitSpec, Via, next_prompt

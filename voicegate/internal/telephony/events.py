@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from voicegate.internal.events import Event
+from voicegate.internal.event_envelope import Event
 
 
 class DigitsEvent(Event):

@@ -1,4 +1,4 @@
-"""The turn's own events, on the envelope of internal/events.py (docs/protocol.md is the wire format); the
+"""The turn's own events, on the envelope of internal/event_envelope.py (docs/protocol.md is the wire format); the
 TurnOwner (owner.py) emits them.
 
 - `release`: the caller's turn was handed to the agent, and why.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from voicegate.internal.events import Event
+from voicegate.internal.event_envelope import Event
 
 
 class ReleaseEvent(Event):

@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from voicegate.internal.audio.pitch import end_rise
 from voicegate.internal.audio.syllables import syllable_nuclei
-from voicegate.internal.events import EventSink
+from voicegate.internal.event_envelope import EventSink
 from voicegate.internal.llm.base import Turn
 from voicegate.internal.stt.base import Transcript
 from voicegate.internal.turn.bargein import Overlap, OverlapKind, classify_overlap, is_backchannel

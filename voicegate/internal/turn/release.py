@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from voicegate.internal.events import EventSink, NullSink
+from voicegate.internal.event_envelope import EventSink, NullSink
 from voicegate.internal.llm.base import Turn
 from voicegate.internal.turn.events import ReleaseEvent
 from voicegate.internal.turn.fusion import NOT_ASKED, TurnFusion, cleanness

@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from voicegate.internal.conversation.slots import Slot
-from voicegate.internal.events import EventSink
+from voicegate.internal.event_envelope import EventSink
 from voicegate.internal.peer.channel import ClientMessage, Ping, TypedTurn
 from voicegate.internal.peer.connection import PeerConnection
 from voicegate.internal.pipeline.events import ConnectionEvent

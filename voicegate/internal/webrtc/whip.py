@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from voicegate.internal.config import Config
-from voicegate.internal.events import EventSink
+from voicegate.internal.event_envelope import EventSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.identity.http_identity import AuthError, HttpIdentityResolver
 from voicegate.internal.peer import OfferError, PeerConnection, PeerRegistry, rtc_configuration

@@ -18,7 +18,7 @@ from voicegate.internal.audio.rtp_session import MediaDirection, RtpSession
 from voicegate.internal.audio.srtp import SrtpContext
 from voicegate.internal.config.sections import SipConfig, split_host_port
 from voicegate.internal.conversation.slots import Slot
-from voicegate.internal.events import Event
+from voicegate.internal.event_envelope import Event
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.phone_numbers import normalise_e164
 from voicegate.internal.pipeline.events import ReleaseEvent, StateEvent, TimingEvent, TranscriptEvent, TurnEvent

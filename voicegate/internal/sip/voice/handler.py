@@ -21,7 +21,7 @@ from voicegate.internal.audio.rtp_ports import RtpPortAllocator, RtpPortsExhaust
 from voicegate.internal.audio.rtp_session import RtpSession, RtpStats
 from voicegate.internal.audio.scheduler import PacedScheduler
 from voicegate.internal.config.sections import SipConfig
-from voicegate.internal.events import EventSink
+from voicegate.internal.event_envelope import EventSink
 from voicegate.internal.identity import CallerIdentity
 from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.session import Session, SessionLimitReached, TransportKind
