@@ -17,6 +17,7 @@ from voicegate.internal.telephony.collection import DigitCollection
 from voicegate.internal.telephony.digit_tool import register_digits_tool
 from voicegate.internal.telephony.events import DigitsEvent
 from voicegate.internal.tools.registry import ToolRegistry, register_end_call
+from voicegate.server.providers import call_control
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +27,7 @@ PROMPT = "Please say or key in your five digit account number, then press hash."
 def tools_with_digits(config: object) -> ToolRegistry:
     registry = ToolRegistry()
     register_end_call(registry)
-    register_digits_tool(registry, config.digits)  # type: ignore[attr-defined]
+    register_digits_tool(registry, config.digits, control_of=call_control)  # type: ignore[attr-defined]
     return registry
 
 

@@ -8,6 +8,7 @@ from voicegate.internal.config.telephony import DigitFormConfig, DigitsConfig
 from voicegate.internal.telephony.digit_tool import form_spec, register_digits_tool, worst_case_s
 from voicegate.internal.telephony.digits import DigitSpecError
 from voicegate.internal.tools.registry import ToolRegistry
+from voicegate.server.providers import call_control
 
 SECTION = DigitsConfig(timeout_s=6.0, terminator="#", forms={
     "pin": DigitFormConfig(prompt="Enter your PIN.", min_digits=4, max_digits=4, terminator="", input="keys")})
@@ -38,7 +39,7 @@ def test_the_turns_deadline_covers_the_whole_form() -> None:
 
 def test_the_tool_offers_the_configured_forms_and_has_side_effects() -> None:
     registry = ToolRegistry()
-    register_digits_tool(registry, SECTION)
+    register_digits_tool(registry, SECTION, control_of=call_control)
     (spec,) = registry.specs()
     assert spec.name == "collect_digits" and spec.parameters["properties"]["form"]["enum"] == ["pin"]
     from voicegate.internal.llm.base import ToolCall

@@ -25,6 +25,7 @@ from voicegate.internal.stt.workers import UtteranceStream
 from voicegate.internal.telephony.collection import DigitCollection
 from voicegate.internal.telephony.digit_tool import register_digits_tool
 from voicegate.internal.tools.registry import ToolRegistry, register_end_call
+from voicegate.server.providers import call_control
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +81,7 @@ def sensitive_card(cfg: Any) -> ToolRegistry:
                                                 max_digits=16, terminator=None, input="both", sensitive=True)}
     registry = ToolRegistry()
     register_end_call(registry)
-    register_digits_tool(registry, cfg.digits)
+    register_digits_tool(registry, cfg.digits, control_of=call_control)
     return registry
 
 

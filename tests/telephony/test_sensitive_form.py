@@ -20,6 +20,7 @@ from voicegate.internal.pipeline.pipeline import VoicePipeline
 from voicegate.internal.telephony.collection import DigitCollection
 from voicegate.internal.telephony.digit_tool import register_digits_tool
 from voicegate.internal.tools.registry import ToolRegistry, register_end_call
+from voicegate.server.providers import call_control
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +39,7 @@ async def run_form(make: PipelineFactory, cfg: Any, form: DigitFormConfig, keys:
     cfg.digits.forms = {"secret": form}
     registry = ToolRegistry()
     register_end_call(registry)
-    register_digits_tool(registry, cfg.digits)
+    register_digits_tool(registry, cfg.digits, control_of=call_control)
     # The model reads back whatever it was told, and is asked about it again in the next turn.
     model = ToolCallingModel([("collect_digits", {"form": "secret"})],
                              lambda result: f"Thanks, I have {result.get('digits')}.", reply="It is on file.")

@@ -8,10 +8,12 @@ from pathlib import Path
 
 from voicegate.internal.config import Config, ConfigError
 from voicegate.internal.conversation.rolling_summary import RollingSummary, Summariser
+from voicegate.internal.conversation.state import LiveCall
 from voicegate.internal.devices import DeviceUnavailable
 from voicegate.internal.llm.base import ChatModel
+from voicegate.internal.pipeline.capture import CallControl
 from voicegate.internal.pipeline.services import PipelineServices
-from voicegate.internal.session.session import Conversation
+from voicegate.internal.session.session import Conversation, Session
 from voicegate.internal.stt.base import SpeechToText
 from voicegate.internal.tools.registry import ToolRegistry, register_end_call
 from voicegate.internal.tts.base import TextToSpeech
@@ -200,6 +202,11 @@ def summariser_for(model: ChatModel, timeout_s: float) -> Summariser | None:
     return summarise
 
 
+def call_control(call: LiveCall) -> CallControl | None:
+    """The control of a call a tool runs in (a digit form takes its input for a while): its pipeline."""
+    return call.pipeline if isinstance(call, Session) else None
+
+
 def build_services(config: Config, stt: SpeechToText, tts: TextToSpeech, model: ChatModel,
                    tools: ToolRegistry | None = None) -> PipelineServices:
     """The services every call's pipeline shares; memory and retrieval hooks are added by the gateway."""
@@ -209,7 +216,7 @@ def build_services(config: Config, stt: SpeechToText, tts: TextToSpeech, model: 
     if config.digits.enabled and "collect_digits" not in registry:
         from voicegate.internal.telephony.digit_tool import register_digits_tool
 
-        register_digits_tool(registry, config.digits)
+        register_digits_tool(registry, config.digits, control_of=call_control)
     persona = config.openai.system_prompt if config.effective_llm_provider in ("openai", "ollama") else ""
     try:
         return PipelineServices(stt=stt, tts=tts, model=model, config=config.pipeline, tools=registry,

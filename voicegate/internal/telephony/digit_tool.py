@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from voicegate.internal.config.telephony import DigitFormConfig, DigitsConfig
 from voicegate.internal.conversation.form_digits import masked, remember_entry
 from voicegate.internal.conversation.state import LiveCall
-from voicegate.internal.pipeline.pipeline import VoicePipeline
+from voicegate.internal.pipeline.capture import CallControl
 from voicegate.internal.recording.call import ConsentedRecording
 from voicegate.internal.recording.service import RECORDING_KEY
 from voicegate.internal.telephony.collection import collect_digits
@@ -94,7 +95,12 @@ def worst_case_s(spec: DigitSpec) -> float:
     return spec.max_attempts * per_attempt + DEADLINE_SLACK_S
 
 
-def register_digits_tool(registry: ToolRegistry, config: DigitsConfig) -> None:
+# How the tool finds the call's control (its pipeline, through the CallControl port) from the call it runs in:
+# given by the composition root, which knows what a call is (a Session); None where the call has no pipeline.
+ControlOf = Callable[[LiveCall], CallControl | None]
+
+
+def register_digits_tool(registry: ToolRegistry, config: DigitsConfig, control_of: ControlOf) -> None:
     forms = dict(config.forms)
     properties: dict[str, Any] = {
         "prompt": {"type": "string", "description": "what to ask, e.g. 'Please enter your account number "
@@ -113,10 +119,8 @@ def register_digits_tool(registry: ToolRegistry, config: DigitsConfig) -> None:
 
     async def run(arguments: dict[str, Any], context: ToolContext) -> str:
         session = context.call
-        # The pipeline's digit collection takes the call's input for a while (a port from the pipeline would
-        # be narrower: the only attribute of a call read here that a LiveCall does not declare).
-        pipeline = getattr(session, "pipeline", None)
-        if session is None or not isinstance(pipeline, VoicePipeline):
+        control = control_of(session) if session is not None else None
+        if session is None or control is None:
             raise ToolError("digits cannot be collected on this call")
         name = str(arguments.get("form") or "")
         if name and name not in forms:
@@ -131,7 +135,7 @@ def register_digits_tool(registry: ToolRegistry, config: DigitsConfig) -> None:
         context.extend_deadline(worst_case_s(spec))
         private = sensitive(config, form)
         with recording_paused(session, private):
-            result = await collect_digits(pipeline, spec, context.speak, form=name)
+            result = await collect_digits(control, spec, context.speak, form=name)
         if result.ok:
             remember_entry(session.slots, result.digits, name)  # never to a tool server (form_digits.py)
             return json.dumps(result_for_model(result.digits, result.via, result.attempts, private), ensure_ascii=False)
