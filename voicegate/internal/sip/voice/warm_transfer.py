@@ -144,7 +144,7 @@ class WarmTransfers:
     async def _hold(self, session: Session, caller: SipVoiceCall, pipeline: VoicePipeline) -> None:
         await agent_quiet(session)
         if self.config.hold_message:
-            await pipeline.responder.say(self.config.hold_message)
+            await pipeline.say(self.config.hold_message)
         caller.route.endpoint = HoldPort(self._hold_sound, SAMPLE_RATE)
 
     async def _brief(self, session: Session, caller_gone: asyncio.Event, target: SipVoiceCall, port: BriefingPort,
