@@ -18,7 +18,7 @@ test:
 	@scripts/bootstrap.sh test
 	$(VENV)/bin/ruff check voicegate tests bench scripts examples
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -n 4 --dist loadgroup --durations=30 $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n 2 --dist loadgroup --durations=30 $(PYTEST_ARGS)
 
 # Every test marked `soak` (all of tests/reliability, the load tests elsewhere) at ten times its full size.
 soak:

@@ -1,4 +1,4 @@
-"""`make test` runs on four workers (`-n 4 --dist loadgroup`): the tests that share an expensive fixture must
+"""`make test` runs on two workers (`-n 2 --dist loadgroup`): the tests that share an expensive fixture must
 land on one of them, or both build it (tests/worker_groups.py). Checked on a small suite run the
 way `make test` runs the real one."""
 

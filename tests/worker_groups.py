@@ -1,4 +1,4 @@
-"""Which tests `make test` (`-n 4 --dist loadgroup`) keeps together on one worker; tests/conftest.py hands
+"""Which tests `make test` (`-n 2 --dist loadgroup`) keeps together on one worker; tests/conftest.py hands
 xdist the answer. Kept apart from the fixtures so that a small suite can use it too (tests/test_worker_groups.py)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 
 def worker_group(item: pytest.Item) -> str | None:
-    """The tests `make test` (`-n 4 --dist loadgroup`) must run on one worker: those of an `xdist_group`
+    """The tests `make test` (`-n 2 --dist loadgroup`) must run on one worker: those of an `xdist_group`
     mark (tests that share a session fixture across modules: the wheel, the evals' example run), and a
     module whose tests share a module-scoped fixture (a server, an installed venv, a loaded model), which
     each worker would otherwise build again. None: any worker, test by test."""
