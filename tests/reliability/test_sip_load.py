@@ -46,6 +46,10 @@ async def test_calls_at_ten_a_second_leave_nothing_behind(tmp_path: Path) -> Non
     base = random.Random(str(tmp_path)).randrange(30000, 58000, 2)
     config.sip.rtp_port_min, config.sip.rtp_port_max = base, base + 1000
     config.sip.invite_rate_per_min = 0
+    # What is measured is what 60 calls leave behind, not whether this node should take them: admission
+    # control (tests/test_admission.py, tests/sip_calls/test_admission.py) refuses some with a 503 on a
+    # machine the other test worker keeps busy, and sipp counts a refused call as failed.
+    config.admission.enabled = False
     config.pipeline.greeting = "Hello, thanks for calling."
     gateway = Gateway(config, stt=ScriptedStt([]))
     await gateway.start()
