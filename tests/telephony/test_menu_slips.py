@@ -30,6 +30,16 @@ def similarity() -> WordLlamaSimilarity:
     # ... as Whisper wrote it from the menu server's call (tests/sip_calls/test_menus.py): commas only
     ("Thank you for calling Northwest Energy. For sales, press one, for billing, press two, for technical support, "
      "upper mattress.", [MenuOption("sales", "1"), MenuOption("billing", "2")]),
+    # ... and as Whisper base wrote it on another machine: the welcome run into the first option, whose
+    # "for" leads it; the last key lost as "opera mattress"
+    ("Thank you for calling Northwind Energy for sales, press one, for billing, press two, for technical support, "
+     "opera mattress.", [MenuOption("sales", "1"), MenuOption("billing", "2")]),
+    ("Thank you for calling Northwind Energy for sales, press one, for billing, press two, for technical support, "
+     "press three.", [MenuOption("sales", "1"), MenuOption("billing", "2"), MenuOption("technical support", "3")]),
+    # a welcome's own "for" and "to" lead no option when the keys come first
+    ("Thank you for calling Acme, press 1 for sales, press 2 for billing.",
+     [MenuOption("sales", "1"), MenuOption("billing", "2")]),
+    ("Welcome to Acme press 1 for sales press 2 for billing", [MenuOption("sales", "1"), MenuOption("billing", "2")]),
     ("For sales, press, 1. For billing, press. 2.", [MenuOption("sales", "1"), MenuOption("billing", "2")]),
     # Whisper starts sentences at the key in a label-first menu: the key that ends the prompt says which way
     ("Department to hear your balance. Press one to speak with a billing representative. Press two.",

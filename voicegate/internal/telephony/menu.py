@@ -46,6 +46,10 @@ _TAIL = re.compile(r"(?:\s*\b(?:please|now|at\s+any\s+time|or|and)\b)+\s*$")
 _BEFORE_STYLE = re.compile(r"\b(?:for|to|if)\b")
 _STARTS_WITH_LEAD = re.compile(r"^\W*(?:(?:and|or|please)\s+)?(?:for|to|if)\b")
 _SENTENCE = re.compile(r"[.!?;:]")
+# A welcome's own "for"/"to" leads no option: "thank you for calling northwind energy for sales, press one"
+# (the recogniser ran the welcome into the first option) reads as "for sales".
+_WELCOME = re.compile(r"^\W*(?:thank\s+you|thanks)\s+for\s+(?:calling|choosing|contacting)\b|^\W*welcome\s+to\b|"
+                      r"^\W*you(?:'ve|\s+have)\s+reached\b")
 _CARRIES_ON = re.compile(r"^\W*(?:or|and|including|plus)\b")
 # A key verb whose key the recogniser lost or misheard ("presto", "press tree"), or another language's
 # ("oprima", "appuyez"): its clause ends there, so its label is not read into the next option's.
@@ -245,7 +249,7 @@ def _labels_come_first(gaps: list[str]) -> bool:
     starts with its first key ("Say agent to ..., or press 9") is key first. The recogniser's sentence
     ends fall anywhere (it may write "For sales. Press 1."), so only pieces with words count."""
     after_last = _nearest_piece(gaps[-1], last=False)
-    before_first = _nearest_piece(gaps[0], last=True)
+    before_first = _after_welcome(_nearest_piece(gaps[0], last=True))
     if _STARTS_WITH_LEAD.match(after_last):
         # Both ends lead ("For sales, press one, for billing, press two, for technical support, upper
         # mattress"): the words after the last key in a clause of their own (a comma or sentence end
@@ -257,7 +261,18 @@ def _labels_come_first(gaps: list[str]) -> bool:
 def _from_lead(piece: str) -> str:
     """A label-first option from its "for"/"to"/"if you": words before it belong to something else
     ("acme dot com for billing", where the recogniser wrote a web address)."""
+    piece = _after_welcome(piece)
     lead = _BEFORE_STYLE.search(piece)
+    return piece[lead.start():] if lead else piece
+
+
+def _after_welcome(piece: str) -> str:
+    """A piece from its first lead after a welcome that opens it ("thank you for calling northwind energy
+    for sales" -> "for sales"); a welcome with no lead after it, or a piece with no welcome, as it is."""
+    welcome = _WELCOME.match(piece)
+    if not welcome:
+        return piece
+    lead = _BEFORE_STYLE.search(piece, welcome.end())
     return piece[lead.start():] if lead else piece
 
 
