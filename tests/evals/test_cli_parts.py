@@ -27,10 +27,12 @@ def test_the_started_server_gets_what_the_eval_needs_and_keeps_a_config_files_ch
     assert defaults.webrtc.ice_hosts == ["127.0.0.1"] and defaults.server.whip_rate_per_min == 0
     assert defaults.memory.enabled and defaults.sip.transfer_targets == EVAL_TRANSFER_TARGETS
     assert defaults.server.shed_wait_ms == defaults.server.shed_loop_lag_ms == 0 and defaults.sip.registrations == []
+    assert not defaults.admission.enabled  # the eval's own calls are never refused as overload
     assert not eval_server_config(base, tmp_path / "b", defaults=True, memory=False).memory.enabled
     # A config file's own choices stand: memory off stays off, however much a scenario wants it.
     chosen = eval_server_config(base, tmp_path / "c", defaults=False, memory=True)
     assert not chosen.memory.enabled and chosen.sip.transfer_targets == {} and chosen.server.shed_wait_ms == 3000
+    assert chosen.admission.enabled
     assert base.server.api_key == "" and not base.server.call_events  # the caller's config is left alone
 
 

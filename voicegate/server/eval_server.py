@@ -6,8 +6,8 @@ needs on top: an API key and token secret of its own (for the call events, calle
 memory), server.call_events on, the eval's own SIP address trusted (127.0.0.1, so a "trusted" scripted
 caller is believed and one phoning from 127.0.0.2 is not), WebRTC offered on loopback, no rate limits,
 no registrations. With the offline defaults it also turns memory on when a scenario checks memory,
-names one transfer target (`sales`), and sheds no load (a loaded test machine is not an overloaded
-server). A config file keeps its own choices on those: a broken config shows up as failing scenarios.
+names one transfer target (`sales`), and sheds no load and refuses no call (a loaded test machine is
+not an overloaded server: admission control would answer the eval's own calls with 503). A config file keeps its own choices on those: a broken config shows up as failing scenarios.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ def eval_server_config(base: Config, data_dir: Path, *, defaults: bool, memory: 
         sip.transfer_targets = sip.transfer_targets or dict(EVAL_TRANSFER_TARGETS)
         server.shed_wait_ms = server.shed_loop_lag_ms = 0
         config.whisper.shed_after_ms = 0
+        config.admission.enabled = False
     return config
 
 
