@@ -7,7 +7,8 @@ memory), server.call_events on, the eval's own SIP address trusted (127.0.0.1, s
 caller is believed and one phoning from 127.0.0.2 is not), WebRTC offered on loopback, no rate limits,
 no registrations. With the offline defaults it also turns memory on when a scenario checks memory,
 names one transfer target (`sales`), and sheds no load and refuses no call (a loaded test machine is
-not an overloaded server: admission control would answer the eval's own calls with 503). A config file keeps its own choices on those: a broken config shows up as failing scenarios.
+not an overloaded server: admission control would answer the eval's own calls with 503). A config file
+keeps its own choices on those: a broken config shows up as failing scenarios.
 """
 
 from __future__ import annotations

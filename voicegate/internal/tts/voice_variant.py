@@ -14,8 +14,10 @@ onnxruntime's saved graph optimisations cost the same as the original (docs/perf
 
 The activation ranges are calibrated on fixed phoneme ids (voice_calibration.json: the recognition bench's
 sentences through Piper's phonemiser), so the build needs neither Piper nor espeak-ng, and the same voice
-with the same onnx and onnxruntime gives the same bytes. Another onnxruntime may quantise differently: the
-result is then refused (its SHA-256 is not the pinned one) and the server keeps the original voice.
+with the same onnx and onnxruntime gives the same bytes on one kind of CPU (onnxruntime's float kernels,
+and so the calibration, differ by instruction set: each kind's build is pinned, piper_voice.py
+INT8_VOICE_BUILDS). Another onnxruntime may quantise differently: the result is then refused (its
+SHA-256 is none of the pinned builds) and the server keeps the original voice.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ from typing import Any
 from voicegate.internal.config.providers import PiperConfig
 from voicegate.internal.tts.base import TtsError
 from voicegate.internal.tts.piper_voice import (
+    INT8_VOICE_BUILDS,
     INT8_VOICE_FILE,
-    PINNED_VOICE_SHA256,
     file_sha256,
     packaged_voice,
     resolve_voice,
@@ -88,10 +90,10 @@ def _quantize(source: Path, target: Path) -> None:
 
 
 def build_int8_voice(source: Path, target_dir: Path, progress: Progress | None = None,
-                     expected: str | None = PINNED_VOICE_SHA256[INT8_VOICE_FILE]) -> Path:
+                     expected: frozenset[str] | None = INT8_VOICE_BUILDS) -> Path:
     """Quantise `source` into `target_dir`, its settings copied beside it; written whole or not at all.
 
-    Raises TtsError when the result's SHA-256 is not `expected` (None: any, for the bench and the tests).
+    Raises TtsError when the result's SHA-256 is not one of `expected` (None: any, for the bench and the tests).
     """
     say = progress or (lambda _message: None)
     target_dir.mkdir(parents=True, exist_ok=True)
@@ -106,9 +108,10 @@ def build_int8_voice(source: Path, target_dir: Path, progress: Progress | None =
         say(f"quantising the Piper voice to int8 ({source.name}, about half a minute)")
         _quantize(link, partial)
         digest = file_sha256(partial)
-        if expected is not None and digest != expected:
-            raise TtsError(f"the int8 voice built here has SHA-256 {digest}, not the pinned {expected} "
-                           "(another onnx or onnxruntime version?); keeping the original voice")
+        if expected is not None and digest not in expected:
+            raise TtsError(f"the int8 voice built here has SHA-256 {digest}, none of the pinned builds "
+                           f"{', '.join(sorted(expected))} (another onnx or onnxruntime version, or another "
+                           "kind of CPU?); keeping the original voice")
         shutil.copyfile(voice_config_path(source), voice_config_path(partial))
         os.replace(voice_config_path(partial), voice_config_path(final))
         os.replace(partial, final)
@@ -120,7 +123,7 @@ def main() -> int:
     directory = variant_dir()
     final = directory / INT8_VOICE_FILE
     if final.is_file() and voice_config_path(final).is_file() \
-            and file_sha256(final) == PINNED_VOICE_SHA256[INT8_VOICE_FILE]:
+            and file_sha256(final) in INT8_VOICE_BUILDS:
         return 0
     try:
         source = packaged_voice()
