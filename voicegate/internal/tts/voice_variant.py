@@ -16,7 +16,7 @@ The activation ranges are calibrated on fixed phoneme ids (voice_calibration.jso
 sentences through Piper's phonemiser), so the build needs neither Piper nor espeak-ng, and the same voice
 with the same onnx and onnxruntime gives the same bytes on one kind of CPU (onnxruntime's float kernels,
 and so the calibration, differ by instruction set: each kind's build is pinned, piper_voice.py
-INT8_VOICE_BUILDS). Another onnxruntime may quantise differently: the result is then refused (its
+PINNED_VOICE_SHA256). Another onnxruntime may quantise differently: the result is then refused (its
 SHA-256 is none of the pinned builds) and the server keeps the original voice.
 """
 
@@ -35,8 +35,8 @@ from typing import Any
 from voicegate.internal.config.providers import PiperConfig
 from voicegate.internal.tts.base import TtsError
 from voicegate.internal.tts.piper_voice import (
-    INT8_VOICE_BUILDS,
     INT8_VOICE_FILE,
+    PINNED_VOICE_SHA256,
     file_sha256,
     packaged_voice,
     resolve_voice,
@@ -90,7 +90,7 @@ def _quantize(source: Path, target: Path) -> None:
 
 
 def build_int8_voice(source: Path, target_dir: Path, progress: Progress | None = None,
-                     expected: frozenset[str] | None = INT8_VOICE_BUILDS) -> Path:
+                     expected: frozenset[str] | None = PINNED_VOICE_SHA256[INT8_VOICE_FILE]) -> Path:
     """Quantise `source` into `target_dir`, its settings copied beside it; written whole or not at all.
 
     Raises TtsError when the result's SHA-256 is not one of `expected` (None: any, for the bench and the tests).
@@ -123,7 +123,7 @@ def main() -> int:
     directory = variant_dir()
     final = directory / INT8_VOICE_FILE
     if final.is_file() and voice_config_path(final).is_file() \
-            and file_sha256(final) in INT8_VOICE_BUILDS:
+            and file_sha256(final) in PINNED_VOICE_SHA256[INT8_VOICE_FILE]:
         return 0
     try:
         source = packaged_voice()
